@@ -1,0 +1,36 @@
+// strait::Error: the one exception type every layer throws.
+//
+// Each error carries a code a caller can branch on and a message meant for a person: it names the
+// operation, and where ranks are involved its sequence number and the ranks, and says what to do.
+// Thread-safety: immutable after construction.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+#include <string_view>
+
+namespace strait {
+
+enum class ErrorCode {
+  InvalidArgument,  // the caller passed something wrong (sizes, dtypes, paths, flags)
+  Mismatch,         // ranks disagree about an operation (count, dtype, kind, order)
+  Timeout,          // an operation did not finish within its deadline
+  PeerLost,         // a peer process died or its connection broke
+  Aborted,          // abort() was called on the communicator
+  Io,               // a file or device operation failed
+  Unavailable,      // a feature is not present on this machine or build (CUDA, io_uring, ...)
+  Internal,         // a bug in strait: please report it
+};
+
+std::string_view to_string(ErrorCode code) noexcept;
+
+class Error : public std::runtime_error {
+ public:
+  Error(ErrorCode code, const std::string& message);
+  [[nodiscard]] ErrorCode code() const noexcept { return code_; }
+
+ private:
+  ErrorCode code_;
+};
+
+}  // namespace strait

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Installs the Debian packages that building, testing and running strait need.
+# Idempotent and silent when everything is present; run as root (or with sudo available).
+set -euo pipefail
+
+packages=(
+  build-essential cmake ninja-build pkg-config git
+  libucx-dev ucx-utils libhwloc-dev liburing-dev
+  libgtest-dev libgmock-dev libbenchmark-dev libopenblas-dev
+  libcli11-dev libfmt-dev libspdlog-dev nlohmann-json3-dev
+  clang-format clang-tidy
+  iproute2 procps
+  fortunes
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+sudo=""
+if [ "$(id -u)" -ne 0 ]; then
+  command -v sudo >/dev/null || { echo "setup: need root (or sudo) to install: ${missing[*]}" >&2; exit 1; }
+  sudo="sudo"
+fi
+echo "setup: installing ${missing[*]}" >&2
+export DEBIAN_FRONTEND=noninteractive
+# An apt cache older than a day (or absent) is refreshed once; a stale one fails with 404s.
+if [ -z "$(find /var/lib/apt/lists -maxdepth 1 -name '*Packages*' -mmin -1440 2>/dev/null | head -1)" ]; then
+  $sudo apt-get update -qq >/dev/null
+fi
+$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
