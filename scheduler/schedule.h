@@ -1,0 +1,86 @@
+// Pipeline schedules as data: per pipeline rank, the ordered list of actions it runs in one
+// training step (forward / backward of a microbatch, the point-to-point transfers between
+// neighbouring stages, the data-parallel gradient all-reduce and the optimizer step).
+//
+// A schedule is produced by a generator here, checked by validate_schedule()
+// (scheduler/schedule_validate.h), costed by simulate() (scheduler/schedule_sim.h), drawn by
+// scheduler/schedule_print.h and run by the executor, which is the only part that touches comm/.
+//
+// Conventions (P stages, M microbatches; stage s runs on pipeline rank s):
+// - Forward activations flow s -> s+1, gradients s+1 -> s. SEND_F on stage s matches RECV_F with
+//   the same microbatch on stage s+1; SEND_B on stage s matches RECV_B on stage s-1.
+// - Every action's `stage` is the stage that executes it (the receiver for a RECV).
+// - A RECV marks the point where the data must have arrived: the executor posts the matching
+//   non-blocking receive as early as it has a buffer for it and waits only here. A SEND is
+//   posted non-blocking; its buffer is released when it completes. The generators place each
+//   RECV right before the compute that consumes it and each SEND right after the compute that
+//   produces it, which is Megatron-LM's order (send_forward_recv_backward etc.).
+// - ALLREDUCE_GRAD (the gradient all-reduce over data-parallel replicas of this stage) and then
+//   OPTIM are the last two actions of every stage; their microbatch is kNoMicrobatch.
+// Thread-safety: plain values; the functions are pure.
+// Errors: InvalidArgument for P < 1, M < 1 or an unknown schedule name.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace strait::sched {
+
+// W (weight-gradient half of B, for zero-bubble schedules), OFFLOAD and RELOAD (activation offload)
+// join this list with the issues that generate them; every switch over ActionKind is exhaustive
+// without a default, so -Wswitch points at each place that must learn a new kind.
+enum class ActionKind : std::uint8_t {
+  F,              // forward of one microbatch on one stage
+  B,              // backward (input and weight gradients) of one microbatch on one stage
+  SendF,          // send F's output activations to stage + 1
+  RecvF,          // receive the input activations from stage - 1
+  SendB,          // send the gradient w.r.t. this stage's input to stage - 1
+  RecvB,          // receive the gradient w.r.t. this stage's output from stage + 1
+  AllreduceGrad,  // all-reduce this stage's gradients over its data-parallel replicas
+  Optim,          // optimizer step of this stage's parameters
+};
+
+inline constexpr int kNoMicrobatch = -1;
+
+struct Action {
+  ActionKind kind = ActionKind::F;
+  int stage = 0;
+  int microbatch = kNoMicrobatch;
+
+  friend bool operator==(const Action&, const Action&) = default;
+};
+
+// "F", "B", "SEND_F", "RECV_F", "SEND_B", "RECV_B", "ALLREDUCE_GRAD", "OPTIM".
+std::string_view action_kind_name(ActionKind kind) noexcept;
+// The kind's name followed by the microbatch, e.g. "F3", "RECV_B0", "OPTIM".
+std::string to_string(const Action& action);
+
+struct Schedule {
+  int stages = 0;        // P, pipeline stages (= pipeline ranks)
+  int microbatches = 0;  // M, microbatches per step
+  // ranks[s] is the ordered action list of stage s; ranks.size() == stages.
+  std::vector<std::vector<Action>> ranks;
+};
+
+// GPipe (Huang et al., 2019, arXiv:1811.06965): every stage runs all M forwards, then all M
+// backwards in reverse microbatch order. Peak activations stashed per stage: M.
+Schedule make_gpipe(int stages, int microbatches);
+
+// 1F1B, i.e. PipeDream-Flush (Narayanan et al., 2021, arXiv:2006.09503) and Megatron-LM's
+// non-interleaved schedule (Narayanan et al., SC'21, arXiv:2104.04473): stage s runs
+// w = min(P-s-1, M) warm-up forwards, then M-w pairs of (one forward, one backward), then the
+// remaining w backwards, all in microbatch order. Same bubble as GPipe, but peak activations
+// stashed on stage s are min(P-s, M) instead of M.
+Schedule make_1f1b(int stages, int microbatches);
+
+enum class ScheduleKind : std::uint8_t { GPipe, OneFOneB };
+
+// "gpipe" or "1f1b".
+std::string_view schedule_kind_name(ScheduleKind kind) noexcept;
+// Case-insensitive "gpipe" | "1f1b"; InvalidArgument listing the choices otherwise.
+ScheduleKind parse_schedule_kind(std::string_view name);
+Schedule make_schedule(ScheduleKind kind, int stages, int microbatches);
+
+}  // namespace strait::sched

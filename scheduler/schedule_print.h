@@ -1,0 +1,30 @@
+// Text views of a pipeline schedule (scheduler/schedule.h), for `strait schedule` and for logs.
+//
+// format_schedule: one line per stage listing its actions in order,
+//   "stage 0: F0 F1 F2 B0 B1 B2"                                  (ScheduleDetail::Compute)
+//   "stage 0: F0 SEND_F0 F1 SEND_F1 ... RECV_B0 B0 ... ALLREDUCE_GRAD OPTIM"   (::All)
+// format_timeline: the simulated time-line (scheduler/schedule_sim.h) as a grid, one row per stage
+//   and one column per time unit; F takes time_f columns, B time_b, idle columns show ".", e.g.
+//     time     0  1  2  3  4  5
+//     stage 0  F0 F1 .  B0 .  B1
+//     stage 1  .  F0 B0 F1 B1 .
+//   followed by the bubble fraction, mean and per stage.
+// Thread-safety: pure functions.
+// Errors: InvalidArgument for an invalid schedule, and for time_f or time_b < 1.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "scheduler/schedule.h"
+
+namespace strait::sched {
+
+enum class ScheduleDetail : std::uint8_t { Compute, All };
+
+std::string format_schedule(const Schedule& schedule,
+                            ScheduleDetail detail = ScheduleDetail::Compute);
+
+std::string format_timeline(const Schedule& schedule, int time_f = 1, int time_b = 1);
+
+}  // namespace strait::sched
