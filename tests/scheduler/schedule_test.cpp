@@ -1,0 +1,294 @@
+#include "scheduler/schedule.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "scheduler/schedule_print.h"
+#include "scheduler/schedule_sim.h"
+#include "scheduler/schedule_validate.h"
+
+namespace strait::sched {
+namespace {
+
+using K = ActionKind;
+
+// Parses "F0 SEND_F0 RECV_B1 ALLREDUCE_GRAD OPTIM" for `stage`; written independently of
+// to_string() so the expectations below are spelled out by hand.
+std::vector<Action> parse(int stage, const std::string& text) {
+  static const std::vector<std::pair<std::string, K>> kinds = {{"SEND_F", K::SendF},
+                                                               {"RECV_F", K::RecvF},
+                                                               {"SEND_B", K::SendB},
+                                                               {"RECV_B", K::RecvB},
+                                                               {"ALLREDUCE_GRAD", K::AllreduceGrad},
+                                                               {"OPTIM", K::Optim},
+                                                               {"F", K::F},
+                                                               {"B", K::B}};
+  std::vector<Action> out;
+  std::size_t i = 0;
+  while (i < text.size()) {
+    const std::size_t j = std::min(text.find(' ', i), text.size());
+    const std::string tok = text.substr(i, j - i);
+    i = j + 1;
+    for (const auto& [name, kind] : kinds) {
+      if (tok.rfind(name, 0) == 0) {
+        const std::string rest = tok.substr(name.size());
+        out.push_back({kind, stage, rest.empty() ? kNoMicrobatch : std::stoi(rest)});
+        break;
+      }
+    }
+  }
+  return out;
+}
+
+Schedule from_text(int microbatches, const std::vector<std::string>& stages) {
+  Schedule s;
+  s.stages = static_cast<int>(stages.size());
+  s.microbatches = microbatches;
+  for (std::size_t r = 0; r < stages.size(); ++r) {
+    s.ranks.push_back(parse(static_cast<int>(r), stages[r]));
+  }
+  return s;
+}
+
+std::string validation_error(const Schedule& s) {
+  try {
+    validate_schedule(s);
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::InvalidArgument);
+    return e.what();
+  }
+  ADD_FAILURE() << "validate_schedule accepted an invalid schedule";
+  return {};
+}
+
+TEST(Schedule, GPipeTwoStagesThreeMicrobatchesExactly) {
+  const Schedule got = make_gpipe(2, 3);
+  const Schedule want = from_text(
+      3,
+      {"F0 SEND_F0 F1 SEND_F1 F2 SEND_F2 RECV_B2 B2 RECV_B1 B1 RECV_B0 B0 ALLREDUCE_GRAD OPTIM",
+       "RECV_F0 F0 RECV_F1 F1 RECV_F2 F2 B2 SEND_B2 B1 SEND_B1 B0 SEND_B0 ALLREDUCE_GRAD OPTIM"});
+  EXPECT_EQ(got.stages, 2);
+  EXPECT_EQ(got.microbatches, 3);
+  ASSERT_EQ(got.ranks.size(), 2U);
+  EXPECT_EQ(got.ranks[0], want.ranks[0]);
+  EXPECT_EQ(got.ranks[1], want.ranks[1]);
+}
+
+TEST(Schedule, OneFOneBTwoStagesThreeMicrobatchesExactly) {
+  const Schedule got = make_1f1b(2, 3);
+  // Stage 0: one warm-up forward, then F/B pairs, then the last backward.
+  const Schedule want = from_text(
+      3,
+      {"F0 SEND_F0 F1 SEND_F1 RECV_B0 B0 F2 SEND_F2 RECV_B1 B1 RECV_B2 B2 ALLREDUCE_GRAD OPTIM",
+       "RECV_F0 F0 B0 SEND_B0 RECV_F1 F1 B1 SEND_B1 RECV_F2 F2 B2 SEND_B2 ALLREDUCE_GRAD OPTIM"});
+  ASSERT_EQ(got.ranks.size(), 2U);
+  EXPECT_EQ(got.ranks[0], want.ranks[0]);
+  EXPECT_EQ(got.ranks[1], want.ranks[1]);
+}
+
+TEST(Schedule, OneFOneBWarmupIsCappedByMicrobatches) {
+  // P=4, M=2: stage 0 would warm up with 3 forwards but only 2 exist.
+  const Schedule s = make_1f1b(4, 2);
+  const Schedule want = from_text(2, {"F0 SEND_F0 F1 SEND_F1 RECV_B0 B0 RECV_B1 B1 ALLREDUCE_GRAD "
+                                      "OPTIM"});
+  EXPECT_EQ(s.ranks[0], want.ranks[0]);
+}
+
+TEST(Schedule, GeneratorsAreValidOverAGrid) {
+  for (ScheduleKind kind : {ScheduleKind::GPipe, ScheduleKind::OneFOneB}) {
+    for (int P = 1; P <= 4; ++P) {
+      for (int M = 1; M <= 8; ++M) {
+        SCOPED_TRACE(std::string(schedule_kind_name(kind)) + " P=" + std::to_string(P) +
+                     " M=" + std::to_string(M));
+        const Schedule s = make_schedule(kind, P, M);
+        EXPECT_NO_THROW(validate_schedule(s));
+        for (int st = 0; st < P; ++st) {
+          const auto& list = s.ranks[static_cast<std::size_t>(st)];
+          ASSERT_GE(list.size(), 2U);
+          EXPECT_EQ(list[list.size() - 2].kind, K::AllreduceGrad);
+          EXPECT_EQ(list.back().kind, K::Optim);
+          const int want = kind == ScheduleKind::GPipe ? M : std::min(P - st, M);
+          EXPECT_EQ(peak_stashed_microbatches(s, st), want) << "stage " << st;
+        }
+      }
+    }
+  }
+}
+
+TEST(Schedule, BubbleFractionMatchesClosedForm) {
+  for (ScheduleKind kind : {ScheduleKind::GPipe, ScheduleKind::OneFOneB}) {
+    for (int P = 1; P <= 4; ++P) {
+      for (int M = 1; M <= 8; ++M) {
+        SCOPED_TRACE(std::string(schedule_kind_name(kind)) + " P=" + std::to_string(P) +
+                     " M=" + std::to_string(M));
+        const Schedule s = make_schedule(kind, P, M);
+        const double want = static_cast<double>(P - 1) / static_cast<double>(M + P - 1);
+        EXPECT_NEAR(bubble_fraction(s, 1.0, 1.0), want, 1e-12);
+        for (double f : stage_bubble_fractions(s, 1.0, 1.0)) EXPECT_NEAR(f, want, 1e-12);
+        // The makespan (M+P-1)(t_f+t_b) holds for any t_f, t_b (Narayanan et al. 2021, sec. 2.2).
+        EXPECT_NEAR(simulate(s, 1.0, 2.0).makespan, (M + P - 1) * 3.0, 1e-12);
+      }
+    }
+  }
+}
+
+TEST(Schedule, GPipeStartTimesFollowTheDiagonal) {
+  // Unit costs: F(mb) on stage s starts at s + mb; B(mb) at (M+P-1) + (P-1-s) + (M-1-mb).
+  const int P = 3;
+  const int M = 4;
+  const Timeline tl = simulate(make_gpipe(P, M), 1.0, 1.0);
+  for (int s = 0; s < P; ++s) {
+    for (const TimedAction& t : tl.stages[static_cast<std::size_t>(s)]) {
+      const int mb = t.action.microbatch;
+      if (t.action.kind == K::F) {
+        EXPECT_DOUBLE_EQ(t.start, s + mb);
+      } else if (t.action.kind == K::B) {
+        EXPECT_DOUBLE_EQ(t.start, (M + P - 1) + (P - 1 - s) + (M - 1 - mb));
+      }
+    }
+  }
+  EXPECT_DOUBLE_EQ(tl.makespan, 2.0 * (M + P - 1));
+}
+
+TEST(Schedule, ValidatorAcceptsReceivesPostedEarly) {
+  // All of stage 1's forward receives first: unusual but executable (stage 0 never blocks on it).
+  const Schedule s =
+      from_text(2, {"F0 SEND_F0 F1 SEND_F1 RECV_B1 B1 RECV_B0 B0 ALLREDUCE_GRAD OPTIM",
+                    "RECV_F0 RECV_F1 F0 F1 B1 SEND_B1 B0 SEND_B0 ALLREDUCE_GRAD OPTIM"});
+  EXPECT_NO_THROW(validate_schedule(s));
+}
+
+TEST(Schedule, ValidatorRejectsMissingReceive) {
+  Schedule s = make_gpipe(2, 3);
+  auto& st1 = s.ranks[1];
+  st1.erase(std::find(st1.begin(), st1.end(), Action{K::RecvF, 1, 1}));
+  const std::string msg = validation_error(s);
+  EXPECT_NE(msg.find("SEND_F1 on stage 0 has no matching RECV_F1 on stage 1"), std::string::npos)
+      << msg;
+}
+
+TEST(Schedule, ValidatorRejectsMissingSendAndDuplicates) {
+  Schedule s = make_gpipe(2, 2);
+  auto& st1 = s.ranks[1];
+  st1.erase(std::find(st1.begin(), st1.end(), Action{K::SendB, 1, 0}));
+  s.ranks[0].insert(s.ranks[0].begin(), Action{K::F, 0, 1});
+  const std::string msg = validation_error(s);
+  EXPECT_NE(msg.find("RECV_B0 on stage 0 has no matching SEND_B0 on stage 1"), std::string::npos)
+      << msg;
+  EXPECT_NE(msg.find("stage 0 runs F1 2 times"), std::string::npos) << msg;
+}
+
+TEST(Schedule, ValidatorRejectsBackwardBeforeForward) {
+  const Schedule s = from_text(2, {"B0 F0 F1 B1 ALLREDUCE_GRAD OPTIM"});
+  const std::string msg = validation_error(s);
+  EXPECT_NE(msg.find("stage 0 runs B0 (action 0) before F0 (action 1)"), std::string::npos) << msg;
+}
+
+TEST(Schedule, ValidatorRejectsComputeBeforeItsReceive) {
+  const Schedule s = from_text(1, {"F0 SEND_F0 RECV_B0 B0 ALLREDUCE_GRAD OPTIM",
+                                   "F0 RECV_F0 B0 SEND_B0 ALLREDUCE_GRAD OPTIM"});
+  const std::string msg = validation_error(s);
+  EXPECT_NE(msg.find("stage 1 runs F0 (action 0) before RECV_F0 (action 1)"), std::string::npos)
+      << msg;
+}
+
+TEST(Schedule, ValidatorRejectsDeadlock) {
+  // Both stages start by receiving: stage 0 waits for a gradient that needs its own activations.
+  const Schedule s = from_text(1, {"RECV_B0 F0 SEND_F0 B0 ALLREDUCE_GRAD OPTIM",
+                                   "RECV_F0 F0 B0 SEND_B0 ALLREDUCE_GRAD OPTIM"});
+  const std::string msg = validation_error(s);
+  EXPECT_NE(msg.find("deadlock"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("stage 0 is blocked at action 0 (RECV_B0) waiting for SEND_B0 from stage 1"),
+            std::string::npos)
+      << msg;
+  EXPECT_NE(msg.find("stage 1 is blocked at action 0 (RECV_F0) waiting for SEND_F0 from stage 0"),
+            std::string::npos)
+      << msg;
+}
+
+TEST(Schedule, ValidatorRejectsThreeStageDeadlock) {
+  // Every per-stage order rule holds; only simulating the stages together finds the cycle.
+  Schedule s = make_gpipe(3, 2);
+  auto& st1 = s.ranks[1];
+  // Stage 1 waits for B1's gradient before it sends forward microbatch 1.
+  st1.erase(std::find(st1.begin(), st1.end(), Action{K::RecvB, 1, 1}));
+  st1.insert(std::find(st1.begin(), st1.end(), Action{K::SendF, 1, 1}), Action{K::RecvB, 1, 1});
+  const std::string msg = validation_error(s);
+  EXPECT_NE(msg.find("deadlock"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("stage 0 is blocked at action 4 (RECV_B1)"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("stage 1 is blocked at action 5 (RECV_B1) waiting for SEND_B1 from stage 2"),
+            std::string::npos)
+      << msg;
+  EXPECT_NE(msg.find("stage 2 is blocked at action 2 (RECV_F1)"), std::string::npos) << msg;
+}
+
+TEST(Schedule, ValidatorRejectsShapeErrors) {
+  EXPECT_NE(validation_error(from_text(1, {"F0 SEND_F0 B0 ALLREDUCE_GRAD OPTIM"}))
+                .find("SEND_F0) has no neighbour"),
+            std::string::npos);
+  EXPECT_NE(validation_error(from_text(1, {"F0 B0 F3 ALLREDUCE_GRAD OPTIM"}))
+                .find("names microbatch 3, outside [0, 1)"),
+            std::string::npos);
+  EXPECT_NE(validation_error(from_text(2, {"F0 B0 ALLREDUCE_GRAD F1 B1 OPTIM"}))
+                .find("runs ALLREDUCE_GRAD (action 2) before B1 (action 4)"),
+            std::string::npos);
+  EXPECT_NE(validation_error(from_text(1, {"F0 B0 ALLREDUCE_GRAD"})).find("0 OPTIM"),
+            std::string::npos);
+  Schedule wrong_stage = make_gpipe(2, 1);
+  wrong_stage.ranks[1][1].stage = 0;
+  EXPECT_NE(validation_error(wrong_stage).find("stage 1 action 1 (F0) names stage 0"),
+            std::string::npos);
+  Schedule no_lists = make_gpipe(2, 1);
+  no_lists.ranks.pop_back();
+  EXPECT_NE(validation_error(no_lists).find("one action list per stage"), std::string::npos);
+}
+
+TEST(Schedule, PrintsComputeOrderAndFullActions) {
+  EXPECT_EQ(format_schedule(make_gpipe(2, 3)),
+            "stage 0: F0 F1 F2 B2 B1 B0\nstage 1: F0 F1 F2 B2 B1 B0\n");
+  EXPECT_EQ(format_schedule(make_1f1b(2, 2), ScheduleDetail::All),
+            "stage 0: F0 SEND_F0 F1 SEND_F1 RECV_B0 B0 RECV_B1 B1 ALLREDUCE_GRAD OPTIM\n"
+            "stage 1: RECV_F0 F0 B0 SEND_B0 RECV_F1 F1 B1 SEND_B1 ALLREDUCE_GRAD OPTIM\n");
+}
+
+TEST(Schedule, PrintsTimeline) {
+  EXPECT_EQ(format_timeline(make_1f1b(2, 2)),
+            "time    0  1  2  3  4  5\n"
+            "stage 0 F0 F1 .  B0 .  B1\n"
+            "stage 1 .  F0 B0 F1 B1 .\n"
+            "bubble fraction 0.333 (per stage: 0.333 0.333) over 6 time units\n");
+  // A backward of two units fills two columns.
+  EXPECT_EQ(format_timeline(make_gpipe(1, 2), 1, 2),
+            "time    0  1  2  3  4  5\n"
+            "stage 0 F0 F1 B1 B1 B0 B0\n"
+            "bubble fraction 0.000 (per stage: 0.000) over 6 time units\n");
+  EXPECT_THROW(format_timeline(make_gpipe(1, 2), 0, 1), Error);
+}
+
+TEST(Schedule, ParsesNamesCaseInsensitively) {
+  EXPECT_EQ(parse_schedule_kind("gpipe"), ScheduleKind::GPipe);
+  EXPECT_EQ(parse_schedule_kind("GPipe"), ScheduleKind::GPipe);
+  EXPECT_EQ(parse_schedule_kind("1F1B"), ScheduleKind::OneFOneB);
+  try {
+    (void)parse_schedule_kind("zb-h1");
+    ADD_FAILURE() << "accepted an unknown name";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::InvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("'zb-h1': choose one of gpipe, 1f1b"), std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(Schedule, RejectsBadShapesAndCosts) {
+  EXPECT_THROW(make_gpipe(0, 4), Error);
+  EXPECT_THROW(make_1f1b(2, 0), Error);
+  EXPECT_THROW((void)simulate(make_gpipe(2, 2), 0.0, 1.0), Error);
+  EXPECT_THROW((void)peak_stashed_microbatches(make_gpipe(2, 2), 2), Error);
+}
+
+}  // namespace
+}  // namespace strait::sched
