@@ -9,7 +9,7 @@
 //           place).
 // backward: dlogits += scale * (probs - onehot(targets)), i.e. the gradient of
 //           scale * sum_n losses[n]: pass scale = 1/N for the mean loss, 1/(N * microbatches) when
-//           accumulating over microbatches. dlogits may alias probs.
+//           accumulating over microbatches. dlogits must not alias probs.
 // F is float or double. Thread-safety: pure functions over caller-owned memory.
 // Errors: InvalidArgument for N < 0, V <= 0, or a target outside [0, V) (names its position).
 #pragma once

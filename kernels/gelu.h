@@ -1,9 +1,9 @@
-// GELU with GPT-2's tanh approximation (Hendrycks & Gimpel 2016, eq. for "gelu_new"):
+// GELU with GPT-2's tanh approximation (Hendrycks & Gimpel 2016, sec. 2; "gelu_new" in HF):
 //   gelu(x) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
 //
 // Shapes: inp, out, dout, dinp are [N] (any tensor, flattened).
-// forward may run in place (out == inp). backward accumulates: dinp += gelu'(inp) * dout; dinp may
-// alias dout but not inp.
+// forward may run in place (out == inp). backward accumulates: dinp += gelu'(inp) * dout; dinp
+// must not alias inp or dout.
 // F is float or double. Thread-safety: pure functions over caller-owned memory.
 // Errors: InvalidArgument for N < 0.
 #pragma once
