@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <functional>
 #include <random>
+#include <span>
 #include <vector>
 
 namespace strait::testing {
@@ -27,8 +28,7 @@ inline double dot(const std::vector<double>& a, const std::vector<double>& b) {
 
 // d f / d x[i] for every i by central differences with a step of 1e-6 relative to |x[i]| (at least
 // 1e-6). x is perturbed in place and restored exactly.
-inline std::vector<double> numeric_gradient(std::vector<double>& x,
-                                            const std::function<double()>& f) {
+inline std::vector<double> numeric_gradient(std::span<double> x, const std::function<double()>& f) {
   std::vector<double> g(x.size());
   for (std::size_t i = 0; i < x.size(); ++i) {
     const double x0 = x[i];
