@@ -142,8 +142,12 @@ StageModel<F>::StageModel(const GptConfig& config, LayerRange layers, int max_ba
                     "{} layers: use split_layers()",
                     layers.first, layers.last, config_.layers));
   }
-  if (max_batch < 1) {
-    invalid(fmt::format("StageModel: max_batch = {} must be at least 1", max_batch));
+  // Rows B * T reach the kernels as int.
+  if (max_batch < 1 || sz(max_batch) * sz(config_.ctx) > sz(std::numeric_limits<int>::max() / 4)) {
+    invalid(
+        fmt::format("StageModel: max_batch = {} must be at least 1 and max_batch * ctx ({}) "
+                    "must stay below 2^29 positions",
+                    max_batch, config_.ctx));
   }
   if (slots < 1) {
     invalid(

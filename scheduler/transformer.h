@@ -13,18 +13,19 @@
 // the first and last stage before the optimizer step.
 //
 // Parameters: all of a stage's parameters live in one contiguous buffer, its gradients in another
-// of the same layout (one allreduce, one optimizer stream). Names follow nanoGPT with global layer
-// indices ("wte", "wpe", "h.3.attn.c_attn.weight", "ln_f.bias", ...); matrices are nn.Linear
-// [out, in]. Weight decay applies to the 2-D tensors (wte, wpe and the four matrices of each
-// block), not to biases and layernorm parameters: nanoGPT's configure_optimizers and llm.c's
-// gpt2_update both use this rule.
+// of the same layout (one allreduce, one optimizer stream). Names are nanoGPT's without its
+// "transformer." prefix, with global layer indices ("wte", "wpe", "h.3.attn.c_attn.weight",
+// "ln_f.bias", ...); matrices are nn.Linear [out, in]. Weight decay applies to the 2-D tensors
+// (wte, wpe and the four matrices of each block), not to biases and layernorm parameters: nanoGPT's
+// configure_optimizers and llm.c's gpt2_update both use this rule.
 //
 // Initialisation (GPT-2 / nanoGPT): matrices and embeddings ~ N(0, 0.02); the residual output
 // projections (attn.c_proj.weight, mlp.c_proj.weight) ~ N(0, 0.02 / sqrt(2 L)); biases 0;
-// layernorm weight 1, bias 0. Each tensor draws from its own std::mt19937_64 (output fixed by the
-// C++ standard) seeded from a hash of (seed, name) through a Box-Muller transform computed in
-// double, so its values depend only on the seed and its name, never on the stage split: one
-// stage and P stages start bit-identical.
+// layernorm weight 1, bias 0. Each tensor's values are Box-Muller normals, computed in double
+// (float models round them), from its own std::mt19937_64 (whose output the C++ standard fixes,
+// unlike std::normal_distribution's) seeded with SplitMix64(SplitMix64(seed) ^ FNV-1a(name)). So
+// they depend only on the seed and the name, never on the stage split: one stage and P stages start
+// bit-identical. (libm's log/cos/sin may differ in the last bit between platforms.)
 //
 // Activations: the model stashes what backward needs for up to `slots` microbatches in flight
 // (GPipe, 1F1B). forward(slot, ...) fills a slot; backward(slot, ...) consumes it. Buffers are
