@@ -38,8 +38,8 @@ std::vector<std::int32_t> random_tokens(std::mt19937_64& rng, std::size_t n, int
 }
 
 std::uint64_t name_hash(const std::string& s) {
-  std::uint64_t h = 1469598103934665603ULL;
-  for (const char c : s) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ULL;
+  std::uint64_t h = 0xcbf29ce484222325ULL;  // FNV-1a 64
+  for (const char c : s) h = (h ^ static_cast<unsigned char>(c)) * 0x100000001b3ULL;
   return h;
 }
 
@@ -313,6 +313,32 @@ TEST(StageModel, InitialisationFollowsGpt2) {
   StageModel<float> f(cfg, {0, cfg.layers}, 1, 1, 42);
   for (std::size_t i = 0; i < f.params().size(); ++i) {
     ASSERT_EQ(f.params()[i], static_cast<float>(m.params()[i])) << i;
+  }
+}
+
+TEST(StageModel, InitialValuesFollowTheDocumentedGenerator) {
+  // Re-derives a few values from the header's specification alone: SplitMix64 / FNV-1a seeding of
+  // std::mt19937_64 and Box-Muller on 53-bit uniforms.
+  auto splitmix = [](std::uint64_t x) {
+    x += 0x9e3779b97f4a7c15ULL;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+    return x ^ (x >> 31);
+  };
+  const std::uint64_t seed = 1234;
+  const GptConfig cfg = tiny();
+  StageModel<double> m(cfg, {0, cfg.layers}, 1, 1, seed);
+  for (const std::string name : {"wte", "h.1.attn.c_proj.weight"}) {
+    std::mt19937_64 gen(splitmix(splitmix(seed) ^ name_hash(name)));
+    const double stddev = name == "wte" ? 0.02 : 0.02 / std::sqrt(2.0 * cfg.layers);
+    const auto p = m.param(name);
+    for (std::size_t i = 0; i < 6; i += 2) {
+      const double u1 = 1.0 - static_cast<double>(gen() >> 11) / 9007199254740992.0;
+      const double u2 = static_cast<double>(gen() >> 11) / 9007199254740992.0;
+      const double r = std::sqrt(-2.0 * std::log(u1));
+      EXPECT_EQ(p[i], stddev * r * std::cos(2.0 * std::numbers::pi * u2)) << name << " " << i;
+      EXPECT_EQ(p[i + 1], stddev * r * std::sin(2.0 * std::numbers::pi * u2)) << name << " " << i;
+    }
   }
 }
 
