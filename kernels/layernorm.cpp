@@ -1,0 +1,89 @@
+#include "kernels/layernorm.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <cstddef>
+
+#include "core/error.h"
+
+namespace strait::kernels {
+namespace {
+
+void check(const char* op, int N, int C) {
+  if (N < 0 || C <= 0) {
+    throw Error(ErrorCode::InvalidArgument,
+                fmt::format("kernels::{}: bad shape N={} C={}: need N >= 0 and C > 0", op, N, C));
+  }
+}
+
+}  // namespace
+
+template <class F>
+void layernorm_forward(F* out, F* mean, F* rstd, const F* inp, const F* weight, const F* bias,
+                       int N, int C) {
+  check("layernorm_forward", N, C);
+  const auto c = static_cast<std::size_t>(C);
+  const F inv_c = F(1) / static_cast<F>(C);
+  const auto eps = static_cast<F>(kLayerNormEps);
+  for (std::size_t r = 0; r < static_cast<std::size_t>(N); ++r) {
+    const F* x = inp + r * c;
+    F sum = 0;
+    for (std::size_t i = 0; i < c; ++i) sum += x[i];
+    const F m = sum * inv_c;
+    // Two passes (mean, then squared deviations) avoid the cancellation of E[x^2] - E[x]^2.
+    F sq = 0;
+    for (std::size_t i = 0; i < c; ++i) {
+      const F d = x[i] - m;
+      sq += d * d;
+    }
+    const F s = F(1) / std::sqrt(sq * inv_c + eps);
+    F* o = out + r * c;
+    for (std::size_t i = 0; i < c; ++i) o[i] = (x[i] - m) * s * weight[i] + bias[i];
+    mean[r] = m;
+    rstd[r] = s;
+  }
+}
+
+template <class F>
+void layernorm_backward(F* dinp, F* dweight, F* dbias, const F* dout, const F* inp, const F* weight,
+                        const F* mean, const F* rstd, int N, int C) {
+  check("layernorm_backward", N, C);
+  const auto c = static_cast<std::size_t>(C);
+  const F inv_c = F(1) / static_cast<F>(C);
+  for (std::size_t r = 0; r < static_cast<std::size_t>(N); ++r) {
+    const F* x = inp + r * c;
+    const F* d = dout + r * c;
+    F* dx = dinp + r * c;
+    const F m = mean[r];
+    const F s = rstd[r];
+    F g_mean = 0;
+    F gn_mean = 0;
+    for (std::size_t i = 0; i < c; ++i) {
+      const F n = (x[i] - m) * s;
+      const F g = weight[i] * d[i];
+      g_mean += g;
+      gn_mean += g * n;
+    }
+    g_mean *= inv_c;
+    gn_mean *= inv_c;
+    for (std::size_t i = 0; i < c; ++i) {
+      const F n = (x[i] - m) * s;
+      const F g = weight[i] * d[i];
+      dx[i] += s * (g - g_mean - n * gn_mean);
+      dweight[i] += n * d[i];
+      dbias[i] += d[i];
+    }
+  }
+}
+
+template void layernorm_forward<float>(float*, float*, float*, const float*, const float*,
+                                       const float*, int, int);
+template void layernorm_forward<double>(double*, double*, double*, const double*, const double*,
+                                        const double*, int, int);
+template void layernorm_backward<float>(float*, float*, float*, const float*, const float*,
+                                        const float*, const float*, const float*, int, int);
+template void layernorm_backward<double>(double*, double*, double*, const double*, const double*,
+                                         const double*, const double*, const double*, int, int);
+
+}  // namespace strait::kernels

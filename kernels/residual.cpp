@@ -1,0 +1,39 @@
+#include "kernels/residual.h"
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+
+namespace strait::kernels {
+namespace {
+
+void check(const char* op, std::ptrdiff_t N) {
+  if (N < 0) {
+    throw Error(ErrorCode::InvalidArgument,
+                fmt::format("kernels::{}: element count {} is negative", op, N));
+  }
+}
+
+}  // namespace
+
+template <class F>
+void residual_forward(F* out, const F* a, const F* b, std::ptrdiff_t N) {
+  check("residual_forward", N);
+  for (std::ptrdiff_t i = 0; i < N; ++i) out[i] = a[i] + b[i];
+}
+
+template <class F>
+void residual_backward(F* da, F* db, const F* dout, std::ptrdiff_t N) {
+  check("residual_backward", N);
+  for (std::ptrdiff_t i = 0; i < N; ++i) {
+    da[i] += dout[i];
+    db[i] += dout[i];
+  }
+}
+
+template void residual_forward<float>(float*, const float*, const float*, std::ptrdiff_t);
+template void residual_forward<double>(double*, const double*, const double*, std::ptrdiff_t);
+template void residual_backward<float>(float*, float*, const float*, std::ptrdiff_t);
+template void residual_backward<double>(double*, double*, const double*, std::ptrdiff_t);
+
+}  // namespace strait::kernels

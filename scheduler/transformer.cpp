@@ -1,0 +1,529 @@
+#include "scheduler/transformer.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numbers>
+#include <random>
+
+#include "core/error.h"
+#include "kernels/attention.h"
+#include "kernels/crossentropy.h"
+#include "kernels/encoder.h"
+#include "kernels/gelu.h"
+#include "kernels/layernorm.h"
+#include "kernels/matmul.h"
+#include "kernels/residual.h"
+
+namespace strait::sched {
+namespace {
+
+namespace k = strait::kernels;
+
+[[noreturn]] void invalid(const std::string& message) {
+  throw Error(ErrorCode::InvalidArgument, message);
+}
+
+std::size_t sz(int x) {
+  return static_cast<std::size_t>(x);
+}
+
+// FNV-1a, 64 bit: a fixed, documented string hash (std::hash is implementation-defined).
+std::uint64_t fnv1a(std::string_view s) {
+  std::uint64_t h = 0xcbf29ce484222325ULL;
+  for (const char c : s) {
+    h ^= static_cast<unsigned char>(c);
+    h *= 0x100000001b3ULL;
+  }
+  return h;
+}
+
+// SplitMix64 finaliser (Steele, Lea, Flood 2014): decorrelates nearby seeds.
+std::uint64_t splitmix64(std::uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+// N(0, stddev) values for one tensor, a function of (seed, name) only. Box-Muller on
+// std::mt19937_64, whose output sequence the standard fixes (std::normal_distribution's is not).
+template <class F>
+void fill_normal(std::span<F> out, double stddev, std::uint64_t seed, std::string_view name) {
+  std::mt19937_64 gen(splitmix64(splitmix64(seed) ^ fnv1a(name)));
+  constexpr double kTwoPow53 = 9007199254740992.0;
+  auto uniform = [&gen] { return static_cast<double>(gen() >> 11) / kTwoPow53; };  // [0, 1)
+  for (std::size_t i = 0; i < out.size(); i += 2) {
+    const double u1 = 1.0 - uniform();  // (0, 1]: log stays finite
+    const double u2 = uniform();
+    const double r = std::sqrt(-2.0 * std::log(u1));
+    const double phi = 2.0 * std::numbers::pi * u2;
+    out[i] = static_cast<F>(stddev * r * std::cos(phi));
+    if (i + 1 < out.size()) out[i + 1] = static_cast<F>(stddev * r * std::sin(phi));
+  }
+}
+
+std::string block_name(int layer, std::string_view suffix) {
+  return fmt::format("h.{}.{}", layer, suffix);
+}
+
+}  // namespace
+
+void GptConfig::validate() const {
+  auto need_positive = [](int v, const char* field, const char* what) {
+    if (v <= 0) {
+      invalid(fmt::format("GptConfig: {} = {} must be positive ({})", field, v, what));
+    }
+  };
+  need_positive(vocab, "vocab", "the number of token ids; 256 for bytes");
+  need_positive(ctx, "ctx", "the longest sequence the model accepts");
+  need_positive(layers, "layers", "the number of transformer blocks");
+  need_positive(dim, "dim", "the channel width C");
+  need_positive(heads, "heads", "the number of attention heads");
+  if (dim % heads != 0) {
+    invalid(
+        fmt::format("GptConfig: dim = {} is not divisible by heads = {}: pick heads that "
+                    "divide dim (head size = dim / heads)",
+                    dim, heads));
+  }
+  // Kernel sizes are int: keep the largest per-call count (4C channels) far from overflow.
+  if (dim > (1 << 24) || vocab > (1 << 28) || ctx > (1 << 20)) {
+    invalid(
+        fmt::format("GptConfig: dim = {}, vocab = {} or ctx = {} is beyond what this CPU "
+                    "reference model supports (dim <= 2^24, vocab <= 2^28, ctx <= 2^20)",
+                    dim, vocab, ctx));
+  }
+}
+
+std::size_t GptConfig::num_params() const {
+  const std::size_t c = sz(dim);
+  const std::size_t per_block = 12 * c * c + 13 * c;
+  return sz(vocab) * c + sz(ctx) * c + sz(layers) * per_block + 2 * c;
+}
+
+std::vector<LayerRange> split_layers(int layers, int stages) {
+  if (stages < 1 || stages > layers) {
+    invalid(
+        fmt::format("split_layers: cannot split {} layers into {} pipeline stages: every "
+                    "stage needs at least one layer, so use 1 <= stages <= layers",
+                    layers, stages));
+  }
+  std::vector<LayerRange> out;
+  const int base = layers / stages;
+  const int extra = layers % stages;
+  int first = 0;
+  for (int s = 0; s < stages; ++s) {
+    const int n = base + (s < extra ? 1 : 0);
+    out.push_back({first, first + n});
+    first += n;
+  }
+  return out;
+}
+
+template <class F>
+std::size_t StageModel<F>::add_tensor(const std::string& name, std::vector<int> shape, bool decay) {
+  std::size_t count = 1;
+  for (const int d : shape) count *= sz(d);
+  const std::size_t offset = tensors_.empty() ? 0 : tensors_.back().offset + tensors_.back().count;
+  tensors_.push_back({name, offset, count, std::move(shape), decay});
+  return offset;
+}
+
+template <class F>
+StageModel<F>::StageModel(const GptConfig& config, LayerRange layers, int max_batch, int slots,
+                          std::uint64_t seed)
+    : config_(config), range_(layers), max_batch_(max_batch) {
+  config_.validate();
+  if (layers.first < 0 || layers.first >= layers.last || layers.last > config_.layers) {
+    invalid(
+        fmt::format("StageModel: layer range [{}, {}) is not a non-empty part of the model's "
+                    "{} layers: use split_layers()",
+                    layers.first, layers.last, config_.layers));
+  }
+  // Rows B * T reach the kernels as int.
+  if (max_batch < 1 || sz(max_batch) * sz(config_.ctx) > sz(std::numeric_limits<int>::max() / 4)) {
+    invalid(
+        fmt::format("StageModel: max_batch = {} must be at least 1 and max_batch * ctx ({}) "
+                    "must stay below 2^29 positions",
+                    max_batch, config_.ctx));
+  }
+  if (slots < 1) {
+    invalid(
+        fmt::format("StageModel: slots = {} must be at least 1 (the number of microbatches "
+                    "whose activations are kept between forward and backward)",
+                    slots));
+  }
+  const int V = config_.vocab, C = config_.dim, ctx = config_.ctx;
+
+  // Parameter layout: [wte] [wpe] blocks... [ln_f].
+  if (is_first() || is_last()) wte_ = add_tensor("wte", {V, C}, true);
+  if (is_first()) wpe_ = add_tensor("wpe", {ctx, C}, true);
+  for (int l = range_.first; l < range_.last; ++l) {
+    BlockParams p{};
+    p.ln1_w = add_tensor(block_name(l, "ln_1.weight"), {C}, false);
+    p.ln1_b = add_tensor(block_name(l, "ln_1.bias"), {C}, false);
+    p.qkv_w = add_tensor(block_name(l, "attn.c_attn.weight"), {3 * C, C}, true);
+    p.qkv_b = add_tensor(block_name(l, "attn.c_attn.bias"), {3 * C}, false);
+    p.attproj_w = add_tensor(block_name(l, "attn.c_proj.weight"), {C, C}, true);
+    p.attproj_b = add_tensor(block_name(l, "attn.c_proj.bias"), {C}, false);
+    p.ln2_w = add_tensor(block_name(l, "ln_2.weight"), {C}, false);
+    p.ln2_b = add_tensor(block_name(l, "ln_2.bias"), {C}, false);
+    p.fc_w = add_tensor(block_name(l, "mlp.c_fc.weight"), {4 * C, C}, true);
+    p.fc_b = add_tensor(block_name(l, "mlp.c_fc.bias"), {4 * C}, false);
+    p.fcproj_w = add_tensor(block_name(l, "mlp.c_proj.weight"), {C, 4 * C}, true);
+    p.fcproj_b = add_tensor(block_name(l, "mlp.c_proj.bias"), {C}, false);
+    blocks_.push_back(p);
+  }
+  if (is_last()) {
+    lnf_w_ = add_tensor("ln_f.weight", {C}, false);
+    lnf_b_ = add_tensor("ln_f.bias", {C}, false);
+  }
+  const std::size_t n_params = tensors_.back().offset + tensors_.back().count;
+  params_.assign(n_params, F(0));
+  grads_.assign(n_params, F(0));
+  init_params(seed);
+
+  // Activation layout of one slot, sized for max_batch x ctx: x0, the blocks, the head.
+  const std::size_t bt = sz(max_batch) * sz(ctx);
+  const std::size_t c = sz(C);
+  std::size_t off = 0;
+  auto take = [&off](std::size_t n) {
+    const std::size_t at = off;
+    off += n;
+    return at;
+  };
+  BlockActs& a = block_acts_;
+  a.ln1 = take(bt * c);
+  a.ln1_mean = take(bt);
+  a.ln1_rstd = take(bt);
+  a.qkv = take(bt * 3 * c);
+  a.att = take(sz(max_batch) * sz(config_.heads) * sz(ctx) * sz(ctx));
+  a.atty = take(bt * c);
+  a.res2 = take(bt * c);
+  a.ln2 = take(bt * c);
+  a.ln2_mean = take(bt);
+  a.ln2_rstd = take(bt);
+  a.fch = take(bt * 4 * c);
+  a.fch_gelu = take(bt * 4 * c);
+  a.out = take(bt * c);
+  a.size = off;
+  off = 0;
+  HeadActs& h = head_acts_;
+  if (is_last()) {
+    h.lnf = take(bt * c);
+    h.lnf_mean = take(bt);
+    h.lnf_rstd = take(bt);
+    h.logits = take(bt * sz(V));
+    h.probs = take(bt * sz(V));
+    h.losses = take(bt);
+  }
+  h.size = off;
+  blocks_base_ = bt * c;
+  head_base_ = blocks_base_ + blocks_.size() * a.size;
+  slots_.resize(sz(slots));
+  for (Slot& s : slots_) {
+    s.acts.assign(head_base_ + h.size, F(0));
+    if (is_first()) s.tokens.assign(bt, 0);
+    if (is_last()) s.targets.assign(bt, 0);
+  }
+  dres_.assign(bt * c, F(0));
+  dln_.assign(bt * c, F(0));
+  datty_.assign(bt * c, F(0));
+  dqkv_.assign(bt * 3 * c, F(0));
+  dfch_.assign(bt * 4 * c, F(0));
+  dfch_gelu_.assign(bt * 4 * c, F(0));
+  if (is_last()) dlogits_.assign(bt * sz(V), F(0));
+  datt_scratch_.assign(sz(ctx) * sz(ctx), F(0));
+}
+
+template <class F>
+void StageModel<F>::init_params(std::uint64_t seed) {
+  const double residual_std = 0.02 / std::sqrt(2.0 * config_.layers);
+  for (const TensorInfo& t : tensors_) {
+    const std::span<F> p(params_.data() + t.offset, t.count);
+    const std::string_view name = t.name;
+    if (name.ends_with("c_proj.weight")) {
+      fill_normal(p, residual_std, seed, name);
+    } else if (t.weight_decay) {  // the other matrices and the embeddings
+      fill_normal(p, 0.02, seed, name);
+    } else if (name.ends_with("ln_1.weight") || name.ends_with("ln_2.weight") ||
+               name == "ln_f.weight") {
+      std::fill(p.begin(), p.end(), F(1));
+    } else {
+      std::fill(p.begin(), p.end(), F(0));  // biases
+    }
+  }
+}
+
+template <class F>
+void StageModel<F>::zero_grads() {
+  std::fill(grads_.begin(), grads_.end(), F(0));
+}
+
+template <class F>
+const TensorInfo& StageModel<F>::tensor(std::string_view name) const {
+  for (const TensorInfo& t : tensors_) {
+    if (t.name == name) return t;
+  }
+  invalid(
+      fmt::format("StageModel: stage with layers [{}, {}) holds no tensor named '{}' (first "
+                  "stage: wte, wpe; last: wte, ln_f.*; blocks: h.<layer>.*)",
+                  range_.first, range_.last, name));
+}
+
+template <class F>
+std::span<F> StageModel<F>::param(std::string_view name) {
+  const TensorInfo& t = tensor(name);
+  return {params_.data() + t.offset, t.count};
+}
+
+template <class F>
+std::span<F> StageModel<F>::grad(std::string_view name) {
+  const TensorInfo& t = tensor(name);
+  return {grads_.data() + t.offset, t.count};
+}
+
+template <class F>
+std::optional<Slice> StageModel<F>::tied_wte() const {
+  if (!wte_) return std::nullopt;
+  return Slice{*wte_, sz(config_.vocab) * sz(config_.dim)};
+}
+
+template <class F>
+void StageModel<F>::check_slot(int slot, const char* op) const {
+  if (slot < 0 || slot >= slots()) {
+    invalid(
+        fmt::format("StageModel::{}: slot {} is out of range [0, {}): construct the model "
+                    "with more slots for more microbatches in flight",
+                    op, slot, slots()));
+  }
+}
+
+template <class F>
+void StageModel<F>::check_batch(int B, int T, const char* op) const {
+  if (B < 1 || B > max_batch_ || T < 1 || T > config_.ctx) {
+    invalid(
+        fmt::format("StageModel::{}: batch B = {}, T = {} is outside 1 <= B <= max_batch = "
+                    "{}, 1 <= T <= ctx = {}",
+                    op, B, T, max_batch_, config_.ctx));
+  }
+}
+
+template <class F>
+void StageModel<F>::require_role(bool ok, const char* op, const char* what) const {
+  if (!ok) {
+    invalid(fmt::format("StageModel::{}: the stage with layers [{}, {}) of {} ({}{}) {}", op,
+                        range_.first, range_.last, config_.layers,
+                        is_first() ? "first" : "not first", is_last() ? ", last" : ", not last",
+                        what));
+  }
+}
+
+template <class F>
+void StageModel<F>::forward(int slot, const std::int32_t* tokens, int B, int T, F* out_acts) {
+  require_role(is_first() && !is_last(), "forward",
+               "takes tokens and writes activations only as the first of several stages");
+  run_forward(slot, tokens, nullptr, nullptr, B, T, out_acts);
+}
+
+template <class F>
+void StageModel<F>::forward(int slot, const F* in_acts, int B, int T, F* out_acts) {
+  require_role(!is_first() && !is_last(), "forward",
+               "maps activations to activations only as a middle stage");
+  run_forward(slot, nullptr, in_acts, nullptr, B, T, out_acts);
+}
+
+template <class F>
+double StageModel<F>::forward(int slot, const F* in_acts, const std::int32_t* targets, int B,
+                              int T) {
+  require_role(!is_first() && is_last(), "forward",
+               "takes activations and returns the loss only as the last of several stages");
+  return run_forward(slot, nullptr, in_acts, targets, B, T, nullptr);
+}
+
+template <class F>
+double StageModel<F>::forward(int slot, const std::int32_t* tokens, const std::int32_t* targets,
+                              int B, int T) {
+  require_role(is_first() && is_last(), "forward",
+               "takes tokens and returns the loss only as the single stage of the model");
+  return run_forward(slot, tokens, nullptr, targets, B, T, nullptr);
+}
+
+template <class F>
+double StageModel<F>::run_forward(int slot, const std::int32_t* tokens, const F* in_acts,
+                                  const std::int32_t* targets, int B, int T, F* out_acts) {
+  check_slot(slot, "forward");
+  Slot& s = slots_[sz(slot)];
+  check_batch(B, T, "forward");
+  if ((is_first() && tokens == nullptr) || (!is_first() && in_acts == nullptr) ||
+      (!is_last() && out_acts == nullptr)) {
+    invalid(
+        "StageModel::forward: tokens (first stage), in_acts (other stages) and out_acts "
+        "(non-last stages) must not be null");
+  }
+  s.forwarded = false;  // stays false if a check below throws
+  s.backwardable = false;
+  s.has_loss = false;
+  const int V = config_.vocab, C = config_.dim, NH = config_.heads;
+  const int N = B * T;
+  const auto nc = static_cast<std::ptrdiff_t>(N) * C;
+  F* acts = s.acts.data();
+  const F* P = params_.data();
+
+  F* x = acts;  // the stage input, x0
+  if (is_first()) {
+    k::encoder_forward(x, tokens, P + *wte_, P + wpe_, B, T, C, V);
+    std::copy_n(tokens, N, s.tokens.begin());
+  } else {
+    std::copy_n(in_acts, nc, x);
+  }
+  for (std::size_t l = 0; l < blocks_.size(); ++l) {
+    const BlockParams& p = blocks_[l];
+    const BlockActs& o = block_acts_;
+    F* a = acts + blocks_base_ + l * o.size;
+    k::layernorm_forward(a + o.ln1, a + o.ln1_mean, a + o.ln1_rstd, x, P + p.ln1_w, P + p.ln1_b, N,
+                         C);
+    k::matmul_forward(a + o.qkv, a + o.ln1, P + p.qkv_w, P + p.qkv_b, N, C, 3 * C);
+    k::attention_forward<F>(a + o.atty, nullptr, a + o.att, a + o.qkv, B, T, C, NH);
+    k::matmul_forward(a + o.res2, a + o.atty, P + p.attproj_w, P + p.attproj_b, N, C, C);
+    k::residual_forward(a + o.res2, a + o.res2, x, nc);
+    k::layernorm_forward(a + o.ln2, a + o.ln2_mean, a + o.ln2_rstd, a + o.res2, P + p.ln2_w,
+                         P + p.ln2_b, N, C);
+    k::matmul_forward(a + o.fch, a + o.ln2, P + p.fc_w, P + p.fc_b, N, C, 4 * C);
+    k::gelu_forward(a + o.fch_gelu, a + o.fch, 4 * nc);
+    k::matmul_forward(a + o.out, a + o.fch_gelu, P + p.fcproj_w, P + p.fcproj_b, N, 4 * C, C);
+    k::residual_forward(a + o.out, a + o.out, a + o.res2, nc);
+    x = a + o.out;
+  }
+  s.B = B;
+  s.T = T;
+  if (!is_last()) {
+    std::copy_n(x, nc, out_acts);
+    s.forwarded = true;
+    s.backwardable = true;
+    return std::numeric_limits<double>::quiet_NaN();
+  }
+  const HeadActs& h = head_acts_;
+  F* head = acts + head_base_;
+  k::layernorm_forward(head + h.lnf, head + h.lnf_mean, head + h.lnf_rstd, x, P + lnf_w_,
+                       P + lnf_b_, N, C);
+  k::matmul_forward<F>(head + h.logits, head + h.lnf, P + *wte_, nullptr, N, C, V);
+  s.forwarded = true;
+  if (targets == nullptr) return std::numeric_limits<double>::quiet_NaN();
+  const double loss =
+      k::crossentropy_forward(head + h.losses, head + h.probs, head + h.logits, targets, N, V);
+  std::copy_n(targets, N, s.targets.begin());
+  s.backwardable = true;
+  s.has_loss = true;
+  return loss;
+}
+
+template <class F>
+void StageModel<F>::backward(int slot, const F* dout_acts, F loss_scale, F* din_acts) {
+  check_slot(slot, "backward");
+  Slot& s = slots_[sz(slot)];
+  if (!s.backwardable) {
+    invalid(
+        fmt::format("StageModel::backward: slot {} holds no forward to backpropagate (never "
+                    "run, already backpropagated, or run without targets): run forward on "
+                    "it first",
+                    slot));
+  }
+  require_role(is_last() == (dout_acts == nullptr), "backward",
+               "takes dout_acts if and only if it is not the last stage");
+  require_role(is_first() == (din_acts == nullptr), "backward",
+               "writes din_acts if and only if it is not the first stage");
+  const int V = config_.vocab, C = config_.dim, NH = config_.heads;
+  const int B = s.B, T = s.T, N = B * T;
+  const auto nc = static_cast<std::ptrdiff_t>(N) * C;
+  F* acts = s.acts.data();
+  const F* P = params_.data();
+  F* G = grads_.data();
+  F* dres = dres_.data();
+  // Input of ln_f: the output of the stage's last block (every stage has at least one).
+  const F* x_last = acts + blocks_base_ + (blocks_.size() - 1) * block_acts_.size + block_acts_.out;
+
+  if (is_last()) {
+    const HeadActs& h = head_acts_;
+    F* head = acts + head_base_;
+    std::fill_n(dlogits_.begin(), static_cast<std::ptrdiff_t>(N) * V, F(0));
+    k::crossentropy_backward(dlogits_.data(), head + h.probs, s.targets.data(),
+                             loss_scale / static_cast<F>(N), N, V);
+    std::fill_n(dln_.begin(), nc, F(0));
+    k::matmul_backward<F>(dln_.data(), G + *wte_, nullptr, dlogits_.data(), head + h.lnf, P + *wte_,
+                          N, C, V);
+    std::fill_n(dres, nc, F(0));
+    k::layernorm_backward(dres, G + lnf_w_, G + lnf_b_, dln_.data(), x_last, P + lnf_w_,
+                          head + h.lnf_mean, head + h.lnf_rstd, N, C);
+  } else {
+    std::copy_n(dout_acts, nc, dres);
+  }
+  // dres carries the gradient of the residual stream; each layernorm backward adds its branch.
+  for (std::size_t l = blocks_.size(); l-- > 0;) {
+    const BlockParams& p = blocks_[l];
+    const BlockActs& o = block_acts_;
+    F* a = acts + blocks_base_ + l * o.size;
+    const F* x_in = l == 0 ? acts : acts + blocks_base_ + (l - 1) * o.size + o.out;
+    // MLP branch: out = res2 + c_proj(gelu(c_fc(ln_2(res2)))).
+    std::fill_n(dfch_gelu_.begin(), 4 * nc, F(0));
+    k::matmul_backward(dfch_gelu_.data(), G + p.fcproj_w, G + p.fcproj_b, dres, a + o.fch_gelu,
+                       P + p.fcproj_w, N, 4 * C, C);
+    std::fill_n(dfch_.begin(), 4 * nc, F(0));
+    k::gelu_backward(dfch_.data(), a + o.fch, dfch_gelu_.data(), 4 * nc);
+    std::fill_n(dln_.begin(), nc, F(0));
+    k::matmul_backward(dln_.data(), G + p.fc_w, G + p.fc_b, dfch_.data(), a + o.ln2, P + p.fc_w, N,
+                       C, 4 * C);
+    k::layernorm_backward(dres, G + p.ln2_w, G + p.ln2_b, dln_.data(), a + o.res2, P + p.ln2_w,
+                          a + o.ln2_mean, a + o.ln2_rstd, N, C);
+    // Attention branch: res2 = x + c_proj(attn(c_attn(ln_1(x)))).
+    std::fill_n(datty_.begin(), nc, F(0));
+    k::matmul_backward(datty_.data(), G + p.attproj_w, G + p.attproj_b, dres, a + o.atty,
+                       P + p.attproj_w, N, C, C);
+    std::fill_n(dqkv_.begin(), 3 * nc, F(0));
+    k::attention_backward(dqkv_.data(), datt_scratch_.data(), datty_.data(), a + o.qkv, a + o.att,
+                          B, T, C, NH);
+    std::fill_n(dln_.begin(), nc, F(0));
+    k::matmul_backward(dln_.data(), G + p.qkv_w, G + p.qkv_b, dqkv_.data(), a + o.ln1, P + p.qkv_w,
+                       N, C, 3 * C);
+    k::layernorm_backward(dres, G + p.ln1_w, G + p.ln1_b, dln_.data(), x_in, P + p.ln1_w,
+                          a + o.ln1_mean, a + o.ln1_rstd, N, C);
+  }
+  if (is_first()) {
+    k::encoder_backward(G + *wte_, G + wpe_, dres, s.tokens.data(), B, T, C, V);
+  } else {
+    std::copy_n(dres, nc, din_acts);
+  }
+  s.backwardable = false;
+}
+
+template <class F>
+std::span<const F> StageModel<F>::logits(int slot) const {
+  check_slot(slot, "logits");
+  const Slot& s = slots_[sz(slot)];
+  require_role(is_last(), "logits", "has no logits: only the last stage computes them");
+  if (!s.forwarded) {
+    invalid(fmt::format("StageModel::logits: slot {} holds no forward: run forward first", slot));
+  }
+  return {s.acts.data() + head_base_ + head_acts_.logits, sz(s.B) * sz(s.T) * sz(config_.vocab)};
+}
+
+template <class F>
+std::span<const F> StageModel<F>::losses(int slot) const {
+  check_slot(slot, "losses");
+  const Slot& s = slots_[sz(slot)];
+  require_role(is_last(), "losses", "has no losses: only the last stage computes them");
+  if (!s.has_loss) {
+    invalid(
+        fmt::format("StageModel::losses: slot {} holds no forward with targets: run forward "
+                    "with targets first",
+                    slot));
+  }
+  return {s.acts.data() + head_base_ + head_acts_.losses, sz(s.B) * sz(s.T)};
+}
+
+template class StageModel<float>;
+template class StageModel<double>;
+
+}  // namespace strait::sched

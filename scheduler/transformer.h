@@ -1,0 +1,204 @@
+// The reference transformer: GPT-2 (Radford et al. 2019) split by layer into pipeline stages.
+//
+// Architecture (as nanoGPT / llm.c): learned token (wte [V, C]) and position (wpe [ctx, C])
+// embeddings; L pre-LN blocks x += proj(attn(ln_1(x))); x += c_proj(gelu(c_fc(ln_2(x)))) with
+// causal multi-head attention and tanh-GELU; a final ln_f; logits = ln_f(x) . wte^T (tied
+// unembedding); softmax cross-entropy. Activations are [B, T, C] row-major, float type F (float
+// for training, double for the finite-difference tests). Ops are in kernels/.
+//
+// Stages: a stage owns the contiguous layers [first, last). The first stage (first == 0) also
+// owns wte and wpe; the last stage (last == L) owns ln_f and the unembedding. With more than one
+// stage the last stage holds its own copy of wte, as Megatron-LM does: both copies start
+// bit-identical, and the trainer keeps them so by summing the tied_wte() gradient slice between
+// the first and last stage before the optimizer step.
+//
+// Parameters: all of a stage's parameters live in one contiguous buffer, its gradients in another
+// of the same layout (one allreduce, one optimizer stream). Names are nanoGPT's without its
+// "transformer." prefix, with global layer indices ("wte", "wpe", "h.3.attn.c_attn.weight",
+// "ln_f.bias", ...); matrices are nn.Linear [out, in]. Weight decay applies to the 2-D tensors
+// (wte, wpe and the four matrices of each block), not to biases and layernorm parameters: nanoGPT's
+// configure_optimizers and llm.c's gpt2_update both use this rule.
+//
+// Initialisation (GPT-2 / nanoGPT): matrices and embeddings ~ N(0, 0.02); the residual output
+// projections (attn.c_proj.weight, mlp.c_proj.weight) ~ N(0, 0.02 / sqrt(2 L)); biases 0;
+// layernorm weight 1, bias 0. Each tensor's values are Box-Muller normals, computed in double
+// (float models round them), from its own std::mt19937_64 (whose output the C++ standard fixes,
+// unlike std::normal_distribution's) seeded with SplitMix64(SplitMix64(seed) ^ FNV-1a(name)). So
+// they depend only on the seed and the name, never on the stage split: one stage and P stages start
+// bit-identical. (libm's log/cos/sin may differ in the last bit between platforms.)
+//
+// Activations: the model stashes what backward needs for up to `slots` microbatches in flight
+// (GPipe, 1F1B). forward(slot, ...) fills a slot; backward(slot, ...) consumes it. Buffers are
+// allocated once at construction for max_batch x ctx; B <= max_batch and T <= ctx may vary per
+// call (greedy generation runs B = 1 with a growing T).
+//
+// Thread-safety: none; one thread drives a StageModel. No threads of its own (OpenBLAS may use
+// its own; the caller sets their number).
+// Errors: InvalidArgument for bad configs, ranges, sizes, slots, tokens, or a call that does not
+// fit the stage's role (e.g. tokens given to a stage that is not the first).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace strait::sched {
+
+struct GptConfig {
+  int vocab = 256;  // V: byte-level by default
+  int ctx = 128;    // maximum sequence length T (rows of wpe)
+  int layers = 4;   // L
+  int dim = 128;    // C
+  int heads = 4;    // NH; head size C / NH
+
+  // Throws InvalidArgument naming the first bad field and what to change.
+  void validate() const;
+  // Parameters of the whole unsplit model (wte counted once).
+  [[nodiscard]] std::size_t num_params() const;
+};
+
+// Layers [first, last) of a stage.
+struct LayerRange {
+  int first = 0;
+  int last = 0;
+  bool operator==(const LayerRange&) const = default;
+};
+
+// Splits `layers` into `stages` contiguous ranges as evenly as possible; the first
+// layers % stages stages get one layer more (the last stage already carries the unembedding).
+// Throws InvalidArgument when stages < 1 or stages > layers.
+std::vector<LayerRange> split_layers(int layers, int stages);
+
+struct TensorInfo {
+  std::string name;           // e.g. "h.3.mlp.c_fc.weight" (global layer index)
+  std::size_t offset = 0;     // into params() / grads(), in elements
+  std::size_t count = 0;      // elements
+  std::vector<int> shape;     // row-major
+  bool weight_decay = false;  // true for 2-D tensors (see above)
+};
+
+// A range of params() / grads(), in elements.
+struct Slice {
+  std::size_t offset = 0;
+  std::size_t count = 0;
+};
+
+template <class F>
+class StageModel {
+ public:
+  // Throws InvalidArgument for an invalid config, a range outside [0, L) or empty, max_batch < 1
+  // or slots < 1.
+  StageModel(const GptConfig& config, LayerRange layers, int max_batch, int slots,
+             std::uint64_t seed);
+
+  [[nodiscard]] const GptConfig& config() const { return config_; }
+  [[nodiscard]] LayerRange layers() const { return range_; }
+  [[nodiscard]] bool is_first() const { return range_.first == 0; }
+  [[nodiscard]] bool is_last() const { return range_.last == config_.layers; }
+  [[nodiscard]] int max_batch() const { return max_batch_; }
+  [[nodiscard]] int slots() const { return static_cast<int>(slots_.size()); }
+
+  std::span<F> params() { return params_; }
+  [[nodiscard]] std::span<const F> params() const { return params_; }
+  std::span<F> grads() { return grads_; }
+  [[nodiscard]] std::span<const F> grads() const { return grads_; }
+  void zero_grads();
+
+  // In buffer order. tensor() throws InvalidArgument for a name this stage does not hold.
+  [[nodiscard]] const std::vector<TensorInfo>& tensors() const { return tensors_; }
+  [[nodiscard]] const TensorInfo& tensor(std::string_view name) const;
+  std::span<F> param(std::string_view name);
+  std::span<F> grad(std::string_view name);
+  // The wte slice on the first and on the last stage (the same tensor when there is one stage);
+  // nullopt on middle stages.
+  [[nodiscard]] std::optional<Slice> tied_wte() const;
+
+  // Forward of one microbatch into `slot` (overwriting what it held). Inputs are copied into the
+  // slot, so the caller may reuse its buffers at once. tokens/targets: [B, T] int32 in [0, V);
+  // in_acts/out_acts: [B, T, C]. 1 <= B <= max_batch, 1 <= T <= ctx.
+  // First stage of several: tokens -> out_acts.
+  void forward(int slot, const std::int32_t* tokens, int B, int T, F* out_acts);
+  // Middle stage: in_acts -> out_acts.
+  void forward(int slot, const F* in_acts, int B, int T, F* out_acts);
+  // Last stage of several, and the single stage: returns the mean cross-entropy over the B * T
+  // positions. targets may be null (inference): then no loss is computed, NaN is returned and
+  // the slot cannot be backpropagated; logits(slot) is valid either way.
+  double forward(int slot, const F* in_acts, const std::int32_t* targets, int B, int T);
+  double forward(int slot, const std::int32_t* tokens, const std::int32_t* targets, int B, int T);
+
+  // Backward of the microbatch in `slot`, which must hold a forward not yet backpropagated;
+  // accumulates (+=) into grads() and frees the slot.
+  // Last stage: dout_acts must be null; the gradient of loss_scale * (mean loss) is propagated
+  // (loss_scale = 1 / microbatches for gradient accumulation). Other stages: dout_acts [B, T, C]
+  // is the gradient of the stage's output and loss_scale is ignored (the next stage applied it).
+  // Non-first stages write (=) din_acts [B, T, C], the gradient of in_acts; the first stage takes
+  // null.
+  void backward(int slot, const F* dout_acts, F loss_scale, F* din_acts);
+
+  // Last stage: logits [B, T, V] of the slot's latest forward; the row of sequence b, position t
+  // starts at (b * T + t) * V (greedy generation reads t = T - 1). Throws on other stages.
+  [[nodiscard]] std::span<const F> logits(int slot) const;
+  // Per-position losses [B, T] of the slot's latest forward with targets (last stage).
+  [[nodiscard]] std::span<const F> losses(int slot) const;
+
+ private:
+  // Offsets into params_ of one block's tensors.
+  struct BlockParams {
+    std::size_t ln1_w, ln1_b, qkv_w, qkv_b, attproj_w, attproj_b;
+    std::size_t ln2_w, ln2_b, fc_w, fc_b, fcproj_w, fcproj_b;
+  };
+  // Offsets inside a slot's activation buffer of one block's stash (from the block's base).
+  struct BlockActs {
+    std::size_t ln1, ln1_mean, ln1_rstd, qkv, att, atty, res2, ln2, ln2_mean, ln2_rstd, fch,
+        fch_gelu, out, size;
+  };
+  struct HeadActs {  // last stage only
+    std::size_t lnf, lnf_mean, lnf_rstd, logits, probs, losses, size;
+  };
+  struct Slot {
+    std::vector<F> acts;
+    std::vector<std::int32_t> tokens;   // first stage: for the embedding backward
+    std::vector<std::int32_t> targets;  // last stage: for the loss backward
+    int B = 0;
+    int T = 0;
+    bool forwarded = false;     // holds a forward (logits/losses readable)
+    bool backwardable = false;  // holds a forward with targets (or a non-last stage's forward)
+    bool has_loss = false;      // last stage: losses of the latest forward are valid
+  };
+
+  std::size_t add_tensor(const std::string& name, std::vector<int> shape, bool decay);
+  void init_params(std::uint64_t seed);
+  void check_slot(int slot, const char* op) const;
+  void check_batch(int B, int T, const char* op) const;
+  void require_role(bool ok, const char* op, const char* what) const;
+  double run_forward(int slot, const std::int32_t* tokens, const F* in_acts,
+                     const std::int32_t* targets, int B, int T, F* out_acts);
+
+  GptConfig config_;
+  LayerRange range_;
+  int max_batch_;
+  std::vector<TensorInfo> tensors_;
+  std::vector<F> params_;
+  std::vector<F> grads_;
+  std::optional<std::size_t> wte_;  // offset of wte (first stage, or the last stage's copy)
+  std::size_t wpe_ = 0;
+  std::size_t lnf_w_ = 0;
+  std::size_t lnf_b_ = 0;
+  std::vector<BlockParams> blocks_;
+  BlockActs block_acts_{};
+  HeadActs head_acts_{};
+  std::size_t blocks_base_ = 0;  // after the stage input x0 [B, T, C]
+  std::size_t head_base_ = 0;
+  std::vector<Slot> slots_;
+  // Backward scratch, shared by all slots (one backward runs at a time).
+  std::vector<F> dres_, dln_, datty_, dqkv_, dfch_, dfch_gelu_, dlogits_, datt_scratch_;
+};
+
+extern template class StageModel<float>;
+extern template class StageModel<double>;
+
+}  // namespace strait::sched

@@ -1,0 +1,70 @@
+// Test helpers: random inputs, central finite differences and a norm-based relative error, all in
+// double precision. Shared by the kernel and transformer tests.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <functional>
+#include <random>
+#include <span>
+#include <vector>
+
+namespace strait::testing {
+
+inline std::vector<double> random_vector(std::mt19937_64& rng, std::size_t n, double lo = -1.0,
+                                         double hi = 1.0) {
+  std::uniform_real_distribution<double> dist(lo, hi);
+  std::vector<double> v(n);
+  for (double& x : v) x = dist(rng);
+  return v;
+}
+
+inline double dot(const std::vector<double>& a, const std::vector<double>& b) {
+  double s = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
+  return s;
+}
+
+// d f / d x[i] for every i by central differences with a step of 1e-6 relative to |x[i]| (at least
+// 1e-6). x is perturbed in place and restored exactly.
+inline std::vector<double> numeric_gradient(std::span<double> x, const std::function<double()>& f) {
+  std::vector<double> g(x.size());
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    const double x0 = x[i];
+    const double h = 1e-6 * std::max(1.0, std::fabs(x0));
+    const double xp = x0 + h;
+    const double xm = x0 - h;
+    x[i] = xp;
+    const double fp = f();
+    x[i] = xm;
+    const double fm = f();
+    x[i] = x0;
+    g[i] = (fp - fm) / (xp - xm);  // the representable step, not the nominal 2h
+  }
+  return g;
+}
+
+// ||a - b|| / max(||a||, ||b||); 0 when both are zero.
+inline double relative_error(const std::vector<double>& a, const std::vector<double>& b) {
+  double diff = 0;
+  double na = 0;
+  double nb = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    diff += (a[i] - b[i]) * (a[i] - b[i]);
+    na += a[i] * a[i];
+    nb += b[i] * b[i];
+  }
+  const double denom = std::sqrt(std::max(na, nb));
+  return denom == 0.0 ? 0.0 : std::sqrt(diff) / denom;
+}
+
+// after - before: what a backward pass accumulated onto a gradient buffer.
+inline std::vector<double> accumulated(const std::vector<double>& after,
+                                       const std::vector<double>& before) {
+  std::vector<double> d(after.size());
+  for (std::size_t i = 0; i < after.size(); ++i) d[i] = after[i] - before[i];
+  return d;
+}
+
+}  // namespace strait::testing

@@ -1,0 +1,99 @@
+#include "kernels/layernorm.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "tests/kernels/gradcheck.h"
+
+namespace strait::kernels {
+namespace {
+
+using testing::accumulated;
+using testing::dot;
+using testing::numeric_gradient;
+using testing::random_vector;
+using testing::relative_error;
+
+TEST(LayerNorm, ForwardMatchesNaiveReference) {
+  std::mt19937_64 rng(3);
+  const int N = 7, C = 13;
+  const auto x = random_vector(rng, N * C, -3.0, 5.0);
+  const auto w = random_vector(rng, C);
+  const auto b = random_vector(rng, C);
+  std::vector<double> out(N * C), mean(N), rstd(N);
+  layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C);
+  for (int n = 0; n < N; ++n) {
+    double m = 0;
+    for (int c = 0; c < C; ++c) m += x[n * C + c];
+    m /= C;
+    double var = 0;
+    for (int c = 0; c < C; ++c) var += (x[n * C + c] - m) * (x[n * C + c] - m);
+    var /= C;
+    const double s = 1.0 / std::sqrt(var + 1e-5);
+    EXPECT_NEAR(mean[n], m, 1e-14);
+    EXPECT_NEAR(rstd[n], s, 1e-12 * s);
+    for (int c = 0; c < C; ++c) {
+      EXPECT_NEAR(out[n * C + c], (x[n * C + c] - m) * s * w[c] + b[c], 1e-12);
+    }
+  }
+}
+
+TEST(LayerNorm, BackwardMatchesFiniteDifferences) {
+  for (const auto& [N, C] : {std::pair{1, 3}, std::pair{6, 8}, std::pair{5, 17}, std::pair{2, 1}}) {
+    std::mt19937_64 rng(N * 31 + C);
+    auto x = random_vector(rng, N * C, -2.0, 2.0);
+    auto w = random_vector(rng, C);
+    auto b = random_vector(rng, C);
+    const auto r = random_vector(rng, N * C);
+    std::vector<double> out(N * C), mean(N), rstd(N);
+    auto loss = [&] {
+      layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C);
+      return dot(out, r);
+    };
+    loss();  // mean and rstd at the unperturbed point, for backward
+    const auto saved_mean = mean;
+    const auto saved_rstd = rstd;
+    const auto dx0 = random_vector(rng, x.size());
+    const auto dw0 = random_vector(rng, w.size());
+    const auto db0 = random_vector(rng, b.size());
+    auto dx = dx0;
+    auto dw = dw0;
+    auto db = db0;
+    layernorm_backward(dx.data(), dw.data(), db.data(), r.data(), x.data(), w.data(),
+                       saved_mean.data(), saved_rstd.data(), N, C);
+    EXPECT_LT(relative_error(accumulated(dx, dx0), numeric_gradient(x, loss)), 1e-6)
+        << "N=" << N << " C=" << C;
+    EXPECT_LT(relative_error(accumulated(dw, dw0), numeric_gradient(w, loss)), 1e-6);
+    EXPECT_LT(relative_error(accumulated(db, db0), numeric_gradient(b, loss)), 1e-6);
+  }
+}
+
+TEST(LayerNorm, FloatMatchesDouble) {
+  std::mt19937_64 rng(9);
+  const int N = 16, C = 128;
+  const auto x = random_vector(rng, N * C, -4.0, 4.0);
+  const auto w = random_vector(rng, C);
+  const auto b = random_vector(rng, C);
+  const auto r = random_vector(rng, N * C);
+  std::vector<double> out(N * C), mean(N), rstd(N), dx(N * C), dw(C), db(C);
+  layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C);
+  layernorm_backward(dx.data(), dw.data(), db.data(), r.data(), x.data(), w.data(), mean.data(),
+                     rstd.data(), N, C);
+  const std::vector<float> xf(x.begin(), x.end()), wf(w.begin(), w.end()), bf(b.begin(), b.end()),
+      rf(r.begin(), r.end());
+  std::vector<float> outf(N * C), meanf(N), rstdf(N), dxf(N * C), dwf(C), dbf(C);
+  layernorm_forward(outf.data(), meanf.data(), rstdf.data(), xf.data(), wf.data(), bf.data(), N, C);
+  layernorm_backward(dxf.data(), dwf.data(), dbf.data(), rf.data(), xf.data(), wf.data(),
+                     meanf.data(), rstdf.data(), N, C);
+  auto widen = [](const std::vector<float>& v) { return std::vector<double>(v.begin(), v.end()); };
+  EXPECT_LT(relative_error(widen(outf), out), 1e-6);
+  EXPECT_LT(relative_error(widen(dxf), dx), 1e-5);
+  EXPECT_LT(relative_error(widen(dwf), dw), 1e-5);
+  EXPECT_LT(relative_error(widen(dbf), db), 1e-6);
+}
+
+}  // namespace
+}  // namespace strait::kernels
