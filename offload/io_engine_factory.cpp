@@ -48,8 +48,11 @@ std::unique_ptr<IoEngine> probe_uring(const std::filesystem::path& dir,
                                       const IoEngineOptions& options) {
   auto engine = std::make_unique<UringEngine>(options);
   static std::atomic<unsigned> counter{0};
-  const RemoveOnExit probe(dir / fmt::format(".strait-probe-{}-{}", ::getpid(), counter++));
-  const IoFile file = engine->open(probe.path(), OpenMode::CreateExclusive);
+  const std::filesystem::path path =
+      dir / fmt::format(".strait-probe-{}-{}", ::getpid(), counter++);
+  RemoveOnExit probe;  // armed once the file exists: removing a file never made would only fail
+  const IoFile file = engine->open(path, OpenMode::CreateExclusive);
+  probe.reset(path);
   const IoAlignment a = file.alignment();
   const std::size_t block = std::max({a.offset, a.memory, page_size()});
   const PinnedBuffer buffer(block);

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <unistd.h>
 
 #include <cerrno>
 
@@ -43,6 +44,9 @@ IoFile::IoFile(const std::filesystem::path& path, OpenMode mode, bool direct)
     const int err = errno;
     const std::string dir = path.parent_path().string();
     if (direct && err == EINVAL) {
+      // Linux creates the inode before it checks O_DIRECT support (ramfs): O_EXCL means the
+      // file is ours, so take it away again.
+      if (mode == OpenMode::CreateExclusive) ::unlink(path.c_str());
       throw Error(ErrorCode::Unavailable,
                   fmt::format("the file system of {} refuses O_DIRECT ({}): use a directory on a "
                               "disk file system (ext4, xfs, btrfs) or STRAIT_IO_ENGINE=posix",
@@ -51,9 +55,9 @@ IoFile::IoFile(const std::filesystem::path& path, OpenMode mode, bool direct)
     if (mode == OpenMode::CreateExclusive &&
         (err == EACCES || err == EPERM || err == EROFS || err == ENOENT || err == ENOTDIR)) {
       throw Error(ErrorCode::InvalidArgument,
-                  fmt::format("cannot create {} ({}): the directory {} is not writable; make it "
-                              "writable or pass --offload-dir DIR",
-                              path.string(), errno_text(err), dir));
+                  fmt::format("offload directory {} is not writable: cannot create {} ({}); "
+                              "make it writable or pass --offload-dir DIR",
+                              dir, path.string(), errno_text(err)));
     }
     throw Error(ErrorCode::Io, fmt::format("cannot open {}{}: {}", path.string(),
                                            direct ? " with O_DIRECT" : "", errno_text(err)));
