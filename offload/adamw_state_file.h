@@ -14,6 +14,7 @@
 // Weight decay is per parameter range: DecayGroups cover [0, count) without gaps or overlaps (a
 // transformer exempts biases and LayerNorm weights); a chunk may straddle groups.
 // Thread-safety: one thread at a time per object. Objects for different ranks are independent.
+// A moved-from object may only be destroyed or assigned to.
 // Errors: InvalidArgument for a missing, non-directory or unwritable directory (with the
 // --offload-dir hint), bad lengths, groups or hyperparameters (checked before any I/O); Io for
 // a full disk or a failed transfer, naming the file. A step that fails partway leaves some

@@ -299,6 +299,29 @@ TEST(StateFileDirectory, NotWritable) {
   EXPECT_TRUE(contains(what, "EROFS")) << what;
 }
 
+TEST(StateFileDirectory, AutomaticFallbackWhereODirectIsRefused) {
+  testing::ScratchMount ramfs("ramfs", 0, "");
+  if (!ramfs.ok()) GTEST_SKIP() << ramfs.error();
+  const testing::EnvGuard automatic("STRAIT_IO_ENGINE", std::nullopt);
+  AdamWStateFileOptions o;
+  o.dir = ramfs.path();
+  o.chunk_params = 1024;
+  const std::size_t n = 2500;
+  AdamWStateFile state(n, o);
+  EXPECT_EQ(state.engine_kind(), IoEngineKind::Posix);
+  EXPECT_TRUE(contains(std::string(state.engine_reason()), "O_DIRECT")) << state.engine_reason();
+  std::mt19937 rng(9);
+  std::vector<float> params = random_vector(n, rng, 1.0F);
+  InMemory ref{params, std::vector<float>(n), std::vector<float>(n)};
+  const AdamWHyper hyper;
+  for (int t = 1; t <= 2; ++t) {
+    const std::vector<float> grads = random_vector(n, rng, 1.0F);
+    state.step(params, grads, hyper, t);
+    ref.step(grads, {{0, n, hyper.weight_decay}}, hyper, t);
+  }
+  EXPECT_TRUE(same_bits(params, ref.p));
+}
+
 TEST(StateFileDirectory, FullDiskFailsUpFrontNamingTheBytes) {
   testing::ScratchMount small("tmpfs", 0, "size=1m");
   if (!small.ok()) GTEST_SKIP() << small.error();
