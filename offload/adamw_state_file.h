@@ -1,0 +1,86 @@
+// AdamWStateFile: optimizer-state offload for one rank: the AdamW moments m and v (fp32) of
+// `count` parameters live in a file on disk (NVMe), and step() streams them through pinned host
+// memory while the CPU AdamW kernel (kernels/adamw.h) updates the parameters in place.
+//
+// The file is created under a caller-given directory with a name holding the caller's tag (e.g.
+// "rank3"), the pid and a per-process counter, so concurrent ranks and runs never collide; it is
+// preallocated (a full disk fails in the constructor, naming the bytes needed), zero-filled, and
+// removed when the object is destroyed. Layout: parameters are cut into chunks of chunk_params;
+// chunk k is one contiguous extent [m of the chunk | v of the chunk], each half padded to the I/O
+// alignment, so a chunk is one read and one write. step() keeps `buffers` chunks in flight: it
+// reads chunk i+1 while chunk i is updated and chunk i-1 is written back (double buffering as in
+// ZeRO-Infinity, Rajbhandari et al., SC 2021). The arithmetic is exactly kernels::adamw_step over
+// the same elements, so results are bit-identical to running that kernel in memory.
+// Weight decay is per parameter range: DecayGroups cover [0, count) without gaps or overlaps (a
+// transformer exempts biases and LayerNorm weights); a chunk may straddle groups.
+// Thread-safety: one thread at a time per object. Objects for different ranks are independent.
+// A moved-from object may only be destroyed or assigned to.
+// Errors: InvalidArgument for a missing, non-directory or unwritable directory (with the
+// --offload-dir hint), bad lengths, groups or hyperparameters (checked before any I/O); Io for
+// a full disk or a failed transfer, naming the file. A step that fails partway leaves some
+// chunks updated and others not: later calls throw Aborted until write_moments() restores a
+// consistent state (from a checkpoint).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "kernels/adamw.h"
+#include "offload/io_engine.h"
+
+namespace strait::offload {
+
+struct DecayGroup {
+  std::size_t offset = 0;  // first parameter of the group
+  std::size_t count = 0;   // parameters in the group
+  double weight_decay = 0.0;
+};
+
+struct AdamWStateFileOptions {
+  std::filesystem::path dir;  // offload directory: must exist and be writable
+  std::string tag = "rank0";  // part of the file name; no '/'
+  // Parameters per chunk, rounded up to the I/O alignment (1024 for 4 KiB pages). The default
+  // moves 4 MiB of moments per transfer, large enough for NVMe to reach full bandwidth.
+  std::size_t chunk_params = std::size_t{512} * 1024;
+  unsigned buffers = 3;  // pinned chunk buffers, >= 2; 3 overlaps a read, an update and a write
+  IoEngineOptions io;    // engine choice and tuning (see io_engine_factory.h)
+};
+
+class AdamWStateFile {
+ public:
+  AdamWStateFile(std::size_t count, AdamWStateFileOptions options);
+  AdamWStateFile(AdamWStateFile&&) noexcept;
+  AdamWStateFile& operator=(AdamWStateFile&&) noexcept;
+  ~AdamWStateFile();
+
+  // One AdamW step (t >= 1) over all `count` parameters; params and grads have count elements.
+  // Each group's weight_decay replaces hyper.weight_decay inside the group.
+  void step(std::span<float> params, std::span<const float> grads,
+            std::span<const DecayGroup> groups, const kernels::AdamWHyper& hyper, std::int64_t t);
+  // The same with one group: hyper.weight_decay everywhere.
+  void step(std::span<float> params, std::span<const float> grads, const kernels::AdamWHyper& hyper,
+            std::int64_t t);
+
+  // Copies the stored moments out (tests, checkpoints); m and v have count elements.
+  void read_moments(std::span<float> m, std::span<float> v);
+  // Replaces the stored moments (restoring a checkpoint); clears a failed step's Aborted state.
+  void write_moments(std::span<const float> m, std::span<const float> v);
+
+  [[nodiscard]] std::size_t count() const noexcept;
+  [[nodiscard]] std::size_t chunk_params() const noexcept;  // after rounding
+  [[nodiscard]] std::uint64_t file_bytes() const noexcept;  // preallocated size
+  [[nodiscard]] const std::filesystem::path& path() const noexcept;
+  [[nodiscard]] IoEngineKind engine_kind() const noexcept;
+  [[nodiscard]] std::string_view engine_reason() const noexcept;  // why that engine
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace strait::offload

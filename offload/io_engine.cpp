@@ -1,0 +1,45 @@
+#include "offload/io_engine.h"
+
+#include <fmt/format.h>
+
+#include <bit>
+
+#include "core/error.h"
+
+namespace strait::offload {
+
+std::string describe(const IoRequest& r) {
+  return fmt::format("{} of {} bytes at offset {} of {}", r.op == IoOp::Read ? "read" : "write",
+                     r.length, r.offset, r.file != nullptr ? r.file->path().string() : "<no file>");
+}
+
+void validate(const IoRequest& r) {
+  if (r.file == nullptr || r.file->fd() < 0) {
+    throw Error(ErrorCode::InvalidArgument,
+                fmt::format("io: {}: the request has no open file", describe(r)));
+  }
+  if (r.data == nullptr && r.length != 0) {
+    throw Error(ErrorCode::InvalidArgument,
+                fmt::format("io: {}: the request has a null buffer", describe(r)));
+  }
+  if (!r.file->direct()) return;
+  const IoAlignment a = r.file->alignment();
+  const auto address = std::bit_cast<std::uintptr_t>(r.data);
+  if (r.offset % a.offset != 0 || r.length % a.offset != 0 || address % a.memory != 0) {
+    throw Error(ErrorCode::InvalidArgument,
+                fmt::format("io: {}: O_DIRECT needs offset and length multiples of {} bytes and "
+                            "a buffer address multiple of {} (buffer at {:#x}); use a "
+                            "PinnedBuffer and pad lengths to the alignment",
+                            describe(r), a.offset, a.memory, address));
+  }
+}
+
+std::string_view to_string(IoEngineKind kind) noexcept {
+  switch (kind) {
+    case IoEngineKind::Posix: return "posix";
+    case IoEngineKind::Uring: return "uring";
+  }
+  return "?";
+}
+
+}  // namespace strait::offload

@@ -1,0 +1,99 @@
+// IoEngine: reads and writes byte ranges of files at offsets, in batches.
+//
+// submit() starts a batch of requests and returns a ticket at once; wait(ticket) blocks until
+// every request of that batch has finished, then returns or throws the batch's first error.
+// Batches are independent: several may be in flight and they may be waited for in any order,
+// which is how callers overlap I/O with compute (read chunk i+1 while updating chunk i).
+// A request's buffer must stay valid, and untouched by the caller, until its batch is waited for.
+//
+// Every transfer is finished or fails loudly: short transfers continue with the remainder,
+// EINTR and EAGAIN are retried, a read that reaches the end of the file is an error (never
+// silent zeros), and any other failure is Error(Io) naming the file, offset, length and errno.
+// Engines: UringEngine (io_uring, O_DIRECT) and PosixEngine (thread pool of pread/pwrite);
+// make_io_engine() in io_engine_factory.h picks one for a directory.
+// Thread-safety: an engine is used by one thread at a time (its owner); it is not shared.
+// Errors: InvalidArgument for a malformed request (null file; for O_DIRECT files an offset,
+// length or address that is not aligned, see IoFile::alignment) or an unknown ticket; Io as
+// above; Timeout when a batch is not done within IoEngineOptions::timeout (the batch stays in
+// flight: wait again, or destroy the engine, which waits for in-flight transfers, before the
+// buffers).
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "offload/io_file.h"
+
+namespace strait::offload {
+
+enum class IoOp : std::uint8_t { Read, Write };
+
+struct IoRequest {
+  IoOp op = IoOp::Read;
+  const IoFile* file = nullptr;  // not owned; must outlive the batch
+  std::uint64_t offset = 0;      // bytes from the start of the file
+  std::byte* data = nullptr;     // a write request's engine only reads through this pointer
+  std::size_t length = 0;        // bytes
+
+  static IoRequest read(const IoFile& file, std::uint64_t offset, std::span<std::byte> into) {
+    return {IoOp::Read, &file, offset, into.data(), into.size()};
+  }
+  static IoRequest write(const IoFile& file, std::uint64_t offset,
+                         std::span<const std::byte> from) {
+    // The engines never write through a write request's pointer; one type keeps slots simple.
+    return {IoOp::Write, &file, offset, const_cast<std::byte*>(from.data()), from.size()};
+  }
+};
+
+// "read of 4096 bytes at offset 8192 of /nvme/x": the prefix of every I/O error message.
+std::string describe(const IoRequest& request);
+
+// Throws InvalidArgument when the request cannot be issued as it is (see the header comment).
+void validate(const IoRequest& request);
+
+enum class IoEngineKind : std::uint8_t { Posix, Uring };
+
+std::string_view to_string(IoEngineKind kind) noexcept;
+
+struct IoEngineOptions {
+  unsigned queue_depth = 64;  // uring: submission queue entries = most requests in flight
+  unsigned threads = 4;       // posix: worker threads = most requests in flight
+  std::chrono::milliseconds timeout = std::chrono::minutes(5);  // per wait(); > 0
+  bool register_buffers = true;  // uring: fixed buffers when RLIMIT_MEMLOCK allows
+  // make_io_engine only: force an engine instead of STRAIT_IO_ENGINE or the automatic choice.
+  std::optional<IoEngineKind> force;
+};
+
+class IoEngine {
+ public:
+  using Ticket = std::uint64_t;
+
+  IoEngine() = default;
+  IoEngine(const IoEngine&) = delete;
+  IoEngine& operator=(const IoEngine&) = delete;
+  virtual ~IoEngine() = default;
+
+  [[nodiscard]] virtual IoEngineKind kind() const noexcept = 0;
+
+  // Opens a file the way this engine transfers it (O_DIRECT for io_uring).
+  virtual IoFile open(const std::filesystem::path& path, OpenMode mode) = 0;
+
+  // Declares long-lived buffers that requests will point into (io_uring registers them as fixed
+  // buffers, when the memlock limit allows, to skip per-request page pinning). They must stay
+  // mapped until the engine is destroyed or register_buffers is called again. Only with no batch
+  // in flight. Requests outside these buffers work too.
+  virtual void register_buffers(std::span<const std::span<std::byte>> buffers) = 0;
+
+  virtual Ticket submit(std::span<const IoRequest> requests) = 0;
+  virtual void wait(Ticket ticket) = 0;
+
+  void run(std::span<const IoRequest> requests) { wait(submit(requests)); }
+};
+
+}  // namespace strait::offload

@@ -1,0 +1,109 @@
+#include "offload/io_file.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+#include "core/error.h"
+#include "offload/errno_text.h"
+
+namespace strait::offload {
+namespace {
+
+constexpr std::size_t kFallbackDirectAlignment = 4096;
+
+IoAlignment query_direct_alignment(int fd) {
+#ifdef STATX_DIOALIGN
+  struct statx stx {};
+  if (::statx(fd, "", AT_EMPTY_PATH, STATX_DIOALIGN, &stx) == 0 &&
+      (stx.stx_mask & STATX_DIOALIGN) != 0U && stx.stx_dio_offset_align != 0U &&
+      stx.stx_dio_mem_align != 0U) {
+    return {stx.stx_dio_offset_align, stx.stx_dio_mem_align};
+  }
+#endif
+  (void)fd;
+  return {kFallbackDirectAlignment, kFallbackDirectAlignment};
+}
+
+}  // namespace
+
+IoFile::IoFile(const std::filesystem::path& path, OpenMode mode, bool direct)
+    : path_(path), direct_(direct) {
+  int flags = O_RDWR | O_CLOEXEC;
+  if (direct) flags |= O_DIRECT;
+  if (mode == OpenMode::CreateExclusive) flags |= O_CREAT | O_EXCL;
+  int fd = -1;
+  do {
+    fd = ::open(path.c_str(), flags, 0600);
+  } while (fd < 0 && errno == EINTR);
+  if (fd < 0) {
+    const int err = errno;
+    const std::string dir = path.parent_path().string();
+    if (direct && err == EINVAL) {
+      // Linux creates the inode before it checks O_DIRECT support (ramfs): O_EXCL means the
+      // file is ours, so take it away again.
+      if (mode == OpenMode::CreateExclusive) ::unlink(path.c_str());
+      throw Error(ErrorCode::Unavailable,
+                  fmt::format("the file system of {} refuses O_DIRECT ({}): use a directory on a "
+                              "disk file system (ext4, xfs, btrfs) or STRAIT_IO_ENGINE=posix",
+                              dir, errno_text(err)));
+    }
+    if (mode == OpenMode::CreateExclusive &&
+        (err == EACCES || err == EPERM || err == EROFS || err == ENOENT || err == ENOTDIR)) {
+      throw Error(ErrorCode::InvalidArgument,
+                  fmt::format("offload directory {} is not writable: cannot create {} ({}); "
+                              "make it writable or pass --offload-dir DIR",
+                              dir, path.string(), errno_text(err)));
+    }
+    throw Error(ErrorCode::Io, fmt::format("cannot open {}{}: {}", path.string(),
+                                           direct ? " with O_DIRECT" : "", errno_text(err)));
+  }
+  fd_.reset(fd);
+  if (direct) alignment_ = query_direct_alignment(fd);
+}
+
+std::uint64_t IoFile::size() const {
+  struct stat st {};
+  if (::fstat(fd(), &st) != 0) {
+    const int err = errno;
+    throw Error(ErrorCode::Io, fmt::format("cannot stat {}: {}", path_.string(), errno_text(err)));
+  }
+  return static_cast<std::uint64_t>(st.st_size);
+}
+
+void preallocate(const IoFile& file, std::uint64_t bytes) {
+  if (bytes == 0) return;
+  const auto len = static_cast<off_t>(bytes);
+  int err = 0;
+  do {
+    err = ::fallocate(file.fd(), 0, 0, len) == 0 ? 0 : errno;
+  } while (err == EINTR);
+  if (err == EOPNOTSUPP) {
+    // No native fallocate (some network and FUSE file systems): glibc writes zeros instead,
+    // which needs a buffered descriptor because O_DIRECT rejects its small writes.
+    const IoFile buffered(file.path(), OpenMode::Existing, /*direct=*/false);
+    err = ::posix_fallocate(buffered.fd(), 0, len);
+  }
+  if (err == 0) return;
+  if (err == ENOSPC || err == EDQUOT || err == EFBIG) {
+    struct statvfs vfs {};
+    std::string free_text = "an unknown number of";
+    if (::statvfs(file.path().parent_path().c_str(), &vfs) == 0) {
+      free_text = fmt::format("{}", static_cast<std::uint64_t>(vfs.f_bavail) * vfs.f_frsize);
+    }
+    throw Error(ErrorCode::Io,
+                fmt::format("cannot preallocate {}: it needs {} bytes ({:.1f} MiB) but its file "
+                            "system has {} bytes free ({}); free space or pass --offload-dir on a "
+                            "larger disk",
+                            file.path().string(), bytes, static_cast<double>(bytes) / (1 << 20),
+                            free_text, errno_text(err)));
+  }
+  throw Error(ErrorCode::Io, fmt::format("cannot preallocate {} bytes for {}: {}", bytes,
+                                         file.path().string(), errno_text(err)));
+}
+
+}  // namespace strait::offload

@@ -1,0 +1,55 @@
+// IoFile: an open file as the I/O engines use it: descriptor, path (for error messages), whether
+// it was opened with O_DIRECT, and the alignment that O_DIRECT demands there.
+//
+// Alignment comes from statx(STATX_DIOALIGN) (Linux >= 6.1) and falls back to 4096 bytes, which
+// satisfies every logical block size up to 4 KiB, when the kernel or file system does not say.
+// Thread-safety: immutable after opening; the descriptor may be shared by concurrent requests.
+// Errors: InvalidArgument when a file cannot be created because its directory is missing or not
+// writable; Unavailable when the file system refuses O_DIRECT (EINVAL, e.g. ramfs, old tmpfs);
+// Io for anything else, naming the path and the errno.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+
+#include "offload/unique_fd.h"
+
+namespace strait::offload {
+
+struct IoAlignment {
+  std::size_t offset = 1;  // bytes: file offsets and lengths must be multiples of this
+  std::size_t memory = 1;  // bytes: buffer addresses must be multiples of this
+};
+
+enum class OpenMode : std::uint8_t {
+  Existing,         // open a file that exists, read-write
+  CreateExclusive,  // create it (mode 0600); fail if it exists, so two owners never share a file
+};
+
+class IoFile {
+ public:
+  IoFile() = default;
+  // Opens path read-write (O_CLOEXEC, plus O_DIRECT when direct).
+  IoFile(const std::filesystem::path& path, OpenMode mode, bool direct);
+
+  [[nodiscard]] int fd() const noexcept { return fd_.get(); }
+  [[nodiscard]] const std::filesystem::path& path() const noexcept { return path_; }
+  [[nodiscard]] bool direct() const noexcept { return direct_; }
+  [[nodiscard]] IoAlignment alignment() const noexcept { return alignment_; }
+  [[nodiscard]] std::uint64_t size() const;  // bytes, from fstat
+
+ private:
+  UniqueFd fd_;
+  std::filesystem::path path_;
+  bool direct_ = false;
+  IoAlignment alignment_;
+};
+
+// Reserves [0, bytes) of the file's blocks (fallocate; posix_fallocate where the file system has
+// no fallocate) so that running out of space fails now, with a clear message, rather than halfway
+// through a training step. New extents read as zeros.
+// Errors: Io naming the file, the bytes needed and the bytes free (ENOSPC) or the errno.
+void preallocate(const IoFile& file, std::uint64_t bytes);
+
+}  // namespace strait::offload
