@@ -16,9 +16,10 @@
 // allreduce(send, recv, count, dtype, op, stream): recv[i] = op over ranks of send[i], count
 // elements of dtype, enqueued on `stream` (a cudaStream_t; nullptr = legacy default stream) and
 // asynchronous like any NCCL collective: call synchronize(stream) or sync the stream before
-// reading recv. send == recv is in-place. Avg is NCCL's ncclAvg (sum, then divide by the world
-// size, in the element type's precision); it is refused for integer dtypes, as kernels::scale is.
-// All ranks must call collectives in the same order with the same count, dtype and op.
+// reading recv. send == recv is in-place; count 0 enqueues nothing. Avg is NCCL's ncclAvg (sum,
+// then divide by the world size, in the element type's precision); it is refused for integer
+// dtypes, as kernels::scale is. All ranks must call collectives in the same order with the same
+// count, dtype and op.
 //
 // Destruction: ncclCommFinalize (waits for enqueued work, polled up to options.timeout) and
 // ncclCommDestroy; if that fails or times out, ncclCommAbort. Never throws.
