@@ -27,10 +27,12 @@ TEST(HashStore, SetThenGetReturnsTheBytes) {
 
 TEST(HashStore, GetBlocksUntilAnotherThreadSets) {
   HashStore store;
-  // The reader starts first and must wait for the writer; the writer only writes once the reader
-  // has announced itself, so the get below really blocks rather than finding the key.
+  // The writer sets the key only after the reader has announced itself, and then after a pause,
+  // so the get below almost always sleeps on the condition variable before the value arrives.
+  // (The pause only makes the blocking path likely; correctness asserts nothing about time.)
   std::thread writer([&] {
     store.wait({"reader-waiting"}, milliseconds(10000));
+    std::this_thread::sleep_for(milliseconds(20));
     store.set("late", std::string("value"));
   });
   store.set("reader-waiting", std::string("1"));
