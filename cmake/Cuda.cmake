@@ -14,6 +14,15 @@ if(NOT STRAIT_WITH_CUDA STREQUAL "OFF")
       set(CMAKE_CUDA_ARCHITECTURES 80 90)
     endif()
     enable_language(CUDA)
+    # CMake 3.25 does not know nvcc's C++20 flag (nvcc has had it since CUDA 12) and, with
+    # CXX_STANDARD_REQUIRED, refuses CUDA targets outright: teach it the flag.
+    if(NOT DEFINED CMAKE_CUDA20_STANDARD_COMPILE_OPTION
+       AND CMAKE_CUDA_COMPILER_VERSION VERSION_GREATER_EQUAL 12.0)
+      set(CMAKE_CUDA20_STANDARD_COMPILE_OPTION "-std=c++20")
+      set(CMAKE_CUDA20_EXTENSION_COMPILE_OPTION "-std=c++20")
+      set(CMAKE_CUDA20_COMPILE_FEATURES cuda_std_20)
+      list(APPEND CMAKE_CUDA_COMPILE_FEATURES cuda_std_20)
+    endif()
     set(CMAKE_CUDA_STANDARD 20)
     set(CMAKE_CUDA_STANDARD_REQUIRED ON)
     find_package(CUDAToolkit REQUIRED)

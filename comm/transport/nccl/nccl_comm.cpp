@@ -1,0 +1,332 @@
+#include "comm/transport/nccl/nccl_comm.h"
+
+#include <cuda_runtime_api.h>
+#include <fmt/format.h>
+#include <nccl.h>
+#include <spdlog/spdlog.h>
+
+#include <cstdint>
+#include <cstring>
+#include <thread>
+
+#include "core/error.h"
+#include "kernels/cuda/cuda_error.h"
+#include "kernels/cuda/device_guard.h"
+
+namespace strait::comm {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using kernels::DType;
+using kernels::ReduceOp;
+
+ErrorCode nccl_error_code(ncclResult_t r) {
+  switch (r) {
+    case ncclInvalidArgument:
+    case ncclInvalidUsage: return ErrorCode::InvalidArgument;
+    case ncclRemoteError:
+    case ncclSystemError: return ErrorCode::PeerLost;
+    default: return ErrorCode::Internal;
+  }
+}
+
+std::string_view nccl_hint(ncclResult_t r) {
+  switch (r) {
+    case ncclInvalidArgument:
+    case ncclInvalidUsage:
+      return "check the buffers, count, dtype and that each rank has its own GPU";
+    case ncclRemoteError:
+    case ncclSystemError:
+      return "a peer failed or the network broke: check the other ranks' logs (NCCL_DEBUG=WARN)";
+    case ncclUnhandledCudaError: return "a CUDA call inside NCCL failed: see NCCL_DEBUG=WARN";
+    default: return "rerun with NCCL_DEBUG=INFO and report it";
+  }
+}
+
+ncclDataType_t to_nccl(DType dtype) {
+  switch (dtype) {
+    case DType::F32: return ncclFloat32;
+    case DType::F64: return ncclFloat64;
+    case DType::F16: return ncclFloat16;
+    case DType::BF16: return ncclBfloat16;
+    case DType::I8: return ncclInt8;
+    case DType::U8: return ncclUint8;
+    case DType::I32: return ncclInt32;
+    case DType::I64: return ncclInt64;
+  }
+  throw Error(ErrorCode::InvalidArgument, "NcclComm: unknown dtype");
+}
+
+ncclRedOp_t to_nccl(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Sum: return ncclSum;
+    case ReduceOp::Prod: return ncclProd;
+    case ReduceOp::Min: return ncclMin;
+    case ReduceOp::Max: return ncclMax;
+    case ReduceOp::Avg: return ncclAvg;
+  }
+  throw Error(ErrorCode::InvalidArgument, "NcclComm: unknown reduce op");
+}
+
+// Spin briefly (an enqueue usually completes in microseconds), then sleep so a long wait does not
+// burn a core.
+class Backoff {
+ public:
+  void pause() {
+    if (++polls_ < 64) {
+      std::this_thread::yield();
+    } else {
+      std::this_thread::sleep_for(std::chrono::microseconds(polls_ < 1024 ? 50 : 1000));
+    }
+  }
+
+ private:
+  int polls_ = 0;
+};
+
+}  // namespace
+
+NcclComm::NcclComm(Store& store, int rank, int world_size, int device, NcclCommOptions options)
+    : rank_(rank), size_(world_size), device_(device), options_(std::move(options)) {
+  if (world_size < 1 || rank < 0 || rank >= world_size) {
+    throw Error(ErrorCode::InvalidArgument,
+                fmt::format("NcclComm: rank {} of world size {} is out of range: ranks are 0..{}",
+                            rank, world_size, world_size - 1));
+  }
+  if (options_.key.empty() || options_.timeout.count() < 0) {
+    throw Error(ErrorCode::InvalidArgument,
+                fmt::format("NcclComm {}: the store key must be non-empty and the timeout "
+                            "non-negative (got '{}', {} ms)",
+                            who(), options_.key, options_.timeout.count()));
+  }
+  const auto deadline = Clock::now() + options_.timeout;
+
+  // Check the device before waiting on peers: a missing GPU should fail now, not after a timeout.
+  int devices = 0;
+  kernels::cuda_check(cudaGetDeviceCount(&devices),
+                      fmt::format("NcclComm {}: cudaGetDeviceCount", who()));
+  if (device < 0 || device >= devices) {
+    throw Error(ErrorCode::InvalidArgument,
+                fmt::format("NcclComm {}: device {} does not exist: this process sees {} CUDA "
+                            "device(s) (see CUDA_VISIBLE_DEVICES)",
+                            who(), device, devices));
+  }
+  const kernels::DeviceGuard guard(device_);
+
+  ncclUniqueId id{};
+  if (rank_ == 0) {
+    const ncclResult_t r = ncclGetUniqueId(&id);
+    if (r != ncclSuccess) {
+      throw Error(nccl_error_code(r), fmt::format("NcclComm {}: ncclGetUniqueId failed: {}: {}",
+                                                  who(), ncclGetErrorString(r), nccl_hint(r)));
+    }
+    const auto* bytes = reinterpret_cast<const std::uint8_t*>(&id);
+    store.set(options_.key, Bytes(bytes, bytes + sizeof(id)));
+  } else {
+    Bytes value;
+    try {
+      value = store.get(options_.key, options_.timeout);
+    } catch (const Error& e) {
+      if (e.code() != ErrorCode::Timeout) throw;
+      throw Error(ErrorCode::Timeout,
+                  fmt::format("NcclComm {}: rank 0 did not publish the NCCL unique id under '{}' "
+                              "within {} ms: start rank 0, and give every rank the same store "
+                              "and key ({})",
+                              who(), options_.key, options_.timeout.count(), e.what()));
+    }
+    if (value.size() != sizeof(id)) {
+      throw Error(ErrorCode::InvalidArgument,
+                  fmt::format("NcclComm {}: the value under '{}' has {} bytes, not the {} of an "
+                              "NCCL unique id: another writer uses this key; pick a fresh one",
+                              who(), options_.key, value.size(), sizeof(id)));
+    }
+    std::memcpy(&id, value.data(), sizeof(id));
+  }
+
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  ncclComm_t comm = nullptr;
+  const ncclResult_t r = ncclCommInitRankConfig(&comm, size_, id, rank_, &config);
+  {
+    const std::lock_guard lock(mu_);
+    comm_ = comm;
+  }
+  if (r != ncclSuccess && r != ncclInProgress) {
+    std::string detail = comm != nullptr ? ncclGetLastError(comm) : "";
+    abort();
+    throw Error(nccl_error_code(r),
+                fmt::format("NcclComm {}: ncclCommInitRankConfig failed: {} ({}): {}", who(),
+                            ncclGetErrorString(r), detail, nccl_hint(r)));
+  }
+  try {
+    wait_ready(fmt::format("ncclCommInitRankConfig (waiting for all {} ranks to join)", size_),
+               deadline, /*abort_on_timeout=*/true);
+  } catch (...) {
+    abort();  // no destructor runs for a throwing constructor
+    throw;
+  }
+}
+
+NcclComm::~NcclComm() {
+  const std::lock_guard lock(mu_);
+  if (comm_ == nullptr) return;
+  int previous = 0;
+  const bool switched = cudaGetDevice(&previous) == cudaSuccess && previous != device_ &&
+                        cudaSetDevice(device_) == cudaSuccess;
+  bool clean = false;
+  ncclResult_t r = ncclCommFinalize(comm_);
+  if (r == ncclSuccess || r == ncclInProgress) {
+    const auto deadline = Clock::now() + options_.timeout;
+    Backoff backoff;
+    ncclResult_t state = ncclInProgress;
+    while (ncclCommGetAsyncError(comm_, &state) == ncclSuccess && state == ncclInProgress &&
+           Clock::now() < deadline) {
+      backoff.pause();
+    }
+    clean = state == ncclSuccess;
+    r = state;
+  }
+  if (clean) {
+    // Once finalized, destroy only frees local resources; after a failure the handle is gone
+    // either way (aborting it now could free it twice).
+    r = ncclCommDestroy(comm_);
+    if (r != ncclSuccess) {
+      spdlog::warn("NcclComm {}: ncclCommDestroy failed: {}", who(), ncclGetErrorString(r));
+    }
+    comm_ = nullptr;
+  } else {
+    spdlog::warn("NcclComm {}: finalizing the communicator failed ({}); aborting it", who(),
+                 ncclGetErrorString(r));
+    abort_locked();
+  }
+  if (switched) static_cast<void>(cudaSetDevice(previous));
+}
+
+void NcclComm::allreduce(const void* send, void* recv, std::size_t count, DType dtype, ReduceOp op,
+                         kernels::CudaStream stream) {
+  const std::string what = fmt::format("ncclAllReduce of {} {} ({})", count,
+                                       kernels::dtype_name(dtype), kernels::reduce_op_name(op));
+  if (op == ReduceOp::Avg && !kernels::dtype_is_float(dtype)) {
+    throw Error(
+        ErrorCode::InvalidArgument,
+        fmt::format("NcclComm {}: {}: avg is defined for floating-point dtypes only", who(), what));
+  }
+  if (count > 0 && (send == nullptr || recv == nullptr)) {
+    throw Error(ErrorCode::InvalidArgument,
+                fmt::format("NcclComm {}: {}: null buffer: pass device buffers", who(), what));
+  }
+  const ncclDataType_t nccl_dtype = to_nccl(dtype);
+  const ncclRedOp_t nccl_op = to_nccl(op);
+  if (count == 0) {  // every rank passes the same count, so all of them skip it alike
+    const std::lock_guard lock(mu_);
+    static_cast<void>(poll_locked(what));
+    return;
+  }
+  const kernels::DeviceGuard guard(device_);
+  ncclResult_t r = ncclSuccess;
+  {
+    const std::lock_guard lock(mu_);
+    static_cast<void>(poll_locked(what));
+    r = ncclAllReduce(send, recv, count, nccl_dtype, nccl_op, comm_, stream);
+    if (r != ncclSuccess && r != ncclInProgress) {
+      const std::string detail = ncclGetLastError(comm_);
+      throw Error(nccl_error_code(r),
+                  fmt::format("NcclComm {}: {} failed: {} ({}): {}", who(), what,
+                              ncclGetErrorString(r), detail, nccl_hint(r)));
+    }
+  }
+  // Non-blocking mode: ncclInProgress means the enqueue finishes in the background; NCCL forbids
+  // the next call until the state is ncclSuccess.
+  if (r == ncclInProgress) {
+    wait_ready(what + " (enqueue)", Clock::now() + options_.timeout, /*abort_on_timeout=*/false);
+  }
+}
+
+void NcclComm::synchronize(kernels::CudaStream stream) {
+  synchronize(stream, options_.timeout);
+}
+
+void NcclComm::synchronize(kernels::CudaStream stream, std::chrono::milliseconds timeout) {
+  const std::string what = "synchronize";
+  const auto deadline = Clock::now() + timeout;
+  const kernels::DeviceGuard guard(device_);
+  Backoff backoff;
+  for (;;) {
+    const cudaError_t q = cudaStreamQuery(stream);
+    {
+      const std::lock_guard lock(mu_);
+      static_cast<void>(poll_locked(what));
+    }
+    if (q == cudaSuccess) return;
+    if (q != cudaErrorNotReady) {
+      kernels::cuda_check(q, fmt::format("NcclComm {}: {}: cudaStreamQuery", who(), what));
+    }
+    if (Clock::now() >= deadline) {
+      throw Error(ErrorCode::Timeout,
+                  fmt::format("NcclComm {}: {}: the stream's work has not finished after {} ms: a "
+                              "peer may be slow or stuck; wait again, or abort() the communicator",
+                              who(), what, timeout.count()));
+    }
+    backoff.pause();
+  }
+}
+
+void NcclComm::abort() noexcept {
+  const std::lock_guard lock(mu_);
+  abort_locked();
+}
+
+bool NcclComm::aborted() const {
+  const std::lock_guard lock(mu_);
+  return comm_ == nullptr;
+}
+
+std::string NcclComm::who() const {
+  return fmt::format("rank {}/{} (device {})", rank_, size_, device_);
+}
+
+void NcclComm::wait_ready(const std::string& what, Clock::time_point deadline,
+                          bool abort_on_timeout) {
+  Backoff backoff;
+  for (;;) {
+    {
+      const std::lock_guard lock(mu_);
+      if (poll_locked(what) == ncclSuccess) return;
+      if (Clock::now() >= deadline) {
+        if (abort_on_timeout) abort_locked();
+        throw Error(
+            ErrorCode::Timeout,
+            fmt::format("NcclComm {}: {} did not complete in time{}: check that every "
+                        "rank started and can reach the others (NCCL_DEBUG=WARN)",
+                        who(), what, abort_on_timeout ? "; the communicator was aborted" : ""));
+      }
+    }
+    backoff.pause();
+  }
+}
+
+int NcclComm::poll_locked(const std::string& what) {
+  if (comm_ == nullptr) {
+    throw Error(
+        ErrorCode::Aborted,
+        fmt::format("NcclComm {}: {}: the communicator was aborted: build a new one", who(), what));
+  }
+  ncclResult_t state = ncclSuccess;
+  const ncclResult_t r = ncclCommGetAsyncError(comm_, &state);
+  const ncclResult_t result = r != ncclSuccess ? r : state;
+  if (result == ncclSuccess || result == ncclInProgress) return result;
+  const std::string detail = ncclGetLastError(comm_);
+  abort_locked();  // NCCL: after an asynchronous error the communicator can only be aborted
+  throw Error(nccl_error_code(result),
+              fmt::format("NcclComm {}: {}: asynchronous NCCL error {} ({}); the communicator "
+                          "was aborted: {}",
+                          who(), what, ncclGetErrorString(result), detail, nccl_hint(result)));
+}
+
+void NcclComm::abort_locked() noexcept {
+  if (comm_ == nullptr) return;
+  static_cast<void>(ncclCommAbort(comm_));
+  comm_ = nullptr;
+}
+
+}  // namespace strait::comm
