@@ -130,7 +130,8 @@ Listener listen_tcp(const std::string& host, std::uint16_t port, int backlog) {
   if (!res) {
     throw Error(
         ErrorCode::InvalidArgument,
-        fmt::format("cannot resolve '{}' to listen on: {}: check MASTER_ADDR", host, error));
+        fmt::format("cannot resolve '{}' to listen on: {}: check MASTER_ADDR (or --master-addr)",
+                    host, error));
   }
   auto list = as_list(res.get());
   if (wildcard) {

@@ -495,6 +495,12 @@ TcpStore::TcpStore(const TcpStoreOptions& options) : host_(options.host), port_(
   if (host_.empty()) {
     throw Error(ErrorCode::InvalidArgument, "TcpStore needs the server's host: set MASTER_ADDR");
   }
+  if (options.timeout.count() <= 0 || options.connect_timeout.count() < 0) {
+    throw Error(ErrorCode::InvalidArgument,
+                fmt::format("TcpStore timeouts must be positive (timeout {} ms, connect_timeout {} "
+                            "ms)",
+                            options.timeout.count(), options.connect_timeout.count()));
+  }
   if (options.is_server) {
     server_ = std::make_unique<TcpStoreServer>(net::is_loopback_host(host_) ? host_ : "", port_);
     port_ = server_->port();

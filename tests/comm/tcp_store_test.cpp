@@ -302,6 +302,15 @@ TEST(TcpStore, UnreachableServerIsAClearErrorAfterTheConnectTimeout) {
   EXPECT_LT(seconds_since(start), 10.0);
 }
 
+TEST(TcpStore, APortInUseIsReportedByTheServersConstructor) {
+  TcpStore first(server_options());
+  const Error e = error_of([&] { TcpStore second(server_options(first.port())); });
+  EXPECT_EQ(e.code(), ErrorCode::Io);
+  EXPECT_NE(std::string(e.what()).find("pick another MASTER_PORT"), std::string::npos) << e.what();
+  TcpStoreOptions no_port = client_options(0);
+  EXPECT_EQ(error_of([&] { TcpStore client(no_port); }).code(), ErrorCode::InvalidArgument);
+}
+
 TEST(TcpStore, ServerShutdownWakesParkedClientsWithPeerLost) {
   auto server = std::make_unique<TcpStore>(server_options());
   TcpStore client(client_options(server->port()));
