@@ -212,7 +212,16 @@ class Job {
     for (int r = 0; r < o_.nproc; ++r) {
       Rank& rank = ranks_[static_cast<std::size_t>(r)];
       rank.index = r;
-      const int err = spawn(rank, make_image(o_, port, r), signals.original_mask());
+      int err = 0;
+      try {
+        err = spawn(rank, make_image(o_, port, r), signals.original_mask());
+      } catch (const Error& e) {  // fork or pipe failed: stop the ranks already started
+        say("{}", e.what());
+        result_ = 1;
+        stop(SIGTERM, fmt::format("rank {} could not be started", r));
+        kill_at_ = Clock::now() + o_.stop_timeout;
+        break;
+      }
       if (err != 0) {
         const bool searched = o_.command[0].find('/') == std::string::npos;
         say("cannot execute {:?}: {}{}", o_.command[0], std::strerror(err),
