@@ -1,0 +1,115 @@
+// The TcpStore wire protocol (version 1), shared by the client (tcp_store.cpp) and the server
+// (tcp_store_server.cpp). Internal to comm/bootstrap; public so that tests can speak it.
+//
+// A message is a frame: a u32 body length (big-endian, kMinBodyBytes..kMaxBodyBytes), then the
+// body: u8 type | u64 request id | fields. Fields are big-endian integers and byte strings (u32
+// length, then the bytes). The client opens with Hello; every later request is answered by exactly
+// one reply carrying its id, in any order (a parked get is answered when its key appears).
+//
+//   client -> server                        server -> client
+//   Hello   u32 magic, u16 version          HelloOk
+//   Set     key, value                      Ok
+//   Get     key                             Value   value
+//   Add     key, i64 delta                  Int     i64  | Error u8 ErrorCode, message
+//   Wait    u32 n, n keys                   Ok
+//   Cancel  (id: the parked request's)      Cancelled u32 n, n missing keys, for that id; nothing
+//                                           when the request was already answered
+//                                           Fatal   message; the server then closes the socket
+//
+// Lengths from the network are never trusted: frame, key, value and key-count bounds are checked
+// before anything is allocated, and a malformed frame or an unknown type ends the connection.
+// Thread-safety: Writer and Reader are plain values.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace strait::comm::wire {
+
+inline constexpr std::uint32_t kMagic = 0x53545254U;  // "STRT"
+inline constexpr std::uint16_t kVersion = 1;
+inline constexpr std::size_t kMaxKeyBytes = 4096;
+inline constexpr std::size_t kMaxValueBytes = std::size_t{64} << 20U;
+inline constexpr std::size_t kMaxWaitKeys = 4096;
+inline constexpr std::size_t kHeaderBytes = 4;
+inline constexpr std::size_t kMinBodyBytes = 9;  // type + request id
+inline constexpr std::size_t kMaxBodyBytes = kMaxValueBytes + kMaxKeyBytes + 64;
+static_assert(kMaxWaitKeys * (kMaxKeyBytes + 4) + 64 <= kMaxBodyBytes);
+
+enum class Type : std::uint8_t {
+  Hello = 0x01,
+  Set = 0x02,
+  Get = 0x03,
+  Add = 0x04,
+  Wait = 0x05,
+  Cancel = 0x06,
+  HelloOk = 0x81,
+  Ok = 0x82,
+  Value = 0x83,
+  Int = 0x84,
+  Cancelled = 0x85,
+  Error = 0x86,
+  Fatal = 0x87,
+};
+
+// A frame that breaks the protocol (bad length, truncated field, trailing bytes, unknown type).
+class ProtocolError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Builds one frame.
+class Writer {
+ public:
+  Writer(Type type, std::uint64_t id);
+  Writer& u8(std::uint8_t v);
+  Writer& u16(std::uint16_t v);
+  Writer& u32(std::uint32_t v);
+  Writer& u64(std::uint64_t v);
+  Writer& i64(std::int64_t v);
+  Writer& bytes(std::span<const std::uint8_t> v);
+  Writer& str(std::string_view v);
+  // The frame, header included; the Writer is spent afterwards.
+  [[nodiscard]] std::vector<std::uint8_t> finish();
+
+ private:
+  std::vector<std::uint8_t> buf_;
+};
+
+// Body length from a frame header; ProtocolError when outside [kMinBodyBytes, kMaxBodyBytes].
+std::size_t body_length(std::span<const std::uint8_t, kHeaderBytes> header);
+
+// Parses one frame body (header excluded). Every accessor throws ProtocolError when the body has
+// fewer bytes left than it needs; nothing is read past the body.
+class Reader {
+ public:
+  explicit Reader(std::span<const std::uint8_t> body);
+  [[nodiscard]] Type type() const noexcept { return type_; }
+  [[nodiscard]] std::uint64_t id() const noexcept { return id_; }
+
+  std::uint8_t u8();
+  std::uint16_t u16();
+  std::uint32_t u32();
+  std::uint64_t u64();
+  std::int64_t i64();
+  // A byte string of at most max_len bytes (a view into the body).
+  std::span<const std::uint8_t> bytes(std::size_t max_len);
+  // A non-empty key of at most kMaxKeyBytes.
+  std::string key();
+  // ProtocolError when bytes are left over.
+  void expect_end() const;
+
+ private:
+  std::span<const std::uint8_t> take(std::size_t n);
+
+  std::span<const std::uint8_t> rest_;
+  Type type_;
+  std::uint64_t id_;
+};
+
+}  // namespace strait::comm::wire

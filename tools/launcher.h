@@ -1,0 +1,43 @@
+// The local launcher behind `strait run`: starts N ranks of a command on this machine with
+// torchrun's environment and supervises them (as torchrun --standalone, without restarts).
+//
+// Every rank gets the launcher's environment plus MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE,
+// LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK=0, GROUP_WORLD_SIZE=1, ROLE_NAME=default, ROLE_RANK and
+// ROLE_WORLD_SIZE, its own process group (so a terminal's Ctrl-C reaches only the launcher, which
+// forwards it), and the launcher's stdin/stdout/stderr. Ranks die with the launcher
+// (PR_SET_PDEATHSIG) if it is killed outright.
+//
+// When a rank exits non-zero or is killed by a signal the launcher prints one line naming it, waits
+// kill_grace (so the other ranks can notice the failure themselves, e.g. as Error(PeerLost)), then
+// sends SIGTERM to the process groups of the ranks still running, and SIGKILL after stop_timeout.
+// SIGINT/SIGTERM/SIGHUP to the launcher are forwarded to every rank; a second one, or stop_timeout
+// passing, escalates to SIGKILL. The launcher returns only once every rank has been reaped.
+//
+// Exit status: 0 when every rank exits 0; else that of the first rank that failed on its own (its
+// status, or 128 + signal); else 128 + the signal that interrupted the launcher; 127 when the
+// command cannot be executed.
+// Thread-safety: call from a single-threaded process (it forks, and it blocks SIGCHLD, SIGINT,
+// SIGTERM and SIGHUP in the calling thread while it runs).
+// Errors: InvalidArgument for bad options; Io when processes or signals cannot be set up.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace strait::tools {
+
+struct LaunchOptions {
+  int nproc = 1;                          // ranks to start, >= 1
+  std::string master_addr = "127.0.0.1";  // where rank 0 runs the store
+  std::uint16_t master_port = 0;          // 0: a free port on master_addr
+  std::chrono::milliseconds kill_grace{0};
+  std::chrono::milliseconds stop_timeout = std::chrono::seconds(5);  // SIGTERM -> SIGKILL
+  std::vector<std::string> command;                                  // program and arguments
+};
+
+// Runs the job to completion and returns the launcher's exit status (see above).
+int launch(const LaunchOptions& options);
+
+}  // namespace strait::tools

@@ -1,0 +1,24 @@
+// strait: the command-line tool. A thin dispatcher: each subcommand registers itself.
+#include <fmt/format.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+
+#include "core/error.h"
+#include "tools/run_command.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"strait: collective communication and offload for training over slow links"};
+  app.require_subcommand(1);
+  int exit_code = 0;
+  strait::tools::add_run_command(app, exit_code);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const strait::Error& e) {
+    fmt::print(stderr, "strait: {}\n", e.what());
+    return e.code() == strait::ErrorCode::InvalidArgument ? 2 : 1;
+  }
+  return exit_code;
+}
