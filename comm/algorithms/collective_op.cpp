@@ -1,0 +1,106 @@
+#include "comm/algorithms/collective_op.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace strait::comm {
+namespace {
+
+std::string at_step(int step) {
+  return step < 0 ? std::string() : fmt::format(" at step {}", step);
+}
+
+}  // namespace
+
+std::string Group::describe_rank(int group_rank) const {
+  const int world = world_ranks.at(static_cast<std::size_t>(group_rank));
+  if (comm_id == 0) return fmt::format("rank {}", group_rank);
+  return fmt::format("rank {} (world rank {})", group_rank, world);
+}
+
+CollectiveOp::CollectiveOp(std::shared_ptr<const Group> group, std::uint64_t seq,
+                           std::atomic<std::uint64_t>* bytes_sent)
+    : group_(std::move(group)), seq_(seq), bytes_sent_(bytes_sent) {}
+
+RequestPtr CollectiveOp::send_to(Transport& t, int peer, int step, const void* buf,
+                                 std::size_t len) {
+  return post_send(t, peer, collective_tag(group_->comm_id, group_->rank, seq_, step), buf, len,
+                   step);
+}
+
+RequestPtr CollectiveOp::recv_from(Transport& t, int peer, int step, void* buf, std::size_t len) {
+  return post_recv(t, peer, collective_tag(group_->comm_id, peer, seq_, step), buf, len, step);
+}
+
+RequestPtr CollectiveOp::post_send(Transport& t, int peer, Tag tag, const void* buf,
+                                   std::size_t len, int step) {
+  const int world = group_->world_ranks.at(static_cast<std::size_t>(peer));
+  auto req = t.isend(world, tag, buf, len);
+  if (bytes_sent_ != nullptr) bytes_sent_->fetch_add(len, std::memory_order_relaxed);
+  posted_.push_back(Posted{req, peer, step, false, len});
+  return req;
+}
+
+RequestPtr CollectiveOp::post_recv(Transport& t, int peer, Tag tag, void* buf, std::size_t len,
+                                   int step) {
+  const int world = group_->world_ranks.at(static_cast<std::size_t>(peer));
+  auto req = t.irecv(world, tag, buf, len);
+  posted_.push_back(Posted{req, peer, step, true, len});
+  return req;
+}
+
+bool CollectiveOp::all_done(Transport& t) {
+  for (const auto& p : posted_) {
+    const auto& r = *p.request;
+    const char* what = p.is_recv ? "receive from" : "send to";
+    if (r.state == TransportRequest::State::Failed) {
+      if (p.is_recv && r.error.find("truncated") != std::string::npos) {
+        throw Error(ErrorCode::Mismatch,
+                    fmt::format("{} sent more than the {} bytes this rank expected{}: the ranks "
+                                "called this operation with different counts or dtypes",
+                                group_->describe_rank(p.peer), p.bytes, at_step(p.step)));
+      }
+      throw Error(ErrorCode::PeerLost,
+                  fmt::format("{} {} failed{}: {}", what, group_->describe_rank(p.peer),
+                              at_step(p.step), r.error));
+    }
+    if (r.state == TransportRequest::State::Done && p.is_recv && r.bytes != p.bytes) {
+      throw Error(ErrorCode::Mismatch,
+                  fmt::format("{} sent {} bytes where this rank expected {}{}: the ranks called "
+                              "this operation with different counts or dtypes",
+                              group_->describe_rank(p.peer), r.bytes, p.bytes, at_step(p.step)));
+    }
+    if (r.state == TransportRequest::State::Pending) {
+      const int world = group_->world_ranks.at(static_cast<std::size_t>(p.peer));
+      if (const auto& lost = t.peer_lost(world); !lost.empty()) {
+        throw Error(ErrorCode::PeerLost,
+                    fmt::format("{} {} cannot finish{}: {}", what, group_->describe_rank(p.peer),
+                                at_step(p.step), lost));
+      }
+    }
+  }
+  std::erase_if(posted_, [](const Posted& p) { return !p.request->pending(); });
+  return posted_.empty();
+}
+
+void CollectiveOp::cancel(Transport& transport) {
+  for (const auto& p : posted_) {
+    if (p.is_recv) transport.cancel(p.request);
+  }
+}
+
+std::string CollectiveOp::waiting_for() const {
+  std::string out;
+  for (const auto& p : posted_) {
+    if (!p.request->pending()) continue;
+    if (!out.empty()) out += ", ";
+    out += fmt::format("{} {} ({} bytes{})", p.is_recv ? "a message from" : "a send to",
+                       group_->describe_rank(p.peer), p.bytes, at_step(p.step));
+  }
+  return out.empty() ? std::string("nothing (it was about to finish)") : out;
+}
+
+}  // namespace strait::comm

@@ -1,0 +1,66 @@
+// CollectiveOp: what every algorithm's state machine shares: its group, its sequence number, the
+// tags of its messages, and the checks that turn transport failures into errors that name the
+// operation's peer (a lost peer, a message of the wrong size).
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "comm/progress_engine.h"
+#include "comm/tag.h"
+#include "comm/transport/transport.h"
+
+namespace strait::comm {
+
+// A communicator as algorithms see it: its id, this process's rank, and world rank of every rank.
+struct Group {
+  int comm_id = 0;
+  int rank = 0;
+  std::vector<int> world_ranks;
+  [[nodiscard]] int size() const noexcept { return static_cast<int>(world_ranks.size()); }
+  // "rank 2" in the world communicator, "rank 2 (world rank 5)" in a sub-communicator.
+  [[nodiscard]] std::string describe_rank(int group_rank) const;
+};
+
+class CollectiveOp : public Op {
+ public:
+  // `bytes_sent` (may be null) is incremented by the size of every message this op sends.
+  CollectiveOp(std::shared_ptr<const Group> group, std::uint64_t seq,
+               std::atomic<std::uint64_t>* bytes_sent);
+  void cancel(Transport& transport) override;
+  [[nodiscard]] std::string waiting_for() const override;
+
+ protected:
+  // Post a message of step `step` to / from group rank `peer` (collective tags, see comm/tag.h).
+  RequestPtr send_to(Transport& t, int peer, int step, const void* buf, std::size_t len);
+  RequestPtr recv_from(Transport& t, int peer, int step, void* buf, std::size_t len);
+  // Same with an explicit tag (point-to-point operations; step -1: not part of a collective).
+  RequestPtr post_send(Transport& t, int peer, Tag tag, const void* buf, std::size_t len,
+                       int step = -1);
+  RequestPtr post_recv(Transport& t, int peer, Tag tag, void* buf, std::size_t len, int step = -1);
+  // True once every posted message has completed. Throws PeerLost when a peer we wait for is
+  // gone or its message failed, Mismatch when a message's size is not what this rank expected.
+  bool all_done(Transport& t);
+
+  [[nodiscard]] const Group& group() const noexcept { return *group_; }
+  [[nodiscard]] std::uint64_t seq() const noexcept { return seq_; }
+
+ private:
+  struct Posted {
+    RequestPtr request;
+    int peer = 0;
+    int step = 0;
+    bool is_recv = false;
+    std::size_t bytes = 0;
+  };
+  std::shared_ptr<const Group> group_;
+  std::uint64_t seq_;
+  std::atomic<std::uint64_t>* bytes_sent_;
+  std::vector<Posted> posted_;  // not yet completed
+};
+
+}  // namespace strait::comm

@@ -1,0 +1,265 @@
+#include "comm/communicator.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <tuple>
+#include <vector>
+
+#include "comm/algorithms/binomial_broadcast.h"
+#include "comm/algorithms/collective_op.h"
+#include "comm/algorithms/dissemination_barrier.h"
+#include "comm/algorithms/point_to_point.h"
+#include "comm/algorithms/ring_allgather.h"
+#include "comm/algorithms/ring_allreduce.h"
+#include "comm/progress_engine.h"
+#include "comm/transport/ucx/ucx_transport.h"
+#include "core/error.h"
+
+namespace strait::comm {
+
+using kernels::DType;
+using kernels::ReduceOp;
+
+// What the communicators of one process share: the store and the progress engine (which owns the
+// transport). Sub-communicators keep it alive.
+struct Communicator::Shared {
+  std::shared_ptr<Store> store;
+  std::shared_ptr<ProgressEngine> engine;
+};
+
+std::chrono::milliseconds CommOptions::default_timeout() {
+  const char* v = std::getenv("STRAIT_TIMEOUT_S");
+  if (v == nullptr || *v == '\0') return std::chrono::seconds(300);
+  char* end = nullptr;
+  const double s = std::strtod(v, &end);
+  if (*end != '\0' || !(s > 0)) {
+    throw Error(ErrorCode::InvalidArgument,
+                fmt::format("STRAIT_TIMEOUT_S={} is not a positive number of seconds", v));
+  }
+  return std::chrono::milliseconds(static_cast<std::int64_t>(s * 1000));
+}
+
+std::unique_ptr<Communicator> Communicator::create(std::shared_ptr<Store> store, int rank, int size,
+                                                   const CommOptions& options) {
+  if (!store) throw Error(ErrorCode::InvalidArgument, "Communicator::create: the store is null");
+  if (size < 1 || size > kMaxRanks || rank < 0 || rank >= size) {
+    throw Error(ErrorCode::InvalidArgument,
+                fmt::format("Communicator::create: rank {} of world size {} is out of range (world "
+                            "sizes 1..{})",
+                            rank, size, kMaxRanks));
+  }
+  auto transport =
+      std::make_unique<UcxTransport>(*store, "strait/ucx", rank, size, options.timeout);
+  auto shared = std::make_shared<Shared>();
+  shared->store = std::move(store);
+  shared->engine = std::make_shared<ProgressEngine>(std::move(transport));
+  auto group = std::make_shared<Group>();
+  group->comm_id = 0;
+  group->rank = rank;
+  group->world_ranks.resize(static_cast<std::size_t>(size));
+  for (int i = 0; i < size; ++i) group->world_ranks[static_cast<std::size_t>(i)] = i;
+  return std::make_unique<Communicator>(Key{}, std::move(shared), std::move(group),
+                                        options.timeout);
+}
+
+Communicator::Communicator(Key /*key*/, std::shared_ptr<Shared> shared,
+                           std::shared_ptr<const Group> group, std::chrono::milliseconds timeout)
+    : shared_(std::move(shared)), group_(std::move(group)), timeout_(timeout) {}
+
+Communicator::~Communicator() {
+  // Pending operations of this communicator cannot outlive it: their buffers may go with it.
+  shared_->engine->abort(static_cast<std::uint64_t>(group_->comm_id) + 1,
+                         "the communicator was destroyed");
+}
+
+int Communicator::rank() const noexcept {
+  return group_->rank;
+}
+int Communicator::size() const noexcept {
+  return group_->size();
+}
+
+std::uint64_t Communicator::next_seq(const char* /*kind*/) {
+  const std::lock_guard lock(mutex_);
+  return seq_++;
+}
+
+std::string Communicator::describe(const char* kind, std::uint64_t seq,
+                                   const std::string& detail) const {
+  return fmt::format("{} #{}{}{} on comm {} (rank {} of {})", kind, seq, detail.empty() ? "" : " ",
+                     detail, group_->comm_id, group_->rank, group_->size());
+}
+
+void Communicator::check_peer(int peer, const char* what) const {
+  if (peer < 0 || peer >= size()) {
+    throw Error(
+        ErrorCode::InvalidArgument,
+        fmt::format("{}: rank {} is not in this communicator of size {}", what, peer, size()));
+  }
+}
+
+Work Communicator::submit(std::unique_ptr<Op> op, std::string description, bool ordered) {
+  return Work(shared_->engine->submit(std::move(op), std::move(description), timeout_,
+                                      static_cast<std::uint64_t>(group_->comm_id) + 1, ordered));
+}
+
+Work Communicator::isend(const void* buf, std::size_t bytes, int peer, std::uint64_t tag) {
+  check_peer(peer, "send");
+  if (tag > kMaxUserTag) {
+    throw Error(ErrorCode::InvalidArgument, fmt::format("send: tag {} exceeds 2^37 - 1", tag));
+  }
+  auto op = std::make_unique<PointToPoint>(group_, &counters_.send, PointToPoint::Kind::Send, peer,
+                                           tag, const_cast<void*>(buf), bytes);
+  return submit(std::move(op),
+                fmt::format("send of {} bytes to rank {} (tag {}) on comm {} (rank {} of {})",
+                            bytes, peer, tag, group_->comm_id, rank(), size()),
+                false);
+}
+
+Work Communicator::irecv(void* buf, std::size_t bytes, int peer, std::uint64_t tag) {
+  check_peer(peer, "recv");
+  if (tag > kMaxUserTag) {
+    throw Error(ErrorCode::InvalidArgument, fmt::format("recv: tag {} exceeds 2^37 - 1", tag));
+  }
+  auto op = std::make_unique<PointToPoint>(group_, nullptr, PointToPoint::Kind::Recv, peer, tag,
+                                           buf, bytes);
+  return submit(std::move(op),
+                fmt::format("recv of {} bytes from rank {} (tag {}) on comm {} (rank {} of {})",
+                            bytes, peer, tag, group_->comm_id, rank(), size()),
+                false);
+}
+
+void Communicator::send(const void* buf, std::size_t bytes, int peer, std::uint64_t tag) {
+  isend(buf, bytes, peer, tag).wait();
+}
+
+void Communicator::recv(void* buf, std::size_t bytes, int peer, std::uint64_t tag) {
+  irecv(buf, bytes, peer, tag).wait();
+}
+
+Work Communicator::ibarrier() {
+  const auto seq = next_seq("barrier");
+  return submit(std::make_unique<DisseminationBarrier>(group_, seq), describe("barrier", seq, ""),
+                true);
+}
+
+void Communicator::barrier() {
+  ibarrier().wait();
+}
+
+Work Communicator::ibroadcast(void* buf, std::size_t count, DType dtype, int root) {
+  check_peer(root, "broadcast root");
+  const auto seq = next_seq("broadcast");
+  auto op = std::make_unique<BinomialBroadcast>(group_, seq, &counters_.broadcast, buf,
+                                                count * kernels::dtype_size(dtype), root);
+  return submit(
+      std::move(op),
+      describe("broadcast", seq,
+               fmt::format("({} x {}, root {})", kernels::dtype_name(dtype), count, root)),
+      true);
+}
+
+void Communicator::broadcast(void* buf, std::size_t count, DType dtype, int root) {
+  ibroadcast(buf, count, dtype, root).wait();
+}
+
+Work Communicator::iallreduce(const void* send, void* recv, std::size_t count, DType dtype,
+                              ReduceOp op) {
+  if (op == ReduceOp::Avg && !kernels::dtype_is_float(dtype)) {
+    throw Error(ErrorCode::InvalidArgument,
+                fmt::format("allreduce: avg of {} is not defined; use sum and divide, or a "
+                            "floating-point dtype",
+                            kernels::dtype_name(dtype)));
+  }
+  if (count != 0 && (send == nullptr || recv == nullptr)) {
+    throw Error(ErrorCode::InvalidArgument, "allreduce: null buffer with a non-zero count");
+  }
+  const auto seq = next_seq("allreduce");
+  auto algo = std::make_unique<RingAllreduce>(group_, seq, &counters_.allreduce, send, recv, count,
+                                              dtype, op);
+  return submit(std::move(algo),
+                describe("allreduce", seq,
+                         fmt::format("({} x {}, {})", kernels::dtype_name(dtype), count,
+                                     kernels::reduce_op_name(op))),
+                true);
+}
+
+void Communicator::allreduce(const void* send, void* recv, std::size_t count, DType dtype,
+                             ReduceOp op) {
+  iallreduce(send, recv, count, dtype, op).wait();
+}
+
+Work Communicator::iallgather(const void* send, void* recv, std::size_t count, DType dtype) {
+  if (count != 0 && (send == nullptr || recv == nullptr)) {
+    throw Error(ErrorCode::InvalidArgument, "allgather: null buffer with a non-zero count");
+  }
+  const auto seq = next_seq("allgather");
+  auto op = std::make_unique<RingAllgather>(group_, seq, &counters_.allgather, send, recv,
+                                            count * kernels::dtype_size(dtype));
+  return submit(
+      std::move(op),
+      describe("allgather", seq, fmt::format("({} x {})", kernels::dtype_name(dtype), count)),
+      true);
+}
+
+void Communicator::allgather(const void* send, void* recv, std::size_t count, DType dtype) {
+  iallgather(send, recv, count, dtype).wait();
+}
+
+std::unique_ptr<Communicator> Communicator::split(int color, int key) {
+  // Everyone learns everyone's (color, key); members are then ordered by (key, old rank).
+  const std::int64_t mine[2] = {color, key};
+  std::vector<std::int64_t> all(static_cast<std::size_t>(2 * size()));
+  allgather(mine, all.data(), 2, DType::I64);
+  const std::uint64_t split_index = splits_++;
+  if (color < 0) return nullptr;
+
+  std::vector<std::tuple<std::int64_t, int>> members;  // (key, old rank)
+  for (int r = 0; r < size(); ++r) {
+    if (all[static_cast<std::size_t>(2 * r)] == color) {
+      members.emplace_back(all[static_cast<std::size_t>(2 * r + 1)], r);
+    }
+  }
+  std::sort(members.begin(), members.end());
+  auto group = std::make_shared<Group>();
+  for (std::size_t i = 0; i < members.size(); ++i) {
+    const int old_rank = std::get<1>(members[i]);
+    if (old_rank == rank()) group->rank = static_cast<int>(i);
+    group->world_ranks.push_back(group_->world_ranks[static_cast<std::size_t>(old_rank)]);
+  }
+  // A job-wide unique id, drawn by the new group's first member and shared through the store.
+  const std::string id_key =
+      fmt::format("strait/split/{}/{}/{}", group_->comm_id, split_index, color);
+  std::int64_t id = 0;
+  if (group->rank == 0) {
+    id = shared_->store->add("strait/comm_ids", 1);
+    shared_->store->set(id_key, std::to_string(id));
+  } else {
+    id = std::stoll(shared_->store->get_string(id_key, timeout_));
+  }
+  if (id >= kMaxComms) {
+    throw Error(ErrorCode::InvalidArgument,
+                fmt::format("split: this job has created {} communicators; at most {} can exist "
+                            "(comm/tag.h)",
+                            id, kMaxComms - 1));
+  }
+  group->comm_id = static_cast<int>(id);
+  return std::make_unique<Communicator>(Key{}, shared_, std::move(group), timeout_);
+}
+
+void Communicator::abort(const std::string& why) {
+  shared_->engine->abort(static_cast<std::uint64_t>(group_->comm_id) + 1, why);
+}
+
+CommStats Communicator::stats() const noexcept {
+  CommStats s;
+  s.allreduce_bytes = counters_.allreduce.load(std::memory_order_relaxed);
+  s.broadcast_bytes = counters_.broadcast.load(std::memory_order_relaxed);
+  s.allgather_bytes = counters_.allgather.load(std::memory_order_relaxed);
+  s.send_bytes = counters_.send.load(std::memory_order_relaxed);
+  return s;
+}
+
+}  // namespace strait::comm

@@ -1,0 +1,127 @@
+// Communicator: a group of ranks and the collectives over it (the role of an MPI communicator, a
+// NCCL ncclComm_t or a c10d ProcessGroup), over host memory through UCX.
+//
+// Every operation has a blocking form and a non-blocking form (i-prefixed) that returns a Work.
+// Operations of one communicator must be called in the same order on every rank (as in MPI and
+// NCCL); they run in the background on the progress engine, many at once, and complete in the
+// order submitted. Counts are in elements of `dtype`; buffers are host memory owned by the caller
+// and must stay valid until the operation completes; send == recv means in place. Every operation
+// fails within the communicator's timeout (STRAIT_TIMEOUT_S, default 300 s) rather than hang: with
+// PeerLost when a rank dies, Timeout when a rank never arrives, Mismatch when ranks disagree on
+// sizes. After a failure the communicator is unusable (as NCCL after an error).
+// Thread-safety: a communicator may be used from several threads, but the order of operations
+// must still be the same on all ranks, so most callers use it from one thread.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "comm/bootstrap/store.h"
+#include "comm/work.h"
+#include "kernels/dtype.h"
+#include "kernels/reduce.h"
+
+namespace strait::comm {
+
+struct Group;
+class ProgressEngine;
+
+struct CommOptions {
+  // Deadline of every operation, and of connecting to peers. Default: STRAIT_TIMEOUT_S or 300 s.
+  std::chrono::milliseconds timeout = default_timeout();
+  static std::chrono::milliseconds default_timeout();
+};
+
+// Bytes this rank has sent, by operation kind, since the communicator was created.
+struct CommStats {
+  std::uint64_t allreduce_bytes = 0;
+  std::uint64_t broadcast_bytes = 0;
+  std::uint64_t allgather_bytes = 0;
+  std::uint64_t send_bytes = 0;
+};
+
+class Communicator {
+  struct Key {
+    explicit Key() = default;
+  };
+
+ public:
+  struct Shared;  // defined in communicator.cpp
+
+  // The world communicator of a job launched with torchrun's environment (RANK, WORLD_SIZE,
+  // MASTER_ADDR, MASTER_PORT): `strait run`, torchrun, Slurm or mpirun wrappers. Collective.
+  static std::unique_ptr<Communicator> from_env(const CommOptions& options = {});
+  // The world communicator over an existing store (rank 0 need not be special). Collective.
+  static std::unique_ptr<Communicator> create(std::shared_ptr<Store> store, int rank, int size,
+                                              const CommOptions& options = {});
+
+  // Constructed through create(), from_env() and split() only (the Key is private).
+  Communicator(Key, std::shared_ptr<Shared> shared, std::shared_ptr<const Group> group,
+               std::chrono::milliseconds timeout);
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+  ~Communicator();
+
+  [[nodiscard]] int rank() const noexcept;
+  [[nodiscard]] int size() const noexcept;
+  [[nodiscard]] std::chrono::milliseconds timeout() const noexcept { return timeout_; }
+  void set_timeout(std::chrono::milliseconds timeout) noexcept { timeout_ = timeout; }
+
+  // MPI_Comm_split: ranks with the same color form a new communicator, ordered by (key, rank).
+  // Collective over this communicator; returns null for color < 0.
+  std::unique_ptr<Communicator> split(int color, int key);
+
+  // Point to point. The receive must be for exactly `bytes` bytes. `tag` < 2^37.
+  Work isend(const void* buf, std::size_t bytes, int peer, std::uint64_t tag = 0);
+  Work irecv(void* buf, std::size_t bytes, int peer, std::uint64_t tag = 0);
+  void send(const void* buf, std::size_t bytes, int peer, std::uint64_t tag = 0);
+  void recv(void* buf, std::size_t bytes, int peer, std::uint64_t tag = 0);
+
+  Work ibarrier();
+  void barrier();
+
+  // buf: count elements; the root's values end up on every rank.
+  Work ibroadcast(void* buf, std::size_t count, kernels::DType dtype, int root);
+  void broadcast(void* buf, std::size_t count, kernels::DType dtype, int root);
+
+  // recv[i] = op over ranks of send[i], i < count. Avg is defined for floating-point dtypes.
+  Work iallreduce(const void* send, void* recv, std::size_t count, kernels::DType dtype,
+                  kernels::ReduceOp op);
+  void allreduce(const void* send, void* recv, std::size_t count, kernels::DType dtype,
+                 kernels::ReduceOp op);
+
+  // recv (size() * count elements) = the send buffers of ranks 0..size()-1, in rank order.
+  Work iallgather(const void* send, void* recv, std::size_t count, kernels::DType dtype);
+  void allgather(const void* send, void* recv, std::size_t count, kernels::DType dtype);
+
+  // Fails every pending operation of this communicator with Aborted, at once, from any thread;
+  // later operations fail too. The communicator can then be destroyed.
+  void abort(const std::string& why = "abort() was called");
+
+  [[nodiscard]] CommStats stats() const noexcept;
+
+ private:
+  struct Counters {
+    std::atomic<std::uint64_t> allreduce{0}, broadcast{0}, allgather{0}, send{0};
+  };
+  std::uint64_t next_seq(const char* kind);
+  [[nodiscard]] std::string describe(const char* kind, std::uint64_t seq,
+                                     const std::string& detail) const;
+  void check_peer(int peer, const char* what) const;
+  Work submit(std::unique_ptr<class Op> op, std::string description, bool ordered);
+
+  std::shared_ptr<Shared> shared_;
+  std::shared_ptr<const Group> group_;
+  std::chrono::milliseconds timeout_;
+  std::mutex mutex_;  // orders sequence numbers
+  std::uint64_t seq_ = 0;
+  std::uint64_t splits_ = 0;
+  Counters counters_;
+};
+
+}  // namespace strait::comm

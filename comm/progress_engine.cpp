@@ -1,0 +1,290 @@
+#include "comm/progress_engine.h"
+
+#include <fmt/format.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+
+namespace strait::comm {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::chrono::microseconds spin_from_env() {
+  const char* v = std::getenv("STRAIT_SPIN_US");
+  if (v == nullptr || *v == '\0') return std::chrono::microseconds(50);
+  char* end = nullptr;
+  const long us = std::strtol(v, &end, 10);
+  if (*end != '\0' || us < 0) {
+    throw Error(ErrorCode::InvalidArgument,
+                fmt::format("STRAIT_SPIN_US={} is not a non-negative integer (microseconds to "
+                            "poll before sleeping)",
+                            v));
+  }
+  return std::chrono::microseconds(us);
+}
+
+Error errno_error(const char* what) {
+  return Error(ErrorCode::Internal,
+               fmt::format("progress engine: {}: {}", what, std::strerror(errno)));
+}
+
+}  // namespace
+
+ProgressEngine::ProgressEngine(std::unique_ptr<Transport> transport)
+    : transport_(std::move(transport)), spin_(spin_from_env()) {
+  wake_fd_.reset(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+  if (!wake_fd_) throw errno_error("eventfd");
+  epoll_fd_.reset(::epoll_create1(EPOLL_CLOEXEC));
+  if (!epoll_fd_) throw errno_error("epoll_create1");
+  for (int fd : {wake_fd_.get(), transport_->event_fd()}) {
+    if (fd < 0) continue;
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.fd = fd;
+    if (::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_ADD, fd, &ev) != 0) throw errno_error("epoll_ctl");
+  }
+  thread_ = std::thread([this] { run(); });
+}
+
+ProgressEngine::~ProgressEngine() {
+  {
+    const std::lock_guard lock(mutex_);
+    stop_ = true;
+  }
+  notify();
+  if (thread_.joinable()) thread_.join();
+}
+
+void ProgressEngine::notify() {
+  const std::uint64_t one = 1;
+  // A full counter (never in practice) still leaves the fd readable, which is all we need.
+  [[maybe_unused]] const ssize_t n = ::write(wake_fd_.get(), &one, sizeof one);
+}
+
+std::shared_ptr<WorkState> ProgressEngine::submit(std::unique_ptr<Op> op, std::string description,
+                                                  std::chrono::milliseconds timeout,
+                                                  std::uint64_t stream, bool ordered) {
+  auto work = std::make_shared<WorkState>(std::move(description));
+  work->engine = weak_from_this();
+  {
+    const std::lock_guard lock(mutex_);
+    for (const auto& [s, cause] : broken_) {
+      if (s == stream) {
+        work->complete(Error(cause.code(), fmt::format("{}: not started: the communicator is "
+                                                       "unusable after an earlier error: {}",
+                                                       work->description(), cause.what())));
+        return work;
+      }
+    }
+    if (stop_) {
+      work->complete(
+          Error(ErrorCode::Aborted,
+                fmt::format("{}: the communicator is being destroyed", work->description())));
+      return work;
+    }
+    Entry e;
+    e.op = std::move(op);
+    e.work = work;
+    e.timeout = timeout;
+    e.deadline = Clock::now() + timeout;
+    e.stream = stream;
+    e.ordered = ordered;
+    incoming_.push_back(std::move(e));
+  }
+  notify();
+  return work;
+}
+
+void ProgressEngine::fail(const std::shared_ptr<WorkState>& work, const Error& error) {
+  {
+    const std::lock_guard lock(mutex_);
+    commands_.push_back(Command{work, 0, error});
+  }
+  notify();
+}
+
+void ProgressEngine::abort(std::uint64_t stream, const std::string& why) {
+  {
+    const std::lock_guard lock(mutex_);
+    commands_.push_back(Command{nullptr, stream, Error(ErrorCode::Aborted, why)});
+  }
+  notify();
+}
+
+void ProgressEngine::fail_entry(Entry& entry, const Error& error) {
+  if (entry.work->done()) return;
+  try {
+    entry.op->cancel(*transport_);
+  } catch (const std::exception&) {
+    // Cancelling is best effort; the error that made us cancel is what the caller needs.
+  }
+  entry.work->complete(error);
+  break_stream(entry.stream, error);
+}
+
+void ProgressEngine::break_stream(std::uint64_t stream, const Error& cause) {
+  {
+    const std::lock_guard lock(mutex_);
+    const bool known = std::any_of(broken_.begin(), broken_.end(),
+                                   [&](const auto& b) { return b.first == stream; });
+    if (!known) broken_.emplace_back(stream, cause);
+  }
+  for (auto& e : active_) {
+    if (e.stream != stream || e.work->done()) continue;
+    fail_entry(e, Error(cause.code(), fmt::format("{}: failed because an operation on the same "
+                                                  "communicator failed: {}",
+                                                  e.work->description(), cause.what())));
+  }
+}
+
+void ProgressEngine::apply_commands(std::vector<Command>& commands) {
+  for (auto& c : commands) {
+    for (auto& e : active_) {
+      if (c.work ? e.work == c.work : (c.stream == 0 || e.stream == c.stream)) {
+        fail_entry(e, c.work ? c.error
+                             : Error(ErrorCode::Aborted,
+                                     fmt::format("{}: aborted: {}", e.work->description(),
+                                                 c.error.what())));
+      }
+    }
+    if (!c.work) {
+      // Later submissions to an aborted communicator fail at once.
+      if (c.stream != 0) break_stream(c.stream, c.error);
+    }
+  }
+  commands.clear();
+}
+
+bool ProgressEngine::step_ops() {
+  bool moved = false;
+  for (auto& e : active_) {
+    if (e.finished || e.work->done()) continue;
+    try {
+      if (e.op->advance(*transport_)) {
+        e.finished = true;
+        moved = true;
+      }
+    } catch (const Error& err) {
+      fail_entry(e, Error(err.code(), fmt::format("{}: {}", e.work->description(), err.what())));
+      moved = true;
+    } catch (const std::exception& ex) {
+      fail_entry(e, Error(ErrorCode::Internal, fmt::format("{}: unexpected exception: {}",
+                                                           e.work->description(), ex.what())));
+      moved = true;
+    }
+  }
+  return moved;
+}
+
+void ProgressEngine::check_deadlines(Clock::time_point now) {
+  for (auto& e : active_) {
+    if (e.finished || e.work->done() || now < e.deadline) continue;
+    fail_entry(e,
+               Error(ErrorCode::Timeout,
+                     fmt::format("{} did not finish within {} ms; still waiting for {}. A rank "
+                                 "may be stuck, dead or calling a different operation; raise "
+                                 "the timeout (STRAIT_TIMEOUT_S) if it is only slow",
+                                 e.work->description(), e.timeout.count(), e.op->waiting_for())));
+  }
+}
+
+void ProgressEngine::complete_in_order() {
+  std::vector<std::uint64_t> blocked;  // streams with an unfinished earlier ordered work
+  for (auto it = active_.begin(); it != active_.end();) {
+    const bool is_blocked =
+        it->ordered && std::find(blocked.begin(), blocked.end(), it->stream) != blocked.end();
+    if (it->work->done()) {  // failed
+      it = active_.erase(it);
+    } else if (it->finished && !is_blocked) {
+      it->work->complete(std::nullopt);
+      it = active_.erase(it);
+    } else {
+      if (it->ordered) blocked.push_back(it->stream);
+      ++it;
+    }
+  }
+}
+
+void ProgressEngine::sleep_until_event(Clock::time_point wake) {
+  if (transport_->event_fd() >= 0 && !transport_->arm()) return;  // events already pending
+  int timeout_ms = -1;
+  if (wake != Clock::time_point::max()) {
+    const auto left = std::chrono::ceil<std::chrono::milliseconds>(wake - Clock::now()).count();
+    timeout_ms = static_cast<int>(std::clamp<long long>(left, 0, 1000));
+  }
+  if (transport_->event_fd() < 0) timeout_ms = std::min(timeout_ms < 0 ? 1 : timeout_ms, 1);
+  epoll_event events[4];
+  const int n = ::epoll_wait(epoll_fd_.get(), events, 4, timeout_ms);
+  for (int i = 0; i < n; ++i) {
+    if (events[i].data.fd == wake_fd_.get()) {
+      std::uint64_t v = 0;
+      [[maybe_unused]] const ssize_t r = ::read(wake_fd_.get(), &v, sizeof v);
+    }
+  }
+}
+
+void ProgressEngine::run() {
+  std::vector<Command> commands;
+  auto last_activity = Clock::now();
+  auto last_peer_check = last_activity;
+  for (;;) {
+    bool stopping = false;
+    {
+      const std::lock_guard lock(mutex_);
+      while (!incoming_.empty()) {
+        active_.push_back(std::move(incoming_.front()));
+        incoming_.pop_front();
+      }
+      commands.swap(commands_);
+      stopping = stop_;
+    }
+    if (stopping) break;
+    apply_commands(commands);
+    bool moved = false;
+    while (transport_->progress()) moved = true;
+    moved |= step_ops();
+    const auto now = Clock::now();
+    if (now - last_peer_check > std::chrono::milliseconds(10)) {
+      transport_->check_peers();
+      last_peer_check = now;
+    }
+    check_deadlines(now);
+    complete_in_order();
+    if (moved) {
+      last_activity = now;
+      continue;
+    }
+    if (!active_.empty() && now - last_activity < spin_) continue;
+    auto wake = Clock::time_point::max();
+    for (const auto& e : active_) wake = std::min(wake, e.deadline);
+    if (!active_.empty()) wake = std::min(wake, now + std::chrono::milliseconds(100));
+    sleep_until_event(wake);
+    transport_->check_peers();
+    last_peer_check = last_activity = Clock::now();
+  }
+  // Destruction: whatever is still pending can no longer finish.
+  for (auto& e : active_) {
+    if (e.work->done()) continue;
+    try {
+      e.op->cancel(*transport_);
+    } catch (const std::exception&) {
+    }
+    e.work->complete(Error(ErrorCode::Aborted, fmt::format("{}: the communicator was destroyed "
+                                                           "before the operation finished",
+                                                           e.work->description())));
+  }
+  active_.clear();
+  const std::lock_guard lock(mutex_);
+  for (auto& e : incoming_) {
+    e.work->complete(Error(ErrorCode::Aborted, fmt::format("{}: the communicator was destroyed",
+                                                           e.work->description())));
+  }
+  incoming_.clear();
+}
+
+}  // namespace strait::comm

@@ -1,0 +1,108 @@
+// ProgressEngine: one thread per process that owns the transport and drives every operation of
+// every communicator that shares it, so non-blocking collectives overlap the caller's compute.
+//
+// Operations are state machines (Op::advance) run in submission order; many may be in flight. The
+// works of one ordered stream (a communicator's collectives) complete in submission order. When
+// nothing moves, the thread spins briefly (STRAIT_SPIN_US, default 50 us) and then sleeps on the
+// transport's event fd, so idle or waiting ranks do not burn a core (several ranks often share a
+// core on small machines). Every operation has a deadline; one that passes it fails with Timeout
+// naming what it still waits for. A failed operation's receives are cancelled.
+// Thread-safety: submit(), fail() and abort() may be called from any thread.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "comm/transport/transport.h"
+#include "comm/work.h"
+#include "core/error.h"
+#include "core/fd.h"
+
+namespace strait::comm {
+
+class Op {
+ public:
+  Op() = default;
+  Op(const Op&) = delete;
+  Op& operator=(const Op&) = delete;
+  virtual ~Op() = default;
+
+  // Post what can be posted and check completions without blocking; true when finished.
+  // Throws strait::Error when the operation fails (a lost peer, a size mismatch, ...).
+  virtual bool advance(Transport& transport) = 0;
+  // Cancel posted receives after a failure, so no buffer is written afterwards.
+  virtual void cancel(Transport& transport) = 0;
+  // What the operation is still waiting for, for Timeout messages ("receive from rank 2 ...").
+  [[nodiscard]] virtual std::string waiting_for() const = 0;
+};
+
+class ProgressEngine : public std::enable_shared_from_this<ProgressEngine> {
+ public:
+  explicit ProgressEngine(std::unique_ptr<Transport> transport);
+  ProgressEngine(const ProgressEngine&) = delete;
+  ProgressEngine& operator=(const ProgressEngine&) = delete;
+  // Fails what is still pending with Aborted, stops the thread, then destroys the transport.
+  ~ProgressEngine();
+
+  [[nodiscard]] Transport& transport() noexcept { return *transport_; }
+
+  // Runs `op` on `stream` (a communicator). When `ordered`, its work completes only after the
+  // earlier ordered works of the stream. A failure of any operation of a stream fails every other
+  // pending operation of it and every later submission (its peers may be gone or out of step:
+  // continuing could only hang or corrupt), as NCCL does with a communicator after an error.
+  std::shared_ptr<WorkState> submit(std::unique_ptr<Op> op, std::string description,
+                                    std::chrono::milliseconds timeout, std::uint64_t stream,
+                                    bool ordered);
+  // Fails one pending operation (no-op when already finished).
+  void fail(const std::shared_ptr<WorkState>& work, const Error& error);
+  // Fails every pending operation of `stream` (0: all streams) with Aborted.
+  void abort(std::uint64_t stream, const std::string& why);
+
+ private:
+  struct Entry {
+    std::unique_ptr<Op> op;
+    std::shared_ptr<WorkState> work;
+    std::chrono::steady_clock::time_point deadline;
+    std::chrono::milliseconds timeout{};
+    std::uint64_t stream = 0;
+    bool ordered = false;
+    bool finished = false;  // advance() returned true; completes when earlier ordered works have
+  };
+  struct Command {                    // fail/abort requests handed to the engine thread
+    std::shared_ptr<WorkState> work;  // null: abort `stream`
+    std::uint64_t stream = 0;
+    Error error;
+  };
+
+  void run();
+  void notify();
+  void apply_commands(std::vector<Command>& commands);
+  bool step_ops();
+  void check_deadlines(std::chrono::steady_clock::time_point now);
+  void complete_in_order();
+  void fail_entry(Entry& entry, const Error& error);
+  void break_stream(std::uint64_t stream, const Error& cause);
+  void sleep_until_event(std::chrono::steady_clock::time_point wake);
+
+  std::unique_ptr<Transport> transport_;
+  std::mutex mutex_;  // guards incoming_, commands_, stop_
+  std::deque<Entry> incoming_;
+  std::vector<Command> commands_;
+  bool stop_ = false;
+  std::deque<Entry> active_;                             // engine thread only
+  std::vector<std::pair<std::uint64_t, Error>> broken_;  // guarded by mutex_
+  Fd wake_fd_;                                           // eventfd: submissions and commands
+  Fd epoll_fd_;                                          // wake_fd_ and the transport's event fd
+  std::chrono::microseconds spin_;
+  std::thread thread_;
+};
+
+}  // namespace strait::comm

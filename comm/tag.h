@@ -1,0 +1,35 @@
+// Layout of the 64-bit message tags that the transports match on.
+//
+//   63........52 51..........38 37 36.................16 15..........0
+//   [ comm id  ][ source rank  ][P][ collective seq      ][ step       ]   P = 0: collective
+//   [ comm id  ][ source rank  ][P][ user tag (37 bits)                ]   P = 1: send/recv
+//
+// The source rank is part of the tag because UCP tag matching ignores the sender; with it, a
+// receive names its peer exactly. Limits that follow: 4096 communicators per job, 16384 ranks per
+// communicator, collective sequence numbers wrap at 2^21 (only operations that far apart could
+// be confused, and ops complete in order), 65536 steps per collective, user tags < 2^37.
+#pragma once
+
+#include <cstdint>
+
+namespace strait::comm {
+
+using Tag = std::uint64_t;
+
+inline constexpr int kMaxComms = 1 << 12;
+inline constexpr int kMaxRanks = 1 << 14;
+inline constexpr std::uint64_t kSeqMask = (1ULL << 21) - 1;
+inline constexpr int kMaxSteps = 1 << 16;
+inline constexpr std::uint64_t kMaxUserTag = (1ULL << 37) - 1;
+
+constexpr Tag collective_tag(int comm_id, int src, std::uint64_t seq, int step) noexcept {
+  return (static_cast<Tag>(comm_id) << 52) | (static_cast<Tag>(src) << 38) |
+         ((seq & kSeqMask) << 16) | static_cast<Tag>(step & (kMaxSteps - 1));
+}
+
+constexpr Tag p2p_tag(int comm_id, int src, std::uint64_t user_tag) noexcept {
+  return (static_cast<Tag>(comm_id) << 52) | (static_cast<Tag>(src) << 38) | (1ULL << 37) |
+         (user_tag & kMaxUserTag);
+}
+
+}  // namespace strait::comm

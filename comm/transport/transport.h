@@ -1,0 +1,62 @@
+// Transport: moves tagged byte ranges between the ranks of a job and reports completion. The only
+// layer that knows UCX (transport/ucx) or NCCL (transport/nccl); algorithms see this interface.
+//
+// Requests are posted and progressed from ONE thread, the progress engine's (see
+// progress_engine.h); the transport is not thread-safe otherwise. A request stays owned by the
+// transport until it completes, so an operation that fails or times out can drop its handle while
+// the network still finishes (or cancels) the transfer.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "comm/tag.h"
+
+namespace strait::comm {
+
+// Completion state of one send or receive. `bytes` is the received length (receives only).
+struct TransportRequest {
+  enum class State { Pending, Done, Failed };
+  State state = State::Pending;
+  std::size_t bytes = 0;
+  std::string error;  // set when Failed: what the transport reported
+  [[nodiscard]] bool pending() const noexcept { return state == State::Pending; }
+};
+
+using RequestPtr = std::shared_ptr<TransportRequest>;
+
+class Transport {
+ public:
+  Transport() = default;
+  Transport(const Transport&) = delete;
+  Transport& operator=(const Transport&) = delete;
+  virtual ~Transport() = default;
+
+  [[nodiscard]] virtual int rank() const noexcept = 0;  // in the world (job) the transport spans
+  [[nodiscard]] virtual int size() const noexcept = 0;
+
+  // Post a send of [buf, buf + len) to world rank `peer`. The buffer must stay valid until the
+  // request leaves Pending.
+  virtual RequestPtr isend(int peer, Tag tag, const void* buf, std::size_t len) = 0;
+  // Post a receive of at most `len` bytes from world rank `peer` (the tag names the peer).
+  virtual RequestPtr irecv(int peer, Tag tag, void* buf, std::size_t len) = 0;
+  // Ask for a pending receive to be cancelled; it leaves Pending (Failed) during a later
+  // progress().
+  virtual void cancel(const RequestPtr& request) = 0;
+
+  // Drive the network; returns true when anything happened (a completion, a message arriving).
+  virtual bool progress() = 0;
+  // A file descriptor that becomes readable when progress() has work, or -1 if there is none.
+  [[nodiscard]] virtual int event_fd() const noexcept = 0;
+  // Prepare to sleep on event_fd(); false when events are already pending (progress instead).
+  virtual bool arm() = 0;
+
+  // Refresh what is known about peers' liveness (cheap; called after wake-ups and every few ms).
+  virtual void check_peers() = 0;
+  // Non-empty when world rank `peer` is known to be gone (process exited, connection broken):
+  // says how. Cheap enough to call on every advance of an operation.
+  [[nodiscard]] virtual const std::string& peer_lost(int peer) const = 0;
+};
+
+}  // namespace strait::comm

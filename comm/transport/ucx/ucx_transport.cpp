@@ -1,0 +1,360 @@
+#include "comm/transport/ucx/ucx_transport.h"
+
+#include <fmt/format.h>
+#include <poll.h>
+#include <spdlog/spdlog.h>
+#include <sys/epoll.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+
+#include "core/error.h"
+
+namespace strait::comm {
+
+struct UcxTransport::InFlight {
+  UcxTransport* transport = nullptr;
+  RequestPtr request;
+  void* ucx_request = nullptr;  // null until the post call returns a handle
+};
+
+namespace {
+
+// Identity of this host as far as shared memory and pids are concerned: a peer with the same
+// boot id and pid namespace can be watched with a pidfd; the network namespace is part of it so
+// that ranks in different namespaces (the WAN testbed) talk through their network devices.
+std::string host_identity() {
+  std::string boot_id;
+  std::ifstream("/proc/sys/kernel/random/boot_id") >> boot_id;
+  struct stat pid_ns {};
+  struct stat net_ns {};
+  ::stat("/proc/self/ns/pid", &pid_ns);
+  ::stat("/proc/self/ns/net", &net_ns);
+  return fmt::format("{}:{}:{}", boot_id, pid_ns.st_ino, net_ns.st_ino);
+}
+
+Error ucx_error(const char* what, ucs_status_t status) {
+  return Error(ErrorCode::Unavailable,
+               fmt::format("UCX {} failed: {}. Check UCX_* environment variables and `ucx_info "
+                           "-d`",
+                           what, ucs_status_string(status)));
+}
+
+// Through syscall(2): glibc 2.36's <sys/pidfd.h> lacks C linkage for C++, and older glibc lack it.
+int pidfd_open(pid_t pid) {
+  return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0U));
+}
+
+bool force_peer_error_mode() {
+  const char* v = std::getenv("STRAIT_UCX_ERR_MODE");
+  if (v == nullptr || std::strcmp(v, "auto") == 0 || *v == '\0') return false;
+  if (std::strcmp(v, "peer") == 0) return true;
+  throw Error(ErrorCode::InvalidArgument,
+              fmt::format("STRAIT_UCX_ERR_MODE={} is not one of auto, peer", v));
+}
+
+// The record a rank publishes: host identity, pid and worker address.
+Bytes encode_record(const std::string& host, pid_t pid, const void* addr, std::size_t len) {
+  Bytes out;
+  const auto host_len = static_cast<std::uint32_t>(host.size());
+  out.resize(sizeof host_len + host.size() + sizeof pid + len);
+  auto* p = out.data();
+  std::memcpy(p, &host_len, sizeof host_len);
+  std::memcpy(p += sizeof host_len, host.data(), host.size());
+  std::memcpy(p += host.size(), &pid, sizeof pid);
+  std::memcpy(p += sizeof pid, addr, len);
+  return out;
+}
+
+struct Record {
+  std::string host;
+  pid_t pid = 0;
+  Bytes address;
+};
+
+Record decode_record(const Bytes& in, int peer) {
+  const auto bad = [&] {
+    return Error(ErrorCode::Mismatch,
+                 fmt::format("the UCX address record of rank {} is malformed ({} bytes): are all "
+                             "ranks running the same strait build?",
+                             peer, in.size()));
+  };
+  Record r;
+  std::uint32_t host_len = 0;
+  if (in.size() < sizeof host_len) throw bad();
+  std::memcpy(&host_len, in.data(), sizeof host_len);
+  const std::size_t header = sizeof host_len + host_len + sizeof r.pid;
+  if (in.size() <= header) throw bad();
+  r.host.assign(reinterpret_cast<const char*>(in.data()) + sizeof host_len, host_len);
+  std::memcpy(&r.pid, in.data() + sizeof host_len + host_len, sizeof r.pid);
+  r.address.assign(in.begin() + static_cast<std::ptrdiff_t>(header), in.end());
+  return r;
+}
+
+}  // namespace
+
+UcxTransport::UcxTransport(Store& store, const std::string& prefix, int rank, int size,
+                           std::chrono::milliseconds timeout)
+    : rank_(rank),
+      size_(size),
+      context_(nullptr, ucp_cleanup),
+      worker_(nullptr, ucp_worker_destroy) {
+  if (size < 1 || rank < 0 || rank >= size) {
+    throw Error(ErrorCode::InvalidArgument,
+                fmt::format("UcxTransport: rank {} is not in a world of size {}", rank, size));
+  }
+  ucp_config_t* raw_config = nullptr;
+  if (auto st = ucp_config_read(nullptr, nullptr, &raw_config); st != UCS_OK) {
+    throw ucx_error("ucp_config_read", st);
+  }
+  const std::unique_ptr<ucp_config_t, void (*)(ucp_config_t*)> config(raw_config,
+                                                                      ucp_config_release);
+
+  ucp_params_t params{};
+  params.field_mask = UCP_PARAM_FIELD_FEATURES;
+  params.features = UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP;
+  ucp_context_h ctx = nullptr;
+  if (auto st = ucp_init(&params, config.get(), &ctx); st != UCS_OK)
+    throw ucx_error("ucp_init", st);
+  context_.reset(ctx);
+
+  ucp_worker_params_t wparams{};
+  wparams.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+  wparams.thread_mode = UCS_THREAD_MODE_SINGLE;  // only the progress thread touches it
+  ucp_worker_h worker = nullptr;
+  if (auto st = ucp_worker_create(context_.get(), &wparams, &worker); st != UCS_OK) {
+    throw ucx_error("ucp_worker_create", st);
+  }
+  worker_.reset(worker);
+
+  int worker_fd = -1;
+  if (auto st = ucp_worker_get_efd(worker_.get(), &worker_fd); st != UCS_OK) {
+    throw ucx_error("ucp_worker_get_efd", st);
+  }
+  epoll_fd_.reset(::epoll_create1(EPOLL_CLOEXEC));
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  if (!epoll_fd_ || ::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_ADD, worker_fd, &ev) != 0) {
+    throw Error(ErrorCode::Internal,
+                fmt::format("UcxTransport: epoll setup: {}", std::strerror(errno)));
+  }
+
+  // Publish this rank's record.
+  ucp_address_t* address = nullptr;
+  std::size_t address_len = 0;
+  if (auto st = ucp_worker_get_address(worker_.get(), &address, &address_len); st != UCS_OK) {
+    throw ucx_error("ucp_worker_get_address", st);
+  }
+  const std::string host = host_identity();
+  const Bytes mine = encode_record(host, ::getpid(), address, address_len);
+  ucp_worker_release_address(worker_.get(), address);
+  store.set(fmt::format("{}/{}", prefix, rank), mine);
+
+  const bool force_peer_mode = force_peer_error_mode();
+  peers_.reserve(static_cast<std::size_t>(size));
+  for (int p = 0; p < size; ++p) {
+    auto peer = std::make_unique<Peer>();
+    peer->self = this;
+    peer->rank = p;
+    const Record rec = p == rank
+                           ? decode_record(mine, p)
+                           : decode_record(store.get(fmt::format("{}/{}", prefix, p), timeout), p);
+    peer->same_host = rec.host == host && !force_peer_mode;
+    ucp_ep_params_t ep_params{};
+    ep_params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+    ep_params.address = reinterpret_cast<const ucp_address_t*>(rec.address.data());
+    if (peer->same_host) {
+      ep_params.err_mode = UCP_ERR_HANDLING_MODE_NONE;
+      if (p != rank) {
+        peer->pidfd.reset(pidfd_open(rec.pid));
+        epoll_event pev{};
+        pev.events = EPOLLIN;  // wakes the progress engine the moment the peer dies
+        if (peer->pidfd) ::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_ADD, peer->pidfd.get(), &pev);
+        if (!peer->pidfd) {
+          if (errno == ESRCH) {
+            peer->lost =
+                fmt::format("rank {} (pid {}) had already exited when we connected", p, rec.pid);
+          } else {
+            spdlog::warn(
+                "strait: cannot watch rank {} (pid {}) with a pidfd ({}); its death will "
+                "show as a timeout",
+                p, rec.pid, std::strerror(errno));
+          }
+        }
+      }
+    } else {
+      ep_params.field_mask |= UCP_EP_PARAM_FIELD_ERR_HANDLER;
+      ep_params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+      ep_params.err_handler.cb = &UcxTransport::on_ep_error;
+      ep_params.err_handler.arg = peer.get();
+    }
+    if (auto st = ucp_ep_create(worker_.get(), &ep_params, &peer->ep); st != UCS_OK) {
+      close_endpoints();
+      throw ucx_error(fmt::format("ucp_ep_create to rank {}", p).c_str(), st);
+    }
+    peers_.push_back(std::move(peer));
+  }
+}
+
+UcxTransport::~UcxTransport() {
+  check_peers();  // a dead local peer cannot flush: its endpoint is force-closed
+  // Requests still posted (failed or aborted operations) are cancelled so UCX releases them.
+  // Cancelling can complete a request at once, which erases it from in_flight_: iterate a copy.
+  std::vector<void*> posted;
+  for (auto& [req, pending] : in_flight_) posted.push_back(pending->ucx_request);
+  for (void* r : posted) ucp_request_cancel(worker_.get(), r);
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  while (!in_flight_.empty() && std::chrono::steady_clock::now() < until) {
+    ucp_worker_progress(worker_.get());
+  }
+  close_endpoints();
+  // Sends that never completed (a dead peer) keep their UCX requests until the worker goes.
+  for (auto& [req, pending] : in_flight_) {
+    if (pending->ucx_request != nullptr) ucp_request_free(pending->ucx_request);
+  }
+  in_flight_.clear();
+}
+
+void UcxTransport::close_endpoints() {
+  // Flush-close so that the last messages we sent still reach live peers; force-close the
+  // endpoints of lost peers, which can never flush. Bounded: a peer that stalls is left behind.
+  std::vector<void*> closing;
+  for (auto& peer : peers_) {
+    if (peer->ep == nullptr) continue;
+    ucp_request_param_t p{};
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    p.flags = peer->lost.empty() ? 0 : UCP_EP_CLOSE_FLAG_FORCE;
+    void* r = ucp_ep_close_nbx(peer->ep, &p);
+    if (r != nullptr && !UCS_PTR_IS_ERR(r)) closing.push_back(r);
+    peer->ep = nullptr;
+  }
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  for (void* r : closing) {
+    while (ucp_request_check_status(r) == UCS_INPROGRESS &&
+           std::chrono::steady_clock::now() < until) {
+      ucp_worker_progress(worker_.get());
+    }
+    if (ucp_request_check_status(r) != UCS_INPROGRESS) ucp_request_free(r);
+  }
+}
+
+void UcxTransport::retire(InFlight* done, ucs_status_t status, std::size_t bytes) {
+  auto& req = *done->request;
+  if (status == UCS_OK) {
+    req.state = TransportRequest::State::Done;
+    req.bytes = bytes;
+  } else {
+    req.state = TransportRequest::State::Failed;
+    req.error = ucs_status_string(status);
+  }
+  in_flight_.erase(done->request.get());  // destroys *done
+}
+
+void UcxTransport::on_send(void* request, ucs_status_t status, void* user_data) {
+  auto* pending = static_cast<InFlight*>(user_data);
+  ucp_request_free(request);
+  pending->transport->retire(pending, status, 0);
+}
+
+void UcxTransport::on_recv(void* request, ucs_status_t status, const ucp_tag_recv_info_t* info,
+                           void* user_data) {
+  auto* pending = static_cast<InFlight*>(user_data);
+  ucp_request_free(request);
+  pending->transport->retire(pending, status, status == UCS_OK ? info->length : 0);
+}
+
+void UcxTransport::on_ep_error(void* arg, ucp_ep_h /*ep*/, ucs_status_t status) {
+  auto* peer = static_cast<Peer*>(arg);
+  if (peer->lost.empty()) {
+    peer->lost =
+        fmt::format("the connection to rank {} failed: {}", peer->rank, ucs_status_string(status));
+  }
+}
+
+RequestPtr UcxTransport::post(bool is_send, int peer, Tag tag, const void* send_buf, void* recv_buf,
+                              std::size_t len) {
+  auto req = std::make_shared<TransportRequest>();
+  auto owned = std::make_unique<InFlight>();
+  InFlight* pending = owned.get();
+  pending->transport = this;
+  pending->request = req;
+  // Registered before posting: UCX may run the completion callback inside the post call.
+  in_flight_.emplace(req.get(), std::move(owned));
+  ucp_request_param_t p{};
+  p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+  p.user_data = pending;
+  void* r = nullptr;
+  if (is_send) {
+    p.cb.send = &UcxTransport::on_send;
+    r = ucp_tag_send_nbx(peers_.at(static_cast<std::size_t>(peer))->ep, send_buf, len, tag, &p);
+  } else {
+    // Receives always complete through the callback, which is where UCX reports the length.
+    p.op_attr_mask |= UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+    p.cb.recv = &UcxTransport::on_recv;
+    r = ucp_tag_recv_nbx(worker_.get(), recv_buf, len, tag, ~Tag{0}, &p);
+  }
+  if (!in_flight_.contains(req.get())) return req;  // the callback already ran (and freed r)
+  if (r == nullptr) {
+    req->state = TransportRequest::State::Done;
+    in_flight_.erase(req.get());
+  } else if (UCS_PTR_IS_ERR(r)) {
+    req->state = TransportRequest::State::Failed;
+    req->error = ucs_status_string(UCS_PTR_STATUS(r));
+    in_flight_.erase(req.get());
+  } else {
+    pending->ucx_request = r;
+  }
+  return req;
+}
+
+RequestPtr UcxTransport::isend(int peer, Tag tag, const void* buf, std::size_t len) {
+  return post(true, peer, tag, buf, nullptr, len);
+}
+
+RequestPtr UcxTransport::irecv(int /*peer: encoded in the tag, comm/tag.h*/, Tag tag, void* buf,
+                               std::size_t len) {
+  return post(false, 0, tag, nullptr, buf, len);
+}
+
+void UcxTransport::cancel(const RequestPtr& request) {
+  if (!request || !request->pending()) return;
+  const auto it = in_flight_.find(request.get());
+  if (it != in_flight_.end() && it->second->ucx_request != nullptr) {
+    ucp_request_cancel(worker_.get(), it->second->ucx_request);
+  }
+}
+
+bool UcxTransport::progress() {
+  return ucp_worker_progress(worker_.get()) != 0;
+}
+
+bool UcxTransport::arm() {
+  return ucp_worker_arm(worker_.get()) == UCS_OK;
+}
+
+void UcxTransport::check_peers() {
+  for (auto& peer : peers_) {
+    if (!peer->pidfd || !peer->lost.empty()) continue;
+    pollfd pfd{peer->pidfd.get(), POLLIN, 0};
+    if (::poll(&pfd, 1, 0) > 0) {
+      peer->lost = fmt::format("rank {}'s process exited", peer->rank);
+      ::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_DEL, peer->pidfd.get(), nullptr);  // stays readable
+    }
+  }
+}
+
+const std::string& UcxTransport::peer_lost(int peer) const {
+  return peers_.at(static_cast<std::size_t>(peer))->lost;
+}
+
+std::string UcxTransport::link_kind(int peer) const {
+  return peers_.at(static_cast<std::size_t>(peer))->same_host ? "shm" : "net";
+}
+
+}  // namespace strait::comm

@@ -1,0 +1,79 @@
+// UcxTransport: the host-memory transport, over UCX's UCP tag-matching API (isend / irecv).
+//
+// UCX picks the wire per peer (shared memory and CMA inside a host, TCP or RDMA between hosts).
+// Peers on the same host (same boot id, pid and network namespace) are connected without UCX's
+// peer-failure handling, which would restrict UCX to TCP, and are watched through a pidfd
+// instead: a local rank that dies is known within milliseconds. Peers on other hosts use
+// UCP_ERR_HANDLING_MODE_PEER, and UCX reports their loss through the endpoint error callback.
+// STRAIT_UCX_ERR_MODE=peer forces the latter for every peer (e.g. to exercise TCP on one box).
+//
+// Construction is collective over the job: each rank publishes its worker address, host identity
+// and pid under "<prefix>/<rank>" in the store and connects to every rank (itself included).
+// Thread-safety: construction on any thread; everything else from the progress engine's thread.
+// Errors: Unavailable when UCX cannot start; Timeout when a rank's address never appears.
+#pragma once
+
+#include <ucp/api/ucp.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "comm/bootstrap/store.h"
+#include "comm/transport/transport.h"
+#include "core/fd.h"
+
+namespace strait::comm {
+
+class UcxTransport final : public Transport {
+ public:
+  UcxTransport(Store& store, const std::string& prefix, int rank, int size,
+               std::chrono::milliseconds timeout);
+  ~UcxTransport() override;
+
+  [[nodiscard]] int rank() const noexcept override { return rank_; }
+  [[nodiscard]] int size() const noexcept override { return size_; }
+  RequestPtr isend(int peer, Tag tag, const void* buf, std::size_t len) override;
+  RequestPtr irecv(int peer, Tag tag, void* buf, std::size_t len) override;
+  void cancel(const RequestPtr& request) override;
+  bool progress() override;
+  [[nodiscard]] int event_fd() const noexcept override { return epoll_fd_.get(); }
+  bool arm() override;
+  void check_peers() override;
+  [[nodiscard]] const std::string& peer_lost(int peer) const override;
+
+  // "shm" or "net" per peer: how UCX was allowed to reach it (for logs and tests).
+  [[nodiscard]] std::string link_kind(int peer) const;
+
+ private:
+  struct InFlight;  // a posted UCX request, owned by in_flight_
+  struct Peer {
+    UcxTransport* self = nullptr;
+    int rank = 0;
+    ucp_ep_h ep = nullptr;
+    bool same_host = false;
+    Fd pidfd;          // same-host peers: readable when the process has exited
+    std::string lost;  // non-empty once the peer is known to be gone
+  };
+
+  static void on_send(void* request, ucs_status_t status, void* user_data);
+  static void on_recv(void* request, ucs_status_t status, const ucp_tag_recv_info_t* info,
+                      void* user_data);
+  static void on_ep_error(void* arg, ucp_ep_h ep, ucs_status_t status);
+  void close_endpoints();
+  RequestPtr post(bool is_send, int peer, Tag tag, const void* send_buf, void* recv_buf,
+                  std::size_t len);
+  void retire(InFlight* done, ucs_status_t status, std::size_t bytes);
+
+  int rank_;
+  int size_;
+  std::unique_ptr<ucp_context, void (*)(ucp_context_h)> context_;
+  std::unique_ptr<ucp_worker, void (*)(ucp_worker_h)> worker_;
+  std::vector<std::unique_ptr<Peer>> peers_;
+  std::unordered_map<TransportRequest*, std::unique_ptr<InFlight>> in_flight_;
+  Fd epoll_fd_;  // the worker's event fd, for the progress engine to sleep on
+};
+
+}  // namespace strait::comm

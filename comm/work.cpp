@@ -1,0 +1,100 @@
+#include "comm/work.h"
+
+#include <fmt/format.h>
+
+#include "comm/progress_engine.h"
+
+namespace strait::comm {
+
+bool WorkState::done() const {
+  const std::lock_guard lock(mutex_);
+  return done_;
+}
+
+bool WorkState::wait_until(std::chrono::steady_clock::time_point until) const {
+  std::unique_lock lock(mutex_);
+  return cv_.wait_until(lock, until, [this] { return done_; });
+}
+
+std::optional<Error> WorkState::error() const {
+  const std::lock_guard lock(mutex_);
+  return error_;
+}
+
+void WorkState::complete(std::optional<Error> error) {
+  std::vector<std::function<void(const std::optional<Error>&)>> callbacks;
+  {
+    const std::lock_guard lock(mutex_);
+    if (done_) return;
+    done_ = true;
+    error_ = std::move(error);
+    callbacks.swap(callbacks_);
+  }
+  cv_.notify_all();
+  for (auto& cb : callbacks) cb(error_);
+}
+
+void WorkState::on_complete(std::function<void(const std::optional<Error>&)> callback) {
+  {
+    const std::lock_guard lock(mutex_);
+    if (!done_) {
+      callbacks_.push_back(std::move(callback));
+      return;
+    }
+  }
+  callback(error_);
+}
+
+void Work::require_valid() const {
+  if (!state_) {
+    throw Error(ErrorCode::InvalidArgument,
+                "this Work handle is empty: it was default-constructed or moved from");
+  }
+}
+
+bool Work::test() const {
+  require_valid();
+  return state_->done();
+}
+
+void Work::wait() const {
+  require_valid();
+  // The engine fails every operation at its deadline, so this wait is bounded.
+  state_->wait_until(std::chrono::steady_clock::time_point::max());
+  if (auto e = state_->error()) throw *e;
+}
+
+void Work::wait(std::chrono::milliseconds timeout) const {
+  require_valid();
+  if (!state_->wait_until(std::chrono::steady_clock::now() + timeout)) {
+    const Error timed_out(ErrorCode::Timeout,
+                          fmt::format("{}: the caller's wait of {} ms expired before it finished",
+                                      state_->description(), timeout.count()));
+    // The engine cancels the operation's receives before completing it, so once this returns no
+    // buffer of the operation is written any more.
+    if (auto engine = state_->engine.lock()) {
+      engine->fail(state_, timed_out);
+    } else {
+      state_->complete(timed_out);
+    }
+    state_->wait_until(std::chrono::steady_clock::time_point::max());
+  }
+  if (auto e = state_->error()) throw *e;
+}
+
+std::optional<Error> Work::error() const {
+  require_valid();
+  return state_->error();
+}
+
+void Work::on_complete(std::function<void(const std::optional<Error>&)> callback) const {
+  require_valid();
+  state_->on_complete(std::move(callback));
+}
+
+const std::string& Work::description() const {
+  require_valid();
+  return state_->description();
+}
+
+}  // namespace strait::comm

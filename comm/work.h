@@ -1,0 +1,79 @@
+// Work: the handle of a non-blocking operation (the role of MPI_Request / c10d::Work).
+//
+// Completion and errors are reported by the progress engine. wait() blocks the caller until the
+// operation finishes and rethrows its error (strait::Error with the operation, its sequence number
+// and the ranks involved). A wait(timeout) that expires fails the operation itself with Timeout:
+// once a caller gives up on an operation its buffers may be reused, so it must not finish later.
+// Thread-safety: all members may be called from any thread; callbacks run on the progress thread
+// and must be short and must not block (hand work to another thread, e.g. by fulfilling a promise).
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+
+namespace strait::comm {
+
+class ProgressEngine;
+
+// Shared between the handle and the engine.
+class WorkState {
+ public:
+  explicit WorkState(std::string description) : description_(std::move(description)) {}
+
+  [[nodiscard]] const std::string& description() const noexcept { return description_; }
+  [[nodiscard]] bool done() const;
+  // Waits until done or `until`; returns done().
+  bool wait_until(std::chrono::steady_clock::time_point until) const;
+  [[nodiscard]] std::optional<Error> error() const;
+
+  // Engine side: first call wins; later calls are ignored.
+  void complete(std::optional<Error> error);
+  void on_complete(std::function<void(const std::optional<Error>&)> callback);
+
+  // The engine that runs this operation, so that an abandoned wait can fail it.
+  std::weak_ptr<ProgressEngine> engine;
+
+ private:
+  const std::string description_;
+  mutable std::mutex mutex_;
+  mutable std::condition_variable cv_;
+  bool done_ = false;
+  std::optional<Error> error_;
+  std::vector<std::function<void(const std::optional<Error>&)>> callbacks_;
+};
+
+class Work {
+ public:
+  Work() = default;
+  explicit Work(std::shared_ptr<WorkState> state) : state_(std::move(state)) {}
+
+  // True when the operation has finished (successfully or not). Never blocks.
+  [[nodiscard]] bool test() const;
+  // Blocks until the operation finishes; throws its error. The operation's own deadline (the
+  // communicator's timeout) bounds the wait.
+  void wait() const;
+  // As wait(), but gives up after `timeout`: the operation is then failed with Timeout and this
+  // throws that error.
+  void wait(std::chrono::milliseconds timeout) const;
+  // The error, once finished with one.
+  [[nodiscard]] std::optional<Error> error() const;
+  // Runs `callback` once the operation finishes (at once, on this thread, if it already has).
+  void on_complete(std::function<void(const std::optional<Error>&)> callback) const;
+  [[nodiscard]] const std::string& description() const;
+  [[nodiscard]] bool valid() const noexcept { return state_ != nullptr; }
+
+ private:
+  void require_valid() const;
+  std::shared_ptr<WorkState> state_;
+};
+
+}  // namespace strait::comm
