@@ -13,7 +13,7 @@
 #include <cstdint>
 #include <filesystem>
 
-#include "offload/unique_fd.h"
+#include "core/fd.h"
 
 namespace strait::offload {
 
@@ -40,7 +40,7 @@ class IoFile {
   [[nodiscard]] std::uint64_t size() const;  // bytes, from fstat
 
  private:
-  UniqueFd fd_;
+  Fd fd_;
   std::filesystem::path path_;
   bool direct_ = false;
   IoAlignment alignment_;

@@ -17,7 +17,7 @@
 #include <cstring>
 #include <optional>
 
-#include "comm/bootstrap/fd.h"
+#include "core/fd.h"
 #include "comm/bootstrap/socket.h"
 #include "core/error.h"
 
@@ -25,7 +25,7 @@ namespace strait::tools {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-using comm::Fd;
+using strait::Fd;
 
 constexpr int kMaxRanks = 1 << 16;
 constexpr int kExecFailed = 127;  // as a shell reports a command it cannot run

@@ -10,7 +10,7 @@
 #include <cstdint>
 #include <string>
 
-#include "comm/bootstrap/fd.h"
+#include "core/fd.h"
 
 namespace strait::comm::net {
 

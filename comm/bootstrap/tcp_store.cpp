@@ -17,7 +17,7 @@
 #include <thread>
 #include <unordered_map>
 
-#include "comm/bootstrap/fd.h"
+#include "core/fd.h"
 #include "comm/bootstrap/socket.h"
 #include "comm/bootstrap/tcp_store_server.h"
 #include "comm/bootstrap/tcp_store_wire.h"

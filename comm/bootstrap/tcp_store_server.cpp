@@ -19,7 +19,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "comm/bootstrap/fd.h"
+#include "core/fd.h"
 #include "comm/bootstrap/socket.h"
 #include "comm/bootstrap/store.h"
 #include "comm/bootstrap/tcp_store_wire.h"
