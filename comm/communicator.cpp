@@ -13,6 +13,7 @@
 #include "comm/algorithms/point_to_point.h"
 #include "comm/algorithms/ring_allgather.h"
 #include "comm/algorithms/ring_allreduce.h"
+#include "comm/bootstrap/launch_env.h"
 #include "comm/progress_engine.h"
 #include "comm/transport/ucx/ucx_transport.h"
 #include "core/error.h"
@@ -62,6 +63,12 @@ std::unique_ptr<Communicator> Communicator::create(std::shared_ptr<Store> store,
   for (int i = 0; i < size; ++i) group->world_ranks[static_cast<std::size_t>(i)] = i;
   return std::make_unique<Communicator>(Key{}, std::move(shared), std::move(group),
                                         options.timeout);
+}
+
+std::unique_ptr<Communicator> Communicator::from_env(const CommOptions& options) {
+  const LaunchEnv env = launch_env_from_environment();
+  std::shared_ptr<Store> store = make_launch_store(env, options.timeout, options.timeout);
+  return create(std::move(store), env.rank, env.world_size, options);
 }
 
 Communicator::Communicator(Key /*key*/, std::shared_ptr<Shared> shared,
