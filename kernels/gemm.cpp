@@ -29,6 +29,14 @@ void check(Trans ta, Trans tb, int m, int n, int k, int lda, int ldb, int ldc) {
 
 }  // namespace
 
+void set_gemm_threads(int threads) {
+  if (threads < 1) {
+    throw Error(ErrorCode::InvalidArgument,
+                fmt::format("kernels::set_gemm_threads: {} threads; give at least 1", threads));
+  }
+  openblas_set_num_threads(threads);
+}
+
 template <class F>
 void gemm(Trans ta, Trans tb, int m, int n, int k, F alpha, const F* a, int lda, const F* b,
           int ldb, F beta, F* c, int ldc) {

@@ -15,6 +15,10 @@ namespace strait::kernels {
 
 enum class Trans : std::uint8_t { No, Yes };
 
+// Threads OpenBLAS may use for one GEMM in this process (>= 1). Ranks sharing a machine should
+// split its cores between them rather than oversubscribe.
+void set_gemm_threads(int threads);
+
 template <class F>
 void gemm(Trans ta, Trans tb, int m, int n, int k, F alpha, const F* a, int lda, const F* b,
           int ldb, F beta, F* c, int ldc);

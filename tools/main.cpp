@@ -3,15 +3,20 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <string>
+#include <vector>
 
 #include "core/error.h"
 #include "tools/run_command.h"
+#include "tools/train_command.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"strait: collective communication and offload for training over slow links"};
   app.require_subcommand(1);
   int exit_code = 0;
+  const std::vector<std::string> args(argv, argv + argc);
   strait::tools::add_run_command(app, exit_code);
+  strait::tools::add_train_command(app, args, exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,0 +1,245 @@
+#include "scheduler/executor.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "core/error.h"
+#include "scheduler/schedule_sim.h"
+
+namespace strait::sched {
+namespace {
+
+using kernels::DType;
+using kernels::ReduceOp;
+
+// Message tags: step, microbatch and direction, so a late or early message can never be taken for
+// another (comm also matches on the sender). Forward-only passes use their own space (bit 36).
+std::uint64_t step_tag(std::int64_t step, int microbatch, bool backward) {
+  return ((static_cast<std::uint64_t>(step) & 0xfffffU) << 16) |
+         (static_cast<std::uint64_t>(microbatch) << 1) | (backward ? 1U : 0U);
+}
+
+constexpr std::uint64_t kForwardOnlyTag = 1ULL << 36;
+
+}  // namespace
+
+PipelineExecutor::PipelineExecutor(Schedule schedule, int stage, StageModel<float>& model,
+                                   PipelineComms comms, int microbatch_size, int context)
+    : schedule_(std::move(schedule)),
+      stage_(stage),
+      model_(model),
+      comms_(comms),
+      batch_(microbatch_size),
+      context_(context) {
+  const int p = schedule_.stages;
+  if (stage < 0 || stage >= p) {
+    throw Error(ErrorCode::InvalidArgument,
+                fmt::format("executor: stage {} is outside the schedule's {} stages", stage, p));
+  }
+  const int pipe_size = comms_.pipeline != nullptr ? comms_.pipeline->size() : 1;
+  if (pipe_size != p) {
+    throw Error(ErrorCode::InvalidArgument,
+                fmt::format("executor: the schedule has {} stages but the pipeline communicator "
+                            "has {} ranks",
+                            p, pipe_size));
+  }
+  if (schedule_.microbatches >= (1 << 15)) {
+    throw Error(ErrorCode::InvalidArgument, "executor: at most 32767 microbatches per step");
+  }
+  act_elems_ = static_cast<std::size_t>(batch_) * static_cast<std::size_t>(context_) *
+               static_cast<std::size_t>(model_.config().dim);
+  const auto m = static_cast<std::size_t>(schedule_.microbatches);
+  const bool first = stage_ == 0;
+  const bool last = stage_ == p - 1;
+  in_acts_.resize(first ? 1 : m, std::vector<float>(act_elems_));
+  out_acts_.resize(last ? 1 : m, std::vector<float>(act_elems_));
+  grad_out_.resize(last ? 0 : m, std::vector<float>(act_elems_));
+  grad_in_.resize(first ? 0 : m, std::vector<float>(act_elems_));
+}
+
+StepStats PipelineExecutor::run_step(std::int64_t step, std::span<const std::int32_t> tokens,
+                                     std::span<const std::int32_t> targets, double grad_clip,
+                                     const OptimizerStep& optimizer) {
+  const int p = schedule_.stages;
+  const int m = schedule_.microbatches;
+  const bool first = stage_ == 0;
+  const bool last = stage_ == p - 1;
+  const std::size_t seq_elems =
+      static_cast<std::size_t>(batch_) * static_cast<std::size_t>(context_);
+  if ((first && tokens.size() != seq_elems * static_cast<std::size_t>(m)) ||
+      (last && targets.size() != seq_elems * static_cast<std::size_t>(m))) {
+    throw Error(
+        ErrorCode::InvalidArgument,
+        fmt::format("executor: step {} got {} tokens and {} targets; the first and last "
+                    "stage need microbatches x B x T = {} each",
+                    step, tokens.size(), targets.size(), seq_elems * static_cast<std::size_t>(m)));
+  }
+  const std::size_t bytes = act_elems_ * sizeof(float);
+  comm::Communicator* pipe = comms_.pipeline;
+
+  model_.zero_grads();
+  // Post every receive of the step now; the schedule's RECV actions wait for them.
+  std::vector<comm::Work> recv_f(static_cast<std::size_t>(m)), recv_b(static_cast<std::size_t>(m));
+  for (int mb = 0; mb < m; ++mb) {
+    const auto i = static_cast<std::size_t>(mb);
+    if (!first)
+      recv_f[i] = pipe->irecv(in_acts_[i].data(), bytes, stage_ - 1, step_tag(step, mb, false));
+    if (!last)
+      recv_b[i] = pipe->irecv(grad_out_[i].data(), bytes, stage_ + 1, step_tag(step, mb, true));
+  }
+  std::vector<comm::Work> sends;
+  std::vector<int> slot_of(static_cast<std::size_t>(m), -1);
+  std::vector<int> free_slots;
+  for (int s = peak_stashed_microbatches(schedule_, stage_) - 1; s >= 0; --s)
+    free_slots.push_back(s);
+
+  StepStats stats;
+  double loss_sum = 0;
+  for (const Action& a : schedule_.ranks[static_cast<std::size_t>(stage_)]) {
+    const auto i = static_cast<std::size_t>(a.microbatch < 0 ? 0 : a.microbatch);
+    switch (a.kind) {
+      case ActionKind::RecvF: recv_f[i].wait(); break;
+      case ActionKind::RecvB: recv_b[i].wait(); break;
+      case ActionKind::F: {
+        if (free_slots.empty()) {
+          throw Error(ErrorCode::Internal,
+                      fmt::format("executor: stage {} ran out of activation slots at F{}", stage_,
+                                  a.microbatch));
+        }
+        const int slot = free_slots.back();
+        free_slots.pop_back();
+        slot_of[i] = slot;
+        const std::int32_t* tok = first ? tokens.data() + i * seq_elems : nullptr;
+        const std::int32_t* tgt = last ? targets.data() + i * seq_elems : nullptr;
+        if (first && last) {
+          loss_sum += model_.forward(slot, tok, tgt, batch_, context_);
+        } else if (first) {
+          model_.forward(slot, tok, batch_, context_, out_acts_[i].data());
+        } else if (last) {
+          loss_sum += model_.forward(slot, in_acts_[i].data(), tgt, batch_, context_);
+        } else {
+          model_.forward(slot, in_acts_[i].data(), batch_, context_, out_acts_[i].data());
+        }
+        break;
+      }
+      case ActionKind::SendF:
+        sends.push_back(pipe->isend(out_acts_[i].data(), bytes, stage_ + 1,
+                                    step_tag(step, a.microbatch, false)));
+        break;
+      case ActionKind::B: {
+        const float* dout = last ? nullptr : grad_out_[i].data();
+        float* din = first ? nullptr : grad_in_[i].data();
+        model_.backward(slot_of[i], dout, 1.0F / static_cast<float>(m), din);
+        free_slots.push_back(slot_of[i]);
+        slot_of[i] = -1;
+        break;
+      }
+      case ActionKind::SendB:
+        sends.push_back(
+            pipe->isend(grad_in_[i].data(), bytes, stage_ - 1, step_tag(step, a.microbatch, true)));
+        break;
+      case ActionKind::AllreduceGrad:
+        for (const auto& w : sends) w.wait();
+        sends.clear();
+        all_reduce_gradients(stats);
+        break;
+      case ActionKind::Optim:
+        stats.grad_norm = clip_gradients(grad_clip);
+        optimizer(model_.params(), model_.grads());
+        break;
+    }
+  }
+  for (const auto& w : sends) w.wait();
+  stats.loss = last ? loss_sum / m : std::numeric_limits<double>::quiet_NaN();
+  return stats;
+}
+
+void PipelineExecutor::all_reduce_gradients(StepStats& stats) {
+  auto grads = model_.grads();
+  const auto before = [](comm::Communicator* c) {
+    return c != nullptr ? c->stats().allreduce_bytes : 0;
+  };
+  const std::uint64_t sent0 = before(comms_.tied) + before(comms_.data);
+  if (comms_.tied != nullptr) {
+    if (const auto tied = model_.tied_wte()) {
+      float* w = grads.data() + tied->offset;
+      comms_.tied->allreduce(w, w, tied->count, DType::F32, ReduceOp::Sum);
+    }
+  }
+  if (comms_.data != nullptr && comms_.data->size() > 1) {
+    comms_.data->allreduce(grads.data(), grads.data(), grads.size(), DType::F32, ReduceOp::Avg);
+  }
+  stats.allreduce_bytes = before(comms_.tied) + before(comms_.data) - sent0;
+}
+
+double PipelineExecutor::clip_gradients(double max_norm) {
+  auto grads = model_.grads();
+  // The last stage's copy of wte duplicates the first stage's: count it once.
+  std::size_t skip_begin = 0, skip_end = 0;
+  if (schedule_.stages > 1 && stage_ == schedule_.stages - 1) {
+    if (const auto tied = model_.tied_wte()) {
+      skip_begin = tied->offset;
+      skip_end = tied->offset + tied->count;
+    }
+  }
+  double sumsq = 0;
+  for (std::size_t j = 0; j < grads.size(); ++j) {
+    if (j >= skip_begin && j < skip_end) continue;
+    sumsq += static_cast<double>(grads[j]) * grads[j];
+  }
+  if (comms_.pipeline != nullptr && comms_.pipeline->size() > 1) {
+    comms_.pipeline->allreduce(&sumsq, &sumsq, 1, DType::F64, ReduceOp::Sum);
+  }
+  const double norm = std::sqrt(sumsq);
+  if (!std::isfinite(norm)) {
+    throw Error(ErrorCode::InvalidArgument,
+                fmt::format("the gradient norm is {} at stage {}: training diverged; lower the "
+                            "learning rate or enable gradient clipping",
+                            norm, stage_));
+  }
+  if (max_norm > 0 && norm > max_norm) {
+    const auto scale = static_cast<float>(max_norm / (norm + 1e-6));
+    for (float& g : grads) g *= scale;
+  }
+  return norm;
+}
+
+double PipelineExecutor::forward_only(std::span<const std::int32_t> tokens,
+                                      std::span<const std::int32_t> targets, int batch, int length,
+                                      std::uint64_t tag) {
+  const bool first = stage_ == 0;
+  const bool last = stage_ == schedule_.stages - 1;
+  if (batch < 1 || batch > batch_ || length < 1 || length > context_) {
+    throw Error(ErrorCode::InvalidArgument,
+                fmt::format("forward_only: batch {} x length {} exceeds the executor's {} x {}",
+                            batch, length, batch_, context_));
+  }
+  const auto n = static_cast<std::size_t>(batch) * static_cast<std::size_t>(length);
+  if ((first && tokens.size() != n) || (last && !targets.empty() && targets.size() != n)) {
+    throw Error(ErrorCode::InvalidArgument,
+                fmt::format("forward_only: {} tokens / {} targets for a {} x {} batch",
+                            tokens.size(), targets.size(), batch, length));
+  }
+  const std::size_t bytes = n * static_cast<std::size_t>(model_.config().dim) * sizeof(float);
+  const std::uint64_t t = kForwardOnlyTag | (tag & ((1ULL << 36) - 1));
+  comm::Communicator* pipe = comms_.pipeline;
+  if (!first) pipe->recv(in_acts_[0].data(), bytes, stage_ - 1, t);
+  const std::int32_t* tgt = last && !targets.empty() ? targets.data() : nullptr;
+  double loss = 0;
+  if (first && last) {
+    loss = model_.forward(0, tokens.data(), tgt, batch, length);
+  } else if (first) {
+    model_.forward(0, tokens.data(), batch, length, out_acts_[0].data());
+  } else if (last) {
+    loss = model_.forward(0, in_acts_[0].data(), tgt, batch, length);
+  } else {
+    model_.forward(0, in_acts_[0].data(), batch, length, out_acts_[0].data());
+  }
+  if (!last) pipe->send(out_acts_[0].data(), bytes, stage_ + 1, t);
+  return last && tgt != nullptr ? loss * static_cast<double>(n) : 0.0;
+}
+
+}  // namespace strait::sched

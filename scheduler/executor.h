@@ -1,0 +1,82 @@
+// PipelineExecutor: runs one pipeline rank's action list (scheduler/schedule.h) for a training
+// step: forwards and backwards of its stage, the activation / gradient transfers with the
+// neighbouring stages, the gradient all-reduce over data-parallel replicas and the optimizer step.
+//
+// Receives of a step are all posted when the step starts (the schedule's RECV only marks where the
+// data must have arrived) and sends are non-blocking, so a stage computes while its neighbours'
+// transfers are in flight; send buffers are per microbatch and live until the step's sends finish.
+// ALLREDUCE_GRAD first sums the tied word-embedding gradient between the first and the last stage
+// (Megatron-LM's embedding group: their two copies of wte stay identical), then averages every
+// gradient over the replicas of this stage. OPTIM clips the global gradient norm (over all stages,
+// the tied copy counted once) and calls the optimizer.
+// Thread-safety: one thread drives an executor. Errors: comm errors (PeerLost, Timeout, Mismatch)
+// propagate with the operation and ranks named; InvalidArgument for inconsistent sizes.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <span>
+
+#include "comm/communicator.h"
+#include "scheduler/schedule.h"
+#include "scheduler/transformer.h"
+
+namespace strait::sched {
+
+// The communicators a pipeline rank talks through (null where the group has one rank).
+struct PipelineComms {
+  comm::Communicator* pipeline = nullptr;  // the stages of this replica, rank = stage
+  comm::Communicator* data = nullptr;      // the replicas of this stage, rank = replica
+  comm::Communicator* tied = nullptr;      // first and last stage of this replica (P > 1)
+};
+
+// Applies the update to params from grads (already averaged and clipped).
+using OptimizerStep = std::function<void(std::span<float> params, std::span<const float> grads)>;
+
+struct StepStats {
+  double loss = 0;       // last stage: mean loss over the step's microbatches; else NaN
+  double grad_norm = 0;  // global gradient norm before clipping
+  std::uint64_t allreduce_bytes = 0;  // sent by this rank's gradient all-reduces in the step
+};
+
+class PipelineExecutor {
+ public:
+  // `schedule` must be valid (validate_schedule) with stages == pipeline size; `stage` is this
+  // rank's stage; the model holds that stage and at least peak_stashed_microbatches slots.
+  // microbatch_size: sequences per microbatch (B); context: T.
+  PipelineExecutor(Schedule schedule, int stage, StageModel<float>& model, PipelineComms comms,
+                   int microbatch_size, int context);
+
+  // One training step. tokens/targets: [M, B, T] int32 (used by the first / last stage only;
+  // others may pass empty spans). grad_clip <= 0 disables clipping.
+  StepStats run_step(std::int64_t step, std::span<const std::int32_t> tokens,
+                     std::span<const std::int32_t> targets, double grad_clip,
+                     const OptimizerStep& optimizer);
+
+  // Forward only (evaluation, generation) of one batch of B' <= B sequences of length T' <= T
+  // through the pipeline. Last stage: returns the sum of the per-position losses (targets given)
+  // and leaves the logits readable through model().logits(0); other stages return 0.
+  double forward_only(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets,
+                      int batch, int length, std::uint64_t tag);
+
+  [[nodiscard]] StageModel<float>& model() noexcept { return model_; }
+  [[nodiscard]] bool first_stage() const noexcept { return stage_ == 0; }
+  [[nodiscard]] bool last_stage() const noexcept { return stage_ == schedule_.stages - 1; }
+
+ private:
+  void all_reduce_gradients(StepStats& stats);
+  double clip_gradients(double max_norm);
+
+  Schedule schedule_;
+  int stage_;
+  StageModel<float>& model_;
+  PipelineComms comms_;
+  int batch_;
+  int context_;
+  std::size_t act_elems_;  // B * T * C
+  // Per microbatch: received input activations, output activations being sent, received output
+  // gradients, input gradients being sent.
+  std::vector<std::vector<float>> in_acts_, out_acts_, grad_out_, grad_in_;
+};
+
+}  // namespace strait::sched

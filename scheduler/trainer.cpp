@@ -1,0 +1,403 @@
+#include "scheduler/trainer.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <numbers>
+#include <optional>
+#include <thread>
+#include <vector>
+
+#include "comm/bootstrap/launch_env.h"
+#include "comm/communicator.h"
+#include "core/error.h"
+#include "kernels/adamw.h"
+#include "kernels/gemm.h"
+#include "offload/adamw_state_file.h"
+#include "offload/io_engine_factory.h"
+#include "scheduler/corpus.h"
+#include "scheduler/data.h"
+#include "scheduler/executor.h"
+#include "scheduler/schedule.h"
+#include "scheduler/schedule_sim.h"
+#include "scheduler/schedule_validate.h"
+#include "scheduler/transformer.h"
+
+namespace strait::sched {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using kernels::DType;
+using kernels::ReduceOp;
+
+Error bad(const std::string& message) {
+  return Error(ErrorCode::InvalidArgument, message);
+}
+
+GptConfig model_config(const TrainConfig& c) {
+  GptConfig g;
+  g.vocab = 256;
+  g.ctx = c.ctx;
+  g.layers = c.layers;
+  g.dim = c.dim;
+  g.heads = c.heads;
+  return g;
+}
+
+// The offload directory must accept a new file: creating one is the only test that also holds for
+// root (who ignores permission bits) on read-only or full file systems.
+void check_writable(const std::filesystem::path& dir) {
+  offload::check_offload_dir(dir);
+  std::string probe = (dir / ".strait-probe-XXXXXX").string();
+  const int fd = ::mkstemp(probe.data());
+  if (fd < 0) {
+    throw bad(
+        fmt::format("offload directory {} is not writable ({}): pass --offload-dir with a "
+                    "writable directory",
+                    dir.string(), std::strerror(errno)));
+  }
+  ::close(fd);
+  ::unlink(probe.c_str());
+}
+
+// Contiguous runs of tensors with the same weight-decay rule become one optimizer group.
+std::vector<offload::DecayGroup> decay_groups(const StageModel<float>& model, double weight_decay) {
+  std::vector<offload::DecayGroup> groups;
+  for (const auto& t : model.tensors()) {
+    const double wd = t.weight_decay ? weight_decay : 0.0;
+    if (!groups.empty() && groups.back().weight_decay == wd &&
+        groups.back().offset + groups.back().count == t.offset) {
+      groups.back().count += t.count;
+    } else {
+      groups.push_back({t.offset, t.count, wd});
+    }
+  }
+  return groups;
+}
+
+std::string human_bytes(double b) {
+  if (b >= 1024.0 * 1024.0) return fmt::format("{:.2f} MiB", b / (1024.0 * 1024.0));
+  if (b >= 1024.0) return fmt::format("{:.1f} KiB", b / 1024.0);
+  return fmt::format("{:.0f} B", b);
+}
+
+// Bytes of the sample as printable text: bytes that are not printable ASCII or common whitespace
+// are shown as \xNN so a terminal is never confused by a half-learned byte model.
+std::string printable(const std::vector<std::int32_t>& tokens) {
+  std::string out;
+  for (const std::int32_t t : tokens) {
+    const auto c = static_cast<unsigned char>(t);
+    if (c == '\n' || c == '\t' || (c >= 0x20 && c < 0x7f)) {
+      out.push_back(static_cast<char>(c));
+    } else {
+      out += fmt::format("\\x{:02x}", c);
+    }
+  }
+  return out;
+}
+
+class Job {
+ public:
+  explicit Job(const TrainConfig& config) : cfg_(config) {}
+  void run();
+
+ private:
+  void setup();
+  double evaluate();
+  std::vector<std::int32_t> generate();
+  void emit(const nlohmann::json& record);
+
+  const TrainConfig& cfg_;
+  std::unique_ptr<comm::Communicator> world_, pipe_, data_, tied_;
+  int rank_ = 0, stage_ = 0, replica_ = 0;
+  std::optional<ByteDataset> dataset_;
+  std::unique_ptr<StageModel<float>> model_;
+  std::unique_ptr<PipelineExecutor> executor_;
+  std::unique_ptr<offload::AdamWStateFile> moments_;
+  std::vector<offload::DecayGroup> groups_;
+  std::ofstream metrics_;
+};
+
+void Job::setup() {
+  cfg_.validate();
+  world_ = comm::Communicator::from_env();
+  rank_ = world_->rank();
+  if (world_->size() != cfg_.world_size()) {
+    throw bad(fmt::format(
+        "the job has {} ranks but --stages {} x --replicas {} needs {}: launch "
+        "{} ranks (strait train does this itself when run without RANK set)",
+        world_->size(), cfg_.stages, cfg_.replicas, cfg_.world_size(), cfg_.world_size()));
+  }
+  stage_ = rank_ % cfg_.stages;
+  replica_ = rank_ / cfg_.stages;
+  const int p = cfg_.stages;
+  pipe_ = world_->split(replica_, stage_);
+  data_ = world_->split(stage_, replica_);
+  const bool tied_member = p > 1 && (stage_ == 0 || stage_ == p - 1);
+  tied_ = world_->split(tied_member ? replica_ : -1, stage_);
+
+  int threads = cfg_.blas_threads;
+  if (threads == 0) {
+    const auto local = comm::launch_env_from_environment().local_world_size;
+    threads =
+        std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / std::max(1, local));
+  }
+  kernels::set_gemm_threads(threads);
+
+  // Only the first stage reads tokens and only the last reads targets.
+  if (stage_ == 0 || stage_ == p - 1) {
+    DatasetOptions dopt;
+    dopt.context = cfg_.ctx;
+    dopt.seed = cfg_.seed;
+    dopt.max_eval_sequences = cfg_.eval_sequences;
+    dataset_.emplace(ByteCorpus::load(cfg_.data), dopt);
+  }
+  const Schedule schedule = make_schedule(parse_schedule_kind(cfg_.schedule), p, cfg_.microbatches);
+  validate_schedule(schedule);
+  const auto ranges = split_layers(cfg_.layers, p);
+  model_ = std::make_unique<StageModel<float>>(
+      model_config(cfg_), ranges[static_cast<std::size_t>(stage_)], cfg_.microbatch_size,
+      peak_stashed_microbatches(schedule, stage_), cfg_.seed);
+  PipelineComms comms{pipe_.get(), data_.get(), tied_.get()};
+  executor_ = std::make_unique<PipelineExecutor>(schedule, stage_, *model_, comms,
+                                                 cfg_.microbatch_size, cfg_.ctx);
+  offload::AdamWStateFileOptions mopt;
+  mopt.dir = cfg_.offload_dir;
+  mopt.tag = fmt::format("rank{}", rank_);
+  moments_ = std::make_unique<offload::AdamWStateFile>(model_->params().size(), mopt);
+  groups_ = decay_groups(*model_, cfg_.weight_decay);
+  if (rank_ == 0 && !cfg_.metrics.empty()) {
+    metrics_.open(cfg_.metrics, std::ios::trunc);
+    if (!metrics_) throw bad(fmt::format("cannot write --metrics {}", cfg_.metrics.string()));
+  }
+}
+
+void Job::emit(const nlohmann::json& record) {
+  if (metrics_.is_open()) metrics_ << record.dump() << '\n' << std::flush;
+}
+
+double Job::evaluate() {
+  // Replicas share the held-out sequences; the last stages hold the losses.
+  const int b = cfg_.microbatch_size;
+  const int t = cfg_.ctx;
+  std::int64_t total = 0;
+  if (dataset_) total = dataset_->eval_sequences();
+  world_->allreduce(&total, &total, 1, DType::I64, ReduceOp::Max);  // middle stages have no data
+  const std::int64_t per = (total + cfg_.replicas - 1) / cfg_.replicas;
+  const std::int64_t begin = std::min<std::int64_t>(total, per * replica_);
+  const std::int64_t end = std::min<std::int64_t>(total, begin + per);
+  std::vector<std::int32_t> tokens(static_cast<std::size_t>(b * t)), targets(tokens.size());
+  double sums[2] = {0, 0};  // loss sum, positions
+  std::uint64_t tag = 0;
+  for (std::int64_t first = begin; first < end; first += b) {
+    const int count = static_cast<int>(std::min<std::int64_t>(b, end - first));
+    const auto n = static_cast<std::size_t>(count * t);
+    std::span<std::int32_t> tok(tokens.data(), n), tgt(targets.data(), n);
+    if (dataset_) dataset_->fill_eval(first, count, tok, tgt);
+    const double loss = executor_->forward_only(
+        executor_->first_stage() ? tok : std::span<std::int32_t>{},
+        executor_->last_stage() ? tgt : std::span<std::int32_t>{}, count, t, tag++);
+    if (executor_->last_stage()) {
+      sums[0] += loss;
+      sums[1] += static_cast<double>(n);
+    }
+  }
+  world_->allreduce(sums, sums, 2, DType::F64, ReduceOp::Sum);
+  return sums[1] > 0 ? sums[0] / sums[1] : std::nan("");
+}
+
+std::vector<std::int32_t> Job::generate() {
+  // Greedy decoding through replica 0's pipeline; the last stage picks each byte and sends it to
+  // the first, which extends the context. Every stage knows the growing length.
+  std::vector<std::int32_t> text;
+  for (const char c : cfg_.prompt) text.push_back(static_cast<unsigned char>(c));
+  if (replica_ != 0 || cfg_.sample_bytes <= 0 || text.empty()) return text;
+  const int p = cfg_.stages;
+  const std::size_t prompt_len = text.size();
+  for (int i = 0; i < cfg_.sample_bytes; ++i) {
+    const std::size_t len = prompt_len + static_cast<std::size_t>(i);
+    const int t = static_cast<int>(std::min<std::size_t>(len, static_cast<std::size_t>(cfg_.ctx)));
+    std::span<const std::int32_t> window;
+    if (stage_ == 0)
+      window =
+          std::span<const std::int32_t>(text).subspan(text.size() - static_cast<std::size_t>(t));
+    executor_->forward_only(window, {}, 1, t, static_cast<std::uint64_t>(1'000'000 + i));
+    std::int32_t next = 0;
+    if (stage_ == p - 1) {
+      const float* logits = model_->logits(0).data() + static_cast<std::size_t>(t - 1) * 256;
+      next = static_cast<std::int32_t>(std::max_element(logits, logits + 256) - logits);
+      if (p > 1) pipe_->send(&next, sizeof next, 0, static_cast<std::uint64_t>(2'000'000 + i));
+    }
+    if (stage_ == 0) {
+      if (p > 1) pipe_->recv(&next, sizeof next, p - 1, static_cast<std::uint64_t>(2'000'000 + i));
+      text.push_back(next);
+    }
+  }
+  return text;
+}
+
+void Job::run() {
+  const auto t0 = Clock::now();
+  setup();
+  const int p = cfg_.stages;
+  const std::int64_t seqs = static_cast<std::int64_t>(cfg_.microbatches) * cfg_.microbatch_size;
+  const double tokens_per_step = static_cast<double>(seqs * cfg_.replicas * cfg_.ctx);
+  if (rank_ == 0) {
+    const GptConfig g = model_config(cfg_);
+    const auto& corpus = dataset_->corpus();
+    fmt::print(
+        "strait train: {} ranks = {} stages x {} replicas, {} schedule, {} microbatches x {} "
+        "sequences x {} bytes per replica per step\n",
+        cfg_.world_size(), p, cfg_.replicas, cfg_.schedule, cfg_.microbatches, cfg_.microbatch_size,
+        cfg_.ctx);
+    fmt::print(
+        "model: GPT-2, {} layers, dim {}, {} heads, context {}, {:.2f} M parameters; AdamW "
+        "lr {} (warm-up {} steps), weight decay {}\n",
+        g.layers, g.dim, g.heads, g.ctx, static_cast<double>(g.num_params()) / 1e6, cfg_.lr,
+        cfg_.warmup_steps, cfg_.weight_decay);
+    fmt::print("data: {} ({} train / {} held-out)\n", cfg_.data.string(),
+               human_bytes(static_cast<double>(corpus.train().size())),
+               human_bytes(static_cast<double>(corpus.eval().size())));
+    fmt::print(
+        "optimizer state: {} ({}: {})\n", moments_->path().parent_path().string(),
+        moments_->engine_kind() == offload::IoEngineKind::Uring ? "io_uring" : "pread/pwrite",
+        moments_->engine_reason());
+    std::fflush(stdout);
+  }
+
+  std::vector<std::int32_t> tokens, targets;
+  const auto n = static_cast<std::size_t>(seqs * cfg_.ctx);
+  if (executor_->first_stage()) tokens.resize(n);
+  if (executor_->last_stage()) targets.resize(n);
+  std::vector<std::int32_t> scratch(n);
+  const auto train_start = Clock::now();
+  auto last = train_start;
+  for (int step = 0; step < cfg_.steps; ++step) {
+    if (dataset_) {
+      dataset_->fill_train(step, replica_ * seqs, static_cast<int>(seqs),
+                           tokens.empty() ? std::span<std::int32_t>(scratch) : tokens,
+                           targets.empty() ? std::span<std::int32_t>(scratch) : targets);
+    }
+    const double lr = learning_rate(cfg_, step);
+    kernels::AdamWHyper hyper;
+    hyper.lr = lr;
+    hyper.beta1 = cfg_.beta1;
+    hyper.beta2 = cfg_.beta2;
+    hyper.weight_decay = cfg_.weight_decay;
+    const StepStats st =
+        executor_->run_step(step, tokens, targets, cfg_.grad_clip,
+                            [&](std::span<float> params, std::span<const float> grads) {
+                              moments_->step(params, grads, groups_, hyper, step + 1);
+                            });
+    // Job-wide: the loss (last stages, averaged over replicas) and the bytes all-reduce sent.
+    double agg[2] = {executor_->last_stage() ? st.loss / cfg_.replicas : 0.0,
+                     static_cast<double>(st.allreduce_bytes)};
+    world_->allreduce(agg, agg, 2, DType::F64, ReduceOp::Sum);
+    const auto now = Clock::now();
+    const double dt = std::chrono::duration<double>(now - last).count();
+    last = now;
+    if (rank_ == 0) {
+      if ((step + 1) % std::max(1, cfg_.log_every) == 0 || step == 0 || step + 1 == cfg_.steps) {
+        fmt::print(
+            "step {:4d}/{} | loss {:.4f} | lr {:.2e} | grad norm {:.3f} | {:7.0f} tok/s | "
+            "allreduce {} | {:.0f} ms\n",
+            step + 1, cfg_.steps, agg[0], lr, st.grad_norm, tokens_per_step / dt,
+            human_bytes(agg[1]), dt * 1e3);
+        std::fflush(stdout);
+      }
+      emit({{"step", step + 1},
+            {"loss", agg[0]},
+            {"lr", lr},
+            {"grad_norm", st.grad_norm},
+            {"tokens_per_s", tokens_per_step / dt},
+            {"allreduce_bytes", agg[1]},
+            {"seconds", dt}});
+    }
+    if (cfg_.eval_every > 0 && (step + 1) % cfg_.eval_every == 0 && step + 1 != cfg_.steps) {
+      const double eval_loss = evaluate();
+      if (rank_ == 0) {
+        fmt::print("eval at step {}: loss {:.4f}\n", step + 1, eval_loss);
+        emit({{"step", step + 1}, {"eval_loss", eval_loss}});
+      }
+      last = Clock::now();
+    }
+  }
+  const double train_s = std::chrono::duration<double>(Clock::now() - train_start).count();
+  const double eval_loss = evaluate();
+  const std::vector<std::int32_t> sample = generate();
+  world_->barrier();  // nobody tears down its endpoints while others still send
+  if (rank_ == 0) {
+    const double total_s = std::chrono::duration<double>(Clock::now() - t0).count();
+    const double tps = tokens_per_step * cfg_.steps / train_s;
+    fmt::print(
+        "done: {} steps, eval loss {:.4f} on the held-out tail, {:.1f} s in total ({:.1f} s "
+        "training, {:.0f} tok/s)\n",
+        cfg_.steps, eval_loss, total_s, train_s, tps);
+    fmt::print("sample (greedy, {} bytes after {:?}):\n{}\n", cfg_.sample_bytes, cfg_.prompt,
+               printable(sample));
+    std::fflush(stdout);
+    emit({{"eval_loss", eval_loss},
+          {"seconds", total_s},
+          {"train_seconds", train_s},
+          {"tokens_per_s", tps},
+          {"sample", printable(sample)}});
+  }
+}
+
+}  // namespace
+
+void TrainConfig::validate() const {
+  if (stages < 1 || replicas < 1) {
+    throw bad(
+        fmt::format("--stages {} and --replicas {} must both be at least 1", stages, replicas));
+  }
+  if (stages > layers) {
+    throw bad(
+        fmt::format("--stages {} is more than --layers {}: every stage needs at least one "
+                    "layer; use at most {} stages or more layers",
+                    stages, layers, layers));
+  }
+  model_config(*this).validate();
+  if (microbatches < 1 || microbatch_size < 1) {
+    throw bad(fmt::format("--microbatches {} and --microbatch-size {} must be at least 1",
+                          microbatches, microbatch_size));
+  }
+  if (steps < 0) throw bad(fmt::format("--steps {} is negative", steps));
+  if (!(lr > 0) || warmup_steps < 0 || min_lr_ratio < 0 || min_lr_ratio > 1) {
+    throw bad(fmt::format("--lr {} must be > 0, --warmup {} >= 0, --min-lr-ratio {} in [0, 1]", lr,
+                          warmup_steps, min_lr_ratio));
+  }
+  kernels::AdamWHyper h;
+  h.lr = lr;
+  h.beta1 = beta1;
+  h.beta2 = beta2;
+  h.weight_decay = weight_decay;
+  kernels::validate(h);
+  if (sample_bytes < 0 || eval_sequences < 0 || eval_every < 0) {
+    throw bad("--sample-bytes, --eval-sequences and --eval-every must be >= 0");
+  }
+  (void)parse_schedule_kind(schedule);
+  check_writable(offload_dir);
+}
+
+double learning_rate(const TrainConfig& c, std::int64_t step) {
+  if (step < c.warmup_steps) return c.lr * static_cast<double>(step + 1) / c.warmup_steps;
+  const double span = std::max<std::int64_t>(1, c.steps - c.warmup_steps);
+  const double progress = std::min(1.0, static_cast<double>(step - c.warmup_steps) / span);
+  const double cosine = 0.5 * (1.0 + std::cos(std::numbers::pi * progress));
+  return c.lr * (c.min_lr_ratio + (1.0 - c.min_lr_ratio) * cosine);
+}
+
+void run_training_rank(const TrainConfig& config) {
+  Job job(config);
+  job.run();
+}
+
+}  // namespace strait::sched

@@ -1,0 +1,71 @@
+// The training loop of `strait train`: one process per (stage, replica) pair trains the reference
+// transformer (scheduler/transformer.h) on a byte corpus, with pipeline parallelism across
+// `stages` and data parallelism across `replicas`, AdamW moments offloaded to files.
+//
+// Ranks: world rank = replica * stages + stage, so a replica's stages are neighbours. Groups: the
+// pipeline (same replica), the data-parallel group (same stage) and the tied-embedding group
+// (first and last stage of a replica). Batches: each step draws microbatches x microbatch_size
+// sequences per replica from ByteDataset; replica r takes the global sequences
+// [r M B, (r + 1) M B), so the global batch (and thus the loss trajectory) does not depend on how
+// it is split between replicas and microbatches.
+// Learning rate: linear warm-up over warmup_steps, then cosine decay to min_lr_ratio * lr
+// (as nanoGPT). Gradients are clipped to grad_clip in global norm.
+// Errors: strait::Error with a message naming the wrong setting and the fix (world size not
+// stages x replicas, more stages than layers, a missing data path or offload directory, ...).
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+
+namespace strait::sched {
+
+struct TrainConfig {
+  // Parallelism and schedule.
+  int stages = 2;
+  int replicas = 2;
+  std::string schedule = "1f1b";
+  int microbatches = 4;     // per replica per step
+  int microbatch_size = 4;  // sequences per microbatch
+  // Model (GPT-2 shape, byte vocabulary).
+  int layers = 4;
+  int dim = 128;
+  int heads = 4;
+  int ctx = 128;
+  // Optimization.
+  int steps = 300;
+  double lr = 3e-3;
+  int warmup_steps = 30;
+  double min_lr_ratio = 0.1;
+  double weight_decay = 0.1;
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double grad_clip = 1.0;
+  std::uint64_t seed = 1337;
+  // Data and offload.
+  std::filesystem::path data = "/usr/share/games/fortunes";
+  std::filesystem::path offload_dir = "/var/tmp";
+  // Evaluation and sampling.
+  int eval_sequences = 128;  // held-out sequences for the final eval loss (0: all)
+  int eval_every = 0;        // also evaluate every N steps (0: only at the end)
+  std::string prompt = "The ";
+  int sample_bytes = 200;
+  // Output.
+  std::filesystem::path metrics;  // JSON lines (one per step, then a summary), written by rank 0
+  int blas_threads = 0;           // OpenBLAS threads per rank; 0: cores / local ranks
+  int log_every = 1;
+
+  // Checks what can be checked without the job (sizes, paths, directories); throws
+  // InvalidArgument with the fix.
+  void validate() const;
+  [[nodiscard]] int world_size() const { return stages * replicas; }
+};
+
+// Learning rate at `step` (0-based): linear warm-up, then cosine decay to min_lr_ratio * lr.
+double learning_rate(const TrainConfig& config, std::int64_t step);
+
+// Runs this process's rank of the job (torchrun-style environment: RANK, WORLD_SIZE, ...).
+// Returns normally when training finished on every rank.
+void run_training_rank(const TrainConfig& config);
+
+}  // namespace strait::sched

@@ -1,0 +1,136 @@
+#include "tools/train_command.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+
+#include "core/error.h"
+#include "scheduler/corpus.h"
+#include "scheduler/data.h"
+#include "scheduler/trainer.h"
+#include "tools/launcher.h"
+
+namespace strait::tools {
+namespace {
+
+constexpr const char* kFooter = R"(
+Without RANK in the environment, `strait train` checks its settings and starts
+stages x replicas ranks of itself on this machine (as `strait run` does); under torchrun, Slurm or
+`strait run` it runs as the rank the environment names. Rank = replica * stages + stage.
+Each step prints the loss (mean over the global batch), the learning rate, the global gradient
+norm, tokens per second and the bytes the gradient all-reduces sent (all ranks together); the end
+prints the held-out loss, the time taken and a greedy sample. Optimizer moments live in a file per
+rank under --offload-dir, streamed with io_uring and O_DIRECT where the file system allows.
+Environment: STRAIT_TIMEOUT_S (collective timeout, default 300), STRAIT_IO_ENGINE=posix|uring.)";
+
+// The same data checks a rank makes, made once before any process starts.
+void check_data(const sched::TrainConfig& c) {
+  sched::DatasetOptions d;
+  d.context = c.ctx;
+  d.seed = c.seed;
+  const sched::ByteDataset dataset(sched::ByteCorpus::load(c.data), d);
+  (void)dataset;
+}
+
+std::string self_executable(const std::string& argv0) {
+  std::error_code ec;
+  auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return ec ? argv0 : exe.string();
+}
+
+}  // namespace
+
+void add_train_command(CLI::App& app, const std::vector<std::string>& argv, int& exit_code) {
+  CLI::App* train = app.add_subcommand(
+      "train",
+      "Train the reference GPT on a text corpus across local pipeline stages and "
+      "data-parallel replicas");
+  train->footer(kFooter);
+  auto c = std::make_shared<sched::TrainConfig>();
+  auto data = std::make_shared<std::string>(c->data.string());
+  auto offload = std::make_shared<std::string>(c->offload_dir.string());
+  auto metrics = std::make_shared<std::string>();
+  auto timeout_s = std::make_shared<double>(0);
+
+  train->add_option("--stages", c->stages, "Pipeline stages")->capture_default_str();
+  train->add_option("--replicas", c->replicas, "Data-parallel replicas")->capture_default_str();
+  train->add_option("--schedule", c->schedule, "Pipeline schedule: 1f1b or gpipe")
+      ->capture_default_str();
+  train->add_option("--microbatches", c->microbatches, "Microbatches per replica per step")
+      ->capture_default_str();
+  train->add_option("--microbatch-size", c->microbatch_size, "Sequences per microbatch")
+      ->capture_default_str();
+  train->add_option("--layers", c->layers, "Transformer blocks")->capture_default_str();
+  train->add_option("--dim", c->dim, "Model width (channels)")->capture_default_str();
+  train->add_option("--heads", c->heads, "Attention heads")->capture_default_str();
+  train->add_option("--ctx", c->ctx, "Context length in bytes")->capture_default_str();
+  train->add_option("--steps", c->steps, "Optimizer steps")->capture_default_str();
+  train->add_option("--lr", c->lr, "Peak AdamW learning rate")->capture_default_str();
+  train->add_option("--warmup", c->warmup_steps, "Linear warm-up steps")->capture_default_str();
+  train->add_option("--min-lr-ratio", c->min_lr_ratio, "Final learning rate / peak (cosine decay)")
+      ->capture_default_str();
+  train->add_option("--weight-decay", c->weight_decay, "AdamW decoupled weight decay (matrices)")
+      ->capture_default_str();
+  train->add_option("--beta1", c->beta1, "AdamW beta1")->capture_default_str();
+  train->add_option("--beta2", c->beta2, "AdamW beta2")->capture_default_str();
+  train->add_option("--grad-clip", c->grad_clip, "Global gradient-norm clip (0: off)")
+      ->capture_default_str();
+  train->add_option("--seed", c->seed, "Seed of the initial weights and the data order")
+      ->capture_default_str();
+  train->add_option("--data", *data, "Text file or directory of text files")->capture_default_str();
+  train->add_option("--offload-dir", *offload, "Directory for the per-rank optimizer-state files")
+      ->capture_default_str();
+  train
+      ->add_option("--eval-sequences", c->eval_sequences,
+                   "Held-out sequences for the eval loss (0: the whole held-out tail)")
+      ->capture_default_str();
+  train->add_option("--eval-every", c->eval_every, "Also evaluate every N steps (0: at the end)")
+      ->capture_default_str();
+  train->add_option("--prompt", c->prompt, "Prompt of the greedy sample")->capture_default_str();
+  train->add_option("--sample-bytes", c->sample_bytes, "Bytes to generate at the end")
+      ->capture_default_str();
+  train->add_option("--metrics", *metrics, "Write one JSON line per step (and a summary) here");
+  train
+      ->add_option("--blas-threads", c->blas_threads,
+                   "OpenBLAS threads per rank (0: cores / local ranks)")
+      ->capture_default_str();
+  train->add_option("--log-every", c->log_every, "Print every N steps")->capture_default_str();
+  train->add_option("--timeout", *timeout_s,
+                    "Seconds before a stuck collective fails (sets STRAIT_TIMEOUT_S)");
+
+  train->callback([c, data, offload, metrics, timeout_s, argv, &exit_code] {
+    c->data = *data;
+    c->offload_dir = *offload;
+    c->metrics = *metrics;
+    if (*timeout_s > 0) ::setenv("STRAIT_TIMEOUT_S", fmt::format("{}", *timeout_s).c_str(), 1);
+    if (std::getenv("RANK") == nullptr) {
+      // Parent: fail fast on bad settings, then start the ranks.
+      c->validate();
+      check_data(*c);
+      LaunchOptions launch_options;
+      launch_options.nproc = c->world_size();
+      launch_options.command = argv;
+      launch_options.command[0] = self_executable(argv[0]);
+      exit_code = launch(launch_options);
+      return;
+    }
+    const std::string rank = std::getenv("RANK");
+    try {
+      sched::run_training_rank(*c);
+      exit_code = 0;
+    } catch (const Error& e) {
+      fmt::print(stderr, "strait train: rank {}: {}\n", rank, e.what());
+      exit_code = e.code() == ErrorCode::InvalidArgument ? 2 : 1;
+    } catch (const std::exception& e) {
+      fmt::print(stderr, "strait train: rank {}: unexpected error: {}\n", rank, e.what());
+      exit_code = 1;
+    }
+  });
+}
+
+}  // namespace strait::tools
