@@ -17,9 +17,9 @@
 #include <cstring>
 #include <optional>
 
-#include "core/fd.h"
 #include "comm/bootstrap/socket.h"
 #include "core/error.h"
+#include "core/fd.h"
 
 namespace strait::tools {
 namespace {

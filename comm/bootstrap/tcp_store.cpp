@@ -17,11 +17,11 @@
 #include <thread>
 #include <unordered_map>
 
-#include "core/fd.h"
 #include "comm/bootstrap/socket.h"
 #include "comm/bootstrap/tcp_store_server.h"
 #include "comm/bootstrap/tcp_store_wire.h"
 #include "core/error.h"
+#include "core/fd.h"
 
 namespace strait::comm {
 namespace {

@@ -19,11 +19,11 @@
 #include <unordered_map>
 #include <vector>
 
-#include "core/fd.h"
 #include "comm/bootstrap/socket.h"
 #include "comm/bootstrap/store.h"
 #include "comm/bootstrap/tcp_store_wire.h"
 #include "core/error.h"
+#include "core/fd.h"
 
 namespace strait::comm {
 namespace {
