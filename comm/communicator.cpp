@@ -224,10 +224,8 @@ std::unique_ptr<Communicator> Communicator::split(int color, int key) {
   if (color < 0) return nullptr;
 
   std::vector<std::tuple<std::int64_t, int>> members;  // (key, old rank)
-  for (int r = 0; r < size(); ++r) {
-    if (all[static_cast<std::size_t>(2 * r)] == color) {
-      members.emplace_back(all[static_cast<std::size_t>(2 * r + 1)], r);
-    }
+  for (std::size_t r = 0; r < static_cast<std::size_t>(size()); ++r) {
+    if (all[2 * r] == color) members.emplace_back(all[2 * r + 1], static_cast<int>(r));
   }
   std::sort(members.begin(), members.end());
   auto group = std::make_shared<Group>();

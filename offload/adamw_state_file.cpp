@@ -118,6 +118,12 @@ struct AdamWStateFile::Impl {
     bytes = std::uint64_t{full} * 2 * chunk * sizeof(float);
     if (count % chunk != 0) bytes += 2 * round_up(count % chunk * sizeof(float), alignment);
     preallocate(file, bytes);
+    if (!options.keep_name) {
+      // The open descriptor keeps the (now nameless) extents; the kernel frees them at exit.
+      std::error_code ec;
+      std::filesystem::remove(path, ec);
+      if (!ec) remover.reset({});
+    }
 
     const std::size_t nbuf = std::min<std::size_t>(options.buffers, chunks);
     const std::size_t buffer_bytes =

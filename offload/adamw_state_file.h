@@ -49,6 +49,11 @@ struct AdamWStateFileOptions {
   std::size_t chunk_params = std::size_t{512} * 1024;
   unsigned buffers = 3;  // pinned chunk buffers, >= 2; 3 overlaps a read, an update and a write
   IoEngineOptions io;    // engine choice and tuning (see io_engine_factory.h)
+  // false (default): the file is unlinked as soon as it is preallocated, so it vanishes with the
+  // process however that ends (SIGKILL included) and a killed job leaves no state on the disk;
+  // path() then names where it was. true: the name stays until the object is destroyed (tests,
+  // inspection).
+  bool keep_name = false;
 };
 
 class AdamWStateFile {

@@ -64,6 +64,7 @@ AdamWStateFileOptions options_for(const std::filesystem::path& dir, IoEngineKind
   o.chunk_params = chunk;
   o.buffers = buffers;
   o.io.force = kind;
+  o.keep_name = true;  // these tests inspect and damage the file through its name
   return o;
 }
 
@@ -167,6 +168,32 @@ TEST_P(StateFileTest, FileIsPreallocatedZeroNamedAndRemoved) {
   }
   EXPECT_FALSE(std::filesystem::exists(path));
   EXPECT_TRUE(std::filesystem::is_empty(dir_.path()));
+}
+
+TEST_P(StateFileTest, ByDefaultTheFileHasNoNameSoAKilledJobLeavesNothing) {
+  const std::size_t n = 3000;
+  AdamWStateFileOptions o = options_for(dir_.path(), GetParam(), 1024, 3);
+  o.keep_name = false;
+  AdamWStateFile state(n, o);
+  // Gone from the directory from the start, yet fully usable through the open descriptor.
+  EXPECT_TRUE(std::filesystem::is_empty(dir_.path()));
+  EXPECT_FALSE(std::filesystem::exists(state.path()));
+  std::vector<float> params(n), grads(n), m(n), v(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    params[i] = 0.01F * static_cast<float>(i % 17);
+    grads[i] = 0.5F - 0.001F * static_cast<float>(i % 31);
+  }
+  std::vector<float> ref_p = params, ref_m(n, 0.0F), ref_v(n, 0.0F);
+  kernels::AdamWHyper h;
+  h.weight_decay = 0.0;
+  for (std::int64_t t = 1; t <= 3; ++t) {
+    state.step(params, grads, h, t);
+    kernels::adamw_step(ref_p, grads, ref_m, ref_v, h, t);
+  }
+  state.read_moments(m, v);
+  EXPECT_EQ(params, ref_p);
+  EXPECT_EQ(m, ref_m);
+  EXPECT_EQ(v, ref_v);
 }
 
 TEST_P(StateFileTest, RestoredMomentsContinueLikeInMemory) {
