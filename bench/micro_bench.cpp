@@ -1,0 +1,82 @@
+// Micro-benchmarks of the CPU building blocks (Google Benchmark): the reduction inner loop of the
+// collectives, the AdamW kernel, and one forward + backward of the reference transformer's stage.
+// Bytes/s and items/s are reported so the figures compare with memory bandwidth and FLOP rates.
+// Run: build/bench/strait_micro_bench [--benchmark_filter=...]
+#include <benchmark/benchmark.h>
+
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "kernels/adamw.h"
+#include "kernels/gemm.h"
+#include "kernels/reduce.h"
+#include "scheduler/transformer.h"
+
+namespace {
+
+using strait::kernels::DType;
+using strait::kernels::ReduceOp;
+
+std::vector<float> random_floats(std::size_t n, std::uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(-1.0F, 1.0F);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+// inout += in over f32: 3 x 4 bytes of memory traffic per element.
+void BM_ReduceSumF32(benchmark::State& state) {
+  const auto n = static_cast<std::size_t>(state.range(0));
+  auto a = random_floats(n, 1);
+  const auto b = random_floats(n, 2);
+  for (auto _ : state) {
+    strait::kernels::reduce(DType::F32, ReduceOp::Sum, a.data(), b.data(), n);
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * n * 12));
+}
+BENCHMARK(BM_ReduceSumF32)->RangeMultiplier(16)->Range(1 << 10, 1 << 24);
+
+// One AdamW step: reads p, g, m, v and writes p, m, v (28 bytes per parameter).
+void BM_AdamW(benchmark::State& state) {
+  const auto n = static_cast<std::size_t>(state.range(0));
+  auto p = random_floats(n, 3);
+  const auto g = random_floats(n, 4);
+  std::vector<float> m(n, 0.0F), v(n, 0.0F);
+  strait::kernels::AdamWHyper h;
+  std::int64_t t = 0;
+  for (auto _ : state) {
+    strait::kernels::adamw_step(p, g, m, v, h, ++t);
+    benchmark::ClobberMemory();
+  }
+  state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * n));
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * n * 28));
+}
+BENCHMARK(BM_AdamW)->Arg(1 << 20)->Arg(1 << 24);
+
+// Forward + backward of one microbatch (B = 4 sequences of 128 bytes) through the default
+// 4-layer, 128-wide model on one stage and one OpenBLAS thread: the unit of work of `strait train`.
+void BM_TransformerMicrobatch(benchmark::State& state) {
+  strait::kernels::set_gemm_threads(1);
+  const strait::sched::GptConfig cfg;  // the defaults of `strait train`
+  const int b = 4;
+  strait::sched::StageModel<float> model(cfg, {0, cfg.layers}, b, 1, 1337);
+  std::vector<std::int32_t> tokens(static_cast<std::size_t>(b * cfg.ctx));
+  std::vector<std::int32_t> targets(tokens.size());
+  for (std::size_t i = 0; i < tokens.size(); ++i) {
+    tokens[i] = static_cast<std::int32_t>((i * 31) % 256);
+    targets[i] = static_cast<std::int32_t>((i * 17 + 5) % 256);
+  }
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(model.forward(0, tokens.data(), targets.data(), b, cfg.ctx));
+    model.backward(0, nullptr, 1.0F, nullptr);
+  }
+  state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations()) * b * cfg.ctx);  // tokens
+}
+BENCHMARK(BM_TransformerMicrobatch)->Unit(benchmark::kMillisecond);
+
+}  // namespace
+
+BENCHMARK_MAIN();
