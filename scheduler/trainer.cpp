@@ -127,14 +127,19 @@ class Job {
 
 void Job::setup() {
   cfg_.validate();
+  // The world size is checked from the environment, before any connection is made: every rank
+  // then reports the mistake itself, instead of some of them failing later on a connection to a
+  // rank that has already exited over it.
+  const comm::LaunchEnv env = comm::launch_env_from_environment();
+  if (env.world_size != cfg_.world_size()) {
+    throw bad(fmt::format(
+        "the job has {} ranks (WORLD_SIZE={}) but --stages {} x --replicas {} needs {}: launch "
+        "{} ranks (strait train does this itself when run without RANK set)",
+        env.world_size, env.world_size, cfg_.stages, cfg_.replicas, cfg_.world_size(),
+        cfg_.world_size()));
+  }
   world_ = comm::Communicator::from_env();
   rank_ = world_->rank();
-  if (world_->size() != cfg_.world_size()) {
-    throw bad(fmt::format(
-        "the job has {} ranks but --stages {} x --replicas {} needs {}: launch "
-        "{} ranks (strait train does this itself when run without RANK set)",
-        world_->size(), cfg_.stages, cfg_.replicas, cfg_.world_size(), cfg_.world_size()));
-  }
   stage_ = rank_ % cfg_.stages;
   replica_ = rank_ / cfg_.stages;
   const int p = cfg_.stages;
@@ -145,9 +150,8 @@ void Job::setup() {
 
   int threads = cfg_.blas_threads;
   if (threads == 0) {
-    const auto local = comm::launch_env_from_environment().local_world_size;
-    threads =
-        std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / std::max(1, local));
+    threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) /
+                              std::max(1, env.local_world_size));
   }
   kernels::set_gemm_threads(threads);
 
