@@ -1,168 +1,38 @@
 // Spawns the built `strait` binary and checks `strait run` from the outside, as a user sees it.
-#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
-#include <spawn.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <map>
 #include <set>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "tests/common/process.h"
 
 namespace {
 
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 namespace fs = std::filesystem;
-
-// A fresh directory, removed with everything in it at the end of the test.
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = (fs::temp_directory_path() / "strait-run-test-XXXXXX").string();
-    if (mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-    path_ = pattern;
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  [[nodiscard]] const fs::path& path() const { return path_; }
-  [[nodiscard]] std::string str() const { return path_.string(); }
-
- private:
-  fs::path path_;
-};
-
-std::string read_file(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-bool contains(const std::string& haystack, const std::string& needle) {
-  return haystack.find(needle) != std::string::npos;
-}
-
-bool process_exists(pid_t pid) {
-  return kill(pid, 0) == 0 || errno != ESRCH;
-}
+using strait::test::contains;
+using strait::test::parse_env;
+using strait::test::process_exists;
+using strait::test::read_file;
+using strait::test::read_pid;
+using strait::test::TempDir;
+using strait::test::wait_for_files;
 
 // `strait ARGS...` running with stdout and stderr captured in a file.
-class Strait {
+class Strait : public strait::test::Process {
  public:
-  Strait(const std::vector<std::string>& args, const fs::path& output) : output_(output) {
-    std::vector<std::string> all = {STRAIT_BIN};
-    all.insert(all.end(), args.begin(), args.end());
-    std::vector<char*> argv;
-    for (auto& a : all) argv.push_back(a.data());
-    argv.push_back(nullptr);
-
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_addopen(&actions, 1, output.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
-                                     0644);
-    posix_spawn_file_actions_adddup2(&actions, 1, 2);
-    // The launcher must see SIGINT and SIGTERM whatever the test runner does with them.
-    posix_spawnattr_t attr;
-    posix_spawnattr_init(&attr);
-    sigset_t none;
-    sigset_t defaults;
-    sigemptyset(&none);
-    sigemptyset(&defaults);
-    sigaddset(&defaults, SIGINT);
-    sigaddset(&defaults, SIGTERM);
-    sigaddset(&defaults, SIGCHLD);
-    posix_spawnattr_setsigmask(&attr, &none);
-    posix_spawnattr_setsigdefault(&attr, &defaults);
-    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
-    const int rc = posix_spawn(&pid_, all[0].c_str(), &actions, &attr, argv.data(), environ);
-    posix_spawn_file_actions_destroy(&actions);
-    posix_spawnattr_destroy(&attr);
-    if (rc != 0) throw std::runtime_error("cannot spawn " + all[0]);
-  }
-  Strait(const Strait&) = delete;
-  Strait& operator=(const Strait&) = delete;
-  ~Strait() {
-    if (pid_ > 0) {
-      kill(pid_, SIGKILL);
-      waitpid(pid_, nullptr, 0);
-    }
-  }
-
-  [[nodiscard]] pid_t pid() const { return pid_; }
-
-  // The wait status; a launcher still running after limit is killed and fails the test.
-  int wait(std::chrono::seconds limit = 60s) {
-    const auto deadline = Clock::now() + limit;
-    int status = 0;
-    while (true) {
-      const pid_t p = waitpid(pid_, &status, WNOHANG);
-      if (p == pid_) break;
-      if (Clock::now() > deadline) {
-        ADD_FAILURE() << "strait did not exit within " << limit.count() << "s; output:\n"
-                      << output();
-        kill(pid_, SIGKILL);
-        waitpid(pid_, &status, 0);
-        break;
-      }
-      std::this_thread::sleep_for(10ms);
-    }
-    pid_ = -1;
-    return status;
-  }
-
-  // The exit code (128 + signal when the launcher itself was killed).
-  int exit_code(std::chrono::seconds limit = 60s) {
-    const int status = wait(limit);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  }
-
-  [[nodiscard]] std::string output() const { return read_file(output_); }
-
- private:
-  fs::path output_;
-  pid_t pid_ = -1;
+  Strait(const std::vector<std::string>& args, const fs::path& output)
+      : Process(STRAIT_BIN, args, output) {}
 };
-
-// Waits until every path exists; false after 30 s.
-bool wait_for_files(const std::vector<fs::path>& paths) {
-  const auto deadline = Clock::now() + 30s;
-  while (Clock::now() < deadline) {
-    bool all = true;
-    for (const auto& p : paths) all = all && fs::exists(p);
-    if (all) return true;
-    std::this_thread::sleep_for(10ms);
-  }
-  return false;
-}
-
-pid_t read_pid(const fs::path& p) {
-  return static_cast<pid_t>(std::stol(read_file(p)));
-}
-
-std::map<std::string, std::string> parse_env(const std::string& text) {
-  std::map<std::string, std::string> env;
-  std::istringstream in(text);
-  std::string line;
-  while (std::getline(in, line)) {
-    const auto eq = line.find('=');
-    if (eq != std::string::npos) env[line.substr(0, eq)] = line.substr(eq + 1);
-  }
-  return env;
-}
 
 // A shell snippet run by every rank with the test directory as $0. It writes its pid to
 // $0/pid.$RANK atomically, so a reader never sees a partial file.

@@ -1,0 +1,200 @@
+// Helpers for tests that run programs as a user would: scratch directories, reading files, spawning
+// a process with its output captured in a file and waiting for it with a limit, and looking at
+// running processes through /proc (children, environment).
+#pragma once
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <system_error>
+#include <thread>
+#include <vector>
+
+namespace strait::test {
+
+// A fresh directory, removed with everything in it at the end of the test.
+class TempDir {
+ public:
+  TempDir() {
+    std::string pattern = (std::filesystem::temp_directory_path() / "strait-test-XXXXXX").string();
+    if (::mkdtemp(pattern.data()) == nullptr) {
+      throw std::system_error(errno, std::generic_category(), "mkdtemp " + pattern);
+    }
+    path_ = pattern;
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  [[nodiscard]] const std::filesystem::path& path() const { return path_; }
+  [[nodiscard]] std::string str() const { return path_.string(); }
+
+ private:
+  std::filesystem::path path_;
+};
+
+// The whole file; empty when it cannot be read.
+inline std::string read_file(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+inline bool contains(const std::string& haystack, const std::string& needle) {
+  return haystack.find(needle) != std::string::npos;
+}
+
+// True while pid exists (a zombie counts: it has not been reaped).
+inline bool process_exists(pid_t pid) {
+  return ::kill(pid, 0) == 0 || errno != ESRCH;
+}
+
+// Waits until every path exists; false after `limit`.
+inline bool wait_for_files(const std::vector<std::filesystem::path>& paths,
+                           std::chrono::seconds limit = std::chrono::seconds(30)) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < deadline) {
+    bool all = true;
+    for (const auto& p : paths) all = all && std::filesystem::exists(p);
+    if (all) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return false;
+}
+
+// A pid written to a file by a script.
+inline pid_t read_pid(const std::filesystem::path& p) {
+  return static_cast<pid_t>(std::stol(read_file(p)));
+}
+
+// NAME=value lines (`env` output, or /proc/<pid>/environ with NULs as separators) as a map.
+inline std::map<std::string, std::string> parse_env(const std::string& text,
+                                                    char separator = '\n') {
+  std::map<std::string, std::string> env;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line, separator)) {
+    const auto eq = line.find('=');
+    if (eq != std::string::npos) env[line.substr(0, eq)] = line.substr(eq + 1);
+  }
+  return env;
+}
+
+// The environment of a running process (empty once it is gone).
+inline std::map<std::string, std::string> process_environment(pid_t pid) {
+  return parse_env(read_file("/proc/" + std::to_string(pid) + "/environ"), '\0');
+}
+
+// The direct children of a running process, over all its threads (a child belongs to the thread
+// that forked it).
+inline std::vector<pid_t> child_processes(pid_t pid) {
+  std::vector<pid_t> children;
+  std::error_code ec;
+  const std::filesystem::path tasks = "/proc/" + std::to_string(pid) + "/task";
+  for (const auto& task : std::filesystem::directory_iterator(tasks, ec)) {
+    std::istringstream in(read_file(task.path() / "children"));
+    pid_t child = 0;
+    while (in >> child) children.push_back(child);
+  }
+  return children;
+}
+
+// PROGRAM ARGS... running with stdout and stderr captured in a file; killed (SIGKILL) and reaped
+// when destroyed before wait() returned.
+class Process {
+ public:
+  Process(const std::string& program, const std::vector<std::string>& args,
+          const std::filesystem::path& output)
+      : output_(output) {
+    std::vector<std::string> all = {program};
+    all.insert(all.end(), args.begin(), args.end());
+    std::vector<char*> argv;
+    argv.reserve(all.size() + 1);
+    for (auto& a : all) argv.push_back(a.data());
+    argv.push_back(nullptr);
+
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_addopen(&actions, 1, output.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
+                                     0644);
+    posix_spawn_file_actions_adddup2(&actions, 1, 2);
+    // The program must see SIGINT and SIGTERM whatever the test runner does with them.
+    posix_spawnattr_t attr;
+    posix_spawnattr_init(&attr);
+    sigset_t none;
+    sigset_t defaults;
+    sigemptyset(&none);
+    sigemptyset(&defaults);
+    sigaddset(&defaults, SIGINT);
+    sigaddset(&defaults, SIGTERM);
+    sigaddset(&defaults, SIGCHLD);
+    posix_spawnattr_setsigmask(&attr, &none);
+    posix_spawnattr_setsigdefault(&attr, &defaults);
+    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+    const int rc = posix_spawn(&pid_, all[0].c_str(), &actions, &attr, argv.data(), environ);
+    posix_spawn_file_actions_destroy(&actions);
+    posix_spawnattr_destroy(&attr);
+    if (rc != 0) throw std::system_error(rc, std::generic_category(), "cannot spawn " + all[0]);
+  }
+  Process(const Process&) = delete;
+  Process& operator=(const Process&) = delete;
+  ~Process() {
+    if (pid_ > 0) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+  }
+
+  // -1 once wait() returned.
+  [[nodiscard]] pid_t pid() const { return pid_; }
+
+  // The wait status; a process still running after limit is killed and fails the test.
+  int wait(std::chrono::seconds limit = std::chrono::seconds(60)) {
+    const auto deadline = std::chrono::steady_clock::now() + limit;
+    int status = 0;
+    while (true) {
+      const pid_t p = ::waitpid(pid_, &status, WNOHANG);
+      if (p == pid_) break;
+      if (std::chrono::steady_clock::now() > deadline) {
+        ADD_FAILURE() << "the process did not exit within " << limit.count() << "s; output:\n"
+                      << output();
+        ::kill(pid_, SIGKILL);
+        ::waitpid(pid_, &status, 0);
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    pid_ = -1;
+    return status;
+  }
+
+  // The exit code (128 + signal when the process itself was killed).
+  int exit_code(std::chrono::seconds limit = std::chrono::seconds(60)) {
+    const int status = wait(limit);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  }
+
+  [[nodiscard]] std::string output() const { return read_file(output_); }
+
+ private:
+  std::filesystem::path output_;
+  pid_t pid_ = -1;
+};
+
+}  // namespace strait::test
