@@ -115,12 +115,29 @@ inline std::vector<pid_t> child_processes(pid_t pid) {
   return children;
 }
 
-// PROGRAM ARGS... running with stdout and stderr captured in a file; killed (SIGKILL) and reaped
-// when destroyed before wait() returned.
+// Pids of the processes whose environment has NAME=value (all processes this user may inspect).
+inline std::vector<pid_t> processes_with_environment(const std::string& name,
+                                                     const std::string& value) {
+  std::vector<pid_t> found;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc", ec)) {
+    const std::string dir = entry.path().filename().string();
+    if (dir.empty() || dir.find_first_not_of("0123456789") != std::string::npos) continue;
+    const auto pid = static_cast<pid_t>(std::stol(dir));
+    const auto env = process_environment(pid);
+    const auto it = env.find(name);
+    if (it != env.end() && it->second == value) found.push_back(pid);
+  }
+  return found;
+}
+
+// PROGRAM ARGS... running with stdout and stderr captured in a file, with this process's
+// environment plus `extra_env` ("NAME=value" entries, replacing variables of the same name);
+// killed (SIGKILL) and reaped when destroyed before wait() returned.
 class Process {
  public:
   Process(const std::string& program, const std::vector<std::string>& args,
-          const std::filesystem::path& output)
+          const std::filesystem::path& output, const std::vector<std::string>& extra_env = {})
       : output_(output) {
     std::vector<std::string> all = {program};
     all.insert(all.end(), args.begin(), args.end());
@@ -128,6 +145,20 @@ class Process {
     argv.reserve(all.size() + 1);
     for (auto& a : all) argv.push_back(a.data());
     argv.push_back(nullptr);
+
+    std::vector<std::string> env_strings;
+    for (char** e = environ; *e != nullptr; ++e) {
+      const std::string entry(*e);
+      const std::string name = entry.substr(0, entry.find('='));
+      bool replaced = false;
+      for (const auto& x : extra_env) replaced = replaced || x.substr(0, x.find('=')) == name;
+      if (!replaced) env_strings.push_back(entry);
+    }
+    env_strings.insert(env_strings.end(), extra_env.begin(), extra_env.end());
+    std::vector<char*> envp;
+    envp.reserve(env_strings.size() + 1);
+    for (auto& e : env_strings) envp.push_back(e.data());
+    envp.push_back(nullptr);
 
     posix_spawn_file_actions_t actions;
     posix_spawn_file_actions_init(&actions);
@@ -147,7 +178,7 @@ class Process {
     posix_spawnattr_setsigmask(&attr, &none);
     posix_spawnattr_setsigdefault(&attr, &defaults);
     posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
-    const int rc = posix_spawn(&pid_, all[0].c_str(), &actions, &attr, argv.data(), environ);
+    const int rc = posix_spawn(&pid_, all[0].c_str(), &actions, &attr, argv.data(), envp.data());
     posix_spawn_file_actions_destroy(&actions);
     posix_spawnattr_destroy(&attr);
     if (rc != 0) throw std::system_error(rc, std::generic_category(), "cannot spawn " + all[0]);
