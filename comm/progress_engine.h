@@ -89,6 +89,9 @@ class ProgressEngine : public std::enable_shared_from_this<ProgressEngine> {
   void check_deadlines(std::chrono::steady_clock::time_point now);
   void complete_in_order();
   void fail_entry(Entry& entry, const Error& error);
+  // Later submissions to `stream` (and those not yet picked up) fail at once with `cause`.
+  void mark_broken(std::uint64_t stream, const Error& cause);
+  // mark_broken, then fail the stream's active operations.
   void break_stream(std::uint64_t stream, const Error& cause);
   void sleep_until_event(std::chrono::steady_clock::time_point wake);
 
