@@ -66,12 +66,14 @@ void CollectiveOp::exchange_fingerprint(Transport& t, int peer, bool is_recv) {
   // Posted ahead of the data, so all_done() checks it first when both have arrived. Not counted
   // in bytes_sent_ (the statistics are payload bytes).
   if (is_recv) {
-    Fingerprint* theirs = &received_headers_.emplace_back();
-    posted_.push_back(
-        Posted{t.irecv(world, tag, theirs, kBytes), peer, kHeaderStep, true, kBytes, theirs});
+    auto theirs = std::make_shared<Fingerprint>();
+    RequestPtr req = t.irecv(world, tag, theirs.get(), kBytes);
+    posted_.push_back(Posted{req, peer, kHeaderStep, true, kBytes, theirs.get()});
+    req->keep_alive = std::move(theirs);
   } else {
-    posted_.push_back(Posted{t.isend(world, tag, &*fingerprint_, kBytes), peer, kHeaderStep, false,
-                             kBytes, &*fingerprint_});
+    RequestPtr req = t.isend(world, tag, fingerprint_.get(), kBytes);
+    posted_.push_back(Posted{req, peer, kHeaderStep, false, kBytes, fingerprint_.get()});
+    req->keep_alive = fingerprint_;
   }
 }
 

@@ -6,9 +6,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
-#include <deque>
 #include <memory>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -55,7 +53,9 @@ class CollectiveOp : public Op {
   [[nodiscard]] std::string waiting_for() const override;
   // Before submission: send_to / recv_from then exchange `fingerprint` with each peer, once per
   // peer and direction (point-to-point operations have none).
-  void set_fingerprint(const Fingerprint& fingerprint) { fingerprint_ = fingerprint; }
+  void set_fingerprint(const Fingerprint& fingerprint) {
+    fingerprint_ = std::make_shared<const Fingerprint>(fingerprint);
+  }
 
  protected:
   // Post a message of step `step` to / from group rank `peer` (collective tags, see comm/tag.h).
@@ -79,7 +79,7 @@ class CollectiveOp : public Op {
     int step = 0;
     bool is_recv = false;
     std::size_t bytes = 0;
-    const Fingerprint* header = nullptr;  // a fingerprint message (for receives: where it lands)
+    const Fingerprint* header = nullptr;  // a fingerprint message (owned by its request)
   };
   // Posts the fingerprint exchange with `peer` the first time this op sends to / receives from it.
   void exchange_fingerprint(Transport& t, int peer, bool is_recv);
@@ -89,10 +89,11 @@ class CollectiveOp : public Op {
   std::uint64_t seq_;
   std::atomic<std::uint64_t>* bytes_sent_;
   std::vector<Posted> posted_;  // not yet completed
-  std::optional<Fingerprint> fingerprint_;
-  std::vector<int> header_sent_to_;           // group ranks
-  std::vector<int> header_received_from_;     // group ranks
-  std::deque<Fingerprint> received_headers_;  // stable addresses: receives land in them
+  // Shared with the header sends' requests: UCX may read it after this op has failed and gone
+  // (a send queued behind an endpoint's wireup is replayed later).
+  std::shared_ptr<const Fingerprint> fingerprint_;
+  std::vector<int> header_sent_to_;        // group ranks
+  std::vector<int> header_received_from_;  // group ranks
 };
 
 }  // namespace strait::comm
