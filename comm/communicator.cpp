@@ -76,9 +76,11 @@ Communicator::Communicator(Key /*key*/, std::shared_ptr<Shared> shared,
     : shared_(std::move(shared)), group_(std::move(group)), timeout_(timeout) {}
 
 Communicator::~Communicator() {
-  // Pending operations of this communicator cannot outlive it: their buffers may go with it.
-  shared_->engine->abort(static_cast<std::uint64_t>(group_->comm_id) + 1,
-                         "the communicator was destroyed");
+  // Pending operations of this communicator cannot outlive it: their buffers may go with it, and
+  // they count their bytes in counters_. Wait until the engine has failed them (it outlives a
+  // sub-communicator), so that none is advanced once this returns.
+  shared_->engine->abort_and_wait(static_cast<std::uint64_t>(group_->comm_id) + 1,
+                                  "the communicator was destroyed");
 }
 
 int Communicator::rank() const noexcept {

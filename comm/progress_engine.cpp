@@ -103,7 +103,7 @@ std::shared_ptr<WorkState> ProgressEngine::submit(std::unique_ptr<Op> op, std::s
 void ProgressEngine::fail(const std::shared_ptr<WorkState>& work, const Error& error) {
   {
     const std::lock_guard lock(mutex_);
-    commands_.push_back(Command{work, 0, error});
+    commands_.push_back(Command{work, 0, error, nullptr});
   }
   notify();
 }
@@ -111,9 +111,23 @@ void ProgressEngine::fail(const std::shared_ptr<WorkState>& work, const Error& e
 void ProgressEngine::abort(std::uint64_t stream, const std::string& why) {
   {
     const std::lock_guard lock(mutex_);
-    commands_.push_back(Command{nullptr, stream, Error(ErrorCode::Aborted, why)});
+    commands_.push_back(Command{nullptr, stream, Error(ErrorCode::Aborted, why), nullptr});
   }
   notify();
+}
+
+void ProgressEngine::abort_and_wait(std::uint64_t stream, const std::string& why) {
+  if (std::this_thread::get_id() == thread_.get_id()) return abort(stream, why);
+  auto applied = std::make_shared<std::promise<void>>();
+  std::future<void> done = applied->get_future();
+  {
+    const std::lock_guard lock(mutex_);
+    // The engine thread runs until the engine is destroyed, which the caller's reference to it
+    // prevents: the command is always applied.
+    commands_.push_back(Command{nullptr, stream, Error(ErrorCode::Aborted, why), applied});
+  }
+  notify();
+  done.wait();
 }
 
 void ProgressEngine::fail_entry(Entry& entry, const Error& error) {
@@ -180,6 +194,7 @@ void ProgressEngine::apply_commands(std::vector<Command>& commands) {
       // Later submissions to an aborted communicator fail at once.
       if (c.stream != 0) break_stream(c.stream, c.error);
     }
+    if (c.applied) c.applied->set_value();
   }
   commands.clear();
 }
