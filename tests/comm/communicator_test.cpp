@@ -679,6 +679,38 @@ TEST(Failure, AbortFromAnotherThreadUnblocksEveryPendingOperation) {
   });
 }
 
+TEST(Failure, DestroyingASubCommunicatorFailsItsPendingOperationsWithAborted) {
+  testing::Gate done;
+  std::atomic<int> checked{0};
+  // Outlive every communicator: a failed operation's sends may still be queued in UCX (behind an
+  // endpoint's wireup) and read later, while the process's UCX worker lives (comm/work.h).
+  std::vector<float> a(100'000, 1.0F);
+  std::vector<float> b(10, 1.0F);
+  run_ranks(2, [&](Communicator& comm) {
+    auto sub = comm.split(0, comm.rank());
+    ASSERT_NE(sub, nullptr);
+    if (comm.rank() == 1) {
+      done.wait();  // never joins the sub-communicator's allreduce
+    } else {
+      const testing::OpenOnExit open(done);
+      // Destroyed right after submission: the operations may not even have started yet.
+      Work started = sub->iallreduce(a.data(), a.data(), a.size(), DType::F32, ReduceOp::Sum);
+      Work queued = sub->iallreduce(b.data(), b.data(), b.size(), DType::F32, ReduceOp::Sum);
+      sub.reset();
+      for (const Work* w : {&started, &queued}) {
+        const auto e = error_of([&] { w->wait(); });
+        ASSERT_TRUE(e.has_value());
+        EXPECT_EQ(e->code(), ErrorCode::Aborted) << e->what();
+        EXPECT_TRUE(contains(e->what(), "destroyed")) << e->what();
+      }
+    }
+    // The parent communicator is unaffected.
+    comm.barrier();
+    checked.fetch_add(1);
+  });
+  EXPECT_EQ(checked.load(), 2);
+}
+
 // What each rank passes to its allreduce in a mismatch test.
 struct Call {
   std::size_t count;
