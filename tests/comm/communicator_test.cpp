@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <cstring>
 #include <mutex>
+#include <ostream>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -26,6 +27,13 @@
 #include "core/error.h"
 #include "tests/comm/comm_test_data.h"
 #include "tests/comm/comm_test_ranks.h"
+
+namespace strait::kernels {
+// gtest prints test parameters through this ("f32" rather than "1-byte object <00>").
+void PrintTo(DType t, std::ostream* os) {
+  *os << dtype_name(t);
+}
+}  // namespace strait::kernels
 
 namespace strait::comm {
 namespace {
