@@ -181,7 +181,7 @@ TEST(Allreduce, AvgOfAnIntegerDtypeIsInvalidArgumentAndLeavesTheCommunicatorUsab
 }
 
 TEST(Allreduce, NullBuffersWithANonZeroCountAreInvalidArgument) {
-  run_ranks(1, [](Communicator& comm) {
+  run_ranks(2, [](Communicator& comm) {
     float x = 1.0F;
     auto e = error_of([&] { comm.allreduce(nullptr, &x, 1, DType::F32, ReduceOp::Sum); });
     ASSERT_TRUE(e.has_value());
@@ -189,7 +189,13 @@ TEST(Allreduce, NullBuffersWithANonZeroCountAreInvalidArgument) {
     e = error_of([&] { comm.allreduce(&x, nullptr, 1, DType::F32, ReduceOp::Sum); });
     ASSERT_TRUE(e.has_value());
     EXPECT_EQ(e->code(), ErrorCode::InvalidArgument);
-    comm.allreduce(nullptr, nullptr, 0, DType::F32, ReduceOp::Sum);  // count 0: nothing to touch
+    e = error_of([&] { comm.allgather(&x, nullptr, 1, DType::F32); });
+    ASSERT_TRUE(e.has_value());
+    EXPECT_EQ(e->code(), ErrorCode::InvalidArgument);
+    // Count 0: nothing to touch, so null buffers are fine (and the ranks still exchange headers).
+    comm.allreduce(nullptr, nullptr, 0, DType::F32, ReduceOp::Sum);
+    comm.allgather(nullptr, nullptr, 0, DType::F32);
+    comm.broadcast(nullptr, 0, DType::F32, 1);
   });
 }
 
