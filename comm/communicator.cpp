@@ -76,9 +76,11 @@ Communicator::Communicator(Key /*key*/, std::shared_ptr<Shared> shared,
     : shared_(std::move(shared)), group_(std::move(group)), timeout_(timeout) {}
 
 Communicator::~Communicator() {
-  // Pending operations of this communicator cannot outlive it: their buffers may go with it.
-  shared_->engine->abort(static_cast<std::uint64_t>(group_->comm_id) + 1,
-                         "the communicator was destroyed");
+  // Pending operations of this communicator cannot outlive it: their buffers may go with it, and
+  // they count their bytes in counters_. Wait until the engine has failed them (it outlives a
+  // sub-communicator), so that none is advanced once this returns.
+  shared_->engine->abort_and_wait(static_cast<std::uint64_t>(group_->comm_id) + 1,
+                                  "the communicator was destroyed");
 }
 
 int Communicator::rank() const noexcept {
@@ -148,8 +150,9 @@ void Communicator::recv(void* buf, std::size_t bytes, int peer, std::uint64_t ta
 
 Work Communicator::ibarrier() {
   const auto seq = next_seq("barrier");
-  return submit(std::make_unique<DisseminationBarrier>(group_, seq), describe("barrier", seq, ""),
-                true);
+  auto op = std::make_unique<DisseminationBarrier>(group_, seq);
+  op->set_fingerprint(Fingerprint{.seq = seq, .kind = Fingerprint::Kind::Barrier});
+  return submit(std::move(op), describe("barrier", seq, ""), true);
 }
 
 void Communicator::barrier() {
@@ -161,6 +164,11 @@ Work Communicator::ibroadcast(void* buf, std::size_t count, DType dtype, int roo
   const auto seq = next_seq("broadcast");
   auto op = std::make_unique<BinomialBroadcast>(group_, seq, &counters_.broadcast, buf,
                                                 count * kernels::dtype_size(dtype), root);
+  op->set_fingerprint(Fingerprint{.seq = seq,
+                                  .count = count,
+                                  .root = root,
+                                  .kind = Fingerprint::Kind::Broadcast,
+                                  .dtype = static_cast<std::uint8_t>(dtype)});
   return submit(
       std::move(op),
       describe("broadcast", seq,
@@ -186,6 +194,11 @@ Work Communicator::iallreduce(const void* send, void* recv, std::size_t count, D
   const auto seq = next_seq("allreduce");
   auto algo = std::make_unique<RingAllreduce>(group_, seq, &counters_.allreduce, send, recv, count,
                                               dtype, op);
+  algo->set_fingerprint(Fingerprint{.seq = seq,
+                                    .count = count,
+                                    .kind = Fingerprint::Kind::Allreduce,
+                                    .dtype = static_cast<std::uint8_t>(dtype),
+                                    .op = static_cast<std::uint8_t>(op)});
   return submit(std::move(algo),
                 describe("allreduce", seq,
                          fmt::format("({} x {}, {})", kernels::dtype_name(dtype), count,
@@ -205,6 +218,10 @@ Work Communicator::iallgather(const void* send, void* recv, std::size_t count, D
   const auto seq = next_seq("allgather");
   auto op = std::make_unique<RingAllgather>(group_, seq, &counters_.allgather, send, recv,
                                             count * kernels::dtype_size(dtype));
+  op->set_fingerprint(Fingerprint{.seq = seq,
+                                  .count = count,
+                                  .kind = Fingerprint::Kind::Allgather,
+                                  .dtype = static_cast<std::uint8_t>(dtype)});
   return submit(
       std::move(op),
       describe("allgather", seq, fmt::format("({} x {})", kernels::dtype_name(dtype), count)),

@@ -8,7 +8,9 @@
 // and must stay valid until the operation completes; send == recv means in place. Every operation
 // fails within the communicator's timeout (STRAIT_TIMEOUT_S, default 300 s) rather than hang: with
 // PeerLost when a rank dies, Timeout when a rank never arrives, Mismatch when ranks disagree on
-// sizes. After a failure the communicator is unusable (as NCCL after an error).
+// the operation (kind, count, dtype, op or root: each collective exchanges its fingerprint with
+// the peers it talks to, ahead of its data). After a failure the communicator is unusable (as
+// NCCL after an error).
 // Thread-safety: a communicator may be used from several threads, but the order of operations
 // must still be the same on all ranks, so most callers use it from one thread.
 #pragma once

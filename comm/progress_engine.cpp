@@ -103,7 +103,7 @@ std::shared_ptr<WorkState> ProgressEngine::submit(std::unique_ptr<Op> op, std::s
 void ProgressEngine::fail(const std::shared_ptr<WorkState>& work, const Error& error) {
   {
     const std::lock_guard lock(mutex_);
-    commands_.push_back(Command{work, 0, error});
+    commands_.push_back(Command{work, 0, error, nullptr});
   }
   notify();
 }
@@ -111,9 +111,23 @@ void ProgressEngine::fail(const std::shared_ptr<WorkState>& work, const Error& e
 void ProgressEngine::abort(std::uint64_t stream, const std::string& why) {
   {
     const std::lock_guard lock(mutex_);
-    commands_.push_back(Command{nullptr, stream, Error(ErrorCode::Aborted, why)});
+    commands_.push_back(Command{nullptr, stream, Error(ErrorCode::Aborted, why), nullptr});
   }
   notify();
+}
+
+void ProgressEngine::abort_and_wait(std::uint64_t stream, const std::string& why) {
+  if (std::this_thread::get_id() == thread_.get_id()) return abort(stream, why);
+  auto applied = std::make_shared<std::promise<void>>();
+  std::future<void> done = applied->get_future();
+  {
+    const std::lock_guard lock(mutex_);
+    // The engine thread runs until the engine is destroyed, which the caller's reference to it
+    // prevents: the command is always applied.
+    commands_.push_back(Command{nullptr, stream, Error(ErrorCode::Aborted, why), applied});
+  }
+  notify();
+  done.wait();
 }
 
 void ProgressEngine::fail_entry(Entry& entry, const Error& error) {
@@ -123,17 +137,41 @@ void ProgressEngine::fail_entry(Entry& entry, const Error& error) {
   } catch (const std::exception&) {
     // Cancelling is best effort; the error that made us cancel is what the caller needs.
   }
+  // The stream is marked broken before the completion wakes the caller: the caller's next
+  // submission must fail at once, not run (and time out) on a communicator whose peers are gone
+  // or out of step.
+  mark_broken(entry.stream, error);
   entry.work->complete(error);
   break_stream(entry.stream, error);
 }
 
-void ProgressEngine::break_stream(std::uint64_t stream, const Error& cause) {
+void ProgressEngine::mark_broken(std::uint64_t stream, const Error& cause) {
+  std::vector<Entry> not_started;
   {
     const std::lock_guard lock(mutex_);
     const bool known = std::any_of(broken_.begin(), broken_.end(),
                                    [&](const auto& b) { return b.first == stream; });
     if (!known) broken_.emplace_back(stream, cause);
+    // Submitted before the stream broke but not yet picked up by this thread: they would
+    // otherwise start on the broken stream.
+    for (auto it = incoming_.begin(); it != incoming_.end();) {
+      if (it->stream == stream) {
+        not_started.push_back(std::move(*it));
+        it = incoming_.erase(it);
+      } else {
+        ++it;
+      }
+    }
   }
+  for (auto& e : not_started) {  // outside the lock: completion runs the work's callbacks
+    e.work->complete(Error(cause.code(), fmt::format("{}: not started: the communicator is "
+                                                     "unusable after an earlier error: {}",
+                                                     e.work->description(), cause.what())));
+  }
+}
+
+void ProgressEngine::break_stream(std::uint64_t stream, const Error& cause) {
+  mark_broken(stream, cause);
   for (auto& e : active_) {
     if (e.stream != stream || e.work->done()) continue;
     fail_entry(e, Error(cause.code(), fmt::format("{}: failed because an operation on the same "
@@ -156,6 +194,7 @@ void ProgressEngine::apply_commands(std::vector<Command>& commands) {
       // Later submissions to an aborted communicator fail at once.
       if (c.stream != 0) break_stream(c.stream, c.error);
     }
+    if (c.applied) c.applied->set_value();
   }
   commands.clear();
 }

@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstdint>
 #include <deque>
+#include <future>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -65,6 +66,11 @@ class ProgressEngine : public std::enable_shared_from_this<ProgressEngine> {
   void fail(const std::shared_ptr<WorkState>& work, const Error& error);
   // Fails every pending operation of `stream` (0: all streams) with Aborted.
   void abort(std::uint64_t stream, const std::string& why);
+  // As abort(), and returns only once the engine thread has failed them: none of the stream's
+  // operations is advanced afterwards, so memory they point to (a destroyed communicator's
+  // counters) may go. On the engine thread itself (a completion callback) it cannot wait and
+  // behaves as abort().
+  void abort_and_wait(std::uint64_t stream, const std::string& why);
 
  private:
   struct Entry {
@@ -80,6 +86,7 @@ class ProgressEngine : public std::enable_shared_from_this<ProgressEngine> {
     std::shared_ptr<WorkState> work;  // null: abort `stream`
     std::uint64_t stream = 0;
     Error error;
+    std::shared_ptr<std::promise<void>> applied;  // set once applied (abort_and_wait)
   };
 
   void run();
@@ -89,6 +96,9 @@ class ProgressEngine : public std::enable_shared_from_this<ProgressEngine> {
   void check_deadlines(std::chrono::steady_clock::time_point now);
   void complete_in_order();
   void fail_entry(Entry& entry, const Error& error);
+  // Later submissions to `stream` (and those not yet picked up) fail at once with `cause`.
+  void mark_broken(std::uint64_t stream, const Error& cause);
+  // mark_broken, then fail the stream's active operations.
   void break_stream(std::uint64_t stream, const Error& cause);
   void sleep_until_event(std::chrono::steady_clock::time_point wake);
 

@@ -7,7 +7,8 @@
 // The source rank is part of the tag because UCP tag matching ignores the sender; with it, a
 // receive names its peer exactly. Limits that follow: 4096 communicators per job, 16384 ranks per
 // communicator, collective sequence numbers wrap at 2^21 (only operations that far apart could
-// be confused, and ops complete in order), 65536 steps per collective, user tags < 2^37.
+// be confused, and ops complete in order), 65535 steps per collective (step 65535 carries the
+// operation's fingerprint, comm/algorithms/collective_op.h), user tags < 2^37.
 #pragma once
 
 #include <cstdint>
@@ -20,6 +21,7 @@ inline constexpr int kMaxComms = 1 << 12;
 inline constexpr int kMaxRanks = 1 << 14;
 inline constexpr std::uint64_t kSeqMask = (1ULL << 21) - 1;
 inline constexpr int kMaxSteps = 1 << 16;
+inline constexpr int kHeaderStep = kMaxSteps - 1;  // the fingerprint exchange of a collective
 inline constexpr std::uint64_t kMaxUserTag = (1ULL << 37) - 1;
 
 constexpr Tag collective_tag(int comm_id, int src, std::uint64_t seq, int step) noexcept {

@@ -71,7 +71,8 @@ void Work::wait(std::chrono::milliseconds timeout) const {
                           fmt::format("{}: the caller's wait of {} ms expired before it finished",
                                       state_->description(), timeout.count()));
     // The engine cancels the operation's receives before completing it, so once this returns no
-    // buffer of the operation is written any more.
+    // buffer of the operation is written any more, save by a transfer UCX had already started
+    // (work.h).
     if (auto engine = state_->engine.lock()) {
       engine->fail(state_, timed_out);
     } else {

@@ -4,6 +4,11 @@
 // operation finishes and rethrows its error (strait::Error with the operation, its sequence number
 // and the ranks involved). A wait(timeout) that expires fails the operation itself with Timeout:
 // once a caller gives up on an operation its buffers may be reused, so it must not finish later.
+// Known limit: UCX cannot take back a transfer it has started. A failed operation's unmatched
+// receives are cancelled, but a receive already matched (a rendezvous or multi-fragment message in
+// flight) still completes into its buffer, and a send queued behind an endpoint's wireup or a full
+// shared-memory queue, or a rendezvous send a live peer has yet to fetch, is still read. Such
+// transfers are over once the process's UCX worker goes (with its last communicator).
 // Thread-safety: all members may be called from any thread; callbacks run on the progress thread
 // and must be short and must not block (hand work to another thread, e.g. by fulfilling a promise).
 #pragma once

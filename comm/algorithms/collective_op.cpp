@@ -5,15 +5,32 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "kernels/dtype.h"
+#include "kernels/reduce.h"
 
 namespace strait::comm {
 namespace {
 
 std::string at_step(int step) {
+  if (step == kHeaderStep) return " (the operation's header)";
   return step < 0 ? std::string() : fmt::format(" at step {}", step);
 }
 
 }  // namespace
+
+std::string Fingerprint::describe() const {
+  const auto t = kernels::dtype_name(static_cast<kernels::DType>(dtype));
+  switch (kind) {
+    case Kind::Allreduce:
+      return fmt::format("allreduce #{} ({} x {}, {})", seq, t, count,
+                         kernels::reduce_op_name(static_cast<kernels::ReduceOp>(op)));
+    case Kind::Broadcast:
+      return fmt::format("broadcast #{} ({} x {}, root {})", seq, t, count, root);
+    case Kind::Allgather: return fmt::format("allgather #{} ({} x {})", seq, t, count);
+    case Kind::Barrier: return fmt::format("barrier #{}", seq);
+  }
+  return fmt::format("an unknown operation (kind {}) #{}", static_cast<int>(kind), seq);
+}
 
 std::string Group::describe_rank(int group_rank) const {
   const int world = world_ranks.at(static_cast<std::size_t>(group_rank));
@@ -27,12 +44,54 @@ CollectiveOp::CollectiveOp(std::shared_ptr<const Group> group, std::uint64_t seq
 
 RequestPtr CollectiveOp::send_to(Transport& t, int peer, int step, const void* buf,
                                  std::size_t len) {
+  exchange_fingerprint(t, peer, false);
   return post_send(t, peer, collective_tag(group_->comm_id, group_->rank, seq_, step), buf, len,
                    step);
 }
 
 RequestPtr CollectiveOp::recv_from(Transport& t, int peer, int step, void* buf, std::size_t len) {
+  exchange_fingerprint(t, peer, true);
   return post_recv(t, peer, collective_tag(group_->comm_id, peer, seq_, step), buf, len, step);
+}
+
+void CollectiveOp::exchange_fingerprint(Transport& t, int peer, bool is_recv) {
+  if (!fingerprint_) return;
+  auto& done = is_recv ? header_received_from_ : header_sent_to_;
+  if (std::find(done.begin(), done.end(), peer) != done.end()) return;
+  done.push_back(peer);
+  const int world = group_->world_ranks.at(static_cast<std::size_t>(peer));
+  const int src = is_recv ? peer : group_->rank;
+  const Tag tag = collective_tag(group_->comm_id, src, seq_, kHeaderStep);
+  constexpr std::size_t kBytes = sizeof(Fingerprint);
+  // Posted ahead of the data, so all_done() checks it first when both have arrived. Not counted
+  // in bytes_sent_ (the statistics are payload bytes).
+  if (is_recv) {
+    auto theirs = std::make_shared<Fingerprint>();
+    RequestPtr req = t.irecv(world, tag, theirs.get(), kBytes);
+    posted_.push_back(Posted{req, peer, kHeaderStep, true, kBytes, theirs.get()});
+    req->keep_alive = std::move(theirs);
+  } else {
+    RequestPtr req = t.isend(world, tag, fingerprint_.get(), kBytes);
+    posted_.push_back(Posted{req, peer, kHeaderStep, false, kBytes, fingerprint_.get()});
+    req->keep_alive = fingerprint_;
+  }
+}
+
+void CollectiveOp::check_header(const Posted& p) const {
+  if (p.request->bytes != sizeof(Fingerprint)) {
+    throw Error(ErrorCode::Mismatch,
+                fmt::format("{} sent an operation header of {} bytes, not {}: are all ranks "
+                            "running the same strait build?",
+                            group_->describe_rank(p.peer), p.request->bytes, sizeof(Fingerprint)));
+  }
+  if (!(*p.header == *fingerprint_)) {
+    throw Error(
+        ErrorCode::Mismatch,
+        fmt::format("{} called {} where this rank called {}: every rank must call the "
+                    "same operations, with the same counts, dtypes, ops and roots, in "
+                    "the same order",
+                    group_->describe_rank(p.peer), p.header->describe(), fingerprint_->describe()));
+  }
 }
 
 RequestPtr CollectiveOp::post_send(Transport& t, int peer, Tag tag, const void* buf,
@@ -67,6 +126,10 @@ bool CollectiveOp::all_done(Transport& t) {
                   fmt::format("{} {} failed{}: {}", what, group_->describe_rank(p.peer),
                               at_step(p.step), r.error));
     }
+    if (r.state == TransportRequest::State::Done && p.is_recv && p.header != nullptr) {
+      check_header(p);
+      continue;
+    }
     if (r.state == TransportRequest::State::Done && p.is_recv && r.bytes != p.bytes) {
       throw Error(ErrorCode::Mismatch,
                   fmt::format("{} sent {} bytes where this rank expected {}{}: the ranks called "
@@ -97,6 +160,11 @@ std::string CollectiveOp::waiting_for() const {
   for (const auto& p : posted_) {
     if (!p.request->pending()) continue;
     if (!out.empty()) out += ", ";
+    if (p.header != nullptr) {
+      out += fmt::format("{} {}{}", p.is_recv ? "a message from" : "a send to",
+                         group_->describe_rank(p.peer), at_step(p.step));
+      continue;
+    }
     out += fmt::format("{} {} ({} bytes{})", p.is_recv ? "a message from" : "a send to",
                        group_->describe_rank(p.peer), p.bytes, at_step(p.step));
   }

@@ -26,6 +26,24 @@ struct Group {
   [[nodiscard]] std::string describe_rank(int group_rank) const;
 };
 
+// What a collective is, as every rank must agree: kind, sequence number, dtype, count, op, root.
+// Ranks exchange it (comm/tag.h's header step) ahead of the operation's first message to each
+// peer, so ranks that disagree fail with Mismatch naming both sides rather than hang or reduce
+// data of the wrong size or type. Sent as raw bytes: all ranks run the same build.
+struct Fingerprint {
+  enum class Kind : std::uint8_t { Allreduce = 1, Broadcast, Allgather, Barrier };
+  std::uint64_t seq = 0;
+  std::uint64_t count = 0;  // elements
+  std::int32_t root = -1;   // broadcast only
+  Kind kind = Kind::Barrier;
+  std::uint8_t dtype = 0;  // kernels::DType (allreduce, broadcast, allgather)
+  std::uint8_t op = 0;     // kernels::ReduceOp (allreduce)
+  std::uint8_t reserved = 0;
+  bool operator==(const Fingerprint&) const = default;
+  // "allreduce #3 (f32 x 9, sum)".
+  [[nodiscard]] std::string describe() const;
+};
+
 class CollectiveOp : public Op {
  public:
   // `bytes_sent` (may be null) is incremented by the size of every message this op sends.
@@ -33,6 +51,11 @@ class CollectiveOp : public Op {
                std::atomic<std::uint64_t>* bytes_sent);
   void cancel(Transport& transport) override;
   [[nodiscard]] std::string waiting_for() const override;
+  // Before submission: send_to / recv_from then exchange `fingerprint` with each peer, once per
+  // peer and direction (point-to-point operations have none).
+  void set_fingerprint(const Fingerprint& fingerprint) {
+    fingerprint_ = std::make_shared<const Fingerprint>(fingerprint);
+  }
 
  protected:
   // Post a message of step `step` to / from group rank `peer` (collective tags, see comm/tag.h).
@@ -56,11 +79,21 @@ class CollectiveOp : public Op {
     int step = 0;
     bool is_recv = false;
     std::size_t bytes = 0;
+    const Fingerprint* header = nullptr;  // a fingerprint message (owned by its request)
   };
+  // Posts the fingerprint exchange with `peer` the first time this op sends to / receives from it.
+  void exchange_fingerprint(Transport& t, int peer, bool is_recv);
+  void check_header(const Posted& p) const;
+
   std::shared_ptr<const Group> group_;
   std::uint64_t seq_;
   std::atomic<std::uint64_t>* bytes_sent_;
   std::vector<Posted> posted_;  // not yet completed
+  // Shared with the header sends' requests: UCX may read it after this op has failed and gone
+  // (a send queued behind an endpoint's wireup is replayed later).
+  std::shared_ptr<const Fingerprint> fingerprint_;
+  std::vector<int> header_sent_to_;        // group ranks
+  std::vector<int> header_received_from_;  // group ranks
 };
 
 }  // namespace strait::comm

@@ -34,7 +34,7 @@ bool RingAllreduce::advance(Transport& t) {
   if (!started_) {
     started_ = true;
     if (send_ != out_ && count_ != 0) std::memcpy(out_, send_, count_ * elem_);
-    scratch_.resize(chunk_count(0) * elem_);
+    scratch_ = std::make_shared_for_overwrite<std::byte[]>(chunk_count(0) * elem_);
   }
   const int steps = 2 * (p - 1);
   while (step_ < steps) {
@@ -44,15 +44,16 @@ bool RingAllreduce::advance(Transport& t) {
       const int send_chunk = ((reduce_scatter ? r - k : r + 1 - k) % p + p) % p;
       recv_chunk_ = ((reduce_scatter ? r - k - 1 : r - k) % p + p) % p;
       const std::size_t recv_bytes = chunk_count(recv_chunk_) * elem_;
-      std::byte* dst = reduce_scatter ? scratch_.data() : out_ + chunk_offset(recv_chunk_) * elem_;
-      recv_from(t, (r - 1 + p) % p, step_, dst, recv_bytes);
+      std::byte* dst = reduce_scatter ? scratch_.get() : out_ + chunk_offset(recv_chunk_) * elem_;
+      RequestPtr rx = recv_from(t, (r - 1 + p) % p, step_, dst, recv_bytes);
+      if (reduce_scatter) rx->keep_alive = scratch_;
       send_to(t, (r + 1) % p, step_, out_ + chunk_offset(send_chunk) * elem_,
               chunk_count(send_chunk) * elem_);
       posted_ = true;
     }
     if (!all_done(t)) return false;
     if (reduce_scatter) {
-      kernels::reduce(dtype_, reduce_op, out_ + chunk_offset(recv_chunk_) * elem_, scratch_.data(),
+      kernels::reduce(dtype_, reduce_op, out_ + chunk_offset(recv_chunk_) * elem_, scratch_.get(),
                       chunk_count(recv_chunk_));
     }
     posted_ = false;

@@ -12,7 +12,7 @@
 #pragma once
 
 #include <cstddef>
-#include <vector>
+#include <memory>
 
 #include "comm/algorithms/collective_op.h"
 #include "kernels/dtype.h"
@@ -42,7 +42,9 @@ class RingAllreduce final : public CollectiveOp {
   bool posted_ = false;
   int step_ = 0;
   int recv_chunk_ = 0;
-  std::vector<std::byte> scratch_;  // the incoming chunk during reduce-scatter
+  // The incoming chunk during reduce-scatter. Shared with the receive's request: a receive UCX has
+  // matched still lands after this op has failed and gone.
+  std::shared_ptr<std::byte[]> scratch_;
 };
 
 }  // namespace strait::comm

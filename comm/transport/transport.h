@@ -21,6 +21,10 @@ struct TransportRequest {
   State state = State::Pending;
   std::size_t bytes = 0;
   std::string error;  // set when Failed: what the transport reported
+  // Memory the request reads or writes that its poster does not otherwise keep alive (an
+  // operation's header): it lives as long as the request, which the transport holds until the
+  // request leaves Pending, even after the operation that posted it has failed and gone.
+  std::shared_ptr<const void> keep_alive;
   [[nodiscard]] bool pending() const noexcept { return state == State::Pending; }
 };
 

@@ -1,0 +1,212 @@
+// A rank program for the multi-process Communicator tests, started by `strait run`: it builds the
+// world communicator with Communicator::from_env() (torchrun's environment, the job's TcpStore)
+// and runs one scenario.
+//
+//   comm_worker allreduce   f32 sum and avg for counts 0, 1, 7, 1000003, in place and out of
+//                           place, checked against a double reference and bit-identical on all
+//                           ranks; then a split into two groups (even / odd ranks) and the same
+//                           check inside each group. Prints "rank R: ok".
+//   comm_worker kill        rank 1 raises SIGKILL on itself while the others are in an allreduce
+//                           (it waits for the others to enter it, in a real job it would be in
+//                           the middle of one); they must fail with PeerLost (or Timeout).
+//   comm_worker sleep       rank 1 never calls the allreduce (it sleeps); the others must fail
+//                           with Timeout after STRAIT_TIMEOUT_S.
+//   comm_worker mismatch    rank 1 allreduces one element more than the others.
+//
+// A failing collective prints one line "rank R: failed after N ms: <Error::what()>" and exits with
+// the error's status below, so the test can tell the failure modes apart from the outside.
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <csignal>
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "core/error.h"
+#include "tests/comm/comm_test_data.h"
+
+namespace {
+
+using namespace std::chrono_literals;
+using strait::Error;
+using strait::ErrorCode;
+using strait::comm::Communicator;
+using strait::kernels::DType;
+using strait::kernels::ReduceOp;
+using Clock = std::chrono::steady_clock;
+
+constexpr int kOk = 0;
+constexpr int kWrong = 1;  // a value or hash check failed
+constexpr int kUsage = 2;
+constexpr int kPeerLost = 3;
+constexpr int kTimeout = 4;
+constexpr int kMismatch = 5;
+constexpr int kOtherError = 6;
+
+constexpr std::size_t kLarge = 1'000'003;  // rendezvous-sized chunks, uneven over any world size
+
+int status_of(const Error& e) {
+  switch (e.code()) {
+    case ErrorCode::PeerLost: return kPeerLost;
+    case ErrorCode::Timeout: return kTimeout;
+    case ErrorCode::Mismatch: return kMismatch;
+    default: return kOtherError;
+  }
+}
+
+template <class... Args>
+void say(int rank, fmt::format_string<Args...> format, Args&&... args) {
+  fmt::print("rank {}: {}\n", rank, fmt::format(format, std::forward<Args>(args)...));
+  std::fflush(stdout);
+}
+
+// FNV-1a over the bytes: ranks compare results without shipping them.
+std::int64_t hash_of(const std::vector<std::byte>& bytes) {
+  std::uint64_t h = 0xcbf29ce484222325ULL;
+  for (const std::byte b : bytes) h = (h ^ static_cast<std::uint64_t>(b)) * 0x100000001b3ULL;
+  return static_cast<std::int64_t>(h);
+}
+
+// One f32 allreduce checked against the reference and against every other rank's bytes. Returns
+// the number of problems (printed).
+int checked_allreduce(Communicator& comm, int world_rank, const std::string& where, ReduceOp op,
+                      std::size_t count, bool in_place, std::uint64_t seed) {
+  using strait::comm::testing::check_allreduce;
+  using strait::comm::testing::make_input;
+  const auto input = make_input(DType::F32, op, seed, comm.rank(), count);
+  std::vector<std::byte> out;
+  if (in_place) {
+    out = input;
+    comm.allreduce(out.data(), out.data(), count, DType::F32, op);
+  } else {
+    out.assign(input.size(), std::byte{0xa5});
+    comm.allreduce(input.data(), out.data(), count, DType::F32, op);
+  }
+  const std::string what = fmt::format("{} {} x {}{}", where, strait::kernels::reduce_op_name(op),
+                                       count, in_place ? " in place" : "");
+  int problems = 0;
+  if (auto wrong = check_allreduce(DType::F32, op, seed, comm.size(), out.data(), count)) {
+    say(world_rank, "WRONG {}: {}", what, *wrong);
+    ++problems;
+  }
+  const std::int64_t mine = hash_of(out);
+  std::vector<std::int64_t> all(static_cast<std::size_t>(comm.size()));
+  comm.allgather(&mine, all.data(), 1, DType::I64);
+  for (int r = 0; r < comm.size(); ++r) {
+    if (all[static_cast<std::size_t>(r)] != mine) {
+      say(world_rank, "WRONG {}: rank {} of this communicator ended with different bytes", what, r);
+      ++problems;
+    }
+  }
+  return problems;
+}
+
+int allreduce_scenario(Communicator& world) {
+  const int me = world.rank();
+  int problems = 0;
+  int checks = 0;
+  std::uint64_t seed = 1;
+  for (const ReduceOp op : {ReduceOp::Sum, ReduceOp::Avg}) {
+    for (const std::size_t count : {0UL, 1UL, 7UL, kLarge}) {
+      for (const bool in_place : {false, true}) {
+        problems += checked_allreduce(world, me, "world", op, count, in_place, seed++);
+        ++checks;
+      }
+    }
+  }
+  // Two groups: even and odd world ranks (one group when the world has one rank).
+  auto group = world.split(me % 2, me);
+  if (!group) {
+    say(me, "WRONG split returned null for color {}", me % 2);
+    return kWrong;
+  }
+  const int expected_size = (world.size() + (me % 2 == 0 ? 1 : 0)) / 2;
+  if (group->size() != expected_size || group->rank() != me / 2) {
+    say(me, "WRONG split: rank {} of {}, expected rank {} of {}", group->rank(), group->size(),
+        me / 2, expected_size);
+    ++problems;
+  }
+  const std::string where = fmt::format("group {}", me % 2);
+  for (const std::size_t count : {7UL, kLarge}) {
+    problems += checked_allreduce(*group, me, where, ReduceOp::Sum, count, true, 100 + (me % 2));
+    ++checks;
+  }
+  world.barrier();  // rank 0 hosts the store: nobody leaves while another still needs it
+  if (problems != 0) return kWrong;
+  say(me, "ok ({} checked allreduces)", checks);
+  return kOk;
+}
+
+// The others allreduce while `absent` (rank 1) does something else; returns their status.
+template <class Absent>
+int one_rank_absent(Communicator& world, Absent absent) {
+  const int me = world.rank();
+  world.barrier();  // everyone is connected and here
+  if (me == 1) {
+    absent();
+    return kOk;
+  }
+  std::vector<float> buf(kLarge, 1.0F);
+  const auto start = Clock::now();
+  try {
+    world.allreduce(buf.data(), buf.data(), buf.size(), DType::F32, ReduceOp::Sum);
+  } catch (const Error& e) {
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start);
+    say(me, "failed after {} ms: {}", ms.count(), e.what());
+    return status_of(e);
+  }
+  say(me, "WRONG the allreduce finished without rank 1");
+  return kWrong;
+}
+
+int mismatch_scenario(Communicator& world) {
+  const int me = world.rank();
+  const std::size_t count = me == 1 ? 1001 : 1000;
+  std::vector<float> buf(count, 1.0F);
+  const auto start = Clock::now();
+  try {
+    world.allreduce(buf.data(), buf.data(), count, DType::F32, ReduceOp::Sum);
+  } catch (const Error& e) {
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start);
+    say(me, "failed after {} ms: {}", ms.count(), e.what());
+    return status_of(e);
+  }
+  say(me, "WRONG the allreduce of mismatched counts finished");
+  return kWrong;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    fmt::print(stderr, "usage: comm_worker allreduce|kill|sleep|mismatch\n");
+    return kUsage;
+  }
+  const std::string scenario = argv[1];
+  try {
+    auto world = Communicator::from_env();
+    if (scenario == "allreduce") return allreduce_scenario(*world);
+    if (scenario == "kill") {
+      return one_rank_absent(*world, [] {
+        std::this_thread::sleep_for(300ms);  // the others are inside the allreduce by now
+        std::fflush(nullptr);
+        std::raise(SIGKILL);
+      });
+    }
+    if (scenario == "sleep") {
+      return one_rank_absent(*world, [] { std::this_thread::sleep_for(120s); });
+    }
+    if (scenario == "mismatch") return mismatch_scenario(*world);
+    fmt::print(stderr, "comm_worker: unknown scenario {}\n", scenario);
+    return kUsage;
+  } catch (const Error& e) {
+    fmt::print("comm_worker: {}\n", e.what());
+    std::fflush(stdout);
+    return status_of(e);
+  }
+}

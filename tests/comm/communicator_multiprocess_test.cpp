@@ -1,0 +1,245 @@
+// The Communicator across real processes, as deployed: `strait run -n N -- comm_worker SCENARIO`
+// (tests/comm/comm_worker.cpp). Each rank builds its communicator with Communicator::from_env()
+// over the job's TcpStore and UCX; the test checks the launcher's exit status and what the ranks
+// printed.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+namespace fs = std::filesystem;
+
+constexpr int kTimeout = 4;  // comm_worker's exit status for Error(Timeout)
+
+bool contains(const std::string& haystack, const std::string& needle) {
+  return haystack.find(needle) != std::string::npos;
+}
+
+// A file path for the launcher's output, removed at the end of the test.
+class OutputFile {
+ public:
+  OutputFile() {
+    std::string pattern = (fs::temp_directory_path() / "strait-comm-mp-XXXXXX").string();
+    const int fd = mkstemp(pattern.data());
+    if (fd < 0) throw std::runtime_error("mkstemp failed");
+    close(fd);
+    path_ = pattern;
+  }
+  OutputFile(const OutputFile&) = delete;
+  OutputFile& operator=(const OutputFile&) = delete;
+  ~OutputFile() {
+    std::error_code ec;
+    fs::remove(path_, ec);
+  }
+  [[nodiscard]] const fs::path& path() const { return path_; }
+
+ private:
+  fs::path path_;
+};
+
+struct RunResult {
+  int exit_code = -1;  // the launcher's; 128 + signal if it was killed
+  std::string output;  // its stdout and stderr, which the ranks share
+};
+
+// Runs `strait run ARGS...` to completion (killing it after `limit`, which fails the test).
+RunResult strait_run(const std::vector<std::string>& args, std::chrono::seconds limit = 90s) {
+  const OutputFile out;
+  std::vector<std::string> all = {STRAIT_BIN, "run"};
+  all.insert(all.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& a : all) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 1, out.path().c_str(), O_WRONLY | O_TRUNC, 0644);
+  posix_spawn_file_actions_adddup2(&actions, 1, 2);
+  // The launcher supervises with SIGCHLD, SIGINT and SIGTERM: give it default dispositions and
+  // an empty mask whatever the test runner has.
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  sigset_t none;
+  sigset_t defaults;
+  sigemptyset(&none);
+  sigemptyset(&defaults);
+  for (const int sig : {SIGINT, SIGTERM, SIGCHLD}) sigaddset(&defaults, sig);
+  posix_spawnattr_setsigmask(&attr, &none);
+  posix_spawnattr_setsigdefault(&attr, &defaults);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+  pid_t pid = -1;
+  const int rc = posix_spawn(&pid, all[0].c_str(), &actions, &attr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  posix_spawnattr_destroy(&attr);
+  if (rc != 0) throw std::runtime_error("cannot spawn " + all[0]);
+
+  RunResult result;
+  int status = 0;
+  const auto deadline = Clock::now() + limit;
+  while (waitpid(pid, &status, WNOHANG) != pid) {
+    if (Clock::now() > deadline) {
+      ADD_FAILURE() << "strait run did not exit within " << limit.count() << " s";
+      kill(pid, SIGINT);  // the launcher stops its ranks; a second signal would SIGKILL them
+      std::this_thread::sleep_for(6s);
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      break;
+    }
+    std::this_thread::sleep_for(10ms);
+  }
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  std::ifstream in(out.path());
+  std::stringstream ss;
+  ss << in.rdbuf();
+  result.output = ss.str();
+  return result;
+}
+
+// The line rank `rank` printed starting with "rank R: " (the last one), or "".
+std::string line_of(const std::string& output, int rank) {
+  const std::string prefix = "rank " + std::to_string(rank) + ": ";
+  std::istringstream in(output);
+  std::string line;
+  std::string found;
+  while (std::getline(in, line)) {
+    if (line.rfind(prefix, 0) == 0) found = line;
+  }
+  return found;
+}
+
+// The milliseconds a "rank R: failed after N ms: ..." line reports; -1 if there is none.
+long failed_after_ms(const std::string& line) {
+  const std::string marker = "failed after ";
+  const auto at = line.find(marker);
+  if (at == std::string::npos) return -1;
+  const std::string rest = line.substr(at + marker.size());
+  if (rest.empty() || rest[0] < '0' || rest[0] > '9') return -1;
+  return std::stol(rest);
+}
+
+// How the launcher said rank `rank` ended: "<how>" of "strait run: rank R (pid P) <how>", e.g.
+// "exited with status 3"; "" if it said nothing.
+std::string launcher_says(const std::string& output, int rank) {
+  const std::string prefix = "strait run: rank " + std::to_string(rank) + " (pid ";
+  std::istringstream in(output);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind(prefix, 0) != 0) continue;
+    const auto close = line.find(") ", prefix.size());
+    if (close != std::string::npos) return line.substr(close + 2);
+  }
+  return "";
+}
+
+std::vector<std::string> worker(const std::string& scenario, const std::string& timeout_s) {
+  // Through env(1), so the variable reaches only the ranks of this run.
+  return {"env", "STRAIT_TIMEOUT_S=" + timeout_s, COMM_WORKER_BIN, scenario};
+}
+
+std::vector<std::string> concat(std::vector<std::string> a, const std::vector<std::string>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+class AllreduceAcrossProcesses : public ::testing::TestWithParam<int> {};
+
+TEST_P(AllreduceAcrossProcesses, MatchesTheReferenceOnEveryRankAndInEachSplitGroup) {
+  const int n = GetParam();
+  const auto run = strait_run(concat({"-n", std::to_string(n), "--"}, worker("allreduce", "20")));
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  for (int r = 0; r < n; ++r) {
+    EXPECT_TRUE(contains(line_of(run.output, r), "ok (18 checked allreduces)"))
+        << "rank " << r << ":\n"
+        << run.output;
+  }
+  EXPECT_FALSE(contains(run.output, "WRONG")) << run.output;
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, AllreduceAcrossProcesses, ::testing::Values(2, 3, 4),
+                         [](const ::testing::TestParamInfo<int>& p) {
+                           std::string name = "n";  // not "n" + ...: GCC 12's -Wrestrict misfires
+                           name += std::to_string(p.param);
+                           return name;
+                         });
+
+TEST(CommunicatorProcesses, ARankKilledMidStepIsPeerLostOnTheOthers) {
+  // Three ranks: rank 0 sends to rank 1 and rank 2 receives from it, so both survivors wait on
+  // it directly. The grace lets them report the failure themselves before the launcher stops them.
+  const auto start = Clock::now();
+  const auto run =
+      strait_run(concat({"-n", "3", "--kill-grace", "60", "--"}, worker("kill", "20")));
+  const auto elapsed = Clock::now() - start;
+  EXPECT_EQ(run.exit_code, 128 + SIGKILL) << run.output;
+  EXPECT_EQ(launcher_says(run.output, 1), "was killed by signal 9 (SIGKILL)") << run.output;
+  for (const int r : {0, 2}) {
+    const std::string line = line_of(run.output, r);
+    EXPECT_TRUE(contains(line, "PeerLost") || contains(line, "Timeout")) << run.output;
+    EXPECT_TRUE(contains(line, "rank 1")) << line;
+    const long ms = failed_after_ms(line);
+    EXPECT_GE(ms, 0) << line;
+    EXPECT_LT(ms, 10'000) << "well within STRAIT_TIMEOUT_S=20: " << line;
+    // Each survivor exited non-zero on its own (PeerLost: 3, Timeout: 4), not stopped by the
+    // launcher's SIGTERM after the grace.
+    const std::string how = launcher_says(run.output, r);
+    EXPECT_TRUE(how == "exited with status 3" || how == "exited with status 4") << run.output;
+  }
+  EXPECT_LT(elapsed, 50s) << "the survivors did not end before the launcher's grace ran out";
+}
+
+TEST(CommunicatorProcesses, ARankThatNeverCallsTheCollectiveIsATimeoutNamingIt) {
+  // Rank 1 sleeps; with a 2 s timeout ranks 0 and 2 give up, naming rank 1 (rank 0's chunk for
+  // rank 1 is rendezvous-sized, so its send to rank 1 is still pending at the deadline). The
+  // grace lets the second of them report too; the launcher then stops rank 1.
+  const auto run = strait_run(concat({"-n", "3", "--kill-grace", "5", "--"}, worker("sleep", "2")));
+  EXPECT_EQ(run.exit_code, kTimeout) << run.output;
+  for (const int r : {0, 2}) {
+    const std::string line = line_of(run.output, r);
+    EXPECT_TRUE(contains(line, "Timeout")) << run.output;
+    EXPECT_TRUE(contains(line, "within 2000 ms")) << line;
+    EXPECT_TRUE(contains(line, "rank 1")) << line;
+    const long ms = failed_after_ms(line);
+    EXPECT_GE(ms, 2000) << "a Timeout before STRAIT_TIMEOUT_S: " << line;
+    EXPECT_LT(ms, 15'000) << line;
+  }
+  // Rank 1 was stopped by the launcher, not counted as a failure of its own.
+  EXPECT_TRUE(contains(run.output, "stopped by the launcher: rank 1")) << run.output;
+}
+
+TEST(CommunicatorProcesses, MismatchedCountsAreAMismatchOnTheRanksInvolved) {
+  // Rank 1 allreduces 1001 elements, ranks 0 and 2 1000. Rank 1 (whose left neighbour is rank 0)
+  // and rank 2 (whose left neighbour is rank 1) see the other side's fingerprint.
+  const auto run =
+      strait_run(concat({"-n", "3", "--kill-grace", "30", "--"}, worker("mismatch", "20")));
+  EXPECT_NE(run.exit_code, 0) << run.output;
+  const std::string one = line_of(run.output, 1);
+  const std::string two = line_of(run.output, 2);
+  EXPECT_TRUE(contains(one, "Mismatch")) << run.output;
+  EXPECT_TRUE(contains(one, "rank 0 called allreduce #0 (f32 x 1000, sum)")) << one;
+  EXPECT_TRUE(contains(one, "this rank called allreduce #0 (f32 x 1001, sum)")) << one;
+  EXPECT_TRUE(contains(two, "Mismatch")) << run.output;
+  EXPECT_TRUE(contains(two, "rank 1 called allreduce #0 (f32 x 1001, sum)")) << two;
+  for (const int r : {1, 2}) {
+    EXPECT_EQ(launcher_says(run.output, r), "exited with status 5") << run.output;
+    EXPECT_LT(failed_after_ms(line_of(run.output, r)), 10'000);
+  }
+  // Rank 0 only hears of it when a neighbour gives up: it must still fail, not hang or succeed.
+  const std::string zero = line_of(run.output, 0);
+  EXPECT_TRUE(contains(zero, "failed after")) << run.output;
+}
+
+}  // namespace
