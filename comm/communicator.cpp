@@ -73,7 +73,7 @@ std::unique_ptr<Communicator> Communicator::from_env(const CommOptions& options)
 
 Communicator::Communicator(Key /*key*/, std::shared_ptr<Shared> shared,
                            std::shared_ptr<const Group> group, std::chrono::milliseconds timeout)
-    : shared_(std::move(shared)), group_(std::move(group)), timeout_(timeout) {}
+    : shared_(std::move(shared)), group_(std::move(group)), timeout_ms_(timeout.count()) {}
 
 Communicator::~Communicator() {
   // Pending operations of this communicator cannot outlive it: their buffers may go with it, and
@@ -110,7 +110,7 @@ void Communicator::check_peer(int peer, const char* what) const {
 }
 
 Work Communicator::submit(std::unique_ptr<Op> op, std::string description, bool ordered) {
-  return Work(shared_->engine->submit(std::move(op), std::move(description), timeout_,
+  return Work(shared_->engine->submit(std::move(op), std::move(description), timeout(),
                                       static_cast<std::uint64_t>(group_->comm_id) + 1, ordered));
 }
 
@@ -161,6 +161,9 @@ void Communicator::barrier() {
 
 Work Communicator::ibroadcast(void* buf, std::size_t count, DType dtype, int root) {
   check_peer(root, "broadcast root");
+  if (count != 0 && buf == nullptr) {
+    throw Error(ErrorCode::InvalidArgument, "broadcast: null buffer with a non-zero count");
+  }
   const auto seq = next_seq("broadcast");
   auto op = std::make_unique<BinomialBroadcast>(group_, seq, &counters_.broadcast, buf,
                                                 count * kernels::dtype_size(dtype), root);
@@ -259,7 +262,7 @@ std::unique_ptr<Communicator> Communicator::split(int color, int key) {
     id = shared_->store->add("strait/comm_ids", 1);
     shared_->store->set(id_key, std::to_string(id));
   } else {
-    id = std::stoll(shared_->store->get_string(id_key, timeout_));
+    id = std::stoll(shared_->store->get_string(id_key, timeout()));
   }
   if (id >= kMaxComms) {
     throw Error(ErrorCode::InvalidArgument,
@@ -268,7 +271,7 @@ std::unique_ptr<Communicator> Communicator::split(int color, int key) {
                             id, kMaxComms - 1));
   }
   group->comm_id = static_cast<int>(id);
-  return std::make_unique<Communicator>(Key{}, shared_, std::move(group), timeout_);
+  return std::make_unique<Communicator>(Key{}, shared_, std::move(group), timeout());
 }
 
 void Communicator::abort(const std::string& why) {

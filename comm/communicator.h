@@ -71,8 +71,13 @@ class Communicator {
 
   [[nodiscard]] int rank() const noexcept;
   [[nodiscard]] int size() const noexcept;
-  [[nodiscard]] std::chrono::milliseconds timeout() const noexcept { return timeout_; }
-  void set_timeout(std::chrono::milliseconds timeout) noexcept { timeout_ = timeout; }
+  [[nodiscard]] std::chrono::milliseconds timeout() const noexcept {
+    return std::chrono::milliseconds(timeout_ms_.load(std::memory_order_relaxed));
+  }
+  // Applies to operations submitted afterwards.
+  void set_timeout(std::chrono::milliseconds timeout) noexcept {
+    timeout_ms_.store(timeout.count(), std::memory_order_relaxed);
+  }
 
   // MPI_Comm_split: ranks with the same color form a new communicator, ordered by (key, rank).
   // Collective over this communicator; returns null for color < 0.
@@ -119,7 +124,7 @@ class Communicator {
 
   std::shared_ptr<Shared> shared_;
   std::shared_ptr<const Group> group_;
-  std::chrono::milliseconds timeout_;
+  std::atomic<std::chrono::milliseconds::rep> timeout_ms_;
   std::mutex mutex_;  // orders sequence numbers
   std::uint64_t seq_ = 0;
   std::uint64_t splits_ = 0;

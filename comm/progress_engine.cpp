@@ -77,7 +77,7 @@ std::shared_ptr<WorkState> ProgressEngine::submit(std::unique_ptr<Op> op, std::s
       if (s == stream) {
         work->complete(Error(cause.code(), fmt::format("{}: not started: the communicator is "
                                                        "unusable after an earlier error: {}",
-                                                       work->description(), cause.what())));
+                                                       work->description(), cause.message())));
         return work;
       }
     }
@@ -166,7 +166,7 @@ void ProgressEngine::mark_broken(std::uint64_t stream, const Error& cause) {
   for (auto& e : not_started) {  // outside the lock: completion runs the work's callbacks
     e.work->complete(Error(cause.code(), fmt::format("{}: not started: the communicator is "
                                                      "unusable after an earlier error: {}",
-                                                     e.work->description(), cause.what())));
+                                                     e.work->description(), cause.message())));
   }
 }
 
@@ -176,7 +176,7 @@ void ProgressEngine::break_stream(std::uint64_t stream, const Error& cause) {
     if (e.stream != stream || e.work->done()) continue;
     fail_entry(e, Error(cause.code(), fmt::format("{}: failed because an operation on the same "
                                                   "communicator failed: {}",
-                                                  e.work->description(), cause.what())));
+                                                  e.work->description(), cause.message())));
   }
 }
 
@@ -187,7 +187,7 @@ void ProgressEngine::apply_commands(std::vector<Command>& commands) {
         fail_entry(e, c.work ? c.error
                              : Error(ErrorCode::Aborted,
                                      fmt::format("{}: aborted: {}", e.work->description(),
-                                                 c.error.what())));
+                                                 c.error.message())));
       }
     }
     if (!c.work) {
@@ -209,7 +209,7 @@ bool ProgressEngine::step_ops() {
         moved = true;
       }
     } catch (const Error& err) {
-      fail_entry(e, Error(err.code(), fmt::format("{}: {}", e.work->description(), err.what())));
+      fail_entry(e, Error(err.code(), fmt::format("{}: {}", e.work->description(), err.message())));
       moved = true;
     } catch (const std::exception& ex) {
       fail_entry(e, Error(ErrorCode::Internal, fmt::format("{}: unexpected exception: {}",

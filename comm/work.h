@@ -72,6 +72,8 @@ class Work {
   // The error, once finished with one.
   [[nodiscard]] std::optional<Error> error() const;
   // Runs `callback` once the operation finishes (at once, on this thread, if it already has).
+  // Callbacks run after the work is marked done: wait() and test() may already report completion
+  // while a callback is still running.
   void on_complete(std::function<void(const std::optional<Error>&)> callback) const;
   [[nodiscard]] const std::string& description() const;
   [[nodiscard]] bool valid() const noexcept { return state_ != nullptr; }

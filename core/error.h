@@ -28,9 +28,12 @@ class Error : public std::runtime_error {
  public:
   Error(ErrorCode code, const std::string& message);
   [[nodiscard]] ErrorCode code() const noexcept { return code_; }
+  // The message without the "Code: " prefix that what() carries, for wrapping in another error.
+  [[nodiscard]] const std::string& message() const noexcept { return message_; }
 
  private:
   ErrorCode code_;
+  std::string message_;
 };
 
 }  // namespace strait

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 
 #include "core/error.h"
 #include "kernels/dtype.h"
@@ -111,7 +112,32 @@ RequestPtr CollectiveOp::post_recv(Transport& t, int peer, Tag tag, void* buf, s
   return req;
 }
 
+void CollectiveOp::check_arrived_headers() const {
+  for (const auto& p : posted_) {
+    if (p.is_recv && p.header != nullptr && p.request->state == TransportRequest::State::Done) {
+      check_header(p);
+    }
+  }
+}
+
+void CollectiveOp::settle_headers(Transport& t) const {
+  // A peer that found a mismatch fails and may close its connections at once; its fingerprint
+  // can still be on the way. Give it a moment, so that the error names the cause.
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(50);
+  while (std::chrono::steady_clock::now() < until) {
+    t.progress();
+    check_arrived_headers();
+    const bool waiting = std::any_of(posted_.begin(), posted_.end(), [](const Posted& p) {
+      return p.is_recv && p.header != nullptr && p.request->pending();
+    });
+    if (!waiting) return;
+  }
+}
+
 bool CollectiveOp::all_done(Transport& t) {
+  // Fingerprints first: when ranks disagree about the operation, that is the cause to report,
+  // not the broken connection that follows once the other side gave up.
+  check_arrived_headers();
   for (const auto& p : posted_) {
     const auto& r = *p.request;
     const char* what = p.is_recv ? "receive from" : "send to";
@@ -122,14 +148,12 @@ bool CollectiveOp::all_done(Transport& t) {
                                 "called this operation with different counts or dtypes",
                                 group_->describe_rank(p.peer), p.bytes, at_step(p.step)));
       }
+      settle_headers(t);
       throw Error(ErrorCode::PeerLost,
                   fmt::format("{} {} failed{}: {}", what, group_->describe_rank(p.peer),
                               at_step(p.step), r.error));
     }
-    if (r.state == TransportRequest::State::Done && p.is_recv && p.header != nullptr) {
-      check_header(p);
-      continue;
-    }
+    if (r.state == TransportRequest::State::Done && p.is_recv && p.header != nullptr) continue;
     if (r.state == TransportRequest::State::Done && p.is_recv && r.bytes != p.bytes) {
       throw Error(ErrorCode::Mismatch,
                   fmt::format("{} sent {} bytes where this rank expected {}{}: the ranks called "
@@ -139,6 +163,7 @@ bool CollectiveOp::all_done(Transport& t) {
     if (r.state == TransportRequest::State::Pending) {
       const int world = group_->world_ranks.at(static_cast<std::size_t>(p.peer));
       if (const auto& lost = t.peer_lost(world); !lost.empty()) {
+        settle_headers(t);
         throw Error(ErrorCode::PeerLost,
                     fmt::format("{} {} cannot finish{}: {}", what, group_->describe_rank(p.peer),
                                 at_step(p.step), lost));

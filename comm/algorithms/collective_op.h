@@ -84,6 +84,11 @@ class CollectiveOp : public Op {
   // Posts the fingerprint exchange with `peer` the first time this op sends to / receives from it.
   void exchange_fingerprint(Transport& t, int peer, bool is_recv);
   void check_header(const Posted& p) const;
+  // Throws Mismatch when a fingerprint that has arrived differs from this rank's.
+  void check_arrived_headers() const;
+  // Before reporting a lost peer: progress briefly so a fingerprint still in flight can turn the
+  // error into the Mismatch that caused it.
+  void settle_headers(Transport& t) const;
 
   std::shared_ptr<const Group> group_;
   std::uint64_t seq_;
