@@ -61,8 +61,16 @@ std::unique_ptr<Communicator> Communicator::create(std::shared_ptr<Store> store,
   group->rank = rank;
   group->world_ranks.resize(static_cast<std::size_t>(size));
   for (int i = 0; i < size; ++i) group->world_ranks[static_cast<std::size_t>(i)] = i;
-  return std::make_unique<Communicator>(Key{}, std::move(shared), std::move(group),
-                                        options.timeout);
+  auto world =
+      std::make_unique<Communicator>(Key{}, std::move(shared), std::move(group), options.timeout);
+  // No rank leaves creation (and could finish and tear down its endpoints) before every rank has
+  // connected to it: a peer still connecting would otherwise find it gone. It takes the last
+  // sequence number, so the caller's operations are numbered from 0 (its messages are all
+  // consumed long before the sequence numbers wrap around to it).
+  auto op = std::make_unique<DisseminationBarrier>(world->group_, kSeqMask);
+  op->set_fingerprint(Fingerprint{.seq = kSeqMask, .kind = Fingerprint::Kind::Barrier});
+  world->submit(std::move(op), world->describe("connection barrier", kSeqMask, ""), true).wait();
+  return world;
 }
 
 std::unique_ptr<Communicator> Communicator::from_env(const CommOptions& options) {

@@ -58,7 +58,8 @@ class Communicator {
   // The world communicator of a job launched with torchrun's environment (RANK, WORLD_SIZE,
   // MASTER_ADDR, MASTER_PORT): `strait run`, torchrun, Slurm or mpirun wrappers. Collective.
   static std::unique_ptr<Communicator> from_env(const CommOptions& options = {});
-  // The world communicator over an existing store (rank 0 need not be special). Collective.
+  // The world communicator over an existing store (rank 0 need not be special). Collective: it
+  // returns once every rank has connected (a barrier), so none can leave and tear down early.
   static std::unique_ptr<Communicator> create(std::shared_ptr<Store> store, int rank, int size,
                                               const CommOptions& options = {});
 
