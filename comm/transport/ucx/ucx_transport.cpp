@@ -115,6 +115,15 @@ UcxTransport::UcxTransport(Store& store, const std::string& prefix, int rank, in
   }
   const std::unique_ptr<ucp_config_t, void (*)(ucp_config_t*)> config(raw_config,
                                                                       ucp_config_release);
+  // UCX 1.13 treats a failed CMA read (process_vm_readv of a peer that died) as fatal without
+  // peer-failure mode and aborts the survivors with a backtrace. Without CMA a dead local peer is
+  // an ordinary PeerLost (through its pidfd); large local messages then go through the shared
+  // memory FIFO. A user's own UCX_TLS wins.
+  if (std::getenv("UCX_TLS") == nullptr) {
+    if (auto st = ucp_config_modify(config.get(), "TLS", "^cma"); st != UCS_OK) {
+      throw ucx_error("ucp_config_modify(TLS=^cma)", st);
+    }
+  }
 
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES;

@@ -6,6 +6,8 @@
 // instead: a local rank that dies is known within milliseconds. Peers on other hosts use
 // UCP_ERR_HANDLING_MODE_PEER, and UCX reports their loss through the endpoint error callback.
 // STRAIT_UCX_ERR_MODE=peer forces the latter for every peer (e.g. to exercise TCP on one box).
+// Unless UCX_TLS is set, CMA is left out: UCX aborts the process when a CMA read from a dead peer
+// fails (see the constructor), which would turn one lost rank into a crash of all.
 //
 // Construction is collective over the job: each rank publishes its worker address, host identity
 // and pid under "<prefix>/<rank>" in the store and connects to every rank (itself included).
