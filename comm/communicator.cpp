@@ -117,12 +117,15 @@ void Communicator::check_peer(int peer, const char* what) const {
   }
 }
 
-Work Communicator::submit(std::unique_ptr<Op> op, std::string description, bool ordered) {
+Work Communicator::submit(std::unique_ptr<Op> op, std::string description, bool ordered,
+                          DeadlineStart start) {
   return Work(shared_->engine->submit(std::move(op), std::move(description), timeout(),
-                                      static_cast<std::uint64_t>(group_->comm_id) + 1, ordered));
+                                      static_cast<std::uint64_t>(group_->comm_id) + 1, ordered,
+                                      start));
 }
 
-Work Communicator::isend(const void* buf, std::size_t bytes, int peer, std::uint64_t tag) {
+Work Communicator::isend(const void* buf, std::size_t bytes, int peer, std::uint64_t tag,
+                         DeadlineStart start) {
   check_peer(peer, "send");
   if (tag > kMaxUserTag) {
     throw Error(ErrorCode::InvalidArgument, fmt::format("send: tag {} exceeds 2^37 - 1", tag));
@@ -132,10 +135,11 @@ Work Communicator::isend(const void* buf, std::size_t bytes, int peer, std::uint
   return submit(std::move(op),
                 fmt::format("send of {} bytes to rank {} (tag {}) on comm {} (rank {} of {})",
                             bytes, peer, tag, group_->comm_id, rank(), size()),
-                false);
+                false, start);
 }
 
-Work Communicator::irecv(void* buf, std::size_t bytes, int peer, std::uint64_t tag) {
+Work Communicator::irecv(void* buf, std::size_t bytes, int peer, std::uint64_t tag,
+                         DeadlineStart start) {
   check_peer(peer, "recv");
   if (tag > kMaxUserTag) {
     throw Error(ErrorCode::InvalidArgument, fmt::format("recv: tag {} exceeds 2^37 - 1", tag));
@@ -145,7 +149,7 @@ Work Communicator::irecv(void* buf, std::size_t bytes, int peer, std::uint64_t t
   return submit(std::move(op),
                 fmt::format("recv of {} bytes from rank {} (tag {}) on comm {} (rank {} of {})",
                             bytes, peer, tag, group_->comm_id, rank(), size()),
-                false);
+                false, start);
 }
 
 void Communicator::send(const void* buf, std::size_t bytes, int peer, std::uint64_t tag) {

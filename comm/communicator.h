@@ -84,9 +84,13 @@ class Communicator {
   // Collective over this communicator; returns null for color < 0.
   std::unique_ptr<Communicator> split(int color, int key);
 
-  // Point to point. The receive must be for exactly `bytes` bytes. `tag` < 2^37.
-  Work isend(const void* buf, std::size_t bytes, int peer, std::uint64_t tag = 0);
-  Work irecv(void* buf, std::size_t bytes, int peer, std::uint64_t tag = 0);
+  // Point to point. The receive must be for exactly `bytes` bytes. `tag` < 2^37. Messages between
+  // two ranks with one tag arrive in the order sent; point-to-point operations are not ordered
+  // with respect to collectives. DeadlineStart::AtWait suits receives posted early (see work.h).
+  Work isend(const void* buf, std::size_t bytes, int peer, std::uint64_t tag = 0,
+             DeadlineStart start = DeadlineStart::AtSubmit);
+  Work irecv(void* buf, std::size_t bytes, int peer, std::uint64_t tag = 0,
+             DeadlineStart start = DeadlineStart::AtSubmit);
   void send(const void* buf, std::size_t bytes, int peer, std::uint64_t tag = 0);
   void recv(void* buf, std::size_t bytes, int peer, std::uint64_t tag = 0);
 
@@ -121,7 +125,8 @@ class Communicator {
   [[nodiscard]] std::string describe(const char* kind, std::uint64_t seq,
                                      const std::string& detail) const;
   void check_peer(int peer, const char* what) const;
-  Work submit(std::unique_ptr<class Op> op, std::string description, bool ordered);
+  Work submit(std::unique_ptr<class Op> op, std::string description, bool ordered,
+              DeadlineStart start = DeadlineStart::AtSubmit);
 
   std::shared_ptr<Shared> shared_;
   std::shared_ptr<const Group> group_;

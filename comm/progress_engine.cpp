@@ -68,9 +68,11 @@ void ProgressEngine::notify() {
 
 std::shared_ptr<WorkState> ProgressEngine::submit(std::unique_ptr<Op> op, std::string description,
                                                   std::chrono::milliseconds timeout,
-                                                  std::uint64_t stream, bool ordered) {
+                                                  std::uint64_t stream, bool ordered,
+                                                  DeadlineStart start) {
   auto work = std::make_shared<WorkState>(std::move(description));
   work->engine = weak_from_this();
+  if (start == DeadlineStart::AtWait) work->wait_timeout = timeout;
   {
     const std::lock_guard lock(mutex_);
     for (const auto& [s, cause] : broken_) {
@@ -91,7 +93,7 @@ std::shared_ptr<WorkState> ProgressEngine::submit(std::unique_ptr<Op> op, std::s
     e.op = std::move(op);
     e.work = work;
     e.timeout = timeout;
-    e.deadline = Clock::now() + timeout;
+    e.deadline = start == DeadlineStart::AtWait ? Clock::time_point::max() : Clock::now() + timeout;
     e.stream = stream;
     e.ordered = ordered;
     incoming_.push_back(std::move(e));
@@ -183,11 +185,18 @@ void ProgressEngine::break_stream(std::uint64_t stream, const Error& cause) {
 void ProgressEngine::apply_commands(std::vector<Command>& commands) {
   for (auto& c : commands) {
     for (auto& e : active_) {
-      if (c.work ? e.work == c.work : (c.stream == 0 || e.stream == c.stream)) {
-        fail_entry(e, c.work ? c.error
-                             : Error(ErrorCode::Aborted,
-                                     fmt::format("{}: aborted: {}", e.work->description(),
-                                                 c.error.message())));
+      if (c.work && e.work == c.work) {
+        // A caller's expired wait: say what the operation was still waiting for.
+        fail_entry(e, c.error.code() == ErrorCode::Timeout
+                          ? Error(ErrorCode::Timeout,
+                                  fmt::format("{}; still waiting for {}. A rank may be stuck, dead "
+                                              "or calling a different operation",
+                                              c.error.message(), e.op->waiting_for()))
+                          : c.error);
+      } else if (!c.work && (c.stream == 0 || e.stream == c.stream)) {
+        fail_entry(e,
+                   Error(ErrorCode::Aborted,
+                         fmt::format("{}: aborted: {}", e.work->description(), c.error.message())));
       }
     }
     if (!c.work) {

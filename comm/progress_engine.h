@@ -59,9 +59,10 @@ class ProgressEngine : public std::enable_shared_from_this<ProgressEngine> {
   // earlier ordered works of the stream. A failure of any operation of a stream fails every other
   // pending operation of it and every later submission (its peers may be gone or out of step:
   // continuing could only hang or corrupt), as NCCL does with a communicator after an error.
+  // `timeout` runs from now, or (DeadlineStart::AtWait) from when the work is waited for.
   std::shared_ptr<WorkState> submit(std::unique_ptr<Op> op, std::string description,
                                     std::chrono::milliseconds timeout, std::uint64_t stream,
-                                    bool ordered);
+                                    bool ordered, DeadlineStart start = DeadlineStart::AtSubmit);
   // Fails one pending operation (no-op when already finished).
   void fail(const std::shared_ptr<WorkState>& work, const Error& error);
   // Fails every pending operation of `stream` (0: all streams) with Aborted.

@@ -59,6 +59,7 @@ bool Work::test() const {
 
 void Work::wait() const {
   require_valid();
+  if (state_->wait_timeout) return wait(*state_->wait_timeout);
   // The engine fails every operation at its deadline, so this wait is bounded.
   state_->wait_until(std::chrono::steady_clock::time_point::max());
   if (auto e = state_->error()) throw *e;
@@ -68,7 +69,7 @@ void Work::wait(std::chrono::milliseconds timeout) const {
   require_valid();
   if (!state_->wait_until(std::chrono::steady_clock::now() + timeout)) {
     const Error timed_out(ErrorCode::Timeout,
-                          fmt::format("{}: the caller's wait of {} ms expired before it finished",
+                          fmt::format("{} did not finish within {} ms of being waited for",
                                       state_->description(), timeout.count()));
     // The engine cancels the operation's receives before completing it, so once this returns no
     // buffer of the operation is written any more, save by a transfer UCX had already started

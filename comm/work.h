@@ -15,6 +15,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <cstdint>
 #include <exception>
 #include <functional>
 #include <memory>
@@ -28,6 +29,11 @@
 namespace strait::comm {
 
 class ProgressEngine;
+
+// When an operation's deadline (the communicator's timeout) starts to run. AtWait is for
+// operations posted early, e.g. a pipeline stage's receives posted when its step starts: they may
+// rightly wait for a long time before anyone needs them, so only waiting for them is timed.
+enum class DeadlineStart : std::uint8_t { AtSubmit, AtWait };
 
 // Shared between the handle and the engine.
 class WorkState {
@@ -46,6 +52,8 @@ class WorkState {
 
   // The engine that runs this operation, so that an abandoned wait can fail it.
   std::weak_ptr<ProgressEngine> engine;
+  // Set for DeadlineStart::AtWait: wait() gives up after this long (as wait(timeout) does).
+  std::optional<std::chrono::milliseconds> wait_timeout;
 
  private:
   const std::string description_;
@@ -64,10 +72,12 @@ class Work {
   // True when the operation has finished (successfully or not). Never blocks.
   [[nodiscard]] bool test() const;
   // Blocks until the operation finishes; throws its error. The operation's own deadline (the
-  // communicator's timeout) bounds the wait.
+  // communicator's timeout, counted from submission, or from this call for DeadlineStart::AtWait)
+  // bounds the wait.
   void wait() const;
   // As wait(), but gives up after `timeout`: the operation is then failed with Timeout and this
-  // throws that error.
+  // throws that error. Like any failure, that leaves the communicator unusable (its peers may be
+  // mid-operation), so do not poll with short timeouts: use test() for that.
   void wait(std::chrono::milliseconds timeout) const;
   // The error, once finished with one.
   [[nodiscard]] std::optional<Error> error() const;

@@ -81,14 +81,19 @@ StepStats PipelineExecutor::run_step(std::int64_t step, std::span<const std::int
   comm::Communicator* pipe = comms_.pipeline;
 
   model_.zero_grads();
-  // Post every receive of the step now; the schedule's RECV actions wait for them.
+  // Post every receive of the step now; the schedule's RECV actions wait for them. Their deadline
+  // runs from that wait, not from now: a receive posted early may rightly wait a whole step.
   std::vector<comm::Work> recv_f(static_cast<std::size_t>(m)), recv_b(static_cast<std::size_t>(m));
   for (int mb = 0; mb < m; ++mb) {
     const auto i = static_cast<std::size_t>(mb);
-    if (!first)
-      recv_f[i] = pipe->irecv(in_acts_[i].data(), bytes, stage_ - 1, step_tag(step, mb, false));
-    if (!last)
-      recv_b[i] = pipe->irecv(grad_out_[i].data(), bytes, stage_ + 1, step_tag(step, mb, true));
+    if (!first) {
+      recv_f[i] = pipe->irecv(in_acts_[i].data(), bytes, stage_ - 1, step_tag(step, mb, false),
+                              comm::DeadlineStart::AtWait);
+    }
+    if (!last) {
+      recv_b[i] = pipe->irecv(grad_out_[i].data(), bytes, stage_ + 1, step_tag(step, mb, true),
+                              comm::DeadlineStart::AtWait);
+    }
   }
   std::vector<comm::Work> sends;
   std::vector<int> slot_of(static_cast<std::size_t>(m), -1);

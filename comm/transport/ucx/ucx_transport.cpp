@@ -231,14 +231,17 @@ UcxTransport::~UcxTransport() {
 }
 
 void UcxTransport::close_endpoints() {
-  // Flush-close so that the last messages we sent still reach live peers; force-close the
-  // endpoints of lost peers, which can never flush. Bounded: a peer that stalls is left behind.
+  // Flush-close the endpoints of other hosts' peers, so that the last messages we sent still reach
+  // them. Force-close the rest: a lost peer can never flush, and a completed send to a peer on
+  // this host is already in its shared-memory FIFO, while flushing towards a peer that exits at
+  // the same moment only makes UCX log "Endpoint timeout" errors. Bounded: a stalled peer is
+  // left behind.
   std::vector<void*> closing;
   for (auto& peer : peers_) {
     if (peer->ep == nullptr) continue;
     ucp_request_param_t p{};
     p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-    p.flags = peer->lost.empty() ? 0 : UCP_EP_CLOSE_FLAG_FORCE;
+    p.flags = peer->lost.empty() && !peer->same_host ? 0 : UCP_EP_CLOSE_FLAG_FORCE;
     void* r = ucp_ep_close_nbx(peer->ep, &p);
     if (r != nullptr && !UCS_PTR_IS_ERR(r)) closing.push_back(r);
     peer->ep = nullptr;
