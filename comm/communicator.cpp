@@ -35,9 +35,12 @@ std::chrono::milliseconds CommOptions::default_timeout() {
   if (v == nullptr || *v == '\0') return std::chrono::seconds(300);
   char* end = nullptr;
   const double s = std::strtod(v, &end);
-  if (*end != '\0' || !(s > 0)) {
+  // At least a millisecond (the unit the engine works in), at most about 11 days.
+  if (*end != '\0' || !(s >= 0.001 && s <= 1e6)) {
     throw Error(ErrorCode::InvalidArgument,
-                fmt::format("STRAIT_TIMEOUT_S={} is not a positive number of seconds", v));
+                fmt::format("STRAIT_TIMEOUT_S={} is not a number of seconds between 0.001 and "
+                            "1e6: it is the deadline of every collective (default 300)",
+                            v));
   }
   return std::chrono::milliseconds(static_cast<std::int64_t>(s * 1000));
 }
@@ -98,7 +101,7 @@ int Communicator::size() const noexcept {
   return group_->size();
 }
 
-std::uint64_t Communicator::next_seq(const char* /*kind*/) {
+std::uint64_t Communicator::next_seq() {
   const std::lock_guard lock(mutex_);
   return seq_++;
 }
@@ -161,7 +164,7 @@ void Communicator::recv(void* buf, std::size_t bytes, int peer, std::uint64_t ta
 }
 
 Work Communicator::ibarrier() {
-  const auto seq = next_seq("barrier");
+  const auto seq = next_seq();
   auto op = std::make_unique<DisseminationBarrier>(group_, seq);
   op->set_fingerprint(Fingerprint{.seq = seq, .kind = Fingerprint::Kind::Barrier});
   return submit(std::move(op), describe("barrier", seq, ""), true);
@@ -176,7 +179,7 @@ Work Communicator::ibroadcast(void* buf, std::size_t count, DType dtype, int roo
   if (count != 0 && buf == nullptr) {
     throw Error(ErrorCode::InvalidArgument, "broadcast: null buffer with a non-zero count");
   }
-  const auto seq = next_seq("broadcast");
+  const auto seq = next_seq();
   auto op = std::make_unique<BinomialBroadcast>(group_, seq, &counters_.broadcast, buf,
                                                 count * kernels::dtype_size(dtype), root);
   op->set_fingerprint(Fingerprint{.seq = seq,
@@ -206,7 +209,7 @@ Work Communicator::iallreduce(const void* send, void* recv, std::size_t count, D
   if (count != 0 && (send == nullptr || recv == nullptr)) {
     throw Error(ErrorCode::InvalidArgument, "allreduce: null buffer with a non-zero count");
   }
-  const auto seq = next_seq("allreduce");
+  const auto seq = next_seq();
   auto algo = std::make_unique<RingAllreduce>(group_, seq, &counters_.allreduce, send, recv, count,
                                               dtype, op);
   algo->set_fingerprint(Fingerprint{.seq = seq,
@@ -230,7 +233,7 @@ Work Communicator::iallgather(const void* send, void* recv, std::size_t count, D
   if (count != 0 && (send == nullptr || recv == nullptr)) {
     throw Error(ErrorCode::InvalidArgument, "allgather: null buffer with a non-zero count");
   }
-  const auto seq = next_seq("allgather");
+  const auto seq = next_seq();
   auto op = std::make_unique<RingAllgather>(group_, seq, &counters_.allgather, send, recv,
                                             count * kernels::dtype_size(dtype));
   op->set_fingerprint(Fingerprint{.seq = seq,
@@ -252,7 +255,11 @@ std::unique_ptr<Communicator> Communicator::split(int color, int key) {
   const std::int64_t mine[2] = {color, key};
   std::vector<std::int64_t> all(static_cast<std::size_t>(2 * size()));
   allgather(mine, all.data(), 2, DType::I64);
-  const std::uint64_t split_index = splits_++;
+  std::uint64_t split_index = 0;
+  {
+    const std::lock_guard lock(mutex_);
+    split_index = splits_++;
+  }
   if (color < 0) return nullptr;
 
   std::vector<std::tuple<std::int64_t, int>> members;  // (key, old rank)

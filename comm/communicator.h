@@ -11,6 +11,9 @@
 // the operation (kind, count, dtype, op or root: each collective exchanges its fingerprint with
 // the peers it talks to, ahead of its data). After a failure the communicator is unusable (as
 // NCCL after an error).
+// Algorithms (comm/algorithms/, one per file with its steps and bytes moved): allreduce is a ring
+// reduce-scatter + allgather (bandwidth-optimal, 2(P-1) steps), allgather a ring, broadcast a
+// binomial tree, barrier the dissemination algorithm; selection by size comes with more algorithms.
 // Thread-safety: a communicator may be used from several threads, but the order of operations
 // must still be the same on all ranks, so most callers use it from one thread.
 #pragma once
@@ -36,6 +39,7 @@ class ProgressEngine;
 struct CommOptions {
   // Deadline of every operation, and of connecting to peers. Default: STRAIT_TIMEOUT_S or 300 s.
   std::chrono::milliseconds timeout = default_timeout();
+  // Throws InvalidArgument when STRAIT_TIMEOUT_S is set to anything but 0.001 .. 1e6 seconds.
   static std::chrono::milliseconds default_timeout();
 };
 
@@ -81,7 +85,8 @@ class Communicator {
   }
 
   // MPI_Comm_split: ranks with the same color form a new communicator, ordered by (key, rank).
-  // Collective over this communicator; returns null for color < 0.
+  // Collective over this communicator; returns null for color < 0. Each split draws a job-wide id
+  // that is not reused, so a job can create at most 4095 communicators (comm/tag.h).
   std::unique_ptr<Communicator> split(int color, int key);
 
   // Point to point. The receive must be for exactly `bytes` bytes. `tag` < 2^37. Messages between
@@ -121,7 +126,7 @@ class Communicator {
   struct Counters {
     std::atomic<std::uint64_t> allreduce{0}, broadcast{0}, allgather{0}, send{0};
   };
-  std::uint64_t next_seq(const char* kind);
+  std::uint64_t next_seq();
   [[nodiscard]] std::string describe(const char* kind, std::uint64_t seq,
                                      const std::string& detail) const;
   void check_peer(int peer, const char* what) const;
@@ -131,7 +136,7 @@ class Communicator {
   std::shared_ptr<Shared> shared_;
   std::shared_ptr<const Group> group_;
   std::atomic<std::chrono::milliseconds::rep> timeout_ms_;
-  std::mutex mutex_;  // orders sequence numbers
+  std::mutex mutex_;  // guards seq_ and splits_
   std::uint64_t seq_ = 0;
   std::uint64_t splits_ = 0;
   Counters counters_;

@@ -9,6 +9,9 @@
 // (Megatron-LM's embedding group: their two copies of wte stay identical), then averages every
 // gradient over the replicas of this stage. OPTIM clips the global gradient norm (over all stages,
 // the tied copy counted once) and calls the optimizer.
+// Transfer buffers are per microbatch (M per direction, B x T x C floats each) whatever the
+// schedule: 1F1B's memory saving, min(P - s, M) stashed microbatches, applies to the model's
+// activation slots, not to these.
 // Thread-safety: one thread drives an executor. Errors: comm errors (PeerLost, Timeout, Mismatch)
 // propagate with the operation and ranks named; InvalidArgument for inconsistent sizes.
 #pragma once

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -67,6 +68,33 @@ void check_writable(const std::filesystem::path& dir) {
   ::unlink(probe.c_str());
 }
 
+// The activations the local ranks will stash, estimated from the model's layout (per position and
+// layer: about 16 C values plus two [heads, T] attention rows; the last stage adds logits and
+// probabilities), against this machine's memory: fail before starting rather than die of
+// bad_alloc in the middle of a step.
+void check_memory(const TrainConfig& c) {
+  const auto ranges = split_layers(c.layers, c.stages);
+  const Schedule schedule =
+      make_schedule(parse_schedule_kind(c.schedule), c.stages, c.microbatches);
+  double bytes = 0;
+  for (int s = 0; s < c.stages; ++s) {
+    const auto& r = ranges[static_cast<std::size_t>(s)];
+    const double per_position = (r.last - r.first) * (16.0 * c.dim + 2.0 * c.heads * c.ctx) +
+                                (s == c.stages - 1 ? 3.0 * 256 : 0.0) + c.dim;
+    const double slots = peak_stashed_microbatches(schedule, s);
+    bytes += slots * c.microbatch_size * c.ctx * per_position * sizeof(float) * c.replicas;
+  }
+  const double available = static_cast<double>(::sysconf(_SC_PHYS_PAGES)) *
+                           static_cast<double>(::sysconf(_SC_PAGE_SIZE));
+  if (available > 0 && bytes > 0.8 * available) {
+    throw bad(fmt::format(
+        "the activations of this job need about {:.1f} GiB but this machine has "
+        "{:.1f} GiB: lower --ctx ({}), --microbatch-size ({}), --microbatches "
+        "({}) or the model size",
+        bytes / (1 << 30), available / (1 << 30), c.ctx, c.microbatch_size, c.microbatches));
+  }
+}
+
 // Contiguous runs of tensors with the same weight-decay rule become one optimizer group.
 std::vector<offload::DecayGroup> decay_groups(const StageModel<float>& model, double weight_decay) {
   std::vector<offload::DecayGroup> groups;
@@ -80,6 +108,12 @@ std::vector<offload::DecayGroup> decay_groups(const StageModel<float>& model, do
     }
   }
   return groups;
+}
+
+// "1 replica", "2 replicas".
+std::string plural(std::int64_t n, std::string_view one, std::string_view many = {}) {
+  if (n == 1) return fmt::format("1 {}", one);
+  return many.empty() ? fmt::format("{} {}s", n, one) : fmt::format("{} {}", n, many);
 }
 
 std::string human_bytes(double b) {
@@ -218,11 +252,13 @@ double Job::evaluate() {
 }
 
 std::vector<std::int32_t> Job::generate() {
-  // Greedy decoding through replica 0's pipeline; the last stage picks each byte and sends it to
-  // the first, which extends the context. Every stage knows the growing length.
+  // Greedy decoding through each replica's pipeline (the replicas hold the same weights, so they
+  // produce the same text; running them all keeps every rank equally busy, and no rank waits for
+  // another's generation). The last stage picks each byte and sends it to the first, which extends
+  // the context; every stage knows the growing length.
   std::vector<std::int32_t> text;
   for (const char c : cfg_.prompt) text.push_back(static_cast<unsigned char>(c));
-  if (replica_ != 0 || cfg_.sample_bytes <= 0 || text.empty()) return text;
+  if (cfg_.sample_bytes <= 0 || text.empty()) return text;
   const int p = cfg_.stages;
   const std::size_t prompt_len = text.size();
   for (int i = 0; i < cfg_.sample_bytes; ++i) {
@@ -257,10 +293,10 @@ void Job::run() {
     const GptConfig g = model_config(cfg_);
     const auto& corpus = dataset_->corpus();
     fmt::print(
-        "strait train: {} ranks = {} stages x {} replicas, {} schedule, {} microbatches x {} "
-        "sequences x {} bytes per replica per step\n",
-        cfg_.world_size(), p, cfg_.replicas, cfg_.schedule, cfg_.microbatches, cfg_.microbatch_size,
-        cfg_.ctx);
+        "strait train: {} = {} x {}, {} schedule, {} of {} x {} bytes per replica per step\n",
+        plural(cfg_.world_size(), "rank"), plural(p, "stage"), plural(cfg_.replicas, "replica"),
+        cfg_.schedule, plural(cfg_.microbatches, "microbatch", "microbatches"),
+        plural(cfg_.microbatch_size, "sequence"), cfg_.ctx);
     fmt::print(
         "model: GPT-2, {} layers, dim {}, {} heads, context {}, {:.2f} M parameters; AdamW "
         "lr {} (warm-up {} steps), weight decay {}\n",
@@ -269,10 +305,13 @@ void Job::run() {
     fmt::print("data: {} ({} train / {} held-out)\n", cfg_.data.string(),
                human_bytes(static_cast<double>(corpus.train().size())),
                human_bytes(static_cast<double>(corpus.eval().size())));
-    fmt::print(
-        "optimizer state: {} ({}: {})\n", moments_->path().parent_path().string(),
-        moments_->engine_kind() == offload::IoEngineKind::Uring ? "io_uring" : "pread/pwrite",
-        moments_->engine_reason());
+    if (moments_->engine_kind() == offload::IoEngineKind::Uring) {
+      fmt::print("optimizer moments: a file per rank in {}, through io_uring with O_DIRECT\n",
+                 cfg_.offload_dir.string());
+    } else {
+      fmt::print("optimizer moments: a file per rank in {}, through pread/pwrite ({})\n",
+                 cfg_.offload_dir.string(), moments_->engine_reason());
+    }
     std::fflush(stdout);
   }
 
@@ -281,9 +320,9 @@ void Job::run() {
   if (executor_->first_stage()) tokens.resize(n);
   if (executor_->last_stage()) targets.resize(n);
   std::vector<std::int32_t> scratch(n);
-  const auto train_start = Clock::now();
-  auto last = train_start;
+  double train_s = 0;  // steps only: evaluations are timed apart
   for (int step = 0; step < cfg_.steps; ++step) {
+    const auto step_start = Clock::now();
     if (dataset_) {
       dataset_->fill_train(step, replica_ * seqs, static_cast<int>(seqs),
                            tokens.empty() ? std::span<std::int32_t>(scratch) : tokens,
@@ -304,11 +343,10 @@ void Job::run() {
     double agg[2] = {executor_->last_stage() ? st.loss / cfg_.replicas : 0.0,
                      static_cast<double>(st.allreduce_bytes)};
     world_->allreduce(agg, agg, 2, DType::F64, ReduceOp::Sum);
-    const auto now = Clock::now();
-    const double dt = std::chrono::duration<double>(now - last).count();
-    last = now;
+    const double dt = std::chrono::duration<double>(Clock::now() - step_start).count();
+    train_s += dt;
     if (rank_ == 0) {
-      if ((step + 1) % std::max(1, cfg_.log_every) == 0 || step == 0 || step + 1 == cfg_.steps) {
+      if ((step + 1) % cfg_.log_every == 0 || step == 0 || step + 1 == cfg_.steps) {
         fmt::print(
             "step {:4d}/{} | loss {:.4f} | lr {:.2e} | grad norm {:.3f} | {:7.0f} tok/s | "
             "allreduce {} | {:.0f} ms\n",
@@ -316,38 +354,42 @@ void Job::run() {
             human_bytes(agg[1]), dt * 1e3);
         std::fflush(stdout);
       }
-      emit({{"step", step + 1},
+      emit({{"type", "step"},
+            {"step", step + 1},
             {"loss", agg[0]},
             {"lr", lr},
             {"grad_norm", st.grad_norm},
             {"tokens_per_s", tokens_per_step / dt},
-            {"allreduce_bytes", agg[1]},
+            {"allreduce_bytes", static_cast<std::uint64_t>(agg[1])},
             {"seconds", dt}});
     }
     if (cfg_.eval_every > 0 && (step + 1) % cfg_.eval_every == 0 && step + 1 != cfg_.steps) {
       const double eval_loss = evaluate();
       if (rank_ == 0) {
         fmt::print("eval at step {}: loss {:.4f}\n", step + 1, eval_loss);
-        emit({{"step", step + 1}, {"eval_loss", eval_loss}});
+        std::fflush(stdout);
+        emit({{"type", "eval"}, {"step", step + 1}, {"eval_loss", eval_loss}});
       }
-      last = Clock::now();
     }
   }
-  const double train_s = std::chrono::duration<double>(Clock::now() - train_start).count();
+  const double tps = train_s > 0 ? tokens_per_step * cfg_.steps / train_s : 0.0;
   const double eval_loss = evaluate();
+  if (rank_ == 0) {
+    fmt::print("done: {} in {:.1f} s ({:.0f} tok/s); eval loss {:.4f} on the held-out tail\n",
+               plural(cfg_.steps, "step"), train_s, tps, eval_loss);
+    std::fflush(stdout);
+    emit({{"type", "eval"}, {"step", cfg_.steps}, {"eval_loss", eval_loss}});
+  }
   const std::vector<std::int32_t> sample = generate();
   world_->barrier();  // nobody tears down its endpoints while others still send
   if (rank_ == 0) {
     const double total_s = std::chrono::duration<double>(Clock::now() - t0).count();
-    const double tps = tokens_per_step * cfg_.steps / train_s;
-    fmt::print(
-        "done: {} steps, eval loss {:.4f} on the held-out tail, {:.1f} s in total ({:.1f} s "
-        "training, {:.0f} tok/s)\n",
-        cfg_.steps, eval_loss, total_s, train_s, tps);
     fmt::print("sample (greedy, {} bytes after {:?}):\n{}\n", cfg_.sample_bytes, cfg_.prompt,
                printable(sample));
+    fmt::print("total time {:.1f} s\n", total_s);
     std::fflush(stdout);
-    emit({{"eval_loss", eval_loss},
+    emit({{"type", "summary"},
+          {"eval_loss", eval_loss},
           {"seconds", total_s},
           {"train_seconds", train_s},
           {"tokens_per_s", tps},
@@ -387,8 +429,27 @@ void TrainConfig::validate() const {
   if (sample_bytes < 0 || eval_sequences < 0 || eval_every < 0) {
     throw bad("--sample-bytes, --eval-sequences and --eval-every must be >= 0");
   }
+  if (sample_bytes > 0 && prompt.empty()) {
+    throw bad(
+        "--prompt is empty: the sample needs at least one byte to start from (or pass "
+        "--sample-bytes 0)");
+  }
+  if (!(grad_clip >= 0)) throw bad(fmt::format("--grad-clip {} must be >= 0 (0: off)", grad_clip));
+  if (blas_threads < 0) {
+    throw bad(fmt::format("--blas-threads {} must be >= 0 (0: cores / local ranks)", blas_threads));
+  }
+  if (log_every < 1) throw bad(fmt::format("--log-every {} must be at least 1", log_every));
   (void)parse_schedule_kind(schedule);
+  (void)comm::CommOptions::default_timeout();  // a bad STRAIT_TIMEOUT_S fails here, once
+  check_memory(*this);
   check_writable(offload_dir);
+  if (!metrics.empty()) {
+    const std::ofstream probe(metrics, std::ios::app);
+    if (!probe) {
+      throw bad(fmt::format("cannot write --metrics {}: {}; pass a writable path", metrics.string(),
+                            std::strerror(errno)));
+    }
+  }
 }
 
 double learning_rate(const TrainConfig& c, std::int64_t step) {

@@ -81,6 +81,12 @@ void add_train_command(CLI::App& app, const std::vector<std::string>& argv, int&
   train->add_option("--grad-clip", c->grad_clip, "Global gradient-norm clip (0: off)")
       ->capture_default_str();
   train->add_option("--seed", c->seed, "Seed of the initial weights and the data order")
+      ->check(CLI::Validator(
+          [](const std::string& v) {
+            return !v.empty() && v.front() == '-' ? std::string("must be a non-negative integer")
+                                                  : std::string();
+          },
+          "UINT"))
       ->capture_default_str();
   train->add_option("--data", *data, "Text file or directory of text files")->capture_default_str();
   train->add_option("--offload-dir", *offload, "Directory for the per-rank optimizer-state files")
@@ -100,8 +106,10 @@ void add_train_command(CLI::App& app, const std::vector<std::string>& argv, int&
                    "OpenBLAS threads per rank (0: cores / local ranks)")
       ->capture_default_str();
   train->add_option("--log-every", c->log_every, "Print every N steps")->capture_default_str();
-  train->add_option("--timeout", *timeout_s,
-                    "Seconds before a stuck collective fails (sets STRAIT_TIMEOUT_S)");
+  train
+      ->add_option("--timeout", *timeout_s,
+                   "Seconds before a stuck collective fails (sets STRAIT_TIMEOUT_S; default 300)")
+      ->check(CLI::Range(0.001, 1e6));
 
   train->callback([c, data, offload, metrics, timeout_s, argv, &exit_code] {
     c->data = *data;
@@ -126,6 +134,12 @@ void add_train_command(CLI::App& app, const std::vector<std::string>& argv, int&
     } catch (const Error& e) {
       fmt::print(stderr, "strait train: rank {}: {}\n", rank, e.what());
       exit_code = e.code() == ErrorCode::InvalidArgument ? 2 : 1;
+    } catch (const std::bad_alloc&) {
+      fmt::print(stderr,
+                 "strait train: rank {}: out of memory: lower --ctx, --microbatch-size, "
+                 "--microbatches, --dim or --layers, or use more stages\n",
+                 rank);
+      exit_code = 1;
     } catch (const std::exception& e) {
       fmt::print(stderr, "strait train: rank {}: unexpected error: {}\n", rank, e.what());
       exit_code = 1;

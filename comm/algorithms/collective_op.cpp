@@ -142,7 +142,7 @@ bool CollectiveOp::all_done(Transport& t) {
     const auto& r = *p.request;
     const char* what = p.is_recv ? "receive from" : "send to";
     if (r.state == TransportRequest::State::Failed) {
-      if (p.is_recv && r.error.find("truncated") != std::string::npos) {
+      if (p.is_recv && r.truncated) {
         throw Error(ErrorCode::Mismatch,
                     fmt::format("{} sent more than the {} bytes this rank expected{}: the ranks "
                                 "called this operation with different counts or dtypes",

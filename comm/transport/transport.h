@@ -20,7 +20,8 @@ struct TransportRequest {
   enum class State { Pending, Done, Failed };
   State state = State::Pending;
   std::size_t bytes = 0;
-  std::string error;  // set when Failed: what the transport reported
+  std::string error;       // set when Failed: what the transport reported
+  bool truncated = false;  // Failed because the message was longer than the receive buffer
   // Memory the request reads or writes that its poster does not otherwise keep alive (an
   // operation's header): it lives as long as the request, which the transport holds until the
   // request leaves Pending, even after the operation that posted it has failed and gone.

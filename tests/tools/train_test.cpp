@@ -106,17 +106,21 @@ struct Metrics {
   json summary;             // the final record (eval_loss, sample, ...)
 };
 
-// Parses the --metrics file: one JSON object per line, steps first, the summary last.
+// Parses the --metrics file: one JSON object per line, each with a "type": "step" records in order,
+// "eval" records, and the "summary" last.
 Metrics read_metrics(const fs::path& path) {
   Metrics m;
   std::ifstream in(path);
   std::string line;
   while (std::getline(in, line)) {
     json record = json::parse(line);
-    if (record.contains("loss")) {
+    const std::string type = record.at("type").get<std::string>();
+    if (type == "step") {
       m.steps.push_back(std::move(record));
-    } else if (record.contains("sample")) {
+    } else if (type == "summary") {
       m.summary = std::move(record);
+    } else {
+      EXPECT_EQ(type, "eval") << line;
     }
   }
   return m;

@@ -264,6 +264,7 @@ void UcxTransport::retire(InFlight* done, ucs_status_t status, std::size_t bytes
   } else {
     req.state = TransportRequest::State::Failed;
     req.error = ucs_status_string(status);
+    req.truncated = status == UCS_ERR_MESSAGE_TRUNCATED;
   }
   in_flight_.erase(done->request.get());  // destroys *done
 }
@@ -363,10 +364,6 @@ void UcxTransport::check_peers() {
 
 const std::string& UcxTransport::peer_lost(int peer) const {
   return peers_.at(static_cast<std::size_t>(peer))->lost;
-}
-
-std::string UcxTransport::link_kind(int peer) const {
-  return peers_.at(static_cast<std::size_t>(peer))->same_host ? "shm" : "net";
 }
 
 }  // namespace strait::comm

@@ -46,9 +46,6 @@ class UcxTransport final : public Transport {
   void check_peers() override;
   [[nodiscard]] const std::string& peer_lost(int peer) const override;
 
-  // "shm" or "net" per peer: how UCX was allowed to reach it (for logs and tests).
-  [[nodiscard]] std::string link_kind(int peer) const;
-
  private:
   struct InFlight;  // a posted UCX request, owned by in_flight_
   struct Peer {
