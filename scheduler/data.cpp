@@ -1,11 +1,14 @@
 #include "scheduler/data.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "core/error.h"
 
@@ -31,11 +34,15 @@ std::uint64_t uniform_below(std::uint64_t key, std::uint64_t n) {
 }
 
 std::int64_t eval_size_for(std::int64_t total, double fraction) {
-  return static_cast<std::int64_t>(std::floor(static_cast<double>(total) * fraction));
+  return static_cast<std::int64_t>(held_out_size(static_cast<std::size_t>(total), fraction));
 }
 
-// Smallest corpus size whose train and eval parts both hold `need` bytes; both part sizes grow
-// monotonically with the total, so a linear search from a lower bound is exact.
+// Smallest single-text corpus (one file, or from_bytes) whose train and eval parts both hold
+// `need` bytes under the corpus's own rounding rule. Both part sizes are non-decreasing in the
+// total (the eval part grows by 0 or 1 byte per byte added), so a linear search upwards from a
+// lower bound is exact. The bound: both parts together hold the total, so it is at least 2 * need;
+// eval = floor(n f) >= need needs n >= need / f, and train = n - floor(n f) >= need needs
+// n > (need - 1) / (1 - f); the -2 absorbs the rounding of the floating-point quotients.
 std::int64_t min_total_size(std::int64_t need, double fraction) {
   const auto lower = static_cast<std::int64_t>(std::max(
       {2.0 * static_cast<double>(need), std::floor(static_cast<double>(need) / fraction) - 2.0,
@@ -85,15 +92,35 @@ ByteDataset::ByteDataset(ByteCorpus corpus, const DatasetOptions& options)
   const auto train = static_cast<std::int64_t>(corpus_.train().size());
   const auto eval = static_cast<std::int64_t>(corpus_.eval().size());
   if (train < need || eval < need) {
+    const double percent = corpus_.eval_fraction() * 100.0;
+    const std::int64_t single = min_total_size(need, corpus_.eval_fraction());
+    const std::size_t files = corpus_.files().size();
+    std::string split, needed;
+    if (files <= 1) {
+      split = fmt::format("the last {:g}%", percent);
+      needed = fmt::format("the corpus must have at least {} bytes", single);
+    } else {
+      // Several files each hold out their own tail, so no one total size is necessary or
+      // sufficient: name what each part lacks, and the size that works as a single file.
+      split = fmt::format("the last {:g}% of each of its {} files, joined by the separator",
+                          percent, files);
+      std::vector<std::string> short_parts;
+      if (train < need) {
+        short_parts.push_back(fmt::format("the training part is {} bytes short", need - train));
+      }
+      if (eval < need) {
+        short_parts.push_back(fmt::format("the held-out part is {} bytes short", need - eval));
+      }
+      needed = fmt::format("{} (as a single file it would need at least {} bytes)",
+                           fmt::join(short_parts, " and "), single);
+    }
     throw Error(
         ErrorCode::InvalidArgument,
-        fmt::format("data corpus {} is too short for context length {}: it has {} bytes, {} for "
-                    "training and {} held out for eval (the last {:g}%), and each part needs at "
-                    "least {} bytes, so the corpus must have at least {} bytes: pass a larger "
-                    "--data corpus or a shorter context",
-                    corpus_.source(), context_, train + eval, train, eval,
-                    corpus_.eval_fraction() * 100.0, need,
-                    min_total_size(need, corpus_.eval_fraction())));
+        fmt::format("data corpus {} is too short for context length {}: it has {} bytes, "
+                    "{} for training and {} held out for eval ({}), and each part needs "
+                    "at least {} bytes, so {}: pass a larger --data corpus or a shorter "
+                    "context",
+                    corpus_.source(), context_, train + eval, train, eval, split, need, needed));
   }
   const std::int64_t dense = (eval - 1) / context_;
   if (options.max_eval_sequences == 0 || options.max_eval_sequences >= dense) {

@@ -6,15 +6,16 @@
 // [0, train_size - (T+1)] without bias by rejection. However the global batch of G sequences is
 // split over data-parallel replicas and microbatches (each asking for its own [first_seq,
 // first_seq + count) slice), the same G sequences are seen.
-// Evaluation: windows of the held-out tail at offsets 0, T, 2T, ..., so every eval byte after the
-// first is predicted exactly once; max_eval_sequences > 0 instead spreads that many windows evenly
-// from the first to the last possible offset.
+// Evaluation: windows of the held-out part (corpus.h: every file's tail) at offsets 0, T, 2T, ...,
+// so every eval byte after the first is predicted exactly once; max_eval_sequences > 0 instead
+// spreads that many windows evenly from the first to the last possible offset.
 // A sequence is T+1 consecutive bytes b: inputs are b[0, T), targets b[1, T+1), as int32 token ids
 // in [0, 256). fill_* write `count` sequences, row-major [count, T], into inputs and targets.
 // Thread-safety: immutable after construction; fill_* are safe to call concurrently.
 // Errors: InvalidArgument for context < 1, a corpus whose train or eval part is shorter than T+1
-// bytes (the message gives the size needed), negative step or sequence indices, eval indices past
-// eval_sequences(), and output spans whose size is not count * T.
+// bytes (the message gives the size needed: the exact total for a single-file corpus; for several
+// files, the bytes each part lacks and the exact total as one file), negative step or sequence
+// indices, eval indices past eval_sequences(), and output spans whose size is not count * T.
 #pragma once
 
 #include <cstdint>

@@ -1,5 +1,6 @@
 #include "scheduler/data.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -8,8 +9,10 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <iterator>
 #include <map>
 #include <random>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -25,10 +28,11 @@ namespace fs = std::filesystem;
 // A fresh directory under the system temp dir, removed with everything in it.
 class TempDir {
  public:
-  TempDir() {
+  // `suffix` tells apart several directories of one test.
+  explicit TempDir(const std::string& suffix = "") {
     const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
     path_ = fs::temp_directory_path() /
-            ("strait_data_test_" + std::to_string(::getpid()) + "_" + info->name());
+            ("strait_data_test_" + std::to_string(::getpid()) + "_" + info->name() + suffix);
     fs::remove_all(path_);
     fs::create_directories(path_);
   }
@@ -40,7 +44,10 @@ class TempDir {
   }
   [[nodiscard]] const fs::path& path() const { return path_; }
   void write(const std::string& name, const std::string& bytes) const {
-    std::ofstream(path_ / name, std::ios::binary) << bytes;
+    std::ofstream out(path_ / name, std::ios::binary);
+    out << bytes;
+    out.close();
+    ASSERT_TRUE(out) << "writing " << (path_ / name);
   }
 
  private:
@@ -49,6 +56,14 @@ class TempDir {
 
 std::vector<std::uint8_t> bytes_of(const std::string& s) {
   return {s.begin(), s.end()};
+}
+
+std::vector<std::uint8_t> vec(std::span<const std::uint8_t> s) {
+  return {s.begin(), s.end()};
+}
+
+std::string string_of(const std::vector<std::uint8_t>& v) {
+  return {v.begin(), v.end()};
 }
 
 // Random lowercase text: every window differs, so equal windows mean equal offsets.
@@ -83,10 +98,11 @@ TEST(Corpus, DirectorySkipsIndexesLinksBinaryAndEmptyFiles) {
   fs::create_directory(dir.path() / "sub");
   dir.write("sub/inner.txt", "inner");
 
+  // Every file is shorter than 1 / 0.05 = 20 bytes, so none holds anything out.
   const ByteCorpus c = ByteCorpus::load(dir.path(), {.eval_fraction = 0.05, .separator = "\n"});
-  EXPECT_EQ(c.bytes().size(), std::string("alpha\n\nbravo\n\ncharlie").size());
-  EXPECT_EQ(std::vector<std::uint8_t>(c.bytes().begin(), c.bytes().end()),
-            bytes_of("alpha\n\nbravo\n\ncharlie"));
+  EXPECT_EQ(vec(c.train()), bytes_of("alpha\n\nbravo\n\ncharlie"));
+  EXPECT_TRUE(c.eval().empty());
+  EXPECT_EQ(vec(c.bytes()), bytes_of("alpha\n\nbravo\n\ncharlie"));
   ASSERT_EQ(c.files().size(), 3U);
   EXPECT_EQ(c.files()[0].filename(), "a.txt");
   EXPECT_EQ(c.files()[1].filename(), "b.txt");
@@ -105,11 +121,112 @@ TEST(Corpus, CustomSeparatorAndSingleFile) {
   TempDir dir;
   dir.write("1", "one");
   dir.write("2", "two");
+  // floor(3 * 0.5) = 1: each file keeps 2 bytes for training and holds out its last byte.
   const ByteCorpus c = ByteCorpus::load(dir.path(), {.eval_fraction = 0.5, .separator = "<|>"});
-  EXPECT_EQ(std::vector<std::uint8_t>(c.bytes().begin(), c.bytes().end()), bytes_of("one<|>two"));
+  EXPECT_EQ(string_of(vec(c.train())), "on<|>tw");
+  EXPECT_EQ(string_of(vec(c.eval())), "e<|>o");
+  EXPECT_EQ(string_of(vec(c.bytes())), "on<|>twe<|>o");
   const ByteCorpus f = ByteCorpus::load(dir.path() / "2", {.eval_fraction = 0.5});
-  EXPECT_EQ(std::vector<std::uint8_t>(f.bytes().begin(), f.bytes().end()), bytes_of("two"));
+  EXPECT_EQ(string_of(vec(f.bytes())), "two");
+  EXPECT_EQ(string_of(vec(f.train())), "tw");
+  EXPECT_EQ(string_of(vec(f.eval())), "o");
   ASSERT_EQ(f.files().size(), 1U);
+}
+
+// Every file holds out its own last tenth (rounded down) and keeps its head for training. The
+// expected parts are built here by integer arithmetic (n / 10 == floor(n * 0.1) exactly for these
+// sizes) from the texts written, not through the corpus code.
+TEST(Corpus, EveryFileHoldsOutItsOwnTail) {
+  TempDir dir;
+  // Names sorted: a, b, c, d, e, f; sizes deliberately not in name order. "c" (9 bytes) is shorter
+  // than 1 / 0.1 and holds nothing out; "d" (10 bytes) holds out exactly one byte.
+  const std::vector<std::pair<std::string, std::size_t>> sizes = {
+      {"a", 1000}, {"b", 57}, {"c", 9}, {"d", 10}, {"e", 333}, {"f", 4096}};
+  std::vector<std::string> texts;
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    texts.push_back(string_of(random_text(sizes[i].second, 100 + static_cast<unsigned>(i))));
+    dir.write(sizes[i].first, texts.back());
+  }
+  dir.write("b.dat", "skipped: a strfile index");
+  const std::string sep = "<|>";
+
+  std::string train, eval;
+  std::size_t tails = 0;
+  for (const std::string& t : texts) {
+    const std::size_t tail = t.size() / 10;
+    if (!train.empty()) train += sep;
+    train += t.substr(0, t.size() - tail);
+    if (tail > 0) {
+      if (!eval.empty()) eval += sep;
+      eval += t.substr(t.size() - tail);
+      ++tails;
+    }
+  }
+  ASSERT_EQ(tails, 5U);
+  // 100 + 5 + 0 + 1 + 33 + 409 held out, 4 separators between the 5 non-empty tails.
+  ASSERT_EQ(eval.size(), 548U + 4 * sep.size());
+  ASSERT_EQ(train.size(), (1000 + 57 + 9 + 10 + 333 + 4096) - 548U + 5 * sep.size());
+
+  const ByteCorpus c = ByteCorpus::load(dir.path(), {.eval_fraction = 0.1, .separator = sep});
+  ASSERT_EQ(c.files().size(), 6U);
+  EXPECT_EQ(c.train().size(), train.size());
+  EXPECT_EQ(c.eval().size(), eval.size());
+  EXPECT_EQ(string_of(vec(c.train())), train);
+  EXPECT_EQ(string_of(vec(c.eval())), eval);
+  // bytes() is train() then eval(), and the parts are views into it.
+  EXPECT_EQ(string_of(vec(c.bytes())), train + eval);
+  EXPECT_EQ(c.train().data(), c.bytes().data());
+  EXPECT_EQ(c.eval().data(), c.bytes().data() + train.size());
+  EXPECT_EQ(c.eval_fraction(), 0.1);
+  EXPECT_EQ(c.source(), dir.path().string());
+
+  // The same directory with a single usable file is split exactly as that file alone is.
+  TempDir one("_one");
+  one.write("e", texts[4]);
+  one.write("e.dat", "index");
+  const ByteCorpus d = ByteCorpus::load(one.path(), {.eval_fraction = 0.1, .separator = sep});
+  const ByteCorpus f = ByteCorpus::load(one.path() / "e", {.eval_fraction = 0.1});
+  EXPECT_EQ(string_of(vec(d.train())), texts[4].substr(0, 300));
+  EXPECT_EQ(string_of(vec(d.eval())), texts[4].substr(300));
+  EXPECT_EQ(vec(f.train()), vec(d.train()));
+  EXPECT_EQ(vec(f.eval()), vec(d.eval()));
+}
+
+// The sized read: a large file read whole, and a file whose content exceeds the size stat reports
+// (/proc).
+TEST(Corpus, ReadsWholeFiles) {
+  TempDir dir;
+  const std::string big = string_of(random_text(5'000'000, 7));
+  dir.write("big", big);
+  const ByteCorpus c = ByteCorpus::load(dir.path() / "big", {.eval_fraction = 0.5});
+  EXPECT_EQ(string_of(vec(c.bytes())), big);
+
+  const fs::path proc = "/proc/version";  // st_size 0, content ~150 bytes
+  if (fs::is_regular_file(proc) && fs::file_size(proc) == 0) {
+    std::ifstream in(proc, std::ios::binary);
+    const std::string expected((std::istreambuf_iterator<char>(in)),
+                               std::istreambuf_iterator<char>());
+    ASSERT_FALSE(expected.empty());
+    EXPECT_EQ(string_of(vec(ByteCorpus::load(proc, {.eval_fraction = 0.5}).bytes())), expected);
+  }
+}
+
+TEST(Corpus, UnreadableFileIsAnIoError) {
+  if (::geteuid() == 0) GTEST_SKIP() << "running as root: file permissions do not stop reads";
+  TempDir dir;
+  dir.write("secret", "unreadable text");
+  fs::permissions(dir.path() / "secret", fs::perms::none);
+  try {
+    (void)ByteCorpus::load(dir.path() / "secret");
+    ADD_FAILURE() << "no error thrown";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::Io);
+    EXPECT_NE(
+        std::string(e.what()).find("cannot open data file " + (dir.path() / "secret").string() +
+                                   " for reading: Permission denied: check its permissions"),
+        std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(Corpus, SplitHoldsOutTheTail) {
@@ -172,6 +289,58 @@ TEST(Dataset, TooShortCorpusNamesTheSizeNeeded) {
               ByteDataset d(ByteCorpus::from_bytes(random_text(100, 3), 0.5), {.context = 64});
             }).find("at least 130 bytes"),
             std::string::npos);
+}
+
+// The size the message names, for many contexts and fractions, is the smallest single text that
+// ByteDataset accepts: one byte less is refused. The boundary is found by the corpus and dataset
+// themselves, not by the arithmetic that produced the number.
+TEST(Dataset, TooShortSizeIsExactForEveryFraction) {
+  for (double f : {0.01, 0.05, 0.1, 0.3, 0.5, 0.7, 0.9, 0.99}) {
+    for (int ctx : {1, 2, 7, 64, 100}) {
+      const std::string msg = error_of(
+          [&] { ByteDataset d(ByteCorpus::from_bytes(random_text(2, 3), f), {.context = ctx}); });
+      const std::string key = "the corpus must have at least ";
+      const std::size_t at = msg.find(key);
+      ASSERT_NE(at, std::string::npos) << msg;
+      const std::size_t n = std::stoul(msg.substr(at + key.size()));
+      SCOPED_TRACE("fraction " + std::to_string(f) + ", context " + std::to_string(ctx) +
+                   ", size named " + std::to_string(n));
+      EXPECT_NO_THROW(ByteDataset(ByteCorpus::from_bytes(random_text(n, 3), f), {.context = ctx}));
+      EXPECT_THROW(ByteDataset(ByteCorpus::from_bytes(random_text(n - 1, 3), f), {.context = ctx}),
+                   Error);
+    }
+  }
+}
+
+// Several files: no one total is exact, so the message names what each part lacks, which the test
+// computes from the file sizes, and the exact size as one file.
+TEST(Dataset, TooShortDirectoryNamesWhatEachPartLacks) {
+  TempDir dir;
+  for (const char* name : {"x", "y", "z"}) dir.write(name, string_of(random_text(100, 9)));
+  // Each file: 95 bytes of head, 5 of tail; joined by "\n".
+  const std::size_t train = 3 * 95 + 2, eval = 3 * 5 + 2;
+  const std::string msg =
+      error_of([&] { ByteDataset d(ByteCorpus::load(dir.path()), {.context = 64}); });
+  EXPECT_NE(msg.find(fmt::format("data corpus {} is too short for context length 64: it has {} "
+                                 "bytes, {} for training and {} held out for eval (the last 5% of "
+                                 "each of its 3 files, joined by the separator)",
+                                 dir.path().string(), train + eval, train, eval)),
+            std::string::npos)
+      << msg;
+  EXPECT_NE(msg.find(fmt::format("each part needs at least 65 bytes, so the held-out part is {} "
+                                 "bytes short (as a single file it would need at least 1300 bytes)",
+                                 65 - eval)),
+            std::string::npos)
+      << msg;
+  EXPECT_EQ(msg.find("training part is"), std::string::npos) << msg;
+  // At 0.5 with context 200 both parts are short: 3 * 50 + 2 = 152 bytes each, 201 needed.
+  const std::string both = error_of([&] {
+    ByteDataset d(ByteCorpus::load(dir.path(), {.eval_fraction = 0.5}), {.context = 200});
+  });
+  EXPECT_NE(both.find("the training part is 49 bytes short and the held-out part is 49 bytes "
+                      "short (as a single file it would need at least 402 bytes)"),
+            std::string::npos)
+      << both;
 }
 
 class DatasetTest : public ::testing::Test {
@@ -298,10 +467,26 @@ TEST(Dataset, FortunesCorpusLoads) {
   const ByteCorpus c = ByteCorpus::load(kDefaultCorpusPath);
   EXPECT_GT(c.bytes().size(), 1'000'000U);
   EXPECT_FALSE(c.skipped().empty());
+  ASSERT_GT(c.files().size(), 1U);
+  // Every file holds out its last 5% (n / 20 bytes, exact in integers), joined by "\n": the eval
+  // part is their tails in file order, so it starts with the first file's tail.
+  std::size_t eval = 0, train = 0, tails = 0;
   for (const fs::path& p : c.files()) {
     EXPECT_NE(p.extension(), ".dat") << p;
     EXPECT_FALSE(fs::is_symlink(p)) << p;
+    const std::size_t n = fs::file_size(p);
+    eval += n / 20;
+    train += n - n / 20;
+    tails += n / 20 > 0 ? 1 : 0;
   }
+  EXPECT_EQ(c.eval().size(), eval + tails - 1);
+  EXPECT_EQ(c.train().size(), train + c.files().size() - 1);
+  std::ifstream first(c.files().front(), std::ios::binary);
+  const std::string text((std::istreambuf_iterator<char>(first)), std::istreambuf_iterator<char>());
+  const std::string tail = text.substr(text.size() - text.size() / 20);
+  ASSERT_FALSE(tail.empty());
+  EXPECT_EQ(string_of(vec(c.eval().first(tail.size()))), tail);
+  EXPECT_EQ(c.eval()[tail.size()], '\n');
   EXPECT_EQ(std::find(c.bytes().begin(), c.bytes().end(), std::uint8_t{0}), c.bytes().end());
   const ByteDataset d(c, {.context = 256, .seed = 1});
   EXPECT_GT(d.eval_sequences(), 100);
