@@ -59,6 +59,8 @@ struct AdamWStateFileOptions {
 class AdamWStateFile {
  public:
   AdamWStateFile(std::size_t count, AdamWStateFileOptions options);
+  AdamWStateFile(const AdamWStateFile&) = delete;
+  AdamWStateFile& operator=(const AdamWStateFile&) = delete;
   AdamWStateFile(AdamWStateFile&&) noexcept;
   AdamWStateFile& operator=(AdamWStateFile&&) noexcept;
   ~AdamWStateFile();

@@ -231,12 +231,13 @@ double Job::evaluate() {
   const std::int64_t per = (total + cfg_.replicas - 1) / cfg_.replicas;
   const std::int64_t begin = std::min<std::int64_t>(total, per * replica_);
   const std::int64_t end = std::min<std::int64_t>(total, begin + per);
-  std::vector<std::int32_t> tokens(static_cast<std::size_t>(b * t)), targets(tokens.size());
+  std::vector<std::int32_t> tokens(static_cast<std::size_t>(b) * static_cast<std::size_t>(t));
+  std::vector<std::int32_t> targets(tokens.size());
   double sums[2] = {0, 0};  // loss sum, positions
   std::uint64_t tag = 0;
   for (std::int64_t first = begin; first < end; first += b) {
     const int count = static_cast<int>(std::min<std::int64_t>(b, end - first));
-    const auto n = static_cast<std::size_t>(count * t);
+    const auto n = static_cast<std::size_t>(count) * static_cast<std::size_t>(t);
     std::span<std::int32_t> tok(tokens.data(), n), tgt(targets.data(), n);
     if (dataset_) dataset_->fill_eval(first, count, tok, tgt);
     const double loss = executor_->forward_only(
@@ -268,15 +269,20 @@ std::vector<std::int32_t> Job::generate() {
     if (stage_ == 0)
       window =
           std::span<const std::int32_t>(text).subspan(text.size() - static_cast<std::size_t>(t));
-    executor_->forward_only(window, {}, 1, t, static_cast<std::uint64_t>(1'000'000 + i));
+    executor_->forward_only(window, {}, 1, t,
+                            std::uint64_t{1'000'000} + static_cast<std::uint64_t>(i));
     std::int32_t next = 0;
     if (stage_ == p - 1) {
       const float* logits = model_->logits(0).data() + static_cast<std::size_t>(t - 1) * 256;
       next = static_cast<std::int32_t>(std::max_element(logits, logits + 256) - logits);
-      if (p > 1) pipe_->send(&next, sizeof next, 0, static_cast<std::uint64_t>(2'000'000 + i));
+      if (p > 1)
+        pipe_->send(&next, sizeof next, 0,
+                    std::uint64_t{2'000'000} + static_cast<std::uint64_t>(i));
     }
     if (stage_ == 0) {
-      if (p > 1) pipe_->recv(&next, sizeof next, p - 1, static_cast<std::uint64_t>(2'000'000 + i));
+      if (p > 1)
+        pipe_->recv(&next, sizeof next, p - 1,
+                    std::uint64_t{2'000'000} + static_cast<std::uint64_t>(i));
       text.push_back(next);
     }
   }

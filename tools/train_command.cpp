@@ -116,7 +116,8 @@ void add_train_command(CLI::App& app, const std::vector<std::string>& argv, int&
     c->offload_dir = *offload;
     c->metrics = *metrics;
     if (*timeout_s > 0) ::setenv("STRAIT_TIMEOUT_S", fmt::format("{}", *timeout_s).c_str(), 1);
-    if (std::getenv("RANK") == nullptr) {
+    const char* rank_env = std::getenv("RANK");
+    if (rank_env == nullptr) {
       // Parent: fail fast on bad settings, then start the ranks.
       c->validate();
       check_data(*c);
@@ -127,7 +128,7 @@ void add_train_command(CLI::App& app, const std::vector<std::string>& argv, int&
       exit_code = launch(launch_options);
       return;
     }
-    const std::string rank = std::getenv("RANK");
+    const std::string rank = rank_env;
     try {
       sched::run_training_rank(*c);
       exit_code = 0;

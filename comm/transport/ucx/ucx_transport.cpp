@@ -62,13 +62,15 @@ bool force_peer_error_mode() {
 // The record a rank publishes: host identity, pid and worker address.
 Bytes encode_record(const std::string& host, pid_t pid, const void* addr, std::size_t len) {
   Bytes out;
+  const auto append = [&out](const void* data, std::size_t n) {
+    const auto* b = static_cast<const std::uint8_t*>(data);
+    out.insert(out.end(), b, b + n);
+  };
   const auto host_len = static_cast<std::uint32_t>(host.size());
-  out.resize(sizeof host_len + host.size() + sizeof pid + len);
-  auto* p = out.data();
-  std::memcpy(p, &host_len, sizeof host_len);
-  std::memcpy(p += sizeof host_len, host.data(), host.size());
-  std::memcpy(p += host.size(), &pid, sizeof pid);
-  std::memcpy(p += sizeof pid, addr, len);
+  append(&host_len, sizeof host_len);
+  append(host.data(), host.size());
+  append(&pid, sizeof pid);
+  append(addr, len);
   return out;
 }
 
