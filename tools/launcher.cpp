@@ -193,11 +193,31 @@ ExecImage make_image(const LaunchOptions& o, std::uint16_t port, int rank) {
   _exit(kExecFailed);
 }
 
+// "SIGTERM", "SIGTERM and SIGKILL", "SIGTERM, SIGINT and SIGKILL".
+std::string format_signals(const std::vector<int>& sigs) {
+  std::string out;
+  for (std::size_t i = 0; i < sigs.size(); ++i) {
+    if (i > 0) out += i + 1 == sigs.size() ? " and " : ", ";
+    out += signal_name(sigs[i]);
+  }
+  return out;
+}
+
 struct Rank {
   int index = 0;
-  pid_t pid = -1;
+  pid_t pid = -1;  // kept once reaped, for the report
   bool running = false;
-  bool signalled = false;  // the launcher sent it a signal: its end is not a failure cause
+  int status = 0;         // the wait status, once reaped
+  std::vector<int> sent;  // the signals the launcher sent it, each once, in order
+
+  [[nodiscard]] bool was_sent(int sig) const {
+    return std::find(sent.begin(), sent.end(), sig) != sent.end();
+  }
+  // Ended by a signal the launcher sent it, rather than by its own exit (even one prompted by
+  // such a signal) or by some other signal.
+  [[nodiscard]] bool stopped_by_launcher() const {
+    return WIFSIGNALED(status) && was_sent(WTERMSIG(status));
+  }
 };
 
 class Job {
@@ -235,9 +255,7 @@ class Job {
     supervise(signals);
     std::vector<int> stopped;
     for (const Rank& r : ranks_) {
-      if (r.signalled && r.pid > 0 && !succeeded(statuses_[static_cast<std::size_t>(r.index)])) {
-        stopped.push_back(r.index);
-      }
+      if (r.stopped_by_launcher()) stopped.push_back(r.index);
     }
     if (!stopped.empty()) say("stopped by the launcher: {}", format_ranks(stopped));
     return result_.value_or(0);
@@ -280,7 +298,6 @@ class Job {
   }
 
   void supervise(const SignalScope& signals) {
-    statuses_.assign(ranks_.size(), 0);
     while (true) {
       reap();
       check_deadlines();
@@ -317,8 +334,15 @@ class Job {
 
   void on_exit(Rank& r, int status) {
     r.running = false;
-    statuses_[static_cast<std::size_t>(r.index)] = status;
-    if (succeeded(status) || r.signalled) return;
+    r.status = status;
+    if (succeeded(status) || r.stopped_by_launcher()) return;  // the latter listed at the end
+    if (!r.sent.empty()) {
+      // It outlived the launcher's signal (ignored or handled it, or died of another signal):
+      // report what it did. The launcher's exit status was decided before it sent any signal.
+      say("rank {} (pid {}) {} after the launcher's {}", r.index, r.pid, describe(status),
+          format_signals(r.sent));
+      return;
+    }
     say("rank {} (pid {}) {}", r.index, r.pid, describe(status));
     if (result_) return;
     result_ = exit_code_of(status);
@@ -330,6 +354,7 @@ class Job {
   }
 
   void on_interrupt(int sig) {
+    reap();  // a rank that already exited is reported as it is, not as signalled
     if (!interrupted_) {
       interrupted_ = true;
       if (!result_) result_ = 128 + sig;
@@ -359,6 +384,7 @@ class Job {
     }
     if (kill_at_ && now >= *kill_at_) {
       kill_at_.reset();
+      reap();
       const auto running = running_ranks();
       if (!running.empty()) {
         say("{} still running {} after being asked to stop: sending SIGKILL", format_ranks(running),
@@ -369,6 +395,7 @@ class Job {
   }
 
   void stop(int sig, const std::string& why) {
+    reap();  // a rank that already exited is reported as it is, not as signalled
     const auto running = running_ranks();
     if (running.empty()) return;
     say("sending {} to {} ({})", signal_name(sig), format_ranks(running), why);
@@ -376,11 +403,13 @@ class Job {
   }
 
   // Signals whole process groups, so that a rank's own children stop too. Only groups whose
-  // leader is not yet reaped: until then its pid, and so the group id, cannot be reused.
+  // leader is not yet reaped: until then its pid, and so the group id, cannot be reused. Callers
+  // reap() first, so that only a rank exiting at this very moment can be sent a signal it never
+  // sees (and be reported as exiting after it).
   void send_to_running(int sig) {
     for (Rank& r : ranks_) {
       if (!r.running) continue;
-      r.signalled = true;
+      if (!r.was_sent(sig)) r.sent.push_back(sig);
       if (kill(-r.pid, sig) != 0) kill(r.pid, sig);  // group not set up yet: the rank itself
     }
   }
@@ -397,7 +426,6 @@ class Job {
 
   const LaunchOptions& o_;
   std::vector<Rank> ranks_;
-  std::vector<int> statuses_;
   std::optional<int> result_;  // the launcher's exit status, decided by the first failure
   int first_failed_ = -1;
   bool interrupted_ = false;

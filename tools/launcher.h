@@ -12,10 +12,15 @@
 // sends SIGTERM to the process groups of the ranks still running, and SIGKILL after stop_timeout.
 // SIGINT/SIGTERM/SIGHUP to the launcher are forwarded to every rank; a second one, or stop_timeout
 // passing, escalates to SIGKILL. The launcher returns only once every rank has been reaped.
+// Ranks killed by a signal the launcher sent them are listed at the end as "stopped by the
+// launcher"; a rank that exits any other way after being signalled (it ignored or handled the
+// signal, or died of another one) gets its own line: its status and the signals it was sent.
 //
-// Exit status: 0 when every rank exits 0; else that of the first rank that failed on its own (its
-// status, or 128 + signal); else 128 + the signal that interrupted the launcher; 127 when the
-// command cannot be executed.
+// Exit status: decided by the first event. 0 when every rank exits 0 and the launcher is not
+// interrupted; else the status of the first rank to fail before the launcher signalled anything
+// (128 + signal when a signal killed it); 128 + the signal that interrupted the launcher; 127 when
+// the command cannot be executed; 1 when a rank cannot be started. What the ranks do once
+// signalled never changes it.
 // Thread-safety: call from a single-threaded process (it forks, and it blocks SIGCHLD, SIGINT,
 // SIGTERM and SIGHUP in the calling thread while it runs).
 // Errors: InvalidArgument for bad options; Io when processes or signals cannot be set up.

@@ -27,11 +27,13 @@ launcher's stdout and stderr. Rank 0 runs the job's store at MASTER_ADDR:MASTER_
 When a rank exits non-zero or is killed by a signal, the launcher names it, waits --kill-grace
 seconds (so that the other ranks can notice the failure themselves), sends SIGTERM to the ranks
 still running and SIGKILL --stop-timeout seconds later. Ctrl-C (SIGINT), SIGTERM or SIGHUP to the
-launcher is forwarded to every rank; a second one kills them with SIGKILL.
+launcher is forwarded to every rank; a second one kills them with SIGKILL. Ranks killed by the
+launcher's signal are listed as "stopped by the launcher"; a rank that exits otherwise after it
+(say, non-zero from a SIGTERM handler) is named with its own status.
 
-Exit status: 0 when every rank exits 0; otherwise the status of the first rank that failed
-(128 + N when it was killed by signal N); 128 + N when the launcher itself got signal N; 127 when
-CMD cannot be executed.)";
+Exit status: that of the first failure. 0 when every rank exits 0 and the launcher is not
+interrupted; otherwise the status of the first rank that failed (128 + N when it was killed by
+signal N); 128 + N when the launcher itself got signal N first; 127 when CMD cannot be executed.)";
 
 std::chrono::milliseconds to_ms(double seconds) {
   return std::chrono::milliseconds(static_cast<long long>(std::llround(seconds * 1000.0)));

@@ -116,6 +116,53 @@ TEST(StraitRun, AFailingRankIsNamedAndTheOthersAreStopped) {
   }
 }
 
+TEST(StraitRun, ARankThatOutlivesTheLaunchersSigtermIsReportedWithItsOwnStatus) {
+  const TempDir dir;
+  // Rank 0 fails once the others are set up. Rank 1 ignores SIGTERM and exits 6 when the test
+  // says so, rank 2 exits 7 from a SIGTERM handler, rank 3 dies of SIGTERM. Only rank 3 was
+  // stopped by the launcher; the others' statuses are theirs. (The stop timeout is long so that
+  // SIGKILL cannot come first, however slow the machine.)
+  const std::string script = R"(
+    case "$RANK" in
+      1) trap '' TERM ;;
+      2) trap 'exit 7' TERM ;;
+    esac
+    )" + kWritePid + R"(
+    case "$RANK" in
+      0) while [ ! -f "$0/pid.1" ] || [ ! -f "$0/pid.2" ] || [ ! -f "$0/pid.3" ]; do
+           sleep 0.01
+         done
+         exit 5 ;;
+      1) while [ ! -f "$0/go" ]; do sleep 0.01; done; exit 6 ;;
+      2) while :; do sleep 0.01; done ;;
+      *) exec sleep 300 ;;
+    esac)";
+  Strait run({"run", "-n", "4", "--stop-timeout", "600", "--", "sh", "-c", script, dir.str()},
+             dir.path() / "out");
+  const auto deadline = Clock::now() + 30s;
+  while (!contains(run.output(), "sending SIGTERM") && Clock::now() < deadline) {
+    std::this_thread::sleep_for(10ms);
+  }
+  std::ofstream(dir.path() / "go").close();
+  const int code = run.exit_code();
+  const std::string out = run.output();
+  EXPECT_EQ(code, 5) << out;  // the first failure decides
+  const auto pid = [&](int r) {
+    return std::to_string(read_pid(dir.path() / ("pid." + std::to_string(r))));
+  };
+  EXPECT_TRUE(contains(out, "sending SIGTERM to ranks 1-3 (rank 0 failed)")) << out;
+  EXPECT_TRUE(contains(out, "rank 0 (pid " + pid(0) + ") exited with status 5\n")) << out;
+  EXPECT_TRUE(contains(
+      out, "rank 1 (pid " + pid(1) + ") exited with status 6 after the launcher's SIGTERM"))
+      << out;
+  EXPECT_TRUE(contains(
+      out, "rank 2 (pid " + pid(2) + ") exited with status 7 after the launcher's SIGTERM"))
+      << out;
+  EXPECT_TRUE(contains(out, "stopped by the launcher: rank 3\n")) << out;
+  EXPECT_FALSE(contains(out, "rank 3 (pid")) << out;
+  EXPECT_FALSE(contains(out, "SIGKILL")) << out;
+}
+
 TEST(StraitRun, ARankKilledByASignalIsNamedWithIt) {
   const TempDir dir;
   const std::string script = kWritePid + R"(
@@ -167,6 +214,9 @@ TEST(StraitRun, RanksIgnoringSigintAreKilledAfterTheStopTimeout) {
   const std::string out = run.output();
   EXPECT_EQ(code, 128 + SIGINT) << out;
   EXPECT_TRUE(contains(out, "sending SIGKILL")) << out;
+  // Killed by the launcher's SIGKILL: stopped by it, whatever they did with the SIGINT.
+  EXPECT_TRUE(contains(out, "stopped by the launcher: ranks 0-1")) << out;
+  EXPECT_FALSE(contains(out, "(pid")) << out;
   for (int r = 0; r < 2; ++r) {
     EXPECT_FALSE(process_exists(read_pid(dir.path() / ("pid." + std::to_string(r)))));
   }
@@ -188,6 +238,7 @@ TEST(StraitRun, ASecondSigintKillsAtOnce) {
   const std::string out = run.output();
   EXPECT_EQ(code, 128 + SIGINT) << out;
   EXPECT_TRUE(contains(out, "got SIGINT again: killing ranks 0-1")) << out;
+  EXPECT_TRUE(contains(out, "stopped by the launcher: ranks 0-1")) << out;
   for (int r = 0; r < 2; ++r) {
     EXPECT_FALSE(process_exists(read_pid(dir.path() / ("pid." + std::to_string(r)))));
   }
@@ -284,9 +335,9 @@ TEST(StraitRun, HelpDocumentsEveryOption) {
   Strait run({"run", "--help"}, dir.path() / "out");
   EXPECT_EQ(run.exit_code(), 0);
   const std::string out = run.output();
-  for (const char* text :
-       {"--nproc", "--master-addr", "--master-port", "--kill-grace", "--stop-timeout",
-        "MASTER_ADDR", "LOCAL_WORLD_SIZE", "SIGTERM", "Exit status", "strait run -n 4 -- "}) {
+  for (const char* text : {"--nproc", "--master-addr", "--master-port", "--kill-grace",
+                           "--stop-timeout", "MASTER_ADDR", "LOCAL_WORLD_SIZE", "SIGTERM",
+                           "stopped by the launcher", "Exit status", "strait run -n 4 -- "}) {
     EXPECT_TRUE(contains(out, text)) << "missing " << text << " in:\n" << out;
   }
 }
