@@ -236,7 +236,7 @@ struct AdamWStateFile::Impl {
   }
 };
 
-AdamWStateFile::AdamWStateFile(std::size_t count, AdamWStateFileOptions options)
+AdamWStateFile::AdamWStateFile(std::size_t count, const AdamWStateFileOptions& options)
     : impl_(std::make_unique<Impl>(count, options)) {}
 AdamWStateFile::AdamWStateFile(AdamWStateFile&&) noexcept = default;
 AdamWStateFile& AdamWStateFile::operator=(AdamWStateFile&&) noexcept = default;

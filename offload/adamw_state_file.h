@@ -58,7 +58,7 @@ struct AdamWStateFileOptions {
 
 class AdamWStateFile {
  public:
-  AdamWStateFile(std::size_t count, AdamWStateFileOptions options);
+  AdamWStateFile(std::size_t count, const AdamWStateFileOptions& options);
   AdamWStateFile(const AdamWStateFile&) = delete;
   AdamWStateFile& operator=(const AdamWStateFile&) = delete;
   AdamWStateFile(AdamWStateFile&&) noexcept;

@@ -83,6 +83,10 @@ struct PosixEngine::Impl {
     }
   }
 
+  // The workers hold `this`: neither copyable nor movable.
+  Impl(const Impl&) = delete;
+  Impl& operator=(const Impl&) = delete;
+
   ~Impl() {
     {
       const std::lock_guard lock(mu);

@@ -17,6 +17,8 @@ namespace strait::offload {
 class PosixEngine final : public IoEngine {
  public:
   explicit PosixEngine(const IoEngineOptions& options = {});
+  PosixEngine(const PosixEngine&) = delete;
+  PosixEngine& operator=(const PosixEngine&) = delete;
   ~PosixEngine() override;
 
   [[nodiscard]] IoEngineKind kind() const noexcept override { return IoEngineKind::Posix; }

@@ -73,6 +73,10 @@ struct UringEngine::Impl {
     for (unsigned i = options.queue_depth; i > 0; --i) free_slots.push_back(i - 1);
   }
 
+  // Owns the io_uring instance: neither copyable nor movable.
+  Impl(const Impl&) = delete;
+  Impl& operator=(const Impl&) = delete;
+
   ~Impl() {
     // The kernel may still be writing into caller buffers: let in-flight transfers finish (ring
     // teardown would cancel them, but not synchronously with the buffers being freed).

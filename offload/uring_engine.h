@@ -20,6 +20,8 @@ namespace strait::offload {
 class UringEngine final : public IoEngine {
  public:
   explicit UringEngine(const IoEngineOptions& options = {});
+  UringEngine(const UringEngine&) = delete;
+  UringEngine& operator=(const UringEngine&) = delete;
   ~UringEngine() override;
 
   [[nodiscard]] IoEngineKind kind() const noexcept override { return IoEngineKind::Uring; }
