@@ -31,7 +31,7 @@ void BM_ReduceSumF32(benchmark::State& state) {
   const auto n = static_cast<std::size_t>(state.range(0));
   auto a = random_floats(n, 1);
   const auto b = random_floats(n, 2);
-  for (auto _ : state) {
+  for ([[maybe_unused]] auto _ : state) {
     strait::kernels::reduce(DType::F32, ReduceOp::Sum, a.data(), b.data(), n);
     benchmark::ClobberMemory();
   }
@@ -47,7 +47,7 @@ void BM_AdamW(benchmark::State& state) {
   std::vector<float> m(n, 0.0F), v(n, 0.0F);
   strait::kernels::AdamWHyper h;
   std::int64_t t = 0;
-  for (auto _ : state) {
+  for ([[maybe_unused]] auto _ : state) {
     strait::kernels::adamw_step(p, g, m, v, h, ++t);
     benchmark::ClobberMemory();
   }
@@ -69,7 +69,7 @@ void BM_TransformerMicrobatch(benchmark::State& state) {
     tokens[i] = static_cast<std::int32_t>((i * 31) % 256);
     targets[i] = static_cast<std::int32_t>((i * 17 + 5) % 256);
   }
-  for (auto _ : state) {
+  for ([[maybe_unused]] auto _ : state) {
     benchmark::DoNotOptimize(model.forward(0, tokens.data(), targets.data(), b, cfg.ctx));
     model.backward(0, nullptr, 1.0F, nullptr);
   }

@@ -39,6 +39,7 @@ void run_ranks(int world, Body body, std::chrono::milliseconds timeout = kTestTi
   std::vector<std::string> errors(static_cast<std::size_t>(world));
   {
     std::vector<std::jthread> threads;
+    threads.reserve(static_cast<std::size_t>(world));
     for (int r = 0; r < world; ++r) {
       threads.emplace_back([&, r] {
         try {

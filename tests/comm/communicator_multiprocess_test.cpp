@@ -64,6 +64,7 @@ RunResult strait_run(const std::vector<std::string>& args, std::chrono::seconds 
   std::vector<std::string> all = {STRAIT_BIN, "run"};
   all.insert(all.end(), args.begin(), args.end());
   std::vector<char*> argv;
+  argv.reserve(all.size() + 1);
   for (auto& a : all) argv.push_back(a.data());
   argv.push_back(nullptr);
   posix_spawn_file_actions_t actions;

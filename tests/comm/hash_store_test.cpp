@@ -67,6 +67,7 @@ TEST(HashStore, AddIsAtomicAcrossThreads) {
   constexpr int kThreads = 8;
   constexpr int kAdds = 2000;
   std::vector<std::thread> threads;
+  threads.reserve(kThreads);
   std::vector<std::vector<std::int64_t>> seen(kThreads);
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&, t] {

@@ -168,6 +168,7 @@ TEST(NcclComm, OneThreadPerDeviceAllreduce) {
   if (world < 2) GTEST_SKIP() << "needs two or more CUDA devices, found " << world;
   HashStore store;
   std::vector<std::thread> threads;
+  threads.reserve(static_cast<std::size_t>(world));
   std::vector<std::exception_ptr> errors(static_cast<std::size_t>(world));
   for (int r = 0; r < world; ++r) {
     threads.emplace_back([&, r] {

@@ -170,6 +170,7 @@ TEST(TcpStore, ConcurrentAddsFromManyClientsAndThreadsAreAtomic) {
   constexpr int kThreadsPerClient = 4;
   constexpr int kAddsPerThread = 200;
   std::vector<std::unique_ptr<TcpStore>> clients;
+  clients.reserve(kClients);
   for (int c = 0; c < kClients; ++c) {
     clients.push_back(std::make_unique<TcpStore>(client_options(server.port())));
   }
@@ -225,9 +226,11 @@ TEST(TcpStore, ManyClientsRendezvous) {
   TcpStore server(server_options());
   constexpr int kRanks = 48;
   std::vector<std::string> keys;
+  keys.reserve(kRanks);
   for (int r = 0; r < kRanks; ++r) keys.push_back("rank/" + std::to_string(r));
   std::vector<std::string> results(kRanks);
   std::vector<std::thread> threads;
+  threads.reserve(kRanks);
   for (int r = 0; r < kRanks; ++r) {
     threads.emplace_back([&, r] {
       TcpStore store(client_options(server.port()));

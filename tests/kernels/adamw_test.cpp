@@ -3,8 +3,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
-#include <cstring>
+#include <cstddef>
+#include <cstdint>
 #include <limits>
 #include <random>
 #include <vector>
@@ -35,6 +37,24 @@ std::vector<float> random_vector(std::size_t n, std::mt19937& rng, float scale) 
   std::vector<float> out(n);
   for (float& x : out) x = dist(rng);
   return out;
+}
+
+// Whether a and b hold the same bits element by element, which is stricter than equal values
+// (-0 equals +0) and holds for NaNs too. On failure, names the first element that differs.
+::testing::AssertionResult BitIdentical(const std::vector<float>& a, const std::vector<float>& b) {
+  if (a.size() != b.size()) {
+    return ::testing::AssertionFailure() << "sizes differ: " << a.size() << " and " << b.size();
+  }
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    const auto bits_a = std::bit_cast<std::uint32_t>(a[i]);
+    const auto bits_b = std::bit_cast<std::uint32_t>(b[i]);
+    if (bits_a != bits_b) {
+      return ::testing::AssertionFailure()
+             << "element " << i << " differs: " << a[i] << " (bits " << bits_a << ") vs " << b[i]
+             << " (bits " << bits_b << ")";
+    }
+  }
+  return ::testing::AssertionSuccess();
 }
 
 TEST(AdamW, MatchesDoubleReferenceOverSteps) {
@@ -119,9 +139,9 @@ TEST(AdamW, SplittingTheRangeIsBitIdentical) {
                  h, t);
     }
   }
-  EXPECT_EQ(std::memcmp(p1.data(), p2.data(), n * sizeof(float)), 0);
-  EXPECT_EQ(std::memcmp(m1.data(), m2.data(), n * sizeof(float)), 0);
-  EXPECT_EQ(std::memcmp(v1.data(), v2.data(), n * sizeof(float)), 0);
+  EXPECT_TRUE(BitIdentical(p1, p2));
+  EXPECT_TRUE(BitIdentical(m1, m2));
+  EXPECT_TRUE(BitIdentical(v1, v2));
 }
 
 TEST(AdamW, RejectsBadArguments) {

@@ -67,7 +67,11 @@ TEST(CrossEntropy, StableForHugeLogitsAndInPlace) {
 }
 
 TEST(CrossEntropy, BackwardMatchesFiniteDifferences) {
-  for (const auto& [N, V] : {std::pair{1, 2}, std::pair{1, 5}, std::pair{6, 3}, std::pair{4, 17}}) {
+  for (const auto& shape : {std::pair{1, 2}, std::pair{1, 5}, std::pair{6, 3}, std::pair{4, 17}}) {
+    // Plain locals, not structured bindings: the loss lambda captures them (clang 14 cannot
+    // capture bindings).
+    const int N = shape.first;
+    const int V = shape.second;
     std::mt19937_64 rng(N * 7 + V);
     auto logits = random_vector(rng, N * V, -3.0, 3.0);
     const auto targets = random_targets(rng, N, V);

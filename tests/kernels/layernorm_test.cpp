@@ -42,7 +42,11 @@ TEST(LayerNorm, ForwardMatchesNaiveReference) {
 }
 
 TEST(LayerNorm, BackwardMatchesFiniteDifferences) {
-  for (const auto& [N, C] : {std::pair{1, 3}, std::pair{6, 8}, std::pair{5, 17}, std::pair{2, 1}}) {
+  for (const auto& shape : {std::pair{1, 3}, std::pair{6, 8}, std::pair{5, 17}, std::pair{2, 1}}) {
+    // Plain locals, not structured bindings: the loss lambda captures them (clang 14 cannot
+    // capture bindings).
+    const int N = shape.first;
+    const int C = shape.second;
     std::mt19937_64 rng(N * 31 + C);
     auto x = random_vector(rng, N * C, -2.0, 2.0);
     auto w = random_vector(rng, C);

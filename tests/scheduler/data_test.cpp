@@ -367,7 +367,7 @@ TEST_F(DatasetTest, SequencesAreTheTrainBytesAtTheirOffsetShiftedByOne) {
   for (int g = 0; g < G; ++g) {
     const std::int64_t off = data_.train_offset(3, g);
     for (int t = 0; t < T; ++t) {
-      const std::size_t i = static_cast<std::size_t>(g * T + t);
+      const std::size_t i = static_cast<std::size_t>(g) * T + static_cast<std::size_t>(t);
       EXPECT_EQ(b.inputs[i], trainpart[static_cast<std::size_t>(off + t)]);
       EXPECT_EQ(b.targets[i], trainpart[static_cast<std::size_t>(off + t + 1)]);
       if (t + 1 < T) {
