@@ -2,113 +2,42 @@
 // (tests/comm/comm_worker.cpp). Each rank builds its communicator with Communicator::from_env()
 // over the job's TcpStore and UCX; the test checks the launcher's exit status and what the ranks
 // printed.
-#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <chrono>
-#include <cstdlib>
-#include <filesystem>
-#include <fstream>
-#include <map>
 #include <sstream>
 #include <string>
-#include <thread>
 #include <vector>
+
+#include "tests/common/process.h"
 
 namespace {
 
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
-namespace fs = std::filesystem;
+using strait::test::contains;
 
 constexpr int kTimeout = 4;  // comm_worker's exit status for Error(Timeout)
-
-bool contains(const std::string& haystack, const std::string& needle) {
-  return haystack.find(needle) != std::string::npos;
-}
-
-// A file path for the launcher's output, removed at the end of the test.
-class OutputFile {
- public:
-  OutputFile() {
-    std::string pattern = (fs::temp_directory_path() / "strait-comm-mp-XXXXXX").string();
-    const int fd = mkstemp(pattern.data());
-    if (fd < 0) throw std::runtime_error("mkstemp failed");
-    close(fd);
-    path_ = pattern;
-  }
-  OutputFile(const OutputFile&) = delete;
-  OutputFile& operator=(const OutputFile&) = delete;
-  ~OutputFile() {
-    std::error_code ec;
-    fs::remove(path_, ec);
-  }
-  [[nodiscard]] const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
 
 struct RunResult {
   int exit_code = -1;  // the launcher's; 128 + signal if it was killed
   std::string output;  // its stdout and stderr, which the ranks share
 };
 
-// Runs `strait run ARGS...` to completion (killing it after `limit`, which fails the test).
-RunResult strait_run(const std::vector<std::string>& args, std::chrono::seconds limit = 90s) {
-  const OutputFile out;
-  std::vector<std::string> all = {STRAIT_BIN, "run"};
-  all.insert(all.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  argv.reserve(all.size() + 1);
-  for (auto& a : all) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 1, out.path().c_str(), O_WRONLY | O_TRUNC, 0644);
-  posix_spawn_file_actions_adddup2(&actions, 1, 2);
-  // The launcher supervises with SIGCHLD, SIGINT and SIGTERM: give it default dispositions and
-  // an empty mask whatever the test runner has.
-  posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  sigset_t none;
-  sigset_t defaults;
-  sigemptyset(&none);
-  sigemptyset(&defaults);
-  for (const int sig : {SIGINT, SIGTERM, SIGCHLD}) sigaddset(&defaults, sig);
-  posix_spawnattr_setsigmask(&attr, &none);
-  posix_spawnattr_setsigdefault(&attr, &defaults);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
-  pid_t pid = -1;
-  const int rc = posix_spawn(&pid, all[0].c_str(), &actions, &attr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  posix_spawnattr_destroy(&attr);
-  if (rc != 0) throw std::runtime_error("cannot spawn " + all[0]);
+std::vector<std::string> concat(std::vector<std::string> a, const std::vector<std::string>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
 
-  RunResult result;
-  int status = 0;
-  const auto deadline = Clock::now() + limit;
-  while (waitpid(pid, &status, WNOHANG) != pid) {
-    if (Clock::now() > deadline) {
-      ADD_FAILURE() << "strait run did not exit within " << limit.count() << " s";
-      kill(pid, SIGINT);  // the launcher stops its ranks; a second signal would SIGKILL them
-      std::this_thread::sleep_for(6s);
-      kill(pid, SIGKILL);
-      waitpid(pid, &status, 0);
-      break;
-    }
-    std::this_thread::sleep_for(10ms);
-  }
-  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  std::ifstream in(out.path());
-  std::stringstream ss;
-  ss << in.rdbuf();
-  result.output = ss.str();
-  return result;
+// Runs `strait run ARGS...` to completion (stopping it after `limit`, which fails the test).
+RunResult strait_run(const std::vector<std::string>& args, std::chrono::seconds limit = 90s) {
+  const strait::test::TempDir dir;
+  strait::test::Process launcher(STRAIT_BIN, concat({"run"}, args), dir.path() / "output");
+  // Past the limit, SIGINT first: the launcher stops its ranks (a second signal would SIGKILL
+  // them), and SIGKILL only if it is still there 6 s later.
+  const int code = launcher.exit_code(limit, SIGINT, 6s);
+  return {code, launcher.output()};
 }
 
 // The line rank `rank` printed starting with "rank R: " (the last one), or "".
@@ -150,11 +79,6 @@ std::string launcher_says(const std::string& output, int rank) {
 std::vector<std::string> worker(const std::string& scenario, const std::string& timeout_s) {
   // Through env(1), so the variable reaches only the ranks of this run.
   return {"env", "STRAIT_TIMEOUT_S=" + timeout_s, COMM_WORKER_BIN, scenario};
-}
-
-std::vector<std::string> concat(std::vector<std::string> a, const std::vector<std::string>& b) {
-  a.insert(a.end(), b.begin(), b.end());
-  return a;
 }
 
 class AllreduceAcrossProcesses : public ::testing::TestWithParam<int> {};

@@ -27,6 +27,7 @@
 #include "core/error.h"
 #include "tests/comm/comm_test_data.h"
 #include "tests/comm/comm_test_ranks.h"
+#include "tests/common/text.h"
 
 namespace strait::kernels {
 // gtest prints test parameters through this ("f32" rather than "1-byte object <00>").
@@ -47,13 +48,10 @@ using testing::make_input;
 using testing::run_ranks;
 using Clock = std::chrono::steady_clock;
 using Buffer = std::vector<std::byte>;
+using strait::test::contains;
 
 constexpr std::array kAllDTypes = {DType::F32, DType::F64, DType::F16, DType::BF16,
                                    DType::I8,  DType::U8,  DType::I32, DType::I64};
-
-bool contains(const std::string& haystack, const std::string& needle) {
-  return haystack.find(needle) != std::string::npos;
-}
 
 // A recognisable pattern for "not written by the operation".
 Buffer sentinel(std::size_t bytes) {

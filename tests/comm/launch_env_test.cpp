@@ -8,12 +8,14 @@
 
 #include "comm/bootstrap/socket.h"
 #include "core/error.h"
+#include "tests/common/text.h"
 
 namespace strait::comm {
 namespace {
 
 using namespace std::chrono_literals;
 using Env = std::map<std::string, std::string>;
+using strait::test::contains;
 
 LaunchEnv parse(const Env& env) {
   return parse_launch_env([&](const std::string& name) -> std::optional<std::string> {
@@ -42,10 +44,6 @@ std::string error_for(const Env& env) {
   }
   ADD_FAILURE() << "expected InvalidArgument";
   return {};
-}
-
-bool contains(const std::string& haystack, const std::string& needle) {
-  return haystack.find(needle) != std::string::npos;
 }
 
 TEST(LaunchEnv, ReadsTorchrunVariables) {

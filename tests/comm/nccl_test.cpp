@@ -18,6 +18,7 @@
 #include "kernels/cuda/cuda_error.h"
 #include "kernels/cuda/device_buffer.h"
 #include "kernels/device_reduce.h"
+#include "tests/common/expect_error.h"
 #include "tests/common/gpu.h"
 
 namespace strait::comm {
@@ -27,16 +28,7 @@ using kernels::DeviceBuffer;
 using kernels::DType;
 using kernels::ReduceOp;
 using std::chrono::milliseconds;
-
-template <class F>
-void expect_error(ErrorCode code, F&& f) {
-  try {
-    f();
-    ADD_FAILURE() << "expected Error(" << to_string(code) << "), nothing was thrown";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), code) << e.what();
-  }
-}
+using strait::test::expect_error;
 
 int device_count() {
   int n = 0;

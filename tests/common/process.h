@@ -1,6 +1,7 @@
-// Helpers for tests that run programs as a user would: scratch directories, reading files, spawning
-// a process with its output captured in a file and waiting for it with a limit, and looking at
-// running processes through /proc (children, environment).
+// Helpers for tests that run programs as a user would: spawning a process with its output captured
+// in a file and waiting for it with a limit, waiting for files, and looking at running processes
+// through /proc (children, environment). Scratch directories (temp_dir.h) and reading files and
+// searching text (text.h) come with it.
 #pragma once
 
 #include <fcntl.h>
@@ -14,7 +15,6 @@
 #include <cerrno>
 #include <chrono>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <sstream>
 #include <stdexcept>
@@ -23,42 +23,10 @@
 #include <thread>
 #include <vector>
 
+#include "tests/common/temp_dir.h"
+#include "tests/common/text.h"
+
 namespace strait::test {
-
-// A fresh directory, removed with everything in it at the end of the test.
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = (std::filesystem::temp_directory_path() / "strait-test-XXXXXX").string();
-    if (::mkdtemp(pattern.data()) == nullptr) {
-      throw std::system_error(errno, std::generic_category(), "mkdtemp " + pattern);
-    }
-    path_ = pattern;
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  [[nodiscard]] const std::filesystem::path& path() const { return path_; }
-  [[nodiscard]] std::string str() const { return path_.string(); }
-
- private:
-  std::filesystem::path path_;
-};
-
-// The whole file; empty when it cannot be read.
-inline std::string read_file(const std::filesystem::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-inline bool contains(const std::string& haystack, const std::string& needle) {
-  return haystack.find(needle) != std::string::npos;
-}
 
 // True while pid exists (a zombie counts: it has not been reaped).
 inline bool process_exists(pid_t pid) {
@@ -195,8 +163,11 @@ class Process {
   // -1 once wait() returned.
   [[nodiscard]] pid_t pid() const { return pid_; }
 
-  // The wait status; a process still running after limit is killed and fails the test.
-  int wait(std::chrono::seconds limit = std::chrono::seconds(60)) {
+  // The wait status. A process still running after `limit` fails the test and is sent
+  // `stop_signal`, then SIGKILL if it is still running `grace` later (SIGINT with a grace lets a
+  // launcher stop its own children first).
+  int wait(std::chrono::seconds limit = std::chrono::seconds(60), int stop_signal = SIGKILL,
+           std::chrono::seconds grace = std::chrono::seconds(0)) {
     const auto deadline = std::chrono::steady_clock::now() + limit;
     int status = 0;
     while (true) {
@@ -205,8 +176,16 @@ class Process {
       if (std::chrono::steady_clock::now() > deadline) {
         ADD_FAILURE() << "the process did not exit within " << limit.count() << "s; output:\n"
                       << output();
-        ::kill(pid_, SIGKILL);
-        ::waitpid(pid_, &status, 0);
+        ::kill(pid_, stop_signal);
+        const auto kill_at = std::chrono::steady_clock::now() + grace;
+        while (::waitpid(pid_, &status, WNOHANG) != pid_) {
+          if (std::chrono::steady_clock::now() >= kill_at) {
+            ::kill(pid_, SIGKILL);
+            ::waitpid(pid_, &status, 0);
+            break;
+          }
+          std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        }
         break;
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
@@ -216,8 +195,9 @@ class Process {
   }
 
   // The exit code (128 + signal when the process itself was killed).
-  int exit_code(std::chrono::seconds limit = std::chrono::seconds(60)) {
-    const int status = wait(limit);
+  int exit_code(std::chrono::seconds limit = std::chrono::seconds(60), int stop_signal = SIGKILL,
+                std::chrono::seconds grace = std::chrono::seconds(0)) {
+    const int status = wait(limit, stop_signal, grace);
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   }
 

@@ -15,21 +15,15 @@ namespace {
 
 using testing::accumulated;
 using testing::numeric_gradient;
+using testing::random_tokens;
 using testing::random_vector;
 using testing::relative_error;
-
-std::vector<std::int32_t> random_targets(std::mt19937_64& rng, int N, int V) {
-  std::uniform_int_distribution<std::int32_t> dist(0, V - 1);
-  std::vector<std::int32_t> t(N);
-  for (auto& x : t) x = dist(rng);
-  return t;
-}
 
 TEST(CrossEntropy, ForwardMatchesNaiveSoftmax) {
   std::mt19937_64 rng(2);
   const int N = 9, V = 13;
   const auto logits = random_vector(rng, N * V, -4.0, 4.0);
-  const auto targets = random_targets(rng, N, V);
+  const auto targets = random_tokens(rng, N, V);
   std::vector<double> probs(N * V), losses(N);
   const double mean =
       crossentropy_forward(losses.data(), probs.data(), logits.data(), targets.data(), N, V);
@@ -74,7 +68,7 @@ TEST(CrossEntropy, BackwardMatchesFiniteDifferences) {
     const int V = shape.second;
     std::mt19937_64 rng(N * 7 + V);
     auto logits = random_vector(rng, N * V, -3.0, 3.0);
-    const auto targets = random_targets(rng, N, V);
+    const auto targets = random_tokens(rng, N, V);
     const double scale = 0.37;
     std::vector<double> probs(N * V), losses(N);
     auto loss = [&] {
@@ -104,7 +98,7 @@ TEST(CrossEntropy, FloatMatchesDouble) {
   std::mt19937_64 rng(12);
   const int N = 64, V = 256;
   const auto logits = random_vector(rng, N * V, -8.0, 8.0);
-  const auto targets = random_targets(rng, N, V);
+  const auto targets = random_tokens(rng, N, V);
   std::vector<double> probs(N * V), losses(N), d(N * V);
   const double mean =
       crossentropy_forward(losses.data(), probs.data(), logits.data(), targets.data(), N, V);

@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "kernels/device_reduce.h"
 #include "kernels/dtype.h"
+#include "tests/common/expect_error.h"
 #include "tests/common/gpu.h"
 
 #if STRAIT_HAVE_CUDA
@@ -32,15 +33,7 @@ void PrintTo(DType dtype, std::ostream* os) {
 
 namespace {
 
-template <class F>
-void expect_error(ErrorCode code, F&& f) {
-  try {
-    f();
-    ADD_FAILURE() << "expected Error(" << to_string(code) << "), nothing was thrown";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), code) << e.what();
-  }
-}
+using strait::test::expect_error;
 
 // Runs everywhere without a device: a no-CUDA build, or a CUDA build on a machine without a GPU.
 TEST(DeviceReduceNoDevice, OperationsReportUnavailable) {

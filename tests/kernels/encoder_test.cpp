@@ -15,19 +15,13 @@ namespace {
 using testing::accumulated;
 using testing::dot;
 using testing::numeric_gradient;
+using testing::random_tokens;
 using testing::random_vector;
 using testing::relative_error;
 
 struct Shape {
   int B, T, C, V;
 };
-
-std::vector<std::int32_t> random_tokens(std::mt19937_64& rng, std::size_t n, int V) {
-  std::uniform_int_distribution<std::int32_t> dist(0, V - 1);
-  std::vector<std::int32_t> t(n);
-  for (auto& x : t) x = dist(rng);
-  return t;
-}
 
 TEST(Encoder, ForwardIsTokenPlusPositionEmbedding) {
   std::mt19937_64 rng(11);

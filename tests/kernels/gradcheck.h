@@ -1,10 +1,11 @@
-// Test helpers: random inputs, central finite differences and a norm-based relative error, all in
-// double precision. Shared by the kernel and transformer tests.
+// Test helpers: random inputs (values and token ids), central finite differences and a norm-based
+// relative error, all in double precision. Shared by the kernel and transformer tests.
 #pragma once
 
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <random>
 #include <span>
@@ -18,6 +19,14 @@ inline std::vector<double> random_vector(std::mt19937_64& rng, std::size_t n, do
   std::vector<double> v(n);
   for (double& x : v) x = dist(rng);
   return v;
+}
+
+// n token ids drawn uniformly from [0, V).
+inline std::vector<std::int32_t> random_tokens(std::mt19937_64& rng, std::size_t n, int V) {
+  std::uniform_int_distribution<std::int32_t> dist(0, V - 1);
+  std::vector<std::int32_t> t(n);
+  for (auto& x : t) x = dist(rng);
+  return t;
 }
 
 inline double dot(const std::vector<double>& a, const std::vector<double>& b) {

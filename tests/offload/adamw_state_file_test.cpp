@@ -13,15 +13,19 @@
 #include <vector>
 
 #include "core/error.h"
-#include "offload/io_engine_factory.h"
 #include "offload/pinned_buffer.h"
+#include "tests/common/scratch_mount.h"
+#include "tests/common/temp_dir.h"
+#include "tests/common/text.h"
 #include "tests/offload/test_util.h"
 
 namespace strait::offload {
 namespace {
 
 using kernels::AdamWHyper;
-using testing::contains;
+using strait::test::contains;
+using strait::test::ScratchMount;
+using strait::test::TempDir;
 
 bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
@@ -72,14 +76,7 @@ class StateFileTest : public ::testing::TestWithParam<IoEngineKind> {
  protected:
   void SetUp() override {
     if (GetParam() == IoEngineKind::Uring) {
-      IoEngineOptions probe;
-      probe.force = IoEngineKind::Uring;
-      try {
-        make_io_engine(dir_.path(), probe);
-      } catch (const Error& e) {
-        if (e.code() != ErrorCode::Unavailable) throw;
-        GTEST_SKIP() << "io_uring with O_DIRECT does not work here: " << e.what();
-      }
+      if (auto why = testing::uring_unavailable(dir_.path())) GTEST_SKIP() << *why;
     }
   }
 
@@ -107,7 +104,7 @@ class StateFileTest : public ::testing::TestWithParam<IoEngineKind> {
     EXPECT_TRUE(same_bits(v, ref.v)) << "v read back from disk differs";
   }
 
-  testing::TempDir dir_;
+  TempDir dir_;
 };
 
 TEST_P(StateFileTest, AwkwardCountsMatchInMemoryBitForBit) {
@@ -297,7 +294,7 @@ ErrorCode create_error(const std::filesystem::path& dir, std::size_t n, std::str
 }
 
 TEST(StateFileDirectory, MissingOrNotADirectory) {
-  testing::TempDir dir;
+  TempDir dir;
   std::string what;
   EXPECT_EQ(create_error(dir.path() / "nope", 10, what), ErrorCode::InvalidArgument);
   EXPECT_TRUE(contains(what, "offload directory " + (dir.path() / "nope").string() +
@@ -319,7 +316,7 @@ TEST(StateFileDirectory, NotWritable) {
     EXPECT_TRUE(contains(what, "--offload-dir")) << what;
   }
   // ... nor into a read-only mount.
-  testing::ScratchMount ro("tmpfs", MS_RDONLY, "size=64k");
+  ScratchMount ro("tmpfs", MS_RDONLY, "size=64k");
   if (!ro.ok()) GTEST_SKIP() << ro.error();
   EXPECT_EQ(create_error(ro.path(), 10, what), ErrorCode::InvalidArgument);
   EXPECT_TRUE(contains(what, "not writable")) << what;
@@ -327,7 +324,7 @@ TEST(StateFileDirectory, NotWritable) {
 }
 
 TEST(StateFileDirectory, AutomaticFallbackWhereODirectIsRefused) {
-  testing::ScratchMount ramfs("ramfs", 0, "");
+  ScratchMount ramfs("ramfs", 0, "");
   if (!ramfs.ok()) GTEST_SKIP() << ramfs.error();
   const testing::EnvGuard automatic("STRAIT_IO_ENGINE", std::nullopt);
   AdamWStateFileOptions o;
@@ -350,7 +347,7 @@ TEST(StateFileDirectory, AutomaticFallbackWhereODirectIsRefused) {
 }
 
 TEST(StateFileDirectory, FullDiskFailsUpFrontNamingTheBytes) {
-  testing::ScratchMount small("tmpfs", 0, "size=1m");
+  ScratchMount small("tmpfs", 0, "size=1m");
   if (!small.ok()) GTEST_SKIP() << small.error();
   const std::size_t n = std::size_t{1} << 20;  // 8 MiB of moments on a 1 MiB file system
   std::string what;

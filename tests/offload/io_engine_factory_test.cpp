@@ -16,12 +16,17 @@
 
 #include "core/error.h"
 #include "offload/remove_on_exit.h"
+#include "tests/common/scratch_mount.h"
+#include "tests/common/temp_dir.h"
+#include "tests/common/text.h"
 #include "tests/offload/test_util.h"
 
 namespace strait::offload {
 namespace {
 
-using testing::contains;
+using strait::test::contains;
+using strait::test::ScratchMount;
+using strait::test::TempDir;
 
 // Independent probes with raw system calls (no liburing, no strait code).
 bool kernel_allows_io_uring() {
@@ -53,7 +58,7 @@ ErrorCode code_of(const std::function<void()>& fn, std::string* what = nullptr) 
 class FactoryTest : public ::testing::Test {
  protected:
   testing::EnvGuard env_{"STRAIT_IO_ENGINE", std::nullopt};  // the automatic choice by default
-  testing::TempDir dir_;
+  TempDir dir_;
 };
 
 TEST_F(FactoryTest, PicksUringWhereIoUringAndODirectWork) {
@@ -66,7 +71,7 @@ TEST_F(FactoryTest, PicksUringWhereIoUringAndODirectWork) {
 }
 
 TEST_F(FactoryTest, FallsBackToPosixWhereODirectIsRefused) {
-  testing::ScratchMount ramfs("ramfs", 0, "");  // ramfs has no O_DIRECT on any kernel
+  ScratchMount ramfs("ramfs", 0, "");  // ramfs has no O_DIRECT on any kernel
   if (!ramfs.ok()) GTEST_SKIP() << ramfs.error();
   ASSERT_FALSE(file_system_allows_o_direct(ramfs.path()));
   const IoEngineChoice choice = make_io_engine(ramfs.path());
@@ -80,7 +85,7 @@ TEST_F(FactoryTest, FollowsODirectSupportOnTmpfs) {
   // accept it, and then io_uring is the right choice there too.
   if (!std::filesystem::is_directory("/dev/shm")) GTEST_SKIP() << "no /dev/shm";
   const testing::EnvGuard tmp("TMPDIR", "/dev/shm");
-  testing::TempDir shm;
+  TempDir shm;
   const bool direct = file_system_allows_o_direct(shm.path());
   const IoEngineChoice choice = make_io_engine(shm.path());
   if (direct && kernel_allows_io_uring()) {
@@ -104,7 +109,7 @@ TEST_F(FactoryTest, EnvironmentForcesPosix) {
 }
 
 TEST_F(FactoryTest, ForcingUringWhereItCannotWorkSaysWhy) {
-  testing::ScratchMount ramfs("ramfs", 0, "");
+  ScratchMount ramfs("ramfs", 0, "");
   if (!ramfs.ok()) GTEST_SKIP() << ramfs.error();
   const testing::EnvGuard force("STRAIT_IO_ENGINE", "uring");
   std::string what;

@@ -10,14 +10,20 @@
 #include <vector>
 
 #include "core/error.h"
-#include "offload/io_engine_factory.h"
 #include "offload/pinned_buffer.h"
 #include "offload/posix_engine.h"
 #include "offload/uring_engine.h"
+#include "tests/common/scratch_mount.h"
+#include "tests/common/temp_dir.h"
+#include "tests/common/text.h"
 #include "tests/offload/test_util.h"
 
 namespace strait::offload {
 namespace {
+
+using strait::test::contains;
+using strait::test::ScratchMount;
+using strait::test::TempDir;
 
 std::byte pattern(std::uint64_t file_offset, unsigned seed) {
   return static_cast<std::byte>((file_offset * 131 + seed * 7 + (file_offset >> 9)) & 0xff);
@@ -42,21 +48,14 @@ class IoEngineTest : public ::testing::TestWithParam<IoEngineKind> {
  protected:
   void SetUp() override {
     if (GetParam() == IoEngineKind::Uring) {
-      IoEngineOptions probe;
-      probe.force = IoEngineKind::Uring;
-      try {
-        make_io_engine(dir_.path(), probe);
-      } catch (const Error& e) {
-        if (e.code() != ErrorCode::Unavailable) throw;
-        GTEST_SKIP() << "io_uring with O_DIRECT does not work here: " << e.what();
-      }
+      if (auto why = testing::uring_unavailable(dir_.path())) GTEST_SKIP() << *why;
     }
   }
 
   // Request granularity: the engine's alignment (O_DIRECT) or 1.
   static std::size_t unit(const IoFile& f) { return f.direct() ? f.alignment().offset : 1; }
 
-  testing::TempDir dir_;
+  TempDir dir_;
 };
 
 TEST_P(IoEngineTest, RoundTripsSizesAndOffsetsThatAreNotPageMultiples) {
@@ -152,10 +151,10 @@ TEST_P(IoEngineTest, ReadingPastEndOfFileIsAnErrorNotZeros) {
   } catch (const Error& e) {
     const std::string what = e.what();
     EXPECT_EQ(e.code(), ErrorCode::Io);
-    EXPECT_TRUE(testing::contains(what, "end of the file")) << what;
-    EXPECT_TRUE(testing::contains(what, file.path().string())) << what;
+    EXPECT_TRUE(contains(what, "end of the file")) << what;
+    EXPECT_TRUE(contains(what, file.path().string())) << what;
     // The first 3 blocks arrived (a short read), the remainder found the end.
-    EXPECT_TRUE(testing::contains(what, "after " + std::to_string(3 * block) + " bytes")) << what;
+    EXPECT_TRUE(contains(what, "after " + std::to_string(3 * block) + " bytes")) << what;
   }
   // The engine stays usable after a failed batch.
   const IoRequest ok = IoRequest::read(file, block, buffer.bytes().first(2 * block));
@@ -163,7 +162,7 @@ TEST_P(IoEngineTest, ReadingPastEndOfFileIsAnErrorNotZeros) {
 }
 
 TEST_P(IoEngineTest, WriteBeyondFreeSpaceNamesFileOffsetAndErrno) {
-  testing::ScratchMount small("tmpfs", 0, "size=256k");
+  ScratchMount small("tmpfs", 0, "size=256k");
   if (!small.ok()) GTEST_SKIP() << small.error();
   auto engine = make(GetParam(), {});
   std::optional<IoFile> file;
@@ -182,9 +181,9 @@ TEST_P(IoEngineTest, WriteBeyondFreeSpaceNamesFileOffsetAndErrno) {
   } catch (const Error& e) {
     const std::string what = e.what();
     EXPECT_EQ(e.code(), ErrorCode::Io);
-    EXPECT_TRUE(testing::contains(what, "ENOSPC")) << what;
-    EXPECT_TRUE(testing::contains(what, "offset 4096")) << what;
-    EXPECT_TRUE(testing::contains(what, file->path().string())) << what;
+    EXPECT_TRUE(contains(what, "ENOSPC")) << what;
+    EXPECT_TRUE(contains(what, "offset 4096")) << what;
+    EXPECT_TRUE(contains(what, file->path().string())) << what;
     // The kernel first writes what fits (a short write); the engine resubmits the remainder,
     // which is what fails: the message counts the bytes that made it.
     const std::size_t at = what.find("failed after ");
@@ -210,7 +209,7 @@ TEST_P(IoEngineTest, RejectsMalformedRequests) {
         FAIL() << "misaligned O_DIRECT request accepted";
       } catch (const Error& e) {
         EXPECT_EQ(e.code(), ErrorCode::InvalidArgument);
-        EXPECT_TRUE(testing::contains(e.what(), "O_DIRECT")) << e.what();
+        EXPECT_TRUE(contains(e.what(), "O_DIRECT")) << e.what();
       }
     }
   }
@@ -218,15 +217,8 @@ TEST_P(IoEngineTest, RejectsMalformedRequests) {
 }
 
 TEST(UringEngine, RegisteredBuffersRoundTrip) {
-  testing::TempDir dir;
-  IoEngineOptions probe;
-  probe.force = IoEngineKind::Uring;
-  try {
-    make_io_engine(dir.path(), probe);
-  } catch (const Error& e) {
-    if (e.code() != ErrorCode::Unavailable) throw;
-    GTEST_SKIP() << e.what();
-  }
+  TempDir dir;
+  if (auto why = testing::uring_unavailable(dir.path())) GTEST_SKIP() << *why;
   UringEngine engine;
   PinnedBuffer registered(64 * 1024);
   const std::span<std::byte> spans[] = {registered.bytes()};

@@ -17,10 +17,13 @@
 #include <string>
 #include <utility>
 
+#include "tests/common/text.h"
 #include "tests/offload/test_util.h"
 
 namespace strait::offload {
 namespace {
+
+using strait::test::contains;
 
 // Locked memory of this process in KiB, as the kernel accounts it (/proc/self/status VmLck).
 long locked_kib() {
@@ -120,7 +123,7 @@ TEST(PinnedBuffer, FallsBackToUnlockedMemoryWithOneWarning) {
       ++warnings;
     }
     if (warnings != 1) return 2;
-    if (!testing::contains(text, "RLIMIT_MEMLOCK")) return 3;
+    if (!contains(text, "RLIMIT_MEMLOCK")) return 3;
     return 0;
   });
   if (code == 77) GTEST_SKIP() << "cannot drop CAP_IPC_LOCK or lower RLIMIT_MEMLOCK here";

@@ -1,72 +1,25 @@
-// Helpers for the offload tests: scratch directories, file systems mounted for one test (tmpfs
-// with a size limit, ramfs without O_DIRECT, read-only), environment overrides, and running a
-// check in a child process (for process-wide state such as seccomp filters or capabilities).
+// Helpers for the offload tests: environment overrides, running a check in a child process (for
+// process-wide state such as seccomp filters or capabilities), and whether the io_uring engine
+// works here. Scratch directories and mounts are in tests/common/ (temp_dir.h, scratch_mount.h).
 #pragma once
 
-#include <gtest/gtest.h>
 #include <stdlib.h>
-#include <sys/mount.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstring>
+#include <cstdio>
+#include <exception>
 #include <filesystem>
 #include <functional>
 #include <optional>
 #include <string>
 #include <system_error>
 
+#include "core/error.h"
+#include "offload/io_engine_factory.h"
+
 namespace strait::offload::testing {
-
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern =
-        (std::filesystem::temp_directory_path() / "strait-offload-XXXXXX").string();
-    if (::mkdtemp(pattern.data()) == nullptr) {
-      throw std::system_error(errno, std::generic_category(), "mkdtemp " + pattern);
-    }
-    path_ = pattern;
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  [[nodiscard]] const std::filesystem::path& path() const { return path_; }
-
- private:
-  std::filesystem::path path_;
-};
-
-// Mounts a file system on a fresh directory for the test's lifetime (needs root). error() says
-// why when the mount failed, for GTEST_SKIP.
-class ScratchMount {
- public:
-  ScratchMount(const char* fstype, unsigned long flags, const char* data) {
-    dir_ = base_.path() / "mnt";
-    std::filesystem::create_directory(dir_);
-    if (::mount(fstype, dir_.c_str(), fstype, flags, data) != 0) {
-      error_ = std::string("mount -t ") + fstype + " failed: " + std::strerror(errno) +
-               " (needs root with CAP_SYS_ADMIN)";
-    }
-  }
-  ScratchMount(const ScratchMount&) = delete;
-  ScratchMount& operator=(const ScratchMount&) = delete;
-  ~ScratchMount() {
-    if (error_.empty()) ::umount2(dir_.c_str(), MNT_DETACH);
-  }
-  [[nodiscard]] bool ok() const { return error_.empty(); }
-  [[nodiscard]] const std::string& error() const { return error_; }
-  [[nodiscard]] const std::filesystem::path& path() const { return dir_; }
-
- private:
-  TempDir base_;
-  std::filesystem::path dir_;
-  std::string error_;
-};
 
 // Sets (or with nullopt unsets) an environment variable, restoring it afterwards.
 class EnvGuard {
@@ -116,8 +69,18 @@ inline int run_in_child(const std::function<int()>& fn) {
   return 128 + WTERMSIG(status);
 }
 
-inline bool contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
+// Why the io_uring engine (io_uring with O_DIRECT) cannot run for files in `dir` here, for
+// GTEST_SKIP; nullopt where it can. Errors other than Unavailable propagate.
+inline std::optional<std::string> uring_unavailable(const std::filesystem::path& dir) {
+  IoEngineOptions probe;
+  probe.force = IoEngineKind::Uring;
+  try {
+    make_io_engine(dir, probe);
+  } catch (const Error& e) {
+    if (e.code() != ErrorCode::Unavailable) throw;
+    return std::string("io_uring with O_DIRECT does not work here: ") + e.what();
+  }
+  return std::nullopt;
 }
 
 }  // namespace strait::offload::testing

@@ -19,40 +19,22 @@
 
 #include "core/error.h"
 #include "scheduler/corpus.h"
+#include "tests/common/temp_dir.h"
 
 namespace strait::sched {
 namespace {
 
 namespace fs = std::filesystem;
 
-// A fresh directory under the system temp dir, removed with everything in it.
-class TempDir {
- public:
-  // `suffix` tells apart several directories of one test.
-  explicit TempDir(const std::string& suffix = "") {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    path_ = fs::temp_directory_path() /
-            ("strait_data_test_" + std::to_string(::getpid()) + "_" + info->name() + suffix);
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  [[nodiscard]] const fs::path& path() const { return path_; }
-  void write(const std::string& name, const std::string& bytes) const {
-    std::ofstream out(path_ / name, std::ios::binary);
-    out << bytes;
-    out.close();
-    ASSERT_TRUE(out) << "writing " << (path_ / name);
-  }
+using strait::test::TempDir;
 
- private:
-  fs::path path_;
-};
+// Writes `bytes` to the file `name` in `dir`.
+void write_file(const TempDir& dir, const std::string& name, const std::string& bytes) {
+  std::ofstream out(dir.path() / name, std::ios::binary);
+  out << bytes;
+  out.close();
+  ASSERT_TRUE(out) << "writing " << (dir.path() / name);
+}
 
 std::vector<std::uint8_t> bytes_of(const std::string& s) {
   return {s.begin(), s.end()};
@@ -88,15 +70,15 @@ std::string error_of(const std::function<void()>& f) {
 
 TEST(Corpus, DirectorySkipsIndexesLinksBinaryAndEmptyFiles) {
   TempDir dir;
-  dir.write("b.txt", "bravo\n");
-  dir.write("a.txt", "alpha\n");
-  dir.write("c", "charlie");
-  dir.write("a.dat", "text, but a strfile index by name");
-  dir.write("e.bin", std::string("x\0y", 3));
-  dir.write("f.empty", "");
+  write_file(dir, "b.txt", "bravo\n");
+  write_file(dir, "a.txt", "alpha\n");
+  write_file(dir, "c", "charlie");
+  write_file(dir, "a.dat", "text, but a strfile index by name");
+  write_file(dir, "e.bin", std::string("x\0y", 3));
+  write_file(dir, "f.empty", "");
   fs::create_symlink("a.txt", dir.path() / "a.u8");
   fs::create_directory(dir.path() / "sub");
-  dir.write("sub/inner.txt", "inner");
+  write_file(dir, "sub/inner.txt", "inner");
 
   // Every file is shorter than 1 / 0.05 = 20 bytes, so none holds anything out.
   const ByteCorpus c = ByteCorpus::load(dir.path(), {.eval_fraction = 0.05, .separator = "\n"});
@@ -119,8 +101,8 @@ TEST(Corpus, DirectorySkipsIndexesLinksBinaryAndEmptyFiles) {
 
 TEST(Corpus, CustomSeparatorAndSingleFile) {
   TempDir dir;
-  dir.write("1", "one");
-  dir.write("2", "two");
+  write_file(dir, "1", "one");
+  write_file(dir, "2", "two");
   // floor(3 * 0.5) = 1: each file keeps 2 bytes for training and holds out its last byte.
   const ByteCorpus c = ByteCorpus::load(dir.path(), {.eval_fraction = 0.5, .separator = "<|>"});
   EXPECT_EQ(string_of(vec(c.train())), "on<|>tw");
@@ -145,9 +127,9 @@ TEST(Corpus, EveryFileHoldsOutItsOwnTail) {
   std::vector<std::string> texts;
   for (std::size_t i = 0; i < sizes.size(); ++i) {
     texts.push_back(string_of(random_text(sizes[i].second, 100 + static_cast<unsigned>(i))));
-    dir.write(sizes[i].first, texts.back());
+    write_file(dir, sizes[i].first, texts.back());
   }
-  dir.write("b.dat", "skipped: a strfile index");
+  write_file(dir, "b.dat", "skipped: a strfile index");
   const std::string sep = "<|>";
 
   std::string train, eval;
@@ -181,9 +163,9 @@ TEST(Corpus, EveryFileHoldsOutItsOwnTail) {
   EXPECT_EQ(c.source(), dir.path().string());
 
   // The same directory with a single usable file is split exactly as that file alone is.
-  TempDir one("_one");
-  one.write("e", texts[4]);
-  one.write("e.dat", "index");
+  TempDir one;
+  write_file(one, "e", texts[4]);
+  write_file(one, "e.dat", "index");
   const ByteCorpus d = ByteCorpus::load(one.path(), {.eval_fraction = 0.1, .separator = sep});
   const ByteCorpus f = ByteCorpus::load(one.path() / "e", {.eval_fraction = 0.1});
   EXPECT_EQ(string_of(vec(d.train())), texts[4].substr(0, 300));
@@ -197,7 +179,7 @@ TEST(Corpus, EveryFileHoldsOutItsOwnTail) {
 TEST(Corpus, ReadsWholeFiles) {
   TempDir dir;
   const std::string big = string_of(random_text(5'000'000, 7));
-  dir.write("big", big);
+  write_file(dir, "big", big);
   const ByteCorpus c = ByteCorpus::load(dir.path() / "big", {.eval_fraction = 0.5});
   EXPECT_EQ(string_of(vec(c.bytes())), big);
 
@@ -214,7 +196,7 @@ TEST(Corpus, ReadsWholeFiles) {
 TEST(Corpus, UnreadableFileIsAnIoError) {
   if (::geteuid() == 0) GTEST_SKIP() << "running as root: file permissions do not stop reads";
   TempDir dir;
-  dir.write("secret", "unreadable text");
+  write_file(dir, "secret", "unreadable text");
   fs::permissions(dir.path() / "secret", fs::perms::none);
   try {
     (void)ByteCorpus::load(dir.path() / "secret");
@@ -256,17 +238,17 @@ TEST(Corpus, ErrorsSayWhatToDo) {
   const std::string empty_dir = error_of([&] { (void)ByteCorpus::load(dir.path()); });
   EXPECT_NE(empty_dir.find("has no usable text files"), std::string::npos) << empty_dir;
 
-  dir.write("x.dat", "index");
+  write_file(dir, "x.dat", "index");
   fs::create_symlink("x.dat", dir.path() / "x.u8");
   const std::string only_skipped = error_of([&] { (void)ByteCorpus::load(dir.path()); });
   EXPECT_NE(only_skipped.find("no usable text files (2 entries skipped"), std::string::npos)
       << only_skipped;
 
-  dir.write("empty", "");
+  write_file(dir, "empty", "");
   const std::string empty_file = error_of([&] { (void)ByteCorpus::load(dir.path() / "empty"); });
   EXPECT_NE(empty_file.find("is empty"), std::string::npos) << empty_file;
 
-  dir.write("bin", std::string("a\0b", 3));
+  write_file(dir, "bin", std::string("a\0b", 3));
   const std::string binary = error_of([&] { (void)ByteCorpus::load(dir.path() / "bin"); });
   EXPECT_NE(binary.find("binary"), std::string::npos) << binary;
 }
@@ -316,7 +298,7 @@ TEST(Dataset, TooShortSizeIsExactForEveryFraction) {
 // computes from the file sizes, and the exact size as one file.
 TEST(Dataset, TooShortDirectoryNamesWhatEachPartLacks) {
   TempDir dir;
-  for (const char* name : {"x", "y", "z"}) dir.write(name, string_of(random_text(100, 9)));
+  for (const char* name : {"x", "y", "z"}) write_file(dir, name, string_of(random_text(100, 9)));
   // Each file: 95 bytes of head, 5 of tail; joined by "\n".
   const std::size_t train = 3 * 95 + 2, eval = 3 * 5 + 2;
   const std::string msg =

@@ -17,6 +17,7 @@ namespace strait::sched {
 namespace {
 
 using testing::numeric_gradient;
+using testing::random_tokens;
 using testing::relative_error;
 
 // The tiny model of the finite-difference tests.
@@ -28,13 +29,6 @@ GptConfig tiny(int layers = 2) {
   c.dim = 8;
   c.heads = 2;
   return c;
-}
-
-std::vector<std::int32_t> random_tokens(std::mt19937_64& rng, std::size_t n, int V) {
-  std::uniform_int_distribution<std::int32_t> dist(0, V - 1);
-  std::vector<std::int32_t> t(n);
-  for (auto& x : t) x = dist(rng);
-  return t;
 }
 
 std::uint64_t name_hash(const std::string& s) {

@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "tests/common/process.h"
-#include "tests/offload/test_util.h"
+#include "tests/common/scratch_mount.h"
 
 namespace {
 
@@ -275,7 +275,7 @@ TEST(StraitTrainErrors, OffloadDirectoryThatDoesNotExist) {
 
 TEST(StraitTrainErrors, OffloadDirectoryThatIsNotWritable) {
   // Root ignores permission bits, so an unwritable directory is a read-only file system.
-  const strait::offload::testing::ScratchMount ro("tmpfs", MS_RDONLY, "size=1m");
+  const strait::test::ScratchMount ro("tmpfs", MS_RDONLY, "size=1m");
   if (!ro.ok()) GTEST_SKIP() << "cannot mount a read-only tmpfs: " << ro.error();
   const Job job;
   Strait run(job.train_args({"--steps", "1", "--offload-dir", ro.path().string()}),
