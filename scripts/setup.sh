@@ -8,7 +8,7 @@ packages=(
   libucx-dev ucx-utils libhwloc-dev liburing-dev
   libgtest-dev libgmock-dev libbenchmark-dev libopenblas-dev
   libcli11-dev libfmt-dev libspdlog-dev nlohmann-json3-dev
-  clang-format clang-tidy
+  clang-format clang-tidy clang libclang-rt-14-dev
   iproute2 procps
   fortunes
 )

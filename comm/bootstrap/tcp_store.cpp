@@ -28,15 +28,15 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
+using wire::Reply;
+using wire::Request;
 using wire::Type;
-using wire::Writer;
 
 // How long a client waits for the server to acknowledge the cancellation of a timed-out request.
 constexpr auto kCancelGrace = std::chrono::seconds(5);
 // The handshake gets at least this long, even when the connect deadline is closer.
 constexpr auto kMinHandshake = std::chrono::seconds(5);
 constexpr auto kMaxRetryBackoff = milliseconds(1000);
-constexpr std::size_t kMaxErrorMessage = std::size_t{64} << 10U;
 
 std::string seconds(milliseconds ms) {
   return fmt::format("{:g}s", static_cast<double>(ms.count()) / 1000.0);
@@ -116,56 +116,6 @@ std::string io_reason(int err) {
   return err == 0 ? "connection closed" : std::strerror(err);
 }
 
-struct Reply {
-  Type type = Type::Ok;
-  Bytes value;                           // Value
-  std::int64_t number = 0;               // Int
-  std::vector<std::string> keys;         // Cancelled: the keys still missing
-  ErrorCode code = ErrorCode::Internal;  // Error
-  std::string message;                   // Error, Fatal
-};
-
-Reply parse_reply(wire::Reader& r) {
-  Reply reply;
-  reply.type = r.type();
-  switch (r.type()) {
-    case Type::HelloOk:
-    case Type::Ok: break;
-    case Type::Value: {
-      const auto v = r.bytes(wire::kMaxValueBytes);
-      reply.value.assign(v.begin(), v.end());
-      break;
-    }
-    case Type::Int: reply.number = r.i64(); break;
-    case Type::Cancelled: {
-      const std::uint32_t n = r.u32();
-      if (n > wire::kMaxWaitKeys) throw wire::ProtocolError("too many keys in a Cancelled reply");
-      for (std::uint32_t i = 0; i < n; ++i) reply.keys.push_back(r.key());
-      break;
-    }
-    case Type::Error: {
-      const std::uint8_t code = r.u8();
-      if (code > static_cast<std::uint8_t>(ErrorCode::Internal)) {
-        throw wire::ProtocolError(fmt::format("unknown error code {}", code));
-      }
-      reply.code = static_cast<ErrorCode>(code);
-      const auto m = r.bytes(kMaxErrorMessage);
-      reply.message.assign(m.begin(), m.end());
-      break;
-    }
-    case Type::Fatal: {
-      const auto m = r.bytes(kMaxErrorMessage);
-      reply.message.assign(m.begin(), m.end());
-      break;
-    }
-    default:
-      throw wire::ProtocolError(
-          fmt::format("unknown reply type 0x{:02x}", static_cast<unsigned>(r.type())));
-  }
-  r.expect_end();
-  return reply;
-}
-
 }  // namespace
 
 // One multiplexed connection to the server; see tcp_store.h.
@@ -197,16 +147,18 @@ class TcpStore::Client {
                               value.size(), key, wire::kMaxValueBytes));
     }
     const std::string op = fmt::format("set({:?})", key);
-    const Reply reply = request_with_deadline(
-        op, [&](std::uint64_t id) { return Writer(Type::Set, id).str(key).bytes(value).finish(); });
+    const Reply reply = request_with_deadline(op, [&](std::uint64_t id) {
+      return wire::encode(Request{.type = Type::Set, .id = id, .key = key, .value = value});
+    });
     expect(reply, Type::Ok, op);
   }
 
   std::int64_t add(const std::string& key, std::int64_t delta) {
     check_key(key);
     const std::string op = fmt::format("add({:?}, {})", key, delta);
-    const Reply reply = request_with_deadline(
-        op, [&](std::uint64_t id) { return Writer(Type::Add, id).str(key).i64(delta).finish(); });
+    const Reply reply = request_with_deadline(op, [&](std::uint64_t id) {
+      return wire::encode(Request{.type = Type::Add, .id = id, .key = key, .delta = delta});
+    });
     expect(reply, Type::Int, op);
     return reply.number;
   }
@@ -216,7 +168,7 @@ class TcpStore::Client {
     check_timeout(timeout, "get");
     const std::string op = fmt::format("get({:?})", key);
     Reply reply = request_parked(op, {key}, timeout, [&](std::uint64_t id) {
-      return Writer(Type::Get, id).str(key).finish();
+      return wire::encode(Request{.type = Type::Get, .id = id, .key = key});
     });
     expect(reply, Type::Value, op);
     return std::move(reply.value);
@@ -235,10 +187,7 @@ class TcpStore::Client {
           std::max(milliseconds(0), std::chrono::ceil<milliseconds>(deadline - Clock::now()));
       const std::string op = fmt::format("wait({})", quote_keys(batch));
       const Reply reply = request_parked(op, batch, left, [&](std::uint64_t id) {
-        Writer w(Type::Wait, id);
-        w.u32(static_cast<std::uint32_t>(batch.size()));
-        for (const std::string& k : batch) w.str(k);
-        return w.finish();
+        return wire::encode(Request{.type = Type::Wait, .id = id, .keys = batch});
       });
       expect(reply, Type::Ok, op);
     }
@@ -297,7 +246,8 @@ class TcpStore::Client {
   // Hello / HelloOk. False (with why) when the connection closed early, so the caller retries;
   // throws when the peer answers but is not a compatible strait store.
   bool handshake(Clock::time_point deadline, std::string& why) {
-    const auto hello = Writer(Type::Hello, 0).u32(wire::kMagic).u16(wire::kVersion).finish();
+    const auto hello = wire::encode(
+        Request{.type = Type::Hello, .magic = wire::kMagic, .version = wire::kVersion});
     if (send(fd_.get(), hello.data(), hello.size(), MSG_NOSIGNAL) !=
         static_cast<ssize_t>(hello.size())) {
       why = fmt::format("handshake: {}", std::strerror(errno));
@@ -322,8 +272,7 @@ class TcpStore::Client {
         why = fmt::format("handshake: {}", io_reason(errno));
         return false;
       }
-      wire::Reader r(body);
-      reply = parse_reply(r);
+      reply = wire::parse_reply(body);
     } catch (const wire::ProtocolError& e) {
       throw Error(ErrorCode::Mismatch,
                   fmt::format("{} does not speak the strait store protocol ({}): is another "
@@ -357,14 +306,13 @@ class TcpStore::Client {
           reason = io_reason(errno);
           break;
         }
-        wire::Reader r(body);
-        Reply reply = parse_reply(r);
+        Reply reply = wire::parse_reply(body);
         if (reply.type == Type::Fatal) {
           reason = fmt::format("the store dropped this client: {}", reply.message);
           break;
         }
         const std::lock_guard lock(mu_);
-        const auto it = pending_.find(r.id());
+        const auto it = pending_.find(reply.id);
         // Replies nobody waits for (their caller gave up) are dropped.
         if (it != pending_.end() && !it->second) {
           it->second = std::move(reply);
@@ -452,7 +400,7 @@ class TcpStore::Client {
     if (!reply) {
       // The answer to the cancel is either the real reply (the keys appeared just in time) or
       // Cancelled with the keys still missing.
-      transmit(op, Writer(Type::Cancel, id).finish());
+      transmit(op, wire::encode(Request{.type = Type::Cancel, .id = id}));
       reply = await(op, id, Clock::now() + kCancelGrace);
     }
     if (!reply || reply->type == Type::Cancelled) {

@@ -30,8 +30,8 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 using wire::ProtocolError;
+using wire::Reply;
 using wire::Type;
-using wire::Writer;
 
 constexpr std::uint64_t kListenerTag = 0;
 constexpr std::uint64_t kWakeTag = 1;
@@ -243,8 +243,7 @@ class TcpStoreServer::Impl {
         const std::size_t len = wire::body_length(std::span<const std::uint8_t, wire::kHeaderBytes>(
             c.in.data() + off, wire::kHeaderBytes));
         if (avail - wire::kHeaderBytes < len) break;
-        wire::Reader reader({c.in.data() + off + wire::kHeaderBytes, len});
-        handle(tag, c, reader);
+        handle(tag, c, {c.in.data() + off + wire::kHeaderBytes, len});
         off += wire::kHeaderBytes + len;
       } catch (const ProtocolError& e) {
         fatal(c, e.what());
@@ -254,97 +253,69 @@ class TcpStoreServer::Impl {
     if (off > 0) c.in.erase(c.in.begin(), c.in.begin() + static_cast<std::ptrdiff_t>(off));
   }
 
-  void handle(std::uint64_t tag, Conn& c, wire::Reader& r) {
-    const std::uint64_t id = r.id();
+  void handle(std::uint64_t tag, Conn& c, std::span<const std::uint8_t> body) {
+    wire::Request q = wire::parse_request(body);
+    const std::uint64_t id = q.id;
     if (!c.greeted) {
-      if (r.type() != Type::Hello) {
+      if (q.type != Type::Hello) {
         throw ProtocolError("expected Hello as the first message: is this a strait store client?");
       }
-      const std::uint32_t magic = r.u32();
-      const std::uint16_t version = r.u16();
-      r.expect_end();
-      if (magic != wire::kMagic) throw ProtocolError("bad magic: not a strait store client");
-      if (version != wire::kVersion) {
+      if (q.magic != wire::kMagic) throw ProtocolError("bad magic: not a strait store client");
+      if (q.version != wire::kVersion) {
         throw ProtocolError(fmt::format(
             "client speaks store protocol version {}, this store speaks {}: every rank must run "
             "the same strait build",
-            version, wire::kVersion));
+            q.version, wire::kVersion));
       }
       c.greeted = true;
-      send(tag, Writer(Type::HelloOk, id).finish());
+      reply(tag, Reply{.type = Type::HelloOk, .id = id});
       return;
     }
-    switch (r.type()) {
-      case Type::Set: {
-        std::string key = r.key();
-        const auto value = r.bytes(wire::kMaxValueBytes);
-        r.expect_end();
-        kv_[key].assign(value.begin(), value.end());
-        send(tag, Writer(Type::Ok, id).finish());
-        key_created(key);
+    switch (q.type) {
+      case Type::Hello: throw ProtocolError("Hello sent twice");
+      case Type::Set:
+        kv_[q.key].assign(q.value.begin(), q.value.end());
+        reply(tag, Reply{.type = Type::Ok, .id = id});
+        key_created(q.key);
         return;
-      }
-      case Type::Get: {
-        std::string key = r.key();
-        r.expect_end();
-        if (const auto it = kv_.find(key); it != kv_.end()) {
-          send(tag, Writer(Type::Value, id).bytes(it->second).finish());
+      case Type::Get:
+        if (const auto it = kv_.find(q.key); it != kv_.end()) {
+          reply(tag, Reply{.type = Type::Value, .id = id, .value = it->second});
         } else {
-          park(tag, c, id, Type::Get, {std::move(key)});
+          park(tag, c, id, Type::Get, {std::move(q.key)});
         }
         return;
-      }
-      case Type::Add: {
-        std::string key = r.key();
-        const std::int64_t delta = r.i64();
-        r.expect_end();
-        add(tag, id, key, delta);
-        return;
-      }
+      case Type::Add: add(tag, id, q.key, q.delta); return;
       case Type::Wait: {
-        const std::uint32_t n = r.u32();
-        if (n == 0 || n > wire::kMaxWaitKeys) {
-          throw ProtocolError(
-              fmt::format("wait on {} keys, outside [1, {}]", n, wire::kMaxWaitKeys));
-        }
-        std::vector<std::string> keys;
-        keys.reserve(n);
-        for (std::uint32_t i = 0; i < n; ++i) keys.push_back(r.key());
-        r.expect_end();
+        std::vector<std::string> keys = std::move(q.keys);
         std::sort(keys.begin(), keys.end());
         keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
         const bool all_present = std::all_of(keys.begin(), keys.end(),
                                              [&](const std::string& k) { return kv_.contains(k); });
         if (all_present) {
-          send(tag, Writer(Type::Ok, id).finish());
+          reply(tag, Reply{.type = Type::Ok, .id = id});
         } else {
           park(tag, c, id, Type::Wait, std::move(keys));
         }
         return;
       }
       case Type::Cancel: {
-        r.expect_end();
         const auto it = c.parked.find(id);
         if (it == c.parked.end()) return;  // already answered: the reply precedes this cancel
         const std::uint64_t wid = it->second;
         c.parked.erase(it);
         const Waiter& w = waiters_.at(wid);
-        std::vector<std::string> missing;
+        Reply cancelled{.type = Type::Cancelled, .id = id};
         for (const std::string& k : w.keys) {
-          if (!kv_.contains(k)) missing.push_back(k);
+          if (!kv_.contains(k)) cancelled.keys.push_back(k);
         }
         remove_waiter(wid);
-        Writer reply(Type::Cancelled, id);
-        reply.u32(static_cast<std::uint32_t>(missing.size()));
-        for (const std::string& k : missing) reply.str(k);
-        send(tag, reply.finish());
+        reply(tag, cancelled);
         return;
       }
-      default:
+      default:  // parse_request accepts requests only
         throw ProtocolError(
-            fmt::format("unknown command 0x{:02x}: is every rank running the same "
-                        "strait build?",
-                        static_cast<unsigned>(r.type())));
+            fmt::format("a client sent reply type 0x{:02x}", static_cast<unsigned>(q.type)));
     }
   }
 
@@ -372,12 +343,12 @@ class TcpStoreServer::Impl {
     }
     const std::string text = std::to_string(updated);
     kv_[key].assign(text.begin(), text.end());
-    send(tag, Writer(Type::Int, id).i64(updated).finish());
+    reply(tag, Reply{.type = Type::Int, .id = id, .number = updated});
     key_created(key);
   }
 
   void send_error(std::uint64_t tag, std::uint64_t id, ErrorCode code, const std::string& message) {
-    send(tag, Writer(Type::Error, id).u8(static_cast<std::uint8_t>(code)).str(message).finish());
+    reply(tag, Reply{.type = Type::Error, .id = id, .code = code, .message = message});
   }
 
   void park(std::uint64_t tag, Conn& c, std::uint64_t request, Type type,
@@ -409,10 +380,10 @@ class TcpStoreServer::Impl {
       if (conn == conns_.end()) continue;
       conn->second.parked.erase(done.request);
       if (done.type == Type::Get) {
-        send(done.conn,
-             Writer(Type::Value, done.request).bytes(kv_.at(done.keys.front())).finish());
+        reply(done.conn,
+              Reply{.type = Type::Value, .id = done.request, .value = kv_.at(done.keys.front())});
       } else {
-        send(done.conn, Writer(Type::Ok, done.request).finish());
+        reply(done.conn, Reply{.type = Type::Ok, .id = done.request});
       }
     }
   }
@@ -428,6 +399,8 @@ class TcpStoreServer::Impl {
     }
     waiters_.erase(w);
   }
+
+  void reply(std::uint64_t tag, const Reply& r) { send(tag, wire::encode(r)); }
 
   void send(std::uint64_t tag, const std::vector<std::uint8_t>& frame) {
     const auto it = conns_.find(tag);
@@ -473,7 +446,7 @@ class TcpStoreServer::Impl {
   // Tells the client what it did wrong, then drops it.
   void fatal(Conn& c, const std::string& reason) {
     spdlog::warn("strait store: dropping client {}: {}", c.peer, reason);
-    const auto frame = Writer(Type::Fatal, 0).str(reason).finish();
+    const auto frame = wire::encode(Reply{.type = Type::Fatal, .message = reason});
     c.out.insert(c.out.end(), frame.begin(), frame.end());
     flush(c);
     // Unread input makes close() send a reset, which can destroy the Fatal frame in flight.

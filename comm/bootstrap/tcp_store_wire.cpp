@@ -132,4 +132,123 @@ void Reader::expect_end() const {
   }
 }
 
+Request parse_request(std::span<const std::uint8_t> body) {
+  Reader r(body);
+  Request q;
+  q.type = r.type();
+  q.id = r.id();
+  switch (q.type) {
+    case Type::Hello:
+      q.magic = r.u32();
+      q.version = r.u16();
+      break;
+    case Type::Set:
+      q.key = r.key();
+      q.value = r.bytes(kMaxValueBytes);
+      break;
+    case Type::Get: q.key = r.key(); break;
+    case Type::Add:
+      q.key = r.key();
+      q.delta = r.i64();
+      break;
+    case Type::Wait: {
+      const std::uint32_t n = r.u32();
+      if (n == 0 || n > kMaxWaitKeys) {
+        throw ProtocolError(fmt::format("wait on {} keys, outside [1, {}]", n, kMaxWaitKeys));
+      }
+      q.keys.reserve(n);
+      for (std::uint32_t i = 0; i < n; ++i) q.keys.push_back(r.key());
+      break;
+    }
+    case Type::Cancel: break;
+    default:
+      throw ProtocolError(
+          fmt::format("unknown command 0x{:02x}: is every rank running the same strait build?",
+                      static_cast<unsigned>(q.type)));
+  }
+  r.expect_end();
+  return q;
+}
+
+Reply parse_reply(std::span<const std::uint8_t> body) {
+  Reader r(body);
+  Reply reply;
+  reply.type = r.type();
+  reply.id = r.id();
+  switch (reply.type) {
+    case Type::HelloOk:
+    case Type::Ok: break;
+    case Type::Value: {
+      const auto v = r.bytes(kMaxValueBytes);
+      reply.value.assign(v.begin(), v.end());
+      break;
+    }
+    case Type::Int: reply.number = r.i64(); break;
+    case Type::Cancelled: {
+      const std::uint32_t n = r.u32();
+      if (n > kMaxWaitKeys) {
+        throw ProtocolError(
+            fmt::format("{} keys in a Cancelled reply, more than {}", n, kMaxWaitKeys));
+      }
+      for (std::uint32_t i = 0; i < n; ++i) reply.keys.push_back(r.key());
+      break;
+    }
+    case Type::Error: {
+      const std::uint8_t code = r.u8();
+      if (code > static_cast<std::uint8_t>(ErrorCode::Internal)) {
+        throw ProtocolError(fmt::format("unknown error code {}", code));
+      }
+      reply.code = static_cast<ErrorCode>(code);
+      const auto m = r.bytes(kMaxMessageBytes);
+      reply.message.assign(m.begin(), m.end());
+      break;
+    }
+    case Type::Fatal: {
+      const auto m = r.bytes(kMaxMessageBytes);
+      reply.message.assign(m.begin(), m.end());
+      break;
+    }
+    default:
+      throw ProtocolError(
+          fmt::format("unknown reply type 0x{:02x}", static_cast<unsigned>(reply.type)));
+  }
+  r.expect_end();
+  return reply;
+}
+
+std::vector<std::uint8_t> encode(const Request& q) {
+  Writer w(q.type, q.id);
+  switch (q.type) {
+    case Type::Hello: w.u32(q.magic).u16(q.version); break;
+    case Type::Set: w.str(q.key).bytes(q.value); break;
+    case Type::Get: w.str(q.key); break;
+    case Type::Add: w.str(q.key).i64(q.delta); break;
+    case Type::Wait:
+      w.u32(static_cast<std::uint32_t>(q.keys.size()));
+      for (const std::string& k : q.keys) w.str(k);
+      break;
+    default: break;  // Cancel: the id is all
+  }
+  return w.finish();
+}
+
+std::vector<std::uint8_t> encode(const Reply& reply) {
+  Writer w(reply.type, reply.id);
+  switch (reply.type) {
+    case Type::Value: w.bytes(reply.value); break;
+    case Type::Int: w.i64(reply.number); break;
+    case Type::Cancelled:
+      w.u32(static_cast<std::uint32_t>(reply.keys.size()));
+      for (const std::string& k : reply.keys) w.str(k);
+      break;
+    case Type::Error:
+      w.u8(static_cast<std::uint8_t>(reply.code))
+          .str(std::string_view(reply.message).substr(0, kMaxMessageBytes));
+      break;
+    case Type::Fatal: w.str(std::string_view(reply.message).substr(0, kMaxMessageBytes)); break;
+    default: break;  // HelloOk, Ok
+  }
+  return w.finish();
+}
+
 }  // namespace strait::comm::wire

@@ -18,7 +18,10 @@
 //
 // Lengths from the network are never trusted: frame, key, value and key-count bounds are checked
 // before anything is allocated, and a malformed frame or an unknown type ends the connection.
-// Thread-safety: Writer and Reader are plain values.
+// parse_request / parse_reply are the only parsers of network bytes; encode() is their exact
+// inverse (a frame that parses re-encodes to the same bytes), which the fuzz target
+// (tests/fuzz/store_wire_fuzz.cpp) checks on arbitrary input.
+// Thread-safety: every type here is a plain value.
 #pragma once
 
 #include <cstddef>
@@ -29,6 +32,8 @@
 #include <string_view>
 #include <vector>
 
+#include "core/error.h"
+
 namespace strait::comm::wire {
 
 inline constexpr std::uint32_t kMagic = 0x53545254U;  // "STRT"
@@ -36,6 +41,7 @@ inline constexpr std::uint16_t kVersion = 1;
 inline constexpr std::size_t kMaxKeyBytes = 4096;
 inline constexpr std::size_t kMaxValueBytes = std::size_t{64} << 20U;
 inline constexpr std::size_t kMaxWaitKeys = 4096;
+inline constexpr std::size_t kMaxMessageBytes = std::size_t{64} << 10U;  // Error and Fatal texts
 inline constexpr std::size_t kHeaderBytes = 4;
 inline constexpr std::size_t kMinBodyBytes = 9;  // type + request id
 inline constexpr std::size_t kMaxBodyBytes = kMaxValueBytes + kMaxKeyBytes + 64;
@@ -111,5 +117,37 @@ class Reader {
   Type type_;
   std::uint64_t id_;
 };
+
+// A client's request, as the server sees it. Which fields are meaningful depends on `type`.
+struct Request {
+  Type type = Type::Hello;
+  std::uint64_t id = 0;
+  std::uint32_t magic = 0;                // Hello
+  std::uint16_t version = 0;              // Hello
+  std::string key{};                      // Set, Get, Add: non-empty, <= kMaxKeyBytes
+  std::span<const std::uint8_t> value{};  // Set: <= kMaxValueBytes (a view into the parsed body)
+  std::int64_t delta = 0;                 // Add
+  std::vector<std::string> keys{};        // Wait: 1..kMaxWaitKeys keys, as sent
+};
+
+// The server's answer to one request (or Fatal, id 0, before it closes the connection).
+struct Reply {
+  Type type = Type::Ok;
+  std::uint64_t id = 0;
+  std::vector<std::uint8_t> value{};     // Value
+  std::int64_t number = 0;               // Int
+  std::vector<std::string> keys{};       // Cancelled: the keys still missing
+  ErrorCode code = ErrorCode::Internal;  // Error
+  std::string message{};                 // Error, Fatal: <= kMaxMessageBytes
+};
+
+// Parse one frame body (header excluded). ProtocolError on anything but a well-formed request
+// (or reply) of a known type with nothing left over.
+Request parse_request(std::span<const std::uint8_t> body);
+Reply parse_reply(std::span<const std::uint8_t> body);
+
+// The frame (header included) of a request or reply.
+std::vector<std::uint8_t> encode(const Request& request);
+std::vector<std::uint8_t> encode(const Reply& reply);
 
 }  // namespace strait::comm::wire
