@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "comm/progress_engine.h"
@@ -38,11 +39,18 @@ struct Fingerprint {
   Kind kind = Kind::Barrier;
   std::uint8_t dtype = 0;  // kernels::DType (allreduce, broadcast, allgather)
   std::uint8_t op = 0;     // kernels::ReduceOp (allreduce)
-  std::uint8_t reserved = 0;
+  // The algorithm and its parameters (comm/algorithms/selection.h; 0: the collective has one).
+  // Ranks with different tuning tables then fail with Mismatch rather than hang.
+  std::uint8_t algorithm = 0;
+  std::uint64_t segment_bytes = 0;
   bool operator==(const Fingerprint&) const = default;
-  // "allreduce #3 (f32 x 9, sum)".
+  // "allreduce #3 (f32 x 9, sum, ring@seg=1M)".
   [[nodiscard]] std::string describe() const;
+  // ", ring@seg=1M": the algorithm, for describe(); empty when none was selected.
+  [[nodiscard]] std::string algorithm_suffix() const;
 };
+// Sent as raw bytes: no padding, nothing but plain fields.
+static_assert(std::is_trivially_copyable_v<Fingerprint> && sizeof(Fingerprint) == 32);
 
 class CollectiveOp : public Op {
  public:
