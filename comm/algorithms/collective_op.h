@@ -73,6 +73,13 @@ class CollectiveOp : public Op {
   RequestPtr post_send(Transport& t, int peer, Tag tag, const void* buf, std::size_t len,
                        int step = -1);
   RequestPtr post_recv(Transport& t, int peer, Tag tag, void* buf, std::size_t len, int step = -1);
+  // Posts the fingerprint exchange with `peer` (both ways) now rather than at the first message:
+  // an algorithm whose later steps talk to new peers calls it for all of them up front, so a rank
+  // whose partner disagrees learns it at once, even when that partner fails at an earlier step.
+  void exchange_fingerprints(Transport& t, int peer) {
+    exchange_fingerprint(t, peer, false);
+    exchange_fingerprint(t, peer, true);
+  }
   // True once every posted message has completed. Throws PeerLost when a peer we wait for is
   // gone or its message failed, Mismatch when a message's size is not what this rank expected.
   bool all_done(Transport& t);

@@ -37,6 +37,17 @@ class PowerOfTwoFold {
   [[nodiscard]] constexpr int real_rank(int v) const noexcept {
     return v < rem_ ? 2 * v + 1 : v + rem_;
   }
+  // Calls f(rank) for every rank this one exchanges messages with when the algorithm pairs new
+  // ranks v and v XOR 2^i (recursive doubling and halving), once each.
+  template <class F>
+  constexpr void for_each_partner(F&& f) const {
+    if (sits_out()) {
+      f(rank_ + 1);
+      return;
+    }
+    if (folds_in()) f(rank_ - 1);
+    for (int mask = 1; mask < pof2_; mask <<= 1) f(real_rank(new_rank() ^ mask));
+  }
 
  private:
   int rank_;

@@ -116,6 +116,7 @@ bool RabenseifnerAllreduce::advance(Transport& t) {
       scratch_ = std::make_shared_for_overwrite<std::byte[]>(std::max<std::size_t>(bytes, 1));
     }
     step_ = 0;
+    fold_.for_each_partner([&](int peer) { exchange_fingerprints(t, peer); });
   }
   const int last = 2 * fold_.log2() + 1;
   while (step_ <= last) {

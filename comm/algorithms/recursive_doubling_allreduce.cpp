@@ -86,6 +86,7 @@ bool RecursiveDoublingAllreduce::advance(Transport& t) {
     }
     current_ = out_;
     step_ = 0;
+    fold_.for_each_partner([&](int peer) { exchange_fingerprints(t, peer); });
   }
   const int last = fold_.log2() + 1;
   while (step_ <= last) {

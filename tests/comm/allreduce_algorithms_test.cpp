@@ -104,6 +104,11 @@ struct MatrixParam {
   bool large;
 };
 
+// gtest prints parameters through this, not as bytes.
+void PrintTo(const MatrixParam& p, std::ostream* os) {
+  *os << p.spec << " over " << p.world << " ranks" << (p.large ? " with large counts" : "");
+}
+
 class AlgorithmMatrix : public ::testing::TestWithParam<MatrixParam> {};
 
 TEST_P(AlgorithmMatrix, MatchesTheDoubleReferenceAndIsBitIdenticalOnEveryRank) {
