@@ -11,9 +11,9 @@
 #include "comm/algorithms/collective_op.h"
 #include "comm/algorithms/dissemination_barrier.h"
 #include "comm/algorithms/point_to_point.h"
-#include "comm/algorithms/ring_allgather.h"
 #include "comm/algorithms/rabenseifner_allreduce.h"
 #include "comm/algorithms/recursive_doubling_allreduce.h"
+#include "comm/algorithms/ring_allgather.h"
 #include "comm/algorithms/ring_allreduce.h"
 #include "comm/algorithms/selection.h"
 #include "comm/bootstrap/launch_env.h"
@@ -59,9 +59,10 @@ std::unique_ptr<Communicator> Communicator::create(std::shared_ptr<Store> store,
                             rank, size, kMaxRanks));
   }
   // Read before connecting, so that a malformed STRAIT_TUNE fails at once.
-  auto algorithms = options.algorithms ? options.algorithms
-                                       : std::make_shared<const AlgorithmTable>(
-                                             AlgorithmTable::from_environment());
+  auto algorithms =
+      options.algorithms
+          ? options.algorithms
+          : std::make_shared<const AlgorithmTable>(AlgorithmTable::from_environment());
   auto transport =
       std::make_unique<UcxTransport>(*store, "strait/ucx", rank, size, options.timeout);
   auto shared = std::make_shared<Shared>();

@@ -1,25 +1,17 @@
 #include "comm/algorithms/rabenseifner_allreduce.h"
 
 #include <algorithm>
-#include <cstring>
 #include <utility>
 
 #include "comm/algorithms/partition.h"
 
 namespace strait::comm {
 
-RabenseifnerAllreduce::RabenseifnerAllreduce(std::shared_ptr<const Group> group,
-                                             std::uint64_t seq,
+RabenseifnerAllreduce::RabenseifnerAllreduce(std::shared_ptr<const Group> group, std::uint64_t seq,
                                              std::atomic<std::uint64_t>* bytes_sent,
                                              const void* send, void* recv, std::size_t count,
                                              kernels::DType dtype, kernels::ReduceOp op)
-    : CollectiveOp(std::move(group), seq, bytes_sent),
-      send_(send),
-      out_(static_cast<std::byte*>(recv)),
-      count_(count),
-      dtype_(dtype),
-      op_(op),
-      elem_(kernels::dtype_size(dtype)),
+    : AllreduceOp(std::move(group), seq, bytes_sent, send, recv, count, dtype, op),
       fold_(this->group().rank, this->group().size()) {}
 
 std::size_t RabenseifnerAllreduce::block_offset(Window w) const {
@@ -55,11 +47,10 @@ bool RabenseifnerAllreduce::post_step(Transport& t) {
     recv_from(t, r + 1, step_, out_, count_ * elem_);  // the unfold
     return true;
   }
-  if (step_ == levels + 1 && op_ == kernels::ReduceOp::Avg) {
+  if (step_ == levels + 1) {
     // The reduce-scatter is over: this rank owns block v. Scaling it before the allgather scales
     // every element once, and everyone copies the owner's bits.
-    kernels::scale(dtype_, at(block_offset(mine_)), block_bytes(mine_) / elem_,
-                   1.0 / group().size());
+    scale_if_avg(at(block_offset(mine_)), block_bytes(mine_) / elem_);
   }
   if (step_ <= levels) {  // reduce-scatter: halve the window
     const int distance = fold_.pof2() >> step_;
@@ -91,7 +82,7 @@ bool RabenseifnerAllreduce::post_step(Transport& t) {
 }
 
 void RabenseifnerAllreduce::finish_step() {
-  const auto op = op_ == kernels::ReduceOp::Avg ? kernels::ReduceOp::Sum : op_;
+  const auto op = elementwise_op();
   const int levels = fold_.log2();
   if (fold_.sits_out()) return;
   if (step_ == 0) {
@@ -106,8 +97,9 @@ void RabenseifnerAllreduce::finish_step() {
 }
 
 bool RabenseifnerAllreduce::advance(Transport& t) {
-  if (step_ < 0) {
-    if (send_ != out_ && count_ != 0) std::memcpy(out_, send_, count_ * elem_);
+  if (!started_) {
+    started_ = true;
+    copy_input();
     mine_ = Window{0, fold_.pof2()};
     if (count_ != 0 && !fold_.sits_out() && group().size() > 1) {
       // The largest piece received: the whole vector (the fold) or the lower half (first halving).
@@ -115,25 +107,9 @@ bool RabenseifnerAllreduce::advance(Transport& t) {
           fold_.folds_in() ? count_ * elem_ : block_bytes(Window{0, fold_.pof2() / 2});
       scratch_ = std::make_shared_for_overwrite<std::byte[]>(std::max<std::size_t>(bytes, 1));
     }
-    step_ = 0;
     fold_.for_each_partner([&](int peer) { exchange_fingerprints(t, peer); });
   }
-  const int last = 2 * fold_.log2() + 1;
-  while (step_ <= last) {
-    if (!posted_) {
-      posted_ = true;
-      if (!post_step(t)) {
-        posted_ = false;
-        ++step_;
-        continue;
-      }
-    }
-    if (!all_done(t)) return false;
-    finish_step();
-    posted_ = false;
-    ++step_;
-  }
-  return true;
+  return run_steps(t, 2 * fold_.log2() + 1);
 }
 
 }  // namespace strait::comm

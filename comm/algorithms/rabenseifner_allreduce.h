@@ -18,14 +18,14 @@
 #include <cstddef>
 #include <memory>
 
-#include "comm/algorithms/collective_op.h"
+#include "comm/algorithms/allreduce_op.h"
 #include "comm/algorithms/power_of_two_fold.h"
 #include "kernels/dtype.h"
 #include "kernels/reduce.h"
 
 namespace strait::comm {
 
-class RabenseifnerAllreduce final : public CollectiveOp {
+class RabenseifnerAllreduce final : public AllreduceOp {
  public:
   // `send` may equal `recv` (in place). Buffers are caller-owned and must outlive the operation.
   RabenseifnerAllreduce(std::shared_ptr<const Group> group, std::uint64_t seq,
@@ -38,23 +38,15 @@ class RabenseifnerAllreduce final : public CollectiveOp {
     int first = 0;
     int last = 0;
   };
-  // Posts step `step_`'s messages; false when this rank has none in it.
-  bool post_step(Transport& t);
+  bool post_step(Transport& t) override;
   // Reduces what a reduce-scatter step (or the fold) received.
-  void finish_step();
+  void finish_step() override;
   [[nodiscard]] std::byte* at(std::size_t element) const { return out_ + element * elem_; }
   [[nodiscard]] std::size_t block_bytes(Window w) const;
   [[nodiscard]] std::size_t block_offset(Window w) const;  // in elements
 
-  const void* send_;
-  std::byte* out_;
-  std::size_t count_;
-  kernels::DType dtype_;
-  kernels::ReduceOp op_;
-  std::size_t elem_;
   PowerOfTwoFold fold_;
-  int step_ = -1;  // -1: not started
-  bool posted_ = false;
+  bool started_ = false;
   Window mine_;      // the blocks this rank holds (reduce-scatter: still reducing)
   Window incoming_;  // the blocks being received into the scratch this step
   // Incoming halves during the reduce-scatter (the whole vector for a rank that folds one in).

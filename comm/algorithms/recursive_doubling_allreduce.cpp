@@ -5,18 +5,10 @@
 
 namespace strait::comm {
 
-RecursiveDoublingAllreduce::RecursiveDoublingAllreduce(std::shared_ptr<const Group> group,
-                                                       std::uint64_t seq,
-                                                       std::atomic<std::uint64_t>* bytes_sent,
-                                                       const void* send, void* recv,
-                                                       std::size_t count, kernels::DType dtype,
-                                                       kernels::ReduceOp op)
-    : CollectiveOp(std::move(group), seq, bytes_sent),
-      send_(send),
-      out_(static_cast<std::byte*>(recv)),
-      count_(count),
-      dtype_(dtype),
-      op_(op),
+RecursiveDoublingAllreduce::RecursiveDoublingAllreduce(
+    std::shared_ptr<const Group> group, std::uint64_t seq, std::atomic<std::uint64_t>* bytes_sent,
+    const void* send, void* recv, std::size_t count, kernels::DType dtype, kernels::ReduceOp op)
+    : AllreduceOp(std::move(group), seq, bytes_sent, send, recv, count, dtype, op),
       bytes_(count * kernels::dtype_size(dtype)),
       fold_(this->group().rank, this->group().size()) {}
 
@@ -47,9 +39,7 @@ bool RecursiveDoublingAllreduce::post_step(Transport& t) {
   if (!fold_.sits_out()) {
     if (current_ != out_ && bytes_ != 0) std::memcpy(out_, current_, bytes_);
     current_ = out_;
-    if (op_ == kernels::ReduceOp::Avg && count_ != 0) {
-      kernels::scale(dtype_, out_, count_, 1.0 / group().size());
-    }
+    scale_if_avg(out_, count_);
   }
   if (fold_.folds_in()) {
     send_to(t, r - 1, step_, out_, bytes_);
@@ -63,7 +53,7 @@ bool RecursiveDoublingAllreduce::post_step(Transport& t) {
 }
 
 void RecursiveDoublingAllreduce::finish_step() {
-  const auto op = op_ == kernels::ReduceOp::Avg ? kernels::ReduceOp::Sum : op_;
+  const auto op = elementwise_op();
   std::byte* other = current_ == out_ ? scratch_.get() : out_;
   const int last = fold_.log2() + 1;
   if (step_ == last || fold_.sits_out()) return;
@@ -79,31 +69,16 @@ void RecursiveDoublingAllreduce::finish_step() {
 }
 
 bool RecursiveDoublingAllreduce::advance(Transport& t) {
-  if (step_ < 0) {
-    if (send_ != out_ && bytes_ != 0) std::memcpy(out_, send_, bytes_);
+  if (!started_) {
+    started_ = true;
+    copy_input();
     if (bytes_ != 0 && group().size() > 1 && !fold_.sits_out()) {
       scratch_ = std::make_shared_for_overwrite<std::byte[]>(bytes_);
     }
     current_ = out_;
-    step_ = 0;
     fold_.for_each_partner([&](int peer) { exchange_fingerprints(t, peer); });
   }
-  const int last = fold_.log2() + 1;
-  while (step_ <= last) {
-    if (!posted_) {
-      posted_ = true;
-      if (!post_step(t)) {
-        posted_ = false;
-        ++step_;
-        continue;
-      }
-    }
-    if (!all_done(t)) return false;
-    finish_step();
-    posted_ = false;
-    ++step_;
-  }
-  return true;
+  return run_steps(t, fold_.log2() + 1);
 }
 
 }  // namespace strait::comm

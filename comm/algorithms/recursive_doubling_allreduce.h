@@ -15,14 +15,14 @@
 #include <cstddef>
 #include <memory>
 
-#include "comm/algorithms/collective_op.h"
+#include "comm/algorithms/allreduce_op.h"
 #include "comm/algorithms/power_of_two_fold.h"
 #include "kernels/dtype.h"
 #include "kernels/reduce.h"
 
 namespace strait::comm {
 
-class RecursiveDoublingAllreduce final : public CollectiveOp {
+class RecursiveDoublingAllreduce final : public AllreduceOp {
  public:
   // `send` may equal `recv` (in place). Buffers are caller-owned and must outlive the operation.
   RecursiveDoublingAllreduce(std::shared_ptr<const Group> group, std::uint64_t seq,
@@ -31,20 +31,13 @@ class RecursiveDoublingAllreduce final : public CollectiveOp {
   bool advance(Transport& t) override;
 
  private:
-  // Posts step `step_`'s messages; false when this rank has none in it.
-  bool post_step(Transport& t);
-  // Folds in what step `step_` received.
-  void finish_step();
+  bool post_step(Transport& t) override;
+  // Folds in what step step_ received.
+  void finish_step() override;
 
-  const void* send_;
-  std::byte* out_;
-  std::size_t count_;
-  kernels::DType dtype_;
-  kernels::ReduceOp op_;
   std::size_t bytes_;  // of the whole vector
   PowerOfTwoFold fold_;
-  int step_ = -1;  // -1: not started
-  bool posted_ = false;
+  bool started_ = false;
   int partner_ = -1;  // the new rank of this step's partner
   // The partial sits in `current_` (out_ or the scratch); messages arrive in the other one. Shared
   // with the requests that use it: UCX may still touch it after this op has failed and gone.

@@ -1,7 +1,6 @@
 #include "comm/algorithms/ring_allreduce.h"
 
 #include <algorithm>
-#include <cstring>
 
 #include "comm/algorithms/partition.h"
 
@@ -11,13 +10,7 @@ RingAllreduce::RingAllreduce(std::shared_ptr<const Group> group, std::uint64_t s
                              std::atomic<std::uint64_t>* bytes_sent, const void* send, void* recv,
                              std::size_t count, kernels::DType dtype, kernels::ReduceOp op,
                              std::size_t segment_bytes)
-    : CollectiveOp(std::move(group), seq, bytes_sent),
-      send_(send),
-      out_(static_cast<std::byte*>(recv)),
-      count_(count),
-      dtype_(dtype),
-      op_(op),
-      elem_(kernels::dtype_size(dtype)),
+    : AllreduceOp(std::move(group), seq, bytes_sent, send, recv, count, dtype, op),
       segment_bytes_(segment_bytes) {}
 
 RingAllreduce::Piece RingAllreduce::piece(std::size_t unit, bool outgoing) const {
@@ -46,7 +39,7 @@ int RingAllreduce::tag_step(std::size_t unit) {
 
 void RingAllreduce::start() {
   started_ = true;
-  if (send_ != out_ && count_ != 0) std::memcpy(out_, send_, count_ * elem_);
+  copy_input();
   const auto p = static_cast<std::size_t>(group().size());
   if (p == 1) return;
   const std::size_t largest_chunk = part(count_, p, 0).count;
@@ -66,7 +59,7 @@ bool RingAllreduce::advance(Transport& t) {
   if (!started_) start();
   const int p = group().size();
   const int r = group().rank;
-  const auto reduce_op = op_ == kernels::ReduceOp::Avg ? kernels::ReduceOp::Sum : op_;
+  const auto reduce_op = elementwise_op();
   const std::size_t ring_lag = static_cast<std::size_t>(p - 1) * segments_;
   all_done(t);  // throws when a message failed or had the wrong size
   for (bool moved = true; moved;) {
@@ -103,16 +96,14 @@ bool RingAllreduce::advance(Transport& t) {
            (send_posted_ < segments_ || send_posted_ - segments_ < received_)) {
       const std::size_t u = send_posted_;
       const Piece outgoing = piece(u, true);
-      sends_.push_back(send_to(t, (r + 1) % p, tag_step(u),
-                               out_ + outgoing.offset * elem_, outgoing.count * elem_));
+      sends_.push_back(send_to(t, (r + 1) % p, tag_step(u), out_ + outgoing.offset * elem_,
+                               outgoing.count * elem_));
       ++send_posted_;
       moved = true;
     }
   }
   if (received_ < units_ || sent_ < units_ || !all_done(t)) return false;
-  if (op_ == kernels::ReduceOp::Avg && count_ != 0) {
-    kernels::scale(dtype_, out_, count_, 1.0 / p);
-  }
+  scale_if_avg(out_, count_);
   return true;
 }
 

@@ -20,13 +20,13 @@
 #include <deque>
 #include <memory>
 
-#include "comm/algorithms/collective_op.h"
+#include "comm/algorithms/allreduce_op.h"
 #include "kernels/dtype.h"
 #include "kernels/reduce.h"
 
 namespace strait::comm {
 
-class RingAllreduce final : public CollectiveOp {
+class RingAllreduce final : public AllreduceOp {
  public:
   // Segments in flight each way when pipelining (each needs one segment of scratch).
   static constexpr std::size_t kWindow = 4;
@@ -54,12 +54,6 @@ class RingAllreduce final : public CollectiveOp {
   static int tag_step(std::size_t unit);
   void start();
 
-  const void* send_;
-  std::byte* out_;
-  std::size_t count_;
-  kernels::DType dtype_;
-  kernels::ReduceOp op_;
-  std::size_t elem_;
   std::size_t segment_bytes_;
   bool started_ = false;
   std::size_t segments_ = 1;  // per chunk

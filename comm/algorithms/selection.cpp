@@ -147,8 +147,8 @@ class RuleParser {
       return n;
     };
     rule.min_ranks = number(value.substr(0, dash), false);
-    rule.max_ranks = dash == std::string_view::npos ? rule.min_ranks
-                                                    : number(value.substr(dash + 1), true);
+    rule.max_ranks =
+        dash == std::string_view::npos ? rule.min_ranks : number(value.substr(dash + 1), true);
     if (rule.min_ranks > rule.max_ranks) fail(token, "the rank range is empty");
   }
 
@@ -333,9 +333,10 @@ AlgorithmTable AlgorithmTable::parse_json(std::string_view text, std::string_vie
       } else if (key == "seg") {
         seg = text_value;
       } else {
-        throw bad(fmt::format("{} has an unknown member \"{}\" (valid: collective, ranks, bytes, "
-                              "algorithm, seg)",
-                              where, key));
+        throw bad(
+            fmt::format("{} has an unknown member \"{}\" (valid: collective, ranks, bytes, "
+                        "algorithm, seg)",
+                        where, key));
       }
     }
     if (rule.empty() || algorithm.empty()) {

@@ -7,7 +7,8 @@
 // Rules, separated by ';' (the STRAIT_TUNE environment variable):
 //
 //   collective[:ranks=LO-HI][:LO-HI]:algorithm[@seg=SIZE]
-//   e.g. allreduce:0-4K:recursive_doubling;allreduce:4K-1M:rabenseifner;allreduce:1M-inf:ring@seg=1M
+//   e.g.
+//   allreduce:0-4K:recursive_doubling;allreduce:4K-1M:rabenseifner;allreduce:1M-inf:ring@seg=1M
 //
 // Byte ranges are half-open [LO, HI) in bytes of the whole vector (count * size(dtype)), with
 // suffixes K, M, G (binary: 1K = 1024; KiB, KB and lower case too) and HI = inf; rank ranges are
@@ -94,8 +95,7 @@ class AlgorithmTable {
 
   // The algorithm for a `bytes`-byte `collective` over `world` ranks: the last matching rule's,
   // else the collective's first registered algorithm. InvalidArgument for an unknown collective.
-  [[nodiscard]] Selection choose(std::string_view collective, int world,
-                                 std::uint64_t bytes) const;
+  [[nodiscard]] Selection choose(std::string_view collective, int world, std::uint64_t bytes) const;
   [[nodiscard]] const std::vector<SelectionRule>& rules() const noexcept { return rules_; }
   // All rules in STRAIT_TUNE syntax.
   [[nodiscard]] std::string describe() const;

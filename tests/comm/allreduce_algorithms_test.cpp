@@ -33,40 +33,17 @@ using kernels::ReduceOp;
 using testing::check_allreduce;
 using testing::kTestTimeout;
 using testing::make_input;
+using testing::run_ranks_with;
 using Buffer = std::vector<std::byte>;
 
 constexpr std::array kAllDTypes = {DType::F32, DType::F64, DType::F16, DType::BF16,
                                    DType::I8,  DType::U8,  DType::I32, DType::I64};
 
-// A table that runs every allreduce with `spec` ("ring@seg=1K").
-std::shared_ptr<const AlgorithmTable> only(const std::string& spec) {
-  return std::make_shared<const AlgorithmTable>(AlgorithmTable::parse("allreduce:" + spec));
-}
-
-// As testing::run_ranks, with each rank's options from options_of(rank).
-template <class OptionsOf, class Body>
-void run_ranks_with(int world, OptionsOf options_of, Body body) {
-  auto store = std::make_shared<HashStore>();
-  std::vector<std::string> errors(static_cast<std::size_t>(world));
-  {
-    std::vector<std::jthread> threads;
-    for (int r = 0; r < world; ++r) {
-      threads.emplace_back([&, r] {
-        try {
-          CommOptions o = options_of(r);
-          o.timeout = kTestTimeout;
-          auto comm = Communicator::create(store, r, world, o);
-          body(*comm);
-        } catch (const std::exception& e) {
-          errors[static_cast<std::size_t>(r)] = e.what();
-        }
-      });
-    }
-  }
-  for (int r = 0; r < world; ++r) {
-    const auto& e = errors[static_cast<std::size_t>(r)];
-    if (!e.empty()) ADD_FAILURE() << "rank " << r << " of " << world << " threw: " << e;
-  }
+// Options that run every allreduce with `spec` ("ring@seg=1K").
+CommOptions only(const std::string& spec) {
+  CommOptions o = testing::options_with_timeout(kTestTimeout);
+  o.algorithms = std::make_shared<const AlgorithmTable>(AlgorithmTable::parse("allreduce:" + spec));
+  return o;
 }
 
 struct Case {
@@ -114,16 +91,11 @@ class AlgorithmMatrix : public ::testing::TestWithParam<MatrixParam> {};
 TEST_P(AlgorithmMatrix, MatchesTheDoubleReferenceAndIsBitIdenticalOnEveryRank) {
   const int world = GetParam().world;
   const auto all = cases(GetParam().large);
-  const auto table = only(GetParam().spec);
+  const CommOptions options = only(GetParam().spec);
   std::vector<std::vector<Buffer>> results(static_cast<std::size_t>(world));
   std::vector<std::vector<bool>> send_intact(static_cast<std::size_t>(world));
   run_ranks_with(
-      world,
-      [&](int) {
-        CommOptions o;
-        o.algorithms = table;
-        return o;
-      },
+      world, [&](int) { return options; },
       [&](Communicator& comm) {
         auto& mine = results[static_cast<std::size_t>(comm.rank())];
         auto& intact = send_intact[static_cast<std::size_t>(comm.rank())];
@@ -190,12 +162,7 @@ std::vector<std::uint64_t> bytes_sent(int world, const std::string& spec) {
   constexpr std::size_t kCount = 1000;
   std::vector<std::uint64_t> sent(static_cast<std::size_t>(world));
   run_ranks_with(
-      world,
-      [&](int) {
-        CommOptions o;
-        o.algorithms = only(spec);
-        return o;
-      },
+      world, [&](int) { return only(spec); },
       [&](Communicator& comm) {
         const Buffer in = make_input(DType::F32, ReduceOp::Sum, 7, comm.rank(), kCount);
         Buffer out(in.size());
@@ -226,8 +193,8 @@ TEST(AllreduceBytes, EachAlgorithmSendsWhatItsScheduleSays) {
   EXPECT_EQ(bytes_sent(4, "rabenseifner"), (std::vector<std::uint64_t>(4, 1500)));
   EXPECT_EQ(bytes_sent(4, "ring"), (std::vector<std::uint64_t>(4, 1500)));
   // Over 5 ranks: ranks 0 and 1 fold, then Rabenseifner runs over 4.
-  EXPECT_EQ(bytes_sent(5, "rabenseifner"), (std::vector<std::uint64_t>{1000, 2500, 1500, 1500,
-                                                                         1500}));
+  EXPECT_EQ(bytes_sent(5, "rabenseifner"),
+            (std::vector<std::uint64_t>{1000, 2500, 1500, 1500, 1500}));
 }
 
 TEST(AllreduceBytes, PipelinedRingWithMoreUnitsThanATagHasSteps) {
@@ -235,12 +202,7 @@ TEST(AllreduceBytes, PipelinedRingWithMoreUnitsThanATagHasSteps) {
   // units, so the tags' step numbers wrap around (comm/tag.h).
   constexpr std::size_t kCount = 70'000;
   run_ranks_with(
-      2,
-      [](int) {
-        CommOptions o;
-        o.algorithms = only("ring@seg=4");
-        return o;
-      },
+      2, [](int) { return only("ring@seg=4"); },
       [&](Communicator& comm) {
         const Buffer in = make_input(DType::F32, ReduceOp::Sum, 8, comm.rank(), kCount);
         Buffer out(in.size());
@@ -294,7 +256,8 @@ TEST(AllreduceSelection, StraitTuneChangesTheAlgorithmThatRuns) {
     return sent;
   };
   EXPECT_EQ(sent_with(""), std::vector<std::uint64_t>(4, 2000 * sizeof(float)));
-  EXPECT_EQ(sent_with("allreduce:rabenseifner"), std::vector<std::uint64_t>(4, 1500 * sizeof(float)));
+  EXPECT_EQ(sent_with("allreduce:rabenseifner"),
+            std::vector<std::uint64_t>(4, 1500 * sizeof(float)));
   EXPECT_EQ(sent_with("allreduce:1M-inf:rabenseifner"),
             std::vector<std::uint64_t>(4, 2000 * sizeof(float)));
 }
@@ -316,12 +279,7 @@ void expect_mismatch(const std::string& rank0, const std::string& rank1, std::si
   std::array<std::string, 2> errors;
   std::array<ErrorCode, 2> codes = {ErrorCode::Internal, ErrorCode::Internal};
   run_ranks_with(
-      2,
-      [&](int r) {
-        CommOptions o;
-        o.algorithms = only(r == 0 ? rank0 : rank1);
-        return o;
-      },
+      2, [&](int r) { return only(r == 0 ? rank0 : rank1); },
       [&](Communicator& comm) {
         std::vector<float> buf(count, 1.0F);
         try {

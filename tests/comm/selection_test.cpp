@@ -202,15 +202,14 @@ TEST(SelectionJson, MalformedDocumentsAreInvalidArgumentSayingWhatIsWrong) {
   EXPECT_TRUE(contains(json_error(R"({"rules": [3]})"), "rules[0] is not an object"));
   EXPECT_TRUE(contains(json_error(R"({"rules": [{"collective": "allreduce"}]})"),
                        "needs \"collective\" and \"algorithm\""));
-  EXPECT_TRUE(
-      contains(json_error(R"({"rules": [{"collective": "allreduce", "algo": "ring"}]})"),
-               "unknown member \"algo\""));
+  EXPECT_TRUE(contains(json_error(R"({"rules": [{"collective": "allreduce", "algo": "ring"}]})"),
+                       "unknown member \"algo\""));
   EXPECT_TRUE(contains(
       json_error(R"({"rules": [{"collective": "allreduce", "algorithm": "ring", "seg": -1}]})"),
       "rules[0].seg must be a string or a non-negative integer"));
-  EXPECT_TRUE(contains(
-      json_error(R"({"rules": [{"collective": "allreduce", "algorithm": "ring:x"}]})"),
-      "contains one of"));
+  EXPECT_TRUE(
+      contains(json_error(R"({"rules": [{"collective": "allreduce", "algorithm": "ring:x"}]})"),
+               "contains one of"));
   // Errors inside a rule come from the rule parser, naming the entry and the token.
   const std::string msg = json_error(
       R"({"rules": [{"collective": "allreduce", "algorithm": "ring"},
