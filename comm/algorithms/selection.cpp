@@ -28,11 +28,19 @@ constexpr std::array kAlgorithms = {
     AlgorithmInfo{"allreduce", "rabenseifner", 3, false},
 };
 
-// The built-in choices, from measurements of `strait run -n 2|4` on a 2-core machine (f32 sum,
-// the median of many runs, in bench/RESULTS.md's "Allreduce algorithms" section).
+// The built-in choices, from f32 sum allreduces timed with `strait run -n 2` and `-n 4` on the
+// 2-core development machine (UCX 1.13 over shared memory, CMA off). What decides is the number of
+// messages a rank waits for in turn and whether UCX sends them eagerly: up to 8248 bytes (its
+// 8256-byte shared-memory segments less headers) a message costs ~20 us, one byte more takes the
+// rendezvous protocol, ~100-500 us when the cores are busy. Hence: recursive doubling (one whole
+// vector per step, log2 P steps) while the vector is an eager message; then the ring pipelined
+// in 8 KiB segments, so every message stays eager (2-4x faster than Rabenseifner's or an
+// unsegmented ring's rendezvous halves from 32 KiB to 1 MiB); from 1 MiB the ring in 1 MiB
+// segments, where the per-message cost of 8 KiB segments dominates and single messages of tens of
+// MiB stall UCX's rendezvous.
 constexpr std::string_view kDefaultRules =
-    "allreduce:0-16K:recursive_doubling;"
-    "allreduce:16K-1M:rabenseifner;"
+    "allreduce:0-8249:recursive_doubling;"
+    "allreduce:8249-1M:ring@seg=8K;"
     "allreduce:1M-inf:ring@seg=1M";
 
 constexpr std::string_view kSyntax =

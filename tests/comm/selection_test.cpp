@@ -218,13 +218,16 @@ TEST(SelectionJson, MalformedDocumentsAreInvalidArgumentSayingWhatIsWrong) {
   EXPECT_TRUE(contains(msg, "'1Q'")) << msg;
 }
 
-TEST(SelectionDefaults, ShortVectorsRecursiveDoublingMediumRabenseifnerLongPipelinedRing) {
+TEST(SelectionDefaults, EagerVectorsRecursiveDoublingThenThePipelinedRing) {
   // The built-in table, chosen from measurements with 2 and 4 ranks (selection.cpp).
   const auto t = AlgorithmTable::defaults();
   for (const int world : {2, 3, 4, 8}) {
     EXPECT_EQ(chosen(t, world, 8), "recursive_doubling") << world;
-    EXPECT_EQ(chosen(t, world, 4 * K), "recursive_doubling") << world;
-    EXPECT_EQ(chosen(t, world, 256 * K), "rabenseifner") << world;
+    EXPECT_EQ(chosen(t, world, 8 * K), "recursive_doubling") << world;
+    EXPECT_EQ(chosen(t, world, 8248), "recursive_doubling") << world;
+    EXPECT_EQ(chosen(t, world, 8249), "ring@seg=8K") << world;
+    EXPECT_EQ(chosen(t, world, 256 * K), "ring@seg=8K") << world;
+    EXPECT_EQ(chosen(t, world, M), "ring@seg=1M") << world;
     EXPECT_EQ(chosen(t, world, 64 * M), "ring@seg=1M") << world;
   }
 }
