@@ -80,6 +80,15 @@ class CollectiveOp : public Op {
     exchange_fingerprint(t, peer, false);
     exchange_fingerprint(t, peer, true);
   }
+  // Sends this rank's fingerprint to rank + 1 and checks rank - 1's (as the ring does anyway).
+  // Algorithms that pair ranks otherwise call it too: ranks that chose different algorithms (other
+  // tuning tables) may never talk to each other, but some pair of neighbours then disagrees.
+  void exchange_fingerprints_around_ring(Transport& t) {
+    const int p = group_->size();
+    if (p < 2) return;
+    exchange_fingerprint(t, (group_->rank + 1) % p, false);
+    exchange_fingerprint(t, (group_->rank + p - 1) % p, true);
+  }
   // True once every posted message has completed. Throws PeerLost when a peer we wait for is
   // gone or its message failed, Mismatch when a message's size is not what this rank expected.
   bool all_done(Transport& t);

@@ -108,6 +108,7 @@ bool RabenseifnerAllreduce::advance(Transport& t) {
       scratch_ = std::make_shared_for_overwrite<std::byte[]>(std::max<std::size_t>(bytes, 1));
     }
     fold_.for_each_partner([&](int peer) { exchange_fingerprints(t, peer); });
+    exchange_fingerprints_around_ring(t);
   }
   return run_steps(t, 2 * fold_.log2() + 1);
 }

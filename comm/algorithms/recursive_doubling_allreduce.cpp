@@ -77,6 +77,7 @@ bool RecursiveDoublingAllreduce::advance(Transport& t) {
     }
     current_ = out_;
     fold_.for_each_partner([&](int peer) { exchange_fingerprints(t, peer); });
+    exchange_fingerprints_around_ring(t);
   }
   return run_steps(t, fold_.log2() + 1);
 }

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 
 #include <array>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <exception>
@@ -302,6 +303,44 @@ TEST(AllreduceSelection, RanksWithDifferentTablesFailWithMismatchOnBothSides) {
   expect_mismatch("recursive_doubling", "ring", 10);
   expect_mismatch("recursive_doubling", "rabenseifner", 100'000);
   expect_mismatch("ring@seg=1K", "ring@seg=2K", 100'000);
+}
+
+TEST(AllreduceSelection, WithMoreRanksADisagreementIsAMismatchNotAHang) {
+  // Rank `odd` chose another algorithm than the others; it may never exchange a message with some
+  // of them, but its ring neighbours compare fingerprints with it. Every rank fails, within the
+  // (short) timeout, and the neighbours say why.
+  for (const auto& [world, odd, algorithm, others] :
+       {std::tuple<int, int, std::string, std::string>{3, 0, "ring", "recursive_doubling"},
+        {4, 2, "rabenseifner", "recursive_doubling"},
+        {5, 4, "recursive_doubling", "ring@seg=1K"}}) {
+    std::vector<std::string> errors(static_cast<std::size_t>(world));
+    std::vector<bool> failed(static_cast<std::size_t>(world), false);
+    run_ranks_with(
+        world,
+        [&, odd = odd, algorithm = algorithm, others = others](int r) {
+          CommOptions o = only(r == odd ? algorithm : others);
+          o.timeout = std::chrono::milliseconds(3000);
+          return o;
+        },
+        [&](Communicator& comm) {
+          std::vector<float> buf(1000, 1.0F);
+          try {
+            comm.allreduce(buf.data(), buf.data(), buf.size(), DType::F32, ReduceOp::Sum);
+          } catch (const Error& e) {
+            failed[static_cast<std::size_t>(comm.rank())] = true;
+            if (e.code() == ErrorCode::Mismatch)
+              errors[static_cast<std::size_t>(comm.rank())] = e.what();
+          }
+        });
+    const auto right = static_cast<std::size_t>((odd + 1) % world);
+    for (std::size_t r = 0; r < failed.size(); ++r) {
+      EXPECT_TRUE(failed[r]) << "rank " << r << " of " << world << " finished the allreduce";
+    }
+    // The right neighbour receives the odd rank's fingerprint.
+    EXPECT_TRUE(errors[right].find(", " + algorithm + ")") != std::string::npos &&
+                errors[right].find(", " + others + ")") != std::string::npos)
+        << "rank " << right << " of " << world << ": " << errors[right];
+  }
 }
 
 }  // namespace
