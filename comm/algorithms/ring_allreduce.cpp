@@ -78,7 +78,10 @@ bool RingAllreduce::advance(Transport& t) {
       ++sent_;
       moved = true;
     }
-    while (recv_posted_ < units_ && recv_posted_ < received_ + window_) {
+    // At most window_ units ahead of both the receives and the sends: unsegmented (window 1), a
+    // step's receive waits for the previous step's send, so a rank waits on one peer at a time.
+    while (recv_posted_ < units_ && recv_posted_ < received_ + window_ &&
+           recv_posted_ < sent_ + window_) {
       const std::size_t u = recv_posted_;
       // An allgather segment lands where this rank's reduce-scatter sent the same segment P-1
       // steps earlier: that send must be over.

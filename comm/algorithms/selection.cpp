@@ -38,7 +38,8 @@ constexpr std::array kAlgorithms = {
 // unsegmented ring's rendezvous halves from 32 KiB to 1 MiB); from 1 MiB the ring in 1 MiB
 // segments, where the per-message cost of 8 KiB segments dominates and single messages of tens of
 // MiB stall UCX's rendezvous. The machine was shared (load 4-12), so medians moved 2-5x between
-// runs; only differences larger than that decided. Other machines may want other rules: STRAIT_TUNE.
+// runs; only differences larger than that decided. Other machines may want other rules:
+// STRAIT_TUNE.
 constexpr std::string_view kDefaultRules =
     "allreduce:0-8249:recursive_doubling;"
     "allreduce:8249-1M:ring@seg=8K;"
