@@ -7,7 +7,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "comm/progress_engine.h"
@@ -26,23 +28,46 @@ struct Group {
   [[nodiscard]] std::string describe_rank(int group_rank) const;
 };
 
-// What a collective is, as every rank must agree: kind, sequence number, dtype, count, op, root.
-// Ranks exchange it (comm/tag.h's header step) ahead of the operation's first message to each
-// peer, so ranks that disagree fail with Mismatch naming both sides rather than hang or reduce
-// data of the wrong size or type. Sent as raw bytes: all ranks run the same build.
+// What a collective is, as every rank must agree: kind, sequence number, dtype, count, op, root,
+// and for the v-collectives their counts. Ranks exchange it (comm/tag.h's header step) ahead of
+// the operation's first message to each peer, so ranks that disagree fail with Mismatch naming
+// both sides rather than hang or reduce data of the wrong size or type. Sent as raw bytes (all
+// ranks run the same build): trivially copyable, 32 bytes.
 struct Fingerprint {
-  enum class Kind : std::uint8_t { Allreduce = 1, Broadcast, Allgather, Barrier };
+  enum class Kind : std::uint8_t {
+    Allreduce = 1,
+    Broadcast,
+    Allgather,
+    Barrier,
+    ReduceScatter,
+    ReduceScatterV,
+    AllgatherV,
+    Reduce,
+    Gather,
+    Scatter,
+    Alltoall,
+    AlltoallV,
+  };
   std::uint64_t seq = 0;
-  std::uint64_t count = 0;  // elements
-  std::int32_t root = -1;   // broadcast only
+  std::uint64_t count = 0;  // elements: per rank (reduce_scatter, gather, scatter, alltoall), in
+                            // all (the v-collectives), or to the header's receiver (alltoall_v)
+  // reduce_scatter_v, allgather_v: a hash of the counts array (counts_hash()); alltoall_v: the
+  // elements the header's sender expects back from its receiver (CollectiveOp::set_pair_counts).
+  std::uint64_t counts = 0;
+  std::int32_t root = -1;  // broadcast, reduce, gather, scatter
   Kind kind = Kind::Barrier;
-  std::uint8_t dtype = 0;  // kernels::DType (allreduce, broadcast, allgather)
-  std::uint8_t op = 0;     // kernels::ReduceOp (allreduce)
+  std::uint8_t dtype = 0;  // kernels::DType (all but barrier)
+  std::uint8_t op = 0;     // kernels::ReduceOp (allreduce, reduce_scatter(_v), reduce)
   std::uint8_t reserved = 0;
   bool operator==(const Fingerprint&) const = default;
   // "allreduce #3 (f32 x 9, sum)".
   [[nodiscard]] std::string describe() const;
 };
+static_assert(std::is_trivially_copyable_v<Fingerprint> && sizeof(Fingerprint) == 32);
+
+// FNV-1a (64-bit) over the values of `counts`: ranks that pass different counts to a v-collective
+// get different fingerprints (up to a 2^-64 chance of a collision).
+std::uint64_t counts_hash(std::span<const std::size_t> counts) noexcept;
 
 class CollectiveOp : public Op {
  public:
@@ -53,8 +78,21 @@ class CollectiveOp : public Op {
   [[nodiscard]] std::string waiting_for() const override;
   // Before submission: send_to / recv_from then exchange `fingerprint` with each peer, once per
   // peer and direction (point-to-point operations have none).
-  void set_fingerprint(const Fingerprint& fingerprint) {
+  // BothWays: the first message either way with a peer exchanges fingerprints in both directions
+  // (rooted collectives, where data flows one way: ranks that disagree about the root would
+  // otherwise all wait to receive, or all send unchecked).
+  enum class Exchange : std::uint8_t { ToReceiver, BothWays };
+  void set_fingerprint(const Fingerprint& fingerprint, Exchange exchange = Exchange::ToReceiver) {
     fingerprint_ = std::make_shared<const Fingerprint>(fingerprint);
+    both_ways_ = exchange == Exchange::BothWays;
+  }
+  // alltoall_v, after set_fingerprint: the elements this rank sends to (`send`) and receives from
+  // (`recv`) each group rank. The header to peer j then carries count = send[j], counts = recv[j],
+  // and the one from j must carry count = recv[j], counts = send[j]: when rank i's send_counts[j]
+  // differs from rank j's recv_counts[i] (or the other way), both ranks fail with Mismatch.
+  void set_pair_counts(std::vector<std::uint64_t> send, std::vector<std::uint64_t> recv) {
+    pair_send_ = std::move(send);
+    pair_recv_ = std::move(recv);
   }
 
  protected:
@@ -83,6 +121,9 @@ class CollectiveOp : public Op {
   };
   // Posts the fingerprint exchange with `peer` the first time this op sends to / receives from it.
   void exchange_fingerprint(Transport& t, int peer, bool is_recv);
+  void exchange_one_way(Transport& t, int peer, bool is_recv);
+  // The fingerprint this rank sends to `peer`, or expects from it.
+  [[nodiscard]] Fingerprint header_for(int peer, bool from_peer) const;
   void check_header(const Posted& p) const;
   // Throws Mismatch when a fingerprint that has arrived differs from this rank's.
   void check_arrived_headers() const;
@@ -97,8 +138,10 @@ class CollectiveOp : public Op {
   // Shared with the header sends' requests: UCX may read it after this op has failed and gone
   // (a send queued behind an endpoint's wireup is replayed later).
   std::shared_ptr<const Fingerprint> fingerprint_;
-  std::vector<int> header_sent_to_;        // group ranks
-  std::vector<int> header_received_from_;  // group ranks
+  bool both_ways_ = false;
+  std::vector<std::uint64_t> pair_send_, pair_recv_;  // empty unless set_pair_counts()
+  std::vector<int> header_sent_to_;                   // group ranks
+  std::vector<int> header_received_from_;             // group ranks
 };
 
 }  // namespace strait::comm

@@ -1,0 +1,96 @@
+#include "comm/algorithms/ring_phases.h"
+
+#include <cstring>
+
+namespace strait::comm {
+namespace {
+
+int wrap(int i, int p) {
+  return (i % p + p) % p;
+}
+
+}  // namespace
+
+bool RingOp::advance_phase(Transport& t, ReduceScatterPhase& s) {
+  const int p = group().size();
+  const int r = group().rank;
+  const std::size_t elem = kernels::dtype_size(s.dtype);
+  const auto block = [&](const std::byte* base, int b) {
+    return base + s.blocks.offset[static_cast<std::size_t>(b)] * elem;
+  };
+  const auto count = [&](int b) { return s.blocks.count[static_cast<std::size_t>(b)]; };
+  const std::size_t slot = s.blocks.largest() * elem;
+  if (!s.started) {
+    s.started = true;
+    if (s.work == nullptr && count(r) != 0 && s.own != block(s.send, r)) {
+      std::memcpy(s.own, block(s.send, r), count(r) * elem);
+    }
+    if (p > 1) s.scratch = std::make_shared_for_overwrite<std::byte[]>(s.work ? slot : 2 * slot);
+  }
+  const auto reduce_op = s.op == kernels::ReduceOp::Avg ? kernels::ReduceOp::Sum : s.op;
+  while (s.step < p - 1) {
+    const int k = s.step;
+    const int send_block = wrap(r - k - 1, p);
+    const int recv_block = wrap(r - k - 2, p);
+    std::byte* incoming = s.scratch.get() + (s.work ? 0 : static_cast<std::size_t>(k % 2) * slot);
+    if (!s.posted) {
+      s.posted = true;
+      RequestPtr rx =
+          recv_from(t, wrap(r - 1, p), s.first_step + k, incoming, count(recv_block) * elem);
+      rx->keep_alive = s.scratch;
+      // The partial of send_block: in work, else what the previous step reduced into scratch
+      // (step 0 sends this rank's own contribution).
+      const std::byte* outgoing =
+          s.work != nullptr || k == 0
+              ? block(s.send, send_block)
+              : s.scratch.get() + static_cast<std::size_t>((k - 1) % 2) * slot;
+      RequestPtr tx =
+          send_to(t, wrap(r + 1, p), s.first_step + k, outgoing, count(send_block) * elem);
+      tx->keep_alive = s.scratch;
+    }
+    if (!all_done(t)) return false;
+    s.posted = false;
+    ++s.step;
+    const std::size_t n = count(recv_block);
+    if (s.work != nullptr) {
+      kernels::reduce(s.dtype, reduce_op,
+                      s.work + s.blocks.offset[static_cast<std::size_t>(recv_block)] * elem,
+                      incoming, n);
+    } else if (recv_block == r) {
+      kernels::reduce(s.dtype, reduce_op, s.own, incoming, n);
+    } else {
+      kernels::reduce(s.dtype, reduce_op, incoming, block(s.send, recv_block), n);
+    }
+  }
+  if (s.op == kernels::ReduceOp::Avg && count(r) != 0) {
+    kernels::scale(s.dtype, s.own, count(r), 1.0 / p);
+  }
+  return true;
+}
+
+bool RingOp::advance_phase(Transport& t, AllgatherPhase& s) {
+  const int p = group().size();
+  const int r = group().rank;
+  const auto block = [&](int b) {
+    return s.out + s.blocks.offset[static_cast<std::size_t>(wrap(b, p))];
+  };
+  const auto bytes = [&](int b) { return s.blocks.count[static_cast<std::size_t>(wrap(b, p))]; };
+  if (!s.started) {
+    s.started = true;
+    if (s.own_send != block(r) && bytes(r) != 0) std::memmove(block(r), s.own_send, bytes(r));
+  }
+  while (s.step < p - 1) {
+    const int k = s.step;
+    if (!s.posted) {
+      s.posted = true;
+      recv_from(t, wrap(r - 1, p), s.first_step + k, block(r - k - 1), bytes(r - k - 1));
+      send_to(t, wrap(r + 1, p), s.first_step + k, block(r - k), bytes(r - k));
+    }
+    if (!all_done(t)) return false;
+    s.posted = false;
+    ++s.step;
+  }
+  return true;
+}
+
+}  // namespace strait::comm

@@ -1,0 +1,702 @@
+// The collectives beyond allreduce, broadcast and allgather (reduce_scatter(_v), allgather_v,
+// reduce, gather, scatter, alltoall(_v)) over UCX, ranks as threads (tests/comm/comm_test_ranks.h):
+// every collective x world size 1..5 x dtype is one ctest entry, and checks every op (where it
+// reduces), counts 0, 1, 7 and 4096 (uneven across ranks for the v-forms, zero for some ranks),
+// in place and out of place, blocking and non-blocking, against a double-precision reference
+// (reductions) or the exact bytes each rank sent (data movement). Then: bit-identical results of
+// reduce-scatter + allgather, the bytes each algorithm sends, and the failure modes (Mismatch on
+// both ranks when ranks disagree about counts or roots; InvalidArgument for bad arguments).
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <array>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <numeric>
+#include <optional>
+#include <ostream>
+#include <span>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "core/error.h"
+#include "tests/comm/comm_test_data.h"
+#include "tests/comm/comm_test_ranks.h"
+#include "tests/common/text.h"
+
+namespace strait::kernels {
+void PrintTo(DType t, std::ostream* os) {
+  *os << dtype_name(t);
+}
+}  // namespace strait::kernels
+
+namespace strait::comm {
+namespace {
+
+using namespace std::chrono_literals;
+using kernels::DType;
+using kernels::ReduceOp;
+using testing::check_reduced;
+using testing::error_of;
+using testing::make_input;
+using testing::run_ranks;
+using Buffer = std::vector<std::byte>;
+using Counts = std::vector<std::size_t>;
+using strait::test::contains;
+
+constexpr std::array kAllDTypes = {DType::F32, DType::F64, DType::F16, DType::BF16,
+                                   DType::I8,  DType::U8,  DType::I32, DType::I64};
+
+Buffer sentinel(std::size_t bytes) {
+  return Buffer(bytes, std::byte{0xa5});
+}
+
+std::vector<ReduceOp> ops_of(DType t) {
+  std::vector<ReduceOp> ops = {ReduceOp::Sum, ReduceOp::Prod, ReduceOp::Min, ReduceOp::Max};
+  if (kernels::dtype_is_float(t)) ops.push_back(ReduceOp::Avg);
+  return ops;
+}
+
+// Counts below, at and above the world size and one not divisible by any world size > 1 here;
+// with `large`, for f32 sum at world 3, also one large enough for UCX's rendezvous protocol (only
+// for the ring collectives, to keep the run short).
+Counts counts_of(DType t, ReduceOp op, int world, bool large = false) {
+  Counts counts = {0, 1, 7, 4096};
+  if (large && t == DType::F32 && op == ReduceOp::Sum && world == 3) counts.push_back(1'000'003);
+  return counts;
+}
+
+// Per-rank counts of a v-collective around `c`: uneven, and 0 for some ranks.
+Counts v_counts(std::size_t c, int world) {
+  Counts out(static_cast<std::size_t>(world), 0);
+  if (c == 0) return out;
+  for (std::size_t r = 0; r < out.size(); ++r) out[r] = r % 3 == 1 ? 0 : c + r;
+  return out;
+}
+
+// Elements rank i sends rank j in the alltoall_v tests: uneven, some pairs 0.
+std::size_t pair_count(std::size_t c, int i, int j) {
+  const auto k = static_cast<std::size_t>(i + 2 * j);
+  return c == 0 || k % 4 == 3 ? 0 : c + k;
+}
+
+std::size_t prefix(const Counts& counts, int r) {
+  return std::accumulate(counts.begin(), counts.begin() + r, std::size_t{0});
+}
+
+std::size_t total(const Counts& counts) {
+  return prefix(counts, static_cast<int>(counts.size()));
+}
+
+// What rank `from` contributes in a data-movement test (the full value range of the dtype).
+Buffer data_of(DType t, std::uint64_t seed, int from, std::size_t count) {
+  return make_input(t, ReduceOp::Max, seed, from, count);
+}
+
+Buffer concat(const std::vector<Buffer>& parts) {
+  Buffer out;
+  for (const auto& p : parts) out.insert(out.end(), p.begin(), p.end());
+  return out;
+}
+
+std::string where(const char* what, DType t, std::size_t count, bool in_place, int root = -1) {
+  return fmt::format("{} {} count {} {}{}", what, kernels::dtype_name(t), count,
+                     in_place ? "in place" : "out of place",
+                     root < 0 ? std::string() : fmt::format(" root {}", root));
+}
+
+// One recorded outcome: a failure description, or nothing.
+using Failures = std::vector<std::string>;
+
+void expect_none(const std::vector<Failures>& per_rank) {
+  for (std::size_t r = 0; r < per_rank.size(); ++r) {
+    for (const auto& f : per_rank[r]) ADD_FAILURE() << "rank " << r << ": " << f;
+  }
+}
+
+// Runs `body(comm, failures)` on every rank; each rank records what it found wrong.
+void run_checked(int world, const std::function<void(Communicator&, Failures&)>& body) {
+  std::vector<Failures> failures(static_cast<std::size_t>(world));
+  run_ranks(world, [&](Communicator& comm) {
+    body(comm, failures[static_cast<std::size_t>(comm.rank())]);
+  });
+  expect_none(failures);
+}
+
+void check_bytes(Failures& out, const std::string& what, const Buffer& got, const Buffer& want) {
+  if (got.size() != want.size()) {
+    out.push_back(fmt::format("{}: {} bytes, expected {}", what, got.size(), want.size()));
+    return;
+  }
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    if (got[i] != want[i]) {
+      out.push_back(fmt::format("{}: byte {} of {} differs", what, i, got.size()));
+      return;
+    }
+  }
+}
+
+void check_reduction(Failures& out, const std::string& what, DType t, ReduceOp op,
+                     std::uint64_t seed, int world, const Buffer& got, std::size_t first,
+                     std::size_t count) {
+  if (got.size() < count * kernels::dtype_size(t)) {
+    out.push_back(fmt::format("{}: result too short", what));
+    return;
+  }
+  if (auto wrong = check_reduced(what.c_str(), t, op, seed, world, got.data(), first, count)) {
+    out.push_back(*wrong);
+  }
+}
+
+// Waits for the non-blocking operations of a test, then runs their checks. The buffers an
+// operation uses stay valid until then: `send` holds the send buffer, the check the others.
+struct Pending {
+  Work work;
+  std::function<void()> check;
+  std::shared_ptr<const Buffer> send;
+};
+
+void finish(std::vector<Pending>& pending) {
+  for (auto& p : pending) p.work.wait();
+  for (auto& p : pending) p.check();
+  pending.clear();
+}
+
+class Matrix : public ::testing::TestWithParam<std::tuple<int, DType>> {
+ protected:
+  [[nodiscard]] int world() const { return std::get<0>(GetParam()); }
+  [[nodiscard]] DType dtype() const { return std::get<1>(GetParam()); }
+  [[nodiscard]] std::size_t elem() const { return kernels::dtype_size(dtype()); }
+};
+
+// Blocking in place, non-blocking (many in flight) out of place, for each case.
+
+TEST_P(Matrix, ReduceScatter) {
+  const int p = world();
+  const DType t = dtype();
+  const std::size_t e = elem();
+  run_checked(p, [&](Communicator& comm, Failures& fail) {
+    const int r = comm.rank();
+    std::vector<Pending> pending;
+    std::uint64_t seed = 100;
+    for (const ReduceOp op : ops_of(t)) {
+      for (const std::size_t n : counts_of(t, op, p, true)) {
+        for (const bool in_place : {false, true}) {
+          ++seed;
+          const std::string what = where("reduce_scatter", t, n, in_place);
+          const auto first = static_cast<std::size_t>(r) * n;
+          auto send = std::make_shared<Buffer>(make_input(t, op, seed, r, n * p));
+          if (in_place) {
+            comm.reduce_scatter(send->data(), send->data() + first * e, n, t, op);
+            check_reduction(fail, what, t, op, seed, p,
+                            Buffer(send->begin() + first * e, send->begin() + (first + n) * e),
+                            first, n);
+            continue;
+          }
+          auto recv = std::make_shared<Buffer>(sentinel(n * e));
+          const Buffer input = *send;
+          pending.push_back({comm.ireduce_scatter(send->data(), recv->data(), n, t, op),
+                             [=, &fail] {
+                               check_reduction(fail, what, t, op, seed, p, *recv, first, n);
+                               if (*send != input)
+                                 fail.push_back(what + ": the send buffer was modified");
+                             },
+                             send});
+        }
+      }
+    }
+    finish(pending);
+  });
+}
+
+TEST_P(Matrix, ReduceScatterV) {
+  const int p = world();
+  const DType t = dtype();
+  const std::size_t e = elem();
+  run_checked(p, [&](Communicator& comm, Failures& fail) {
+    const int r = comm.rank();
+    std::vector<Pending> pending;
+    std::uint64_t seed = 200;
+    for (const ReduceOp op : ops_of(t)) {
+      for (const std::size_t c : counts_of(t, op, p, true)) {
+        for (const bool in_place : {false, true}) {
+          ++seed;
+          const Counts counts = v_counts(c, p);
+          const std::size_t n = counts[static_cast<std::size_t>(r)];
+          const std::size_t first = prefix(counts, r);
+          const std::string what = where("reduce_scatter_v", t, c, in_place);
+          auto send = std::make_shared<Buffer>(make_input(t, op, seed, r, total(counts)));
+          if (in_place) {
+            comm.reduce_scatter_v(send->data(), send->data() + first * e, counts, t, op);
+            check_reduction(fail, what, t, op, seed, p,
+                            Buffer(send->begin() + first * e, send->begin() + (first + n) * e),
+                            first, n);
+            continue;
+          }
+          auto recv = std::make_shared<Buffer>(sentinel(n * e));
+          pending.push_back({comm.ireduce_scatter_v(send->data(), recv->data(), counts, t, op),
+                             [=, &fail] {
+                               check_reduction(fail, what, t, op, seed, p, *recv, first, n);
+                               (void)send;  // kept alive until the operation is done
+                             },
+                             send});
+        }
+      }
+    }
+    finish(pending);
+  });
+}
+
+TEST_P(Matrix, AllgatherV) {
+  const int p = world();
+  const DType t = dtype();
+  const std::size_t e = elem();
+  run_checked(p, [&](Communicator& comm, Failures& fail) {
+    const int r = comm.rank();
+    std::vector<Pending> pending;
+    std::uint64_t seed = 300;
+    for (const std::size_t c : counts_of(t, ReduceOp::Sum, p, true)) {
+      for (const bool in_place : {false, true}) {
+        ++seed;
+        const Counts counts = v_counts(c, p);
+        std::vector<Buffer> parts;
+        for (int i = 0; i < p; ++i) {
+          parts.push_back(data_of(t, seed, i, counts[static_cast<std::size_t>(i)]));
+        }
+        const Buffer want = concat(parts);
+        const std::string what = where("allgather_v", t, c, in_place);
+        const Buffer& mine = parts[static_cast<std::size_t>(r)];
+        if (in_place) {
+          Buffer buf = sentinel(want.size());
+          std::byte* own = buf.data() + prefix(counts, r) * e;
+          std::copy(mine.begin(), mine.end(), own);
+          comm.allgather_v(own, buf.data(), counts, t);
+          check_bytes(fail, what, buf, want);
+          continue;
+        }
+        auto send = std::make_shared<Buffer>(mine);
+        auto recv = std::make_shared<Buffer>(sentinel(want.size()));
+        pending.push_back({comm.iallgather_v(send->data(), recv->data(), counts, t),
+                           [=, &fail] { check_bytes(fail, what, *recv, want); }, send});
+      }
+    }
+    finish(pending);
+  });
+}
+
+TEST_P(Matrix, Reduce) {
+  const int p = world();
+  const DType t = dtype();
+  const std::size_t e = elem();
+  run_checked(p, [&](Communicator& comm, Failures& fail) {
+    const int r = comm.rank();
+    std::vector<Pending> pending;
+    std::uint64_t seed = 400;
+    for (const ReduceOp op : ops_of(t)) {
+      for (const std::size_t n : counts_of(t, op, p)) {
+        for (int root = 0; root < p; ++root) {
+          for (const bool in_place : {false, true}) {
+            ++seed;
+            const std::string what = where("reduce", t, n, in_place, root);
+            auto send = std::make_shared<Buffer>(make_input(t, op, seed, r, n));
+            if (in_place && r == root) {
+              comm.reduce(send->data(), send->data(), n, t, op, root);
+              check_reduction(fail, what, t, op, seed, p, *send, 0, n);
+              continue;
+            }
+            if (in_place) {  // a non-root's recv may be null
+              comm.reduce(send->data(), nullptr, n, t, op, root);
+              continue;
+            }
+            // Elsewhere than the root, recv must stay untouched.
+            auto recv = std::make_shared<Buffer>(sentinel(n * e));
+            const Buffer input = *send;
+            pending.push_back({comm.ireduce(send->data(), recv->data(), n, t, op, root),
+                               [=, &fail] {
+                                 if (r == root) {
+                                   check_reduction(fail, what, t, op, seed, p, *recv, 0, n);
+                                 } else if (*recv != sentinel(n * e)) {
+                                   fail.push_back(what + ": a non-root's recv was written");
+                                 }
+                                 if (*send != input)
+                                   fail.push_back(what + ": the send buffer was modified");
+                               },
+                               send});
+          }
+        }
+      }
+    }
+    finish(pending);
+  });
+}
+
+TEST_P(Matrix, Gather) {
+  const int p = world();
+  const DType t = dtype();
+  const std::size_t e = elem();
+  run_checked(p, [&](Communicator& comm, Failures& fail) {
+    const int r = comm.rank();
+    std::vector<Pending> pending;
+    std::uint64_t seed = 500;
+    for (const std::size_t n : counts_of(t, ReduceOp::Sum, p)) {
+      for (int root = 0; root < p; ++root) {
+        for (const bool in_place : {false, true}) {
+          ++seed;
+          std::vector<Buffer> parts;
+          for (int i = 0; i < p; ++i) parts.push_back(data_of(t, seed, i, n));
+          const Buffer want = concat(parts);
+          const std::string what = where("gather", t, n, in_place, root);
+          const Buffer& mine = parts[static_cast<std::size_t>(r)];
+          if (in_place) {
+            if (r == root) {
+              Buffer buf = sentinel(want.size());
+              std::copy(mine.begin(), mine.end(),
+                        buf.begin() + static_cast<std::ptrdiff_t>(r * n * e));
+              comm.gather(buf.data() + r * n * e, buf.data(), n, t, root);
+              check_bytes(fail, what, buf, want);
+            } else {
+              comm.gather(mine.data(), nullptr, n, t, root);
+            }
+            continue;
+          }
+          auto send = std::make_shared<Buffer>(mine);
+          auto recv = std::make_shared<Buffer>(sentinel(want.size()));
+          pending.push_back({comm.igather(send->data(), recv->data(), n, t, root),
+                             [=, &fail] {
+                               check_bytes(fail, what, *recv,
+                                           r == root ? want : sentinel(want.size()));
+                             },
+                             send});
+        }
+      }
+    }
+    finish(pending);
+  });
+}
+
+TEST_P(Matrix, Scatter) {
+  const int p = world();
+  const DType t = dtype();
+  const std::size_t e = elem();
+  run_checked(p, [&](Communicator& comm, Failures& fail) {
+    const int r = comm.rank();
+    std::vector<Pending> pending;
+    std::uint64_t seed = 600;
+    for (const std::size_t n : counts_of(t, ReduceOp::Sum, p)) {
+      for (int root = 0; root < p; ++root) {
+        for (const bool in_place : {false, true}) {
+          ++seed;
+          std::vector<Buffer> parts;
+          for (int i = 0; i < p; ++i) parts.push_back(data_of(t, seed, i, n));
+          const Buffer all = concat(parts);
+          const Buffer& want = parts[static_cast<std::size_t>(r)];
+          const std::string what = where("scatter", t, n, in_place, root);
+          if (in_place) {
+            if (r == root) {
+              Buffer buf = all;
+              comm.scatter(buf.data(), buf.data() + r * n * e, n, t, root);
+              check_bytes(fail, what, buf, all);
+            } else {
+              Buffer recv = sentinel(n * e);
+              comm.scatter(nullptr, recv.data(), n, t, root);
+              check_bytes(fail, what, recv, want);
+            }
+            continue;
+          }
+          // Only the root's send counts: the others pass garbage.
+          auto send = std::make_shared<Buffer>(r == root ? all : sentinel(all.size()));
+          auto recv = std::make_shared<Buffer>(sentinel(n * e));
+          pending.push_back({comm.iscatter(send->data(), recv->data(), n, t, root),
+                             [=, &fail] { check_bytes(fail, what, *recv, want); }, send});
+        }
+      }
+    }
+    finish(pending);
+  });
+}
+
+// Block j of rank i's alltoall send: data_of(seed + j, from = i).
+void alltoall_cases(Communicator& comm, Failures& fail, DType t, bool v) {
+  const int p = comm.size();
+  const int r = comm.rank();
+  std::vector<Pending> pending;
+  std::uint64_t seed = v ? 800 : 700;
+  for (const std::size_t c : counts_of(t, ReduceOp::Sum, p)) {
+    for (const bool in_place : {false, true}) {
+      seed += 16;
+      Counts send_counts(static_cast<std::size_t>(p), c);
+      Counts recv_counts = send_counts;
+      if (v) {
+        for (int j = 0; j < p; ++j) {
+          send_counts[static_cast<std::size_t>(j)] = pair_count(c, r, j);
+          recv_counts[static_cast<std::size_t>(j)] = pair_count(c, j, r);
+        }
+        // In place needs one layout for both directions.
+        if (in_place) recv_counts = send_counts = Counts(static_cast<std::size_t>(p), c + 1);
+      }
+      std::vector<Buffer> out_parts;
+      std::vector<Buffer> in_parts;
+      for (int j = 0; j < p; ++j) {
+        const auto uj = static_cast<std::size_t>(j);
+        out_parts.push_back(data_of(t, seed + uj, r, send_counts[uj]));
+        in_parts.push_back(data_of(t, seed + static_cast<std::size_t>(r), j, recv_counts[uj]));
+      }
+      const Buffer want = concat(in_parts);
+      const std::string what = where(v ? "alltoall_v" : "alltoall", t, c, in_place);
+      if (in_place) {
+        Buffer buf = concat(out_parts);
+        if (v) {
+          comm.alltoall_v(buf.data(), send_counts, buf.data(), recv_counts, t);
+        } else {
+          comm.alltoall(buf.data(), buf.data(), c, t);
+        }
+        check_bytes(fail, what, buf, want);
+        continue;
+      }
+      auto send = std::make_shared<Buffer>(concat(out_parts));
+      auto recv = std::make_shared<Buffer>(sentinel(want.size()));
+      Work w = v ? comm.ialltoall_v(send->data(), send_counts, recv->data(), recv_counts, t)
+                 : comm.ialltoall(send->data(), recv->data(), c, t);
+      pending.push_back({std::move(w), [=, &fail] { check_bytes(fail, what, *recv, want); }, send});
+    }
+  }
+  finish(pending);
+}
+
+TEST_P(Matrix, Alltoall) {
+  const DType t = dtype();
+  run_checked(world(),
+              [&](Communicator& comm, Failures& fail) { alltoall_cases(comm, fail, t, false); });
+}
+
+TEST_P(Matrix, AlltoallV) {
+  const DType t = dtype();
+  run_checked(world(),
+              [&](Communicator& comm, Failures& fail) { alltoall_cases(comm, fail, t, true); });
+}
+
+INSTANTIATE_TEST_SUITE_P(Worlds1To5, Matrix,
+                         ::testing::Combine(::testing::Range(1, 6),
+                                            ::testing::ValuesIn(kAllDTypes)),
+                         [](const ::testing::TestParamInfo<std::tuple<int, DType>>& p) {
+                           return fmt::format("world{}_{}", std::get<0>(p.param),
+                                              kernels::dtype_name(std::get<1>(p.param)));
+                         });
+
+// ---------------------------------------------------------------------------------------------
+// Reduce-scatter then allgather: an allreduce whose result is bit-identical on every rank.
+
+class PerWorld : public ::testing::TestWithParam<int> {};
+
+TEST_P(PerWorld, ReduceScatterThenAllgatherIsBitIdenticalOnEveryRank) {
+  const int p = GetParam();
+  const DType t = DType::BF16;  // the coarsest rounding: differences would show
+  const ReduceOp op = ReduceOp::Avg;
+  const std::size_t e = kernels::dtype_size(t);
+  const Counts counts = v_counts(1000, p);
+  const std::uint64_t seed = 900;
+  std::vector<Buffer> results(static_cast<std::size_t>(p));
+  run_ranks(p, [&](Communicator& comm) {
+    const int r = comm.rank();
+    Buffer buf = make_input(t, op, seed, r, total(counts));
+    std::byte* own = buf.data() + prefix(counts, r) * e;
+    comm.reduce_scatter_v(buf.data(), own, counts, t, op);
+    comm.allgather_v(own, buf.data(), counts, t);
+    results[static_cast<std::size_t>(r)] = std::move(buf);
+  });
+  ASSERT_EQ(results[0].size(), total(counts) * e);
+  const auto wrong = check_reduced("reduce_scatter_v + allgather_v", t, op, seed, p,
+                                   results[0].data(), 0, total(counts));
+  EXPECT_FALSE(wrong.has_value()) << *wrong;
+  for (int r = 1; r < p; ++r) {
+    EXPECT_TRUE(results[static_cast<std::size_t>(r)] == results[0]) << "rank " << r << " differs";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Worlds1To5, PerWorld, ::testing::Range(1, 6),
+                         [](const ::testing::TestParamInfo<int>& p) {
+                           return fmt::format("world{}", p.param);
+                         });
+
+// ---------------------------------------------------------------------------------------------
+// Bytes sent, as each algorithm's header comment says.
+
+TEST(Stats, EachCollectiveCountsThePayloadItsAlgorithmSends) {
+  constexpr int kWorld = 3;
+  constexpr std::size_t kCount = 10;
+  constexpr std::size_t kElem = 4;
+  const Counts counts = {1, 2, 3};  // allgather_v, 6 in all
+  std::vector<CommStats> stats(kWorld);
+  run_ranks(kWorld, [&](Communicator& comm) {
+    const auto n = static_cast<std::size_t>(kWorld) * kCount;
+    std::vector<float> a(n, 1.0F);
+    std::vector<float> b(n, 0.0F);
+    comm.reduce_scatter(a.data(), b.data(), kCount, DType::F32, ReduceOp::Sum);
+    comm.allgather_v(a.data(), b.data(), counts, DType::F32);
+    comm.reduce(a.data(), b.data(), kCount, DType::F32, ReduceOp::Sum, 0);
+    comm.gather(a.data(), b.data(), kCount, DType::F32, 0);
+    comm.scatter(a.data(), b.data(), kCount, DType::F32, 0);
+    comm.alltoall(a.data(), b.data(), kCount, DType::F32);
+    stats[static_cast<std::size_t>(comm.rank())] = comm.stats();
+  });
+  for (std::size_t r = 0; r < kWorld; ++r) {
+    SCOPED_TRACE(fmt::format("rank {}", r));
+    const CommStats& s = stats[r];
+    // Ring: every block but its own.
+    EXPECT_EQ(s.reduce_scatter_bytes, (kWorld - 1) * kCount * kElem);
+    // Ring allgather: every block but the next rank's (counts 1, 2, 3 in all 6).
+    EXPECT_EQ(s.allgather_bytes, (6 - counts[(r + 1) % kWorld]) * kElem);
+    // Binomial trees rooted at 0 over 3 ranks: ranks 1 and 2 are leaves under rank 0.
+    EXPECT_EQ(s.reduce_bytes, r == 0 ? 0 : kCount * kElem);
+    EXPECT_EQ(s.gather_bytes, r == 0 ? 0 : kCount * kElem);
+    EXPECT_EQ(s.scatter_bytes, r == 0 ? 2 * kCount * kElem : 0);
+    EXPECT_EQ(s.alltoall_bytes, (kWorld - 1) * kCount * kElem);
+    EXPECT_EQ(s.allreduce_bytes, 0U);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Ranks that disagree fail with Mismatch on both sides, naming the operation and the other rank.
+
+void expect_mismatch_on_both_ranks(const char* op_name,
+                                   const std::function<void(Communicator&)>& call) {
+  std::array<std::string, 2> errors;
+  std::array<ErrorCode, 2> codes = {ErrorCode::Internal, ErrorCode::Internal};
+  const auto start = std::chrono::steady_clock::now();
+  run_ranks(2, [&](Communicator& comm) {
+    const auto r = static_cast<std::size_t>(comm.rank());
+    if (const auto e = error_of([&] { call(comm); })) {
+      errors[r] = e->what();
+      codes[r] = e->code();
+    }
+  });
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 15s);  // the timeout is 30 s
+  for (std::size_t r = 0; r < 2; ++r) {
+    EXPECT_EQ(codes[r], ErrorCode::Mismatch) << "rank " << r << ": " << errors[r];
+    EXPECT_TRUE(contains(errors[r], fmt::format("{} #0", op_name))) << errors[r];
+    EXPECT_TRUE(contains(errors[r], fmt::format("rank {}", 1 - r))) << errors[r];
+  }
+}
+
+TEST(Mismatch, ReduceScatterVCountsThatDifferWithTheSameTotal) {
+  expect_mismatch_on_both_ranks("reduce_scatter_v", [](Communicator& comm) {
+    const Counts counts = comm.rank() == 0 ? Counts{3, 5} : Counts{4, 4};
+    std::vector<float> send(8, 1.0F);
+    std::vector<float> recv(5);
+    comm.reduce_scatter_v(send.data(), recv.data(), counts, DType::F32, ReduceOp::Sum);
+  });
+}
+
+TEST(Mismatch, AllgatherVCountsThatDifferWithTheSameTotal) {
+  expect_mismatch_on_both_ranks("allgather_v", [](Communicator& comm) {
+    const Counts counts = comm.rank() == 0 ? Counts{2, 6} : Counts{6, 2};
+    std::vector<std::int32_t> send(6, 7);
+    std::vector<std::int32_t> recv(8);
+    comm.allgather_v(send.data(), recv.data(), counts, DType::I32);
+  });
+}
+
+TEST(Mismatch, AlltoallVSendCountsThatAreNotThePeersRecvCounts) {
+  expect_mismatch_on_both_ranks("alltoall_v", [](Communicator& comm) {
+    // Rank 0 sends rank 1 three elements; rank 1 expects four. The other direction agrees.
+    const Counts send = comm.rank() == 0 ? Counts{2, 3} : Counts{5, 1};
+    const Counts recv = comm.rank() == 0 ? Counts{2, 5} : Counts{4, 1};
+    std::vector<double> s(8, 1.0);
+    std::vector<double> d(8);
+    comm.alltoall_v(s.data(), send, d.data(), recv, DType::F64);
+  });
+}
+
+TEST(Mismatch, AlltoallVInconsistentCountsAreNamed) {
+  std::array<std::string, 2> errors;
+  run_ranks(2, [&](Communicator& comm) {
+    const Counts send = comm.rank() == 0 ? Counts{1, 3} : Counts{2, 1};
+    const Counts recv = comm.rank() == 0 ? Counts{1, 2} : Counts{4, 1};
+    std::vector<float> s(8);
+    std::vector<float> d(8);
+    if (const auto e =
+            error_of([&] { comm.alltoall_v(s.data(), send, d.data(), recv, DType::F32); })) {
+      errors[static_cast<std::size_t>(comm.rank())] = e->what();
+    }
+  });
+  // Rank 1 is told rank 0 sends 3 where its recv_counts[0] is 4, and the reverse.
+  EXPECT_TRUE(contains(errors[1], "recv_counts[0] is 4")) << errors[1];
+  EXPECT_TRUE(contains(errors[0], "would send this rank 2 elements and receive 4")) << errors[0];
+}
+
+TEST(Mismatch, ReduceWithDifferentRoots) {
+  expect_mismatch_on_both_ranks("reduce", [](Communicator& comm) {
+    std::vector<float> send(4, 1.0F);
+    std::vector<float> recv(4);
+    comm.reduce(send.data(), recv.data(), 4, DType::F32, ReduceOp::Sum, comm.rank());
+  });
+}
+
+TEST(Mismatch, GatherWithDifferentCounts) {
+  expect_mismatch_on_both_ranks("gather", [](Communicator& comm) {
+    const std::size_t n = comm.rank() == 0 ? 4 : 5;
+    std::vector<float> send(n, 1.0F);
+    std::vector<float> recv(10);
+    comm.gather(send.data(), recv.data(), n, DType::F32, 0);
+  });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Bad arguments: InvalidArgument on the calling rank before anything is sent, so the communicator
+// stays usable.
+
+TEST(InvalidArgument, BadArgumentsAreRejectedAndTheCommunicatorStaysUsable) {
+  run_ranks(2, [&](Communicator& comm) {
+    std::vector<std::int32_t> a(16, 1);
+    std::vector<std::int32_t> b(16, 0);
+    std::vector<float> f(16, 1.0F);
+    const Counts one = {4};
+    const Counts two = {4, 4};
+    const std::vector<std::pair<std::string, std::function<void()>>> calls = {
+        {"avg of i32",
+         [&] { comm.reduce_scatter(a.data(), b.data(), 4, DType::I32, ReduceOp::Avg); }},
+        {"avg of i32", [&] { comm.reduce(a.data(), b.data(), 4, DType::I32, ReduceOp::Avg, 0); }},
+        {"needs one per rank",
+         [&] { comm.reduce_scatter_v(a.data(), b.data(), one, DType::I32, ReduceOp::Sum); }},
+        {"needs one per rank", [&] { comm.allgather_v(a.data(), b.data(), one, DType::I32); }},
+        {"needs one per rank", [&] { comm.alltoall_v(a.data(), two, b.data(), one, DType::I32); }},
+        {"not in this communicator", [&] { comm.gather(a.data(), b.data(), 4, DType::I32, 2); }},
+        {"not in this communicator", [&] { comm.scatter(a.data(), b.data(), 4, DType::I32, -1); }},
+        {"null", [&] { comm.alltoall(nullptr, b.data(), 4, DType::I32); }},
+        {"null",
+         [&] { comm.reduce(a.data(), nullptr, 4, DType::I32, ReduceOp::Sum, comm.rank()); }},
+        {"overlap",  // recv at the other rank's block
+         [&] {
+           comm.reduce_scatter(a.data(), a.data() + 4 * (1 - comm.rank()), 4, DType::I32,
+                               ReduceOp::Sum);
+         }},
+        {"overlap", [&] { comm.alltoall(a.data(), a.data() + 1, 4, DType::I32); }},
+        {"overlap",  // the same own count, another layout
+         [&] {
+           const Counts other = comm.rank() == 0 ? Counts{4, 3} : Counts{3, 4};
+           comm.alltoall_v(a.data(), two, a.data(), other, DType::I32);
+         }},
+        {"send_counts",
+         [&] {
+           comm.alltoall_v(a.data(), two, b.data(), Counts{3, 3}, DType::I32);
+         }},
+    };
+    for (const auto& [needle, call] : calls) {
+      const auto e = error_of(call);
+      ASSERT_TRUE(e.has_value()) << needle;
+      EXPECT_EQ(e->code(), ErrorCode::InvalidArgument) << e->what();
+      EXPECT_TRUE(contains(e->what(), needle)) << e->what();
+    }
+    // Nothing was submitted: the next operations are #0 on both ranks and succeed.
+    comm.allreduce(f.data(), f.data(), 16, DType::F32, ReduceOp::Sum);
+    EXPECT_EQ(f[0], 2.0F);
+  });
+}
+
+}  // namespace
+}  // namespace strait::comm
