@@ -20,6 +20,7 @@ bool RingOp::advance_phase(Transport& t, ReduceScatterPhase& s) {
   };
   const auto count = [&](int b) { return s.blocks.count[static_cast<std::size_t>(b)]; };
   const std::size_t slot = s.blocks.largest() * elem;
+  if (s.finished) return true;
   if (!s.started) {
     s.started = true;
     if (s.work == nullptr && count(r) != 0 && s.own != block(s.send, r)) {
@@ -65,6 +66,7 @@ bool RingOp::advance_phase(Transport& t, ReduceScatterPhase& s) {
   if (s.op == kernels::ReduceOp::Avg && count(r) != 0) {
     kernels::scale(s.dtype, s.own, count(r), 1.0 / p);
   }
+  s.finished = true;
   return true;
 }
 

@@ -45,6 +45,7 @@ class RingOp : public CollectiveOp {
     // Progress.
     bool started = false;
     bool posted = false;
+    bool finished = false;  // the owner's scale (Avg) happens once
     int step = 0;
     // Incoming partials. Shared with the requests: a receive UCX has matched still lands after
     // the operation has failed and gone, and a queued send may still be read.
