@@ -448,30 +448,7 @@ void Communicator::reduce(const void* send, void* recv, std::size_t count, DType
 }
 
 Work Communicator::igather(const void* send, void* recv, std::size_t count, DType dtype, int root) {
-  const char* what = "gather";
-  check_peer(root, "gather root");
-  const std::size_t bytes = count * kernels::dtype_size(dtype);
-  const std::size_t all = bytes * static_cast<std::size_t>(size());
-  check_buffer(what, "send", send, bytes);
-  if (rank() == root) {
-    check_buffer(what, "root's recv", recv, all);
-    check_overlap(what, send, bytes, recv, all, at(recv, static_cast<std::size_t>(root) * bytes),
-                  "send == recv + root * count elements on the root");
-  }
-  const auto seq = next_seq();
-  auto op = std::make_unique<BinomialGather>(group_, seq, &counters_.gather, send,
-                                             rank() == root ? recv : nullptr, bytes, root);
-  op->set_fingerprint(Fingerprint{.seq = seq,
-                                  .count = count,
-                                  .root = root,
-                                  .kind = Fingerprint::Kind::Gather,
-                                  .dtype = static_cast<std::uint8_t>(dtype)},
-                      CollectiveOp::Exchange::BothWays);
-  return submit(
-      std::move(op),
-      describe(what, seq,
-               fmt::format("({} x {} per rank, root {})", kernels::dtype_name(dtype), count, root)),
-      true);
+  return gather_scatter_impl(send, recv, count, dtype, root, true);
 }
 
 void Communicator::gather(const void* send, void* recv, std::size_t count, DType dtype, int root) {
@@ -480,34 +457,50 @@ void Communicator::gather(const void* send, void* recv, std::size_t count, DType
 
 Work Communicator::iscatter(const void* send, void* recv, std::size_t count, DType dtype,
                             int root) {
-  const char* what = "scatter";
-  check_peer(root, "scatter root");
+  return gather_scatter_impl(send, recv, count, dtype, root, false);
+}
+
+void Communicator::scatter(const void* send, void* recv, std::size_t count, DType dtype, int root) {
+  iscatter(send, recv, count, dtype, root).wait();
+}
+
+Work Communicator::gather_scatter_impl(const void* send, void* recv, std::size_t count, DType dtype,
+                                       int root, bool gather) {
+  const char* what = gather ? "gather" : "scatter";
+  check_peer(root, gather ? "gather root" : "scatter root");
   const std::size_t bytes = count * kernels::dtype_size(dtype);
   const std::size_t all = bytes * static_cast<std::size_t>(size());
-  check_buffer(what, "recv", recv, bytes);
+  // Gather: every rank's send is one block, the root's recv all of them; scatter: the reverse.
+  const void* one = gather ? send : recv;
+  const void* many = gather ? recv : send;
+  check_buffer(what, gather ? "send" : "recv", one, bytes);
   if (rank() == root) {
-    check_buffer(what, "root's send", send, all);
-    check_overlap(what, recv, bytes, send, all, at(send, static_cast<std::size_t>(root) * bytes),
-                  "recv == send + root * count elements on the root");
+    check_buffer(what, gather ? "root's recv" : "root's send", many, all);
+    check_overlap(what, one, bytes, many, all, at(many, static_cast<std::size_t>(root) * bytes),
+                  gather ? "send == recv + root * count elements on the root"
+                         : "recv == send + root * count elements on the root");
   }
   const auto seq = next_seq();
-  auto op = std::make_unique<BinomialScatter>(group_, seq, &counters_.scatter,
-                                              rank() == root ? send : nullptr, recv, bytes, root);
-  op->set_fingerprint(Fingerprint{.seq = seq,
-                                  .count = count,
-                                  .root = root,
-                                  .kind = Fingerprint::Kind::Scatter,
-                                  .dtype = static_cast<std::uint8_t>(dtype)},
-                      CollectiveOp::Exchange::BothWays);
+  std::unique_ptr<CollectiveOp> op;
+  if (gather) {
+    op = std::make_unique<BinomialGather>(group_, seq, &counters_.gather, send,
+                                          rank() == root ? recv : nullptr, bytes, root);
+  } else {
+    op = std::make_unique<BinomialScatter>(group_, seq, &counters_.scatter,
+                                           rank() == root ? send : nullptr, recv, bytes, root);
+  }
+  op->set_fingerprint(
+      Fingerprint{.seq = seq,
+                  .count = count,
+                  .root = root,
+                  .kind = gather ? Fingerprint::Kind::Gather : Fingerprint::Kind::Scatter,
+                  .dtype = static_cast<std::uint8_t>(dtype)},
+      CollectiveOp::Exchange::BothWays);
   return submit(
       std::move(op),
       describe(what, seq,
                fmt::format("({} x {} per rank, root {})", kernels::dtype_name(dtype), count, root)),
       true);
-}
-
-void Communicator::scatter(const void* send, void* recv, std::size_t count, DType dtype, int root) {
-  iscatter(send, recv, count, dtype, root).wait();
 }
 
 Work Communicator::ialltoall(const void* send, void* recv, std::size_t count, DType dtype) {

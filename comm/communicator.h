@@ -12,9 +12,8 @@
 // the peers it talks to, ahead of its data). After a failure the communicator is unusable (as
 // NCCL after an error).
 // Algorithms (comm/algorithms/, one per file with its steps and bytes moved): allreduce is a ring
-// reduce-scatter + allgather (bandwidth-optimal, 2(P-1) steps), reduce-scatter and allgather(v)
-// the two halves of that ring, broadcast, reduce, gather and scatter binomial trees (ceil(log2 P)
-// steps), alltoall(v) a pairwise exchange (P-1 steps), barrier the dissemination algorithm.
+// reduce-scatter + allgather (bandwidth-optimal, 2(P-1) steps), allgather a ring, broadcast a
+// binomial tree, barrier the dissemination algorithm; selection by size comes with more algorithms.
 // Thread-safety: a communicator may be used from several threads, but the order of operations
 // must still be the same on all ranks, so most callers use it from one thread.
 #pragma once
@@ -206,6 +205,8 @@ class Communicator {
   // The plain forms pass equal counts; `v` selects the v-form's checks and fingerprint.
   Work reduce_scatter_impl(const void* send, void* recv, std::span<const std::size_t> counts,
                            kernels::DType dtype, kernels::ReduceOp op, bool v);
+  Work gather_scatter_impl(const void* send, void* recv, std::size_t count, kernels::DType dtype,
+                           int root, bool gather);
   Work alltoall_impl(const void* send, std::span<const std::size_t> send_counts, void* recv,
                      std::span<const std::size_t> recv_counts, kernels::DType dtype, bool v);
 

@@ -2,26 +2,16 @@
 
 #include <cstring>
 
-#include "comm/algorithms/binomial_tree.h"
-
 namespace strait::comm {
 
 BinomialGather::BinomialGather(std::shared_ptr<const Group> group, std::uint64_t seq,
                                std::atomic<std::uint64_t>* bytes_sent, const void* send, void* recv,
                                std::size_t bytes, int root)
-    : CollectiveOp(std::move(group), seq, bytes_sent),
-      send_(static_cast<const std::byte*>(send)),
-      recv_(static_cast<std::byte*>(recv)),
-      bytes_(bytes),
-      root_(root) {}
+    : BinomialBlocksOp(std::move(group), seq, bytes_sent, send, recv, bytes, root) {}
 
 bool BinomialGather::advance(Transport& t) {
-  const int p = group().size();
-  const BinomialTree tree(p, group().rank, root_);
+  const BinomialTree tree = this->tree();
   const int v = tree.relative();
-  const auto span_bytes = [&](int rel) {
-    return static_cast<std::size_t>(tree.span(rel)) * bytes_;
-  };
   if (phase_ == Phase::Start) {
     phase_ = Phase::Receiving;
     const auto children = tree.children();
@@ -37,9 +27,8 @@ bool BinomialGather::advance(Transport& t) {
       std::memcpy(subtree_, send_, bytes_);
     }
     for (const int child : children) {
-      RequestPtr rx =
-          recv_from(t, tree.real(child), 0, subtree_ + static_cast<std::size_t>(child - v) * bytes_,
-                    span_bytes(child));
+      std::byte* into = subtree_ + static_cast<std::size_t>(child - v) * bytes_;
+      RequestPtr rx = recv_from(t, tree.real(child), 0, into, span_bytes(child));
       rx->keep_alive = scratch_;
     }
   }
@@ -47,14 +36,11 @@ bool BinomialGather::advance(Transport& t) {
     if (!all_done(t)) return false;
     phase_ = Phase::Sending;
     if (!tree.is_root()) {
-      RequestPtr tx = send_to(t, tree.real(tree.parent()), 0,
-                              subtree_ != nullptr ? subtree_ : send_, span_bytes(v));
+      const std::byte* out = subtree_ != nullptr ? subtree_ : send_;
+      RequestPtr tx = send_to(t, tree.real(tree.parent()), 0, out, span_bytes(v));
       tx->keep_alive = scratch_;
-    } else if (root_ != 0 && bytes_ != 0) {
-      // Relative block i belongs to rank (i + root) mod P.
-      const auto head = static_cast<std::size_t>(p - root_) * bytes_;
-      std::memcpy(recv_ + static_cast<std::size_t>(root_) * bytes_, subtree_, head);
-      std::memcpy(recv_, subtree_ + head, static_cast<std::size_t>(root_) * bytes_);
+    } else if (root_ != 0) {
+      reorder(recv_, subtree_, Order::ToRanks);
     }
   }
   return all_done(t);

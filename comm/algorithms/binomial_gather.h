@@ -9,13 +9,12 @@
 #pragma once
 
 #include <cstddef>
-#include <memory>
 
-#include "comm/algorithms/collective_op.h"
+#include "comm/algorithms/binomial_blocks.h"
 
 namespace strait::comm {
 
-class BinomialGather final : public CollectiveOp {
+class BinomialGather final : public BinomialBlocksOp {
  public:
   // Each rank's `send` holds `bytes`; the root's `recv` gets size() * bytes, rank-major (null
   // elsewhere is fine). The root's send may be recv + root * bytes (in place).
@@ -25,13 +24,7 @@ class BinomialGather final : public CollectiveOp {
   bool advance(Transport& t) override;
 
  private:
-  const std::byte* send_;
-  std::byte* recv_;
-  std::size_t bytes_;
-  int root_;
-  enum class Phase { Start, Receiving, Sending } phase_ = Phase::Start;
-  std::byte* subtree_ = nullptr;          // this subtree's blocks in relative rank order
-  std::shared_ptr<std::byte[]> scratch_;  // shared with the requests (see ring_phases.h)
+  std::byte* subtree_ = nullptr;  // this subtree's blocks in relative order
 };
 
 }  // namespace strait::comm

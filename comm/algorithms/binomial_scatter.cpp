@@ -2,41 +2,24 @@
 
 #include <cstring>
 
-#include "comm/algorithms/binomial_tree.h"
-
 namespace strait::comm {
 
 BinomialScatter::BinomialScatter(std::shared_ptr<const Group> group, std::uint64_t seq,
                                  std::atomic<std::uint64_t>* bytes_sent, const void* send,
                                  void* recv, std::size_t bytes, int root)
-    : CollectiveOp(std::move(group), seq, bytes_sent),
-      send_(static_cast<const std::byte*>(send)),
-      recv_(static_cast<std::byte*>(recv)),
-      bytes_(bytes),
-      root_(root) {}
+    : BinomialBlocksOp(std::move(group), seq, bytes_sent, send, recv, bytes, root) {}
 
 bool BinomialScatter::advance(Transport& t) {
-  const int p = group().size();
-  const BinomialTree tree(p, group().rank, root_);
+  const BinomialTree tree = this->tree();
   const int v = tree.relative();
-  const auto span_bytes = [&](int rel) {
-    return static_cast<std::size_t>(tree.span(rel)) * bytes_;
-  };
   if (phase_ == Phase::Start) {
     phase_ = Phase::Receiving;
-    if (tree.is_root()) {
-      if (root_ == 0) {
-        subtree_ = send_;  // relative order is rank order
-      } else {
-        // Relative block i is rank (i + root) mod P's.
-        scratch_ = std::make_shared_for_overwrite<std::byte[]>(span_bytes(0));
-        const auto head = static_cast<std::size_t>(p - root_) * bytes_;
-        if (bytes_ != 0) {
-          std::memcpy(scratch_.get(), send_ + static_cast<std::size_t>(root_) * bytes_, head);
-          std::memcpy(scratch_.get() + head, send_, static_cast<std::size_t>(root_) * bytes_);
-        }
-        subtree_ = scratch_.get();
-      }
+    if (tree.is_root() && root_ == 0) {
+      subtree_ = send_;  // relative order is rank order
+    } else if (tree.is_root()) {
+      scratch_ = std::make_shared_for_overwrite<std::byte[]>(span_bytes(0));
+      reorder(scratch_.get(), send_, Order::ToRelative);
+      subtree_ = scratch_.get();
     } else {
       // A leaf receives its block straight into recv.
       std::byte* into = recv_;
@@ -52,10 +35,10 @@ bool BinomialScatter::advance(Transport& t) {
   if (phase_ == Phase::Receiving) {
     if (!all_done(t)) return false;
     phase_ = Phase::Sending;
+    // Largest subtree first: it has the most steps still to go.
     for (const int child : tree.children()) {
-      RequestPtr tx =
-          send_to(t, tree.real(child), 0, subtree_ + static_cast<std::size_t>(child - v) * bytes_,
-                  span_bytes(child));
+      const std::byte* out = subtree_ + static_cast<std::size_t>(child - v) * bytes_;
+      RequestPtr tx = send_to(t, tree.real(child), 0, out, span_bytes(child));
       tx->keep_alive = scratch_;
     }
     if (subtree_ != recv_ && bytes_ != 0) std::memcpy(recv_, subtree_, bytes_);

@@ -8,13 +8,12 @@
 #pragma once
 
 #include <cstddef>
-#include <memory>
 
-#include "comm/algorithms/collective_op.h"
+#include "comm/algorithms/binomial_blocks.h"
 
 namespace strait::comm {
 
-class BinomialScatter final : public CollectiveOp {
+class BinomialScatter final : public BinomialBlocksOp {
  public:
   // The root's `send` holds size() * bytes, rank-major (ignored elsewhere); every rank's `recv`
   // gets its block of `bytes`. The root's recv may be send + root * bytes (in place).
@@ -24,13 +23,7 @@ class BinomialScatter final : public CollectiveOp {
   bool advance(Transport& t) override;
 
  private:
-  const std::byte* send_;
-  std::byte* recv_;
-  std::size_t bytes_;
-  int root_;
-  enum class Phase { Start, Receiving, Sending } phase_ = Phase::Start;
-  const std::byte* subtree_ = nullptr;    // this subtree's blocks in relative rank order
-  std::shared_ptr<std::byte[]> scratch_;  // shared with the requests (see ring_phases.h)
+  const std::byte* subtree_ = nullptr;  // this subtree's blocks in relative order
 };
 
 }  // namespace strait::comm

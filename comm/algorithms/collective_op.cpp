@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <type_traits>
 
 #include "core/error.h"
 #include "kernels/dtype.h"
@@ -21,23 +22,27 @@ std::string at_step(int step) {
 
 std::string Fingerprint::describe() const {
   const auto t = kernels::dtype_name(static_cast<kernels::DType>(dtype));
-  const auto o = kernels::reduce_op_name(static_cast<kernels::ReduceOp>(op));
   switch (kind) {
-    case Kind::Allreduce: return fmt::format("allreduce #{} ({} x {}, {})", seq, t, count, o);
+    case Kind::Allreduce:
+      return fmt::format("allreduce #{} ({} x {}, {})", seq, t, count,
+                         kernels::reduce_op_name(static_cast<kernels::ReduceOp>(op)));
     case Kind::Broadcast:
       return fmt::format("broadcast #{} ({} x {}, root {})", seq, t, count, root);
     case Kind::Allgather: return fmt::format("allgather #{} ({} x {})", seq, t, count);
     case Kind::Barrier: return fmt::format("barrier #{}", seq);
     case Kind::ReduceScatter:
-      return fmt::format("reduce_scatter #{} ({} x {} per rank, {})", seq, t, count, o);
+      return fmt::format("reduce_scatter #{} ({} x {} per rank, {})", seq, t, count,
+                         kernels::reduce_op_name(static_cast<kernels::ReduceOp>(op)));
     case Kind::ReduceScatterV:
       return fmt::format("reduce_scatter_v #{} ({} x {} in all, {}, counts hash {:#018x})", seq, t,
-                         count, o, counts);
+                         count, kernels::reduce_op_name(static_cast<kernels::ReduceOp>(op)),
+                         counts);
     case Kind::AllgatherV:
       return fmt::format("allgather_v #{} ({} x {} in all, counts hash {:#018x})", seq, t, count,
                          counts);
     case Kind::Reduce:
-      return fmt::format("reduce #{} ({} x {}, {}, root {})", seq, t, count, o, root);
+      return fmt::format("reduce #{} ({} x {}, {}, root {})", seq, t, count,
+                         kernels::reduce_op_name(static_cast<kernels::ReduceOp>(op)), root);
     case Kind::Gather:
       return fmt::format("gather #{} ({} x {} per rank, root {})", seq, t, count, root);
     case Kind::Scatter:
@@ -49,6 +54,11 @@ std::string Fingerprint::describe() const {
   }
   return fmt::format("an unknown operation (kind {}) #{}", static_cast<int>(kind), seq);
 }
+
+// Sent as raw bytes and compared with ==: nothing but plain fields, no padding (whose bytes would
+// be indeterminate).
+static_assert(std::is_trivially_copyable_v<Fingerprint> &&
+              std::has_unique_object_representations_v<Fingerprint>);
 
 std::uint64_t counts_hash(std::span<const std::size_t> counts) noexcept {
   std::uint64_t h = 0xcbf29ce484222325ULL;  // FNV-1a offset basis and prime

@@ -9,7 +9,6 @@
 #include <memory>
 #include <span>
 #include <string>
-#include <type_traits>
 #include <vector>
 
 #include "comm/progress_engine.h"
@@ -28,11 +27,19 @@ struct Group {
   [[nodiscard]] std::string describe_rank(int group_rank) const;
 };
 
-// What a collective is, as every rank must agree: kind, sequence number, dtype, count, op, root,
-// and for the v-collectives their counts. Ranks exchange it (comm/tag.h's header step) ahead of
-// the operation's first message to each peer, so ranks that disagree fail with Mismatch naming
-// both sides rather than hang or reduce data of the wrong size or type. Sent as raw bytes (all
-// ranks run the same build): trivially copyable, 32 bytes.
+// FNV-1a (64-bit) over the values of `counts`: ranks that pass different counts to a v-collective
+// get different fingerprints (Fingerprint::counts; a collision has a chance of 2^-64).
+std::uint64_t counts_hash(std::span<const std::size_t> counts) noexcept;
+
+// What a collective is, as every rank must agree: kind, sequence number, dtype, count, op, root.
+// Ranks exchange it (comm/tag.h's header step) ahead of the operation's first message to each
+// peer, so ranks that disagree fail with Mismatch naming both sides rather than hang or reduce
+// data of the wrong size or type. Sent as raw bytes: all ranks run the same build.
+// The newer collectives use the fields so: count is per rank for reduce_scatter, gather, scatter
+// and alltoall, the total for the v-forms, and for alltoall_v what the header's sender sends its
+// receiver; counts is counts_hash() of a v-form's counts, and for alltoall_v what the header's
+// sender expects back (CollectiveOp::set_pair_counts); root is also reduce's, gather's and
+// scatter's, op also reduce_scatter's and reduce's.
 struct Fingerprint {
   enum class Kind : std::uint8_t {
     Allreduce = 1,
@@ -49,25 +56,17 @@ struct Fingerprint {
     AlltoallV,
   };
   std::uint64_t seq = 0;
-  std::uint64_t count = 0;  // elements: per rank (reduce_scatter, gather, scatter, alltoall), in
-                            // all (the v-collectives), or to the header's receiver (alltoall_v)
-  // reduce_scatter_v, allgather_v: a hash of the counts array (counts_hash()); alltoall_v: the
-  // elements the header's sender expects back from its receiver (CollectiveOp::set_pair_counts).
+  std::uint64_t count = 0;  // elements
   std::uint64_t counts = 0;
-  std::int32_t root = -1;  // broadcast, reduce, gather, scatter
+  std::int32_t root = -1;  // broadcast only
   Kind kind = Kind::Barrier;
-  std::uint8_t dtype = 0;  // kernels::DType (all but barrier)
-  std::uint8_t op = 0;     // kernels::ReduceOp (allreduce, reduce_scatter(_v), reduce)
+  std::uint8_t dtype = 0;  // kernels::DType (allreduce, broadcast, allgather)
+  std::uint8_t op = 0;     // kernels::ReduceOp (allreduce)
   std::uint8_t reserved = 0;
   bool operator==(const Fingerprint&) const = default;
   // "allreduce #3 (f32 x 9, sum)".
   [[nodiscard]] std::string describe() const;
 };
-static_assert(std::is_trivially_copyable_v<Fingerprint> && sizeof(Fingerprint) == 32);
-
-// FNV-1a (64-bit) over the values of `counts`: ranks that pass different counts to a v-collective
-// get different fingerprints (up to a 2^-64 chance of a collision).
-std::uint64_t counts_hash(std::span<const std::size_t> counts) noexcept;
 
 class CollectiveOp : public Op {
  public:

@@ -1,24 +1,26 @@
-// Ring allreduce: a ring reduce-scatter then a ring allgather (comm/algorithms/ring_phases.h;
-// Patarasuk & Yuan, "Bandwidth optimal all-reduce algorithms for clusters of workstations", 2009;
+// Ring allreduce: a reduce-scatter then an allgather around the ring rank -> rank + 1
+// (Patarasuk & Yuan, "Bandwidth optimal all-reduce algorithms for clusters of workstations", 2009;
 // the algorithm of Baidu's ring allreduce, Horovod and NCCL's ring).
 //
-// The buffer is cut into P blocks (the first count % P one element longer, so any count works, 0
-// included). Steps: P-1 reduce-scatter steps (partials reduced into the output buffer), after
-// which rank r owns the reduced block r; then P-1 allgather steps. Bytes sent per rank:
+// The buffer is cut into P chunks (the first count % P chunks one element longer, so any count
+// works, 0 included). Steps: P-1 reduce-scatter steps (step k: send chunk r-k to the right, receive
+// chunk r-k-1 from the left and reduce it into place), after which rank r owns the reduced chunk
+// r+1; then P-1 allgather steps (send chunk r+1-k, receive chunk r-k). Bytes sent per rank:
 // 2 (P-1)/P * count * size(dtype), the bandwidth lower bound; 2 (P-1) latency terms.
-// Every block is reduced once, by its owner, and then copied: all ranks end bit-identical.
-// Avg = Sum, then the owner scales its block by 1/P (floating-point dtypes only).
+// Every chunk is reduced once, by its owner, and then copied: all ranks end bit-identical.
+// Avg = Sum, then a scale by 1/P (floating-point dtypes only).
 #pragma once
 
 #include <cstddef>
+#include <memory>
 
-#include "comm/algorithms/ring_phases.h"
+#include "comm/algorithms/collective_op.h"
 #include "kernels/dtype.h"
 #include "kernels/reduce.h"
 
 namespace strait::comm {
 
-class RingAllreduce final : public RingOp {
+class RingAllreduce final : public CollectiveOp {
  public:
   // `send` may equal `recv` (in place). Buffers are caller-owned and must outlive the operation.
   RingAllreduce(std::shared_ptr<const Group> group, std::uint64_t seq,
@@ -27,12 +29,22 @@ class RingAllreduce final : public RingOp {
   bool advance(Transport& t) override;
 
  private:
+  [[nodiscard]] std::size_t chunk_offset(int chunk) const;  // in elements
+  [[nodiscard]] std::size_t chunk_count(int chunk) const;
+
   const void* send_;
   std::byte* out_;
-  std::size_t bytes_;
+  std::size_t count_;
+  kernels::DType dtype_;
+  kernels::ReduceOp op_;
+  std::size_t elem_;
   bool started_ = false;
-  ReduceScatterPhase reduce_scatter_;
-  AllgatherPhase allgather_;
+  bool posted_ = false;
+  int step_ = 0;
+  int recv_chunk_ = 0;
+  // The incoming chunk during reduce-scatter. Shared with the receive's request: a receive UCX has
+  // matched still lands after this op has failed and gone.
+  std::shared_ptr<std::byte[]> scratch_;
 };
 
 }  // namespace strait::comm

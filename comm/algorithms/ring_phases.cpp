@@ -12,39 +12,36 @@ int wrap(int i, int p) {
 }  // namespace
 
 bool RingOp::advance_phase(Transport& t, ReduceScatterPhase& s) {
+  if (s.finished) return true;
   const int p = group().size();
   const int r = group().rank;
   const std::size_t elem = kernels::dtype_size(s.dtype);
-  const auto block = [&](const std::byte* base, int b) {
-    return base + s.blocks.offset[static_cast<std::size_t>(b)] * elem;
+  const auto block = [&](int b) {
+    return s.send + s.blocks.offset[static_cast<std::size_t>(b)] * elem;
   };
   const auto count = [&](int b) { return s.blocks.count[static_cast<std::size_t>(b)]; };
-  const std::size_t slot = s.blocks.largest() * elem;
-  if (s.finished) return true;
+  const std::size_t slot_bytes = s.blocks.largest() * elem;
+  const auto slot = [&](int k) {
+    return s.scratch.get() + static_cast<std::size_t>(k % 2) * slot_bytes;
+  };
   if (!s.started) {
     s.started = true;
-    if (s.work == nullptr && count(r) != 0 && s.own != block(s.send, r)) {
-      std::memcpy(s.own, block(s.send, r), count(r) * elem);
-    }
-    if (p > 1) s.scratch = std::make_shared_for_overwrite<std::byte[]>(s.work ? slot : 2 * slot);
+    // The last step reduces the incoming partial into `own`, which starts as this rank's block.
+    if (count(r) != 0 && s.own != block(r)) std::memcpy(s.own, block(r), count(r) * elem);
+    if (p > 1) s.scratch = std::make_shared_for_overwrite<std::byte[]>(2 * slot_bytes);
   }
   const auto reduce_op = s.op == kernels::ReduceOp::Avg ? kernels::ReduceOp::Sum : s.op;
   while (s.step < p - 1) {
     const int k = s.step;
     const int send_block = wrap(r - k - 1, p);
     const int recv_block = wrap(r - k - 2, p);
-    std::byte* incoming = s.scratch.get() + (s.work ? 0 : static_cast<std::size_t>(k % 2) * slot);
     if (!s.posted) {
       s.posted = true;
       RequestPtr rx =
-          recv_from(t, wrap(r - 1, p), s.first_step + k, incoming, count(recv_block) * elem);
+          recv_from(t, wrap(r - 1, p), s.first_step + k, slot(k), count(recv_block) * elem);
       rx->keep_alive = s.scratch;
-      // The partial of send_block: in work, else what the previous step reduced into scratch
-      // (step 0 sends this rank's own contribution).
-      const std::byte* outgoing =
-          s.work != nullptr || k == 0
-              ? block(s.send, send_block)
-              : s.scratch.get() + static_cast<std::size_t>((k - 1) % 2) * slot;
+      // Step 0 sends this rank's own contribution; later steps what the previous one reduced.
+      const std::byte* outgoing = k == 0 ? block(send_block) : slot(k - 1);
       RequestPtr tx =
           send_to(t, wrap(r + 1, p), s.first_step + k, outgoing, count(send_block) * elem);
       tx->keep_alive = s.scratch;
@@ -52,15 +49,10 @@ bool RingOp::advance_phase(Transport& t, ReduceScatterPhase& s) {
     if (!all_done(t)) return false;
     s.posted = false;
     ++s.step;
-    const std::size_t n = count(recv_block);
-    if (s.work != nullptr) {
-      kernels::reduce(s.dtype, reduce_op,
-                      s.work + s.blocks.offset[static_cast<std::size_t>(recv_block)] * elem,
-                      incoming, n);
-    } else if (recv_block == r) {
-      kernels::reduce(s.dtype, reduce_op, s.own, incoming, n);
+    if (recv_block == r) {
+      kernels::reduce(s.dtype, reduce_op, s.own, slot(k), count(r));
     } else {
-      kernels::reduce(s.dtype, reduce_op, incoming, block(s.send, recv_block), n);
+      kernels::reduce(s.dtype, reduce_op, slot(k), block(recv_block), count(recv_block));
     }
   }
   if (s.op == kernels::ReduceOp::Avg && count(r) != 0) {

@@ -1,7 +1,7 @@
 // RingOp: the two halves of the ring algorithm, over one block per rank of any sizes, as the base
-// of the ring collectives (RingAllreduce, RingReduceScatter, RingAllgather), so that the chunk
-// and step logic exists once. Source: Patarasuk & Yuan, "Bandwidth optimal all-reduce algorithms
-// for clusters of workstations" (2009), the ring of Baidu's allreduce, Horovod and NCCL.
+// of RingReduceScatter and RingAllgather (and of any ring collective composed of them), so that
+// the block and step logic exists once. Source: Patarasuk & Yuan, "Bandwidth optimal all-reduce
+// algorithms for clusters of workstations" (2009), the ring of Baidu's allreduce, Horovod and NCCL.
 //
 // Rank r sends to r+1 and receives from r-1 (mod P); each phase is P-1 steps, one latency term
 // each.
@@ -30,14 +30,10 @@ class RingOp : public CollectiveOp {
   using CollectiveOp::CollectiveOp;
 
   struct ReduceScatterPhase {
-    // This rank's contribution: one block per rank (layout `blocks`, in elements).
+    // This rank's contribution: one block per rank (layout `blocks`, in elements); read only.
     const std::byte* send = nullptr;
     // Where block `rank` ends up reduced; may be send's block `rank` (in place).
     std::byte* own = nullptr;
-    // When set (== send, writable, e.g. an allreduce's output): partials are reduced into it,
-    // so one scratch block suffices. Otherwise send is read only and two scratch blocks alternate
-    // (one being received while the other is sent).
-    std::byte* work = nullptr;
     Blocks blocks;
     kernels::DType dtype{};
     kernels::ReduceOp op{};  // Avg: Sum, then the owner scales its block by 1/P once
@@ -45,10 +41,11 @@ class RingOp : public CollectiveOp {
     // Progress.
     bool started = false;
     bool posted = false;
-    bool finished = false;  // the owner's scale (Avg) happens once
+    bool finished = false;
     int step = 0;
-    // Incoming partials. Shared with the requests: a receive UCX has matched still lands after
-    // the operation has failed and gone, and a queued send may still be read.
+    // Two slots of the largest block: the partial being received and the one being sent. Shared
+    // with the requests: a receive UCX has matched still lands after the operation has failed
+    // and gone, and a queued send may still be read.
     std::shared_ptr<std::byte[]> scratch{};
   };
 

@@ -148,9 +148,8 @@ INSTANTIATE_TEST_SUITE_P(Worlds1To5, AllreduceMatrix,
                          });
 
 TEST(Allreduce, SendsTheRingsBandwidthOptimalByteCount) {
-  // Ring allreduce: rank r sends every chunk but its own in the reduce-scatter and every chunk
-  // but chunk r + 1 in the allgather, so 2 * count - chunk(r) - chunk(r + 1) elements
-  // (comm/algorithms/ring_phases.h).
+  // Ring allreduce: every rank sends every chunk but two once in each phase, so
+  // 2 * count - chunk(r + 1) - chunk(r + 2) elements (comm/algorithms/ring_allreduce.h).
   constexpr int kWorld = 3;
   constexpr std::size_t kCount = 1000;  // chunks 334, 333, 333
   const std::array<std::size_t, kWorld> chunk = {334, 333, 333};
@@ -162,7 +161,7 @@ TEST(Allreduce, SendsTheRingsBandwidthOptimalByteCount) {
     sent[static_cast<std::size_t>(comm.rank())] = comm.stats().allreduce_bytes;
   });
   for (std::size_t r = 0; r < kWorld; ++r) {
-    const std::size_t elems = 2 * kCount - chunk[r] - chunk[(r + 1) % kWorld];
+    const std::size_t elems = 2 * kCount - chunk[(r + 1) % kWorld] - chunk[(r + 2) % kWorld];
     EXPECT_EQ(sent[r], elems * sizeof(float)) << "rank " << r;
   }
 }
