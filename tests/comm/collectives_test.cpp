@@ -29,12 +29,6 @@
 #include "tests/comm/comm_test_ranks.h"
 #include "tests/common/text.h"
 
-namespace strait::kernels {
-void PrintTo(DType t, std::ostream* os) {
-  *os << dtype_name(t);
-}
-}  // namespace strait::kernels
-
 namespace strait::comm {
 namespace {
 
@@ -43,18 +37,13 @@ using kernels::DType;
 using kernels::ReduceOp;
 using testing::check_reduced;
 using testing::error_of;
+using testing::kAllDTypes;
 using testing::make_input;
 using testing::run_ranks;
+using testing::sentinel;
 using Buffer = std::vector<std::byte>;
 using Counts = std::vector<std::size_t>;
 using strait::test::contains;
-
-constexpr std::array kAllDTypes = {DType::F32, DType::F64, DType::F16, DType::BF16,
-                                   DType::I8,  DType::U8,  DType::I32, DType::I64};
-
-Buffer sentinel(std::size_t bytes) {
-  return Buffer(bytes, std::byte{0xa5});
-}
 
 std::vector<ReduceOp> ops_of(DType t) {
   std::vector<ReduceOp> ops = {ReduceOp::Sum, ReduceOp::Prod, ReduceOp::Min, ReduceOp::Max};
@@ -102,12 +91,6 @@ Buffer concat(const std::vector<Buffer>& parts) {
   Buffer out;
   for (const auto& p : parts) out.insert(out.end(), p.begin(), p.end());
   return out;
-}
-
-std::string where(const char* what, DType t, std::size_t count, bool in_place, int root = -1) {
-  return fmt::format("{} {} count {} {}{}", what, kernels::dtype_name(t), count,
-                     in_place ? "in place" : "out of place",
-                     root < 0 ? std::string() : fmt::format(" root {}", root));
 }
 
 // One recorded outcome: a failure description, or nothing.
@@ -167,317 +150,301 @@ void finish(std::vector<Pending>& pending) {
   pending.clear();
 }
 
+// One call of a collective in a matrix test.
+struct Case {
+  std::uint64_t seed = 0;
+  ReduceOp op = ReduceOp::Sum;  // reductions only
+  std::size_t count = 0;        // per rank, or what the v-forms' counts are built around
+  int root = -1;                // rooted collectives only
+  bool in_place = false;
+  [[nodiscard]] std::string describe(const char* what, DType t) const {
+    return fmt::format("{} {} {} count {} {}{}", what, kernels::dtype_name(t),
+                       kernels::reduce_op_name(op), count, in_place ? "in place" : "out of place",
+                       root < 0 ? std::string() : fmt::format(" root {}", root));
+  }
+};
+
+struct Shape {
+  bool reduces = false;  // every op of the dtype, else sum only (the data ignore it)
+  bool rooted = false;   // every root
+  bool large = false;    // counts_of(..., large)
+};
+
+std::vector<Case> cases_of(DType t, int world, Shape shape) {
+  const std::vector<ReduceOp> ops = shape.reduces ? ops_of(t) : std::vector{ReduceOp::Sum};
+  std::vector<Case> out;
+  for (const ReduceOp op : ops) {
+    for (const std::size_t count : counts_of(t, op, world, shape.large)) {
+      for (int root = shape.rooted ? 0 : -1; root < (shape.rooted ? world : 0); ++root) {
+        for (const bool in_place : {false, true}) {
+          out.push_back({1000 + out.size(), op, count, root, in_place});
+        }
+      }
+    }
+  }
+  return out;
+}
+
+// Runs `one` for every case on every rank: in-place cases block, the others push a Pending (so
+// many are in flight at once); then waits for those and runs their checks.
+using One = std::function<void(Communicator&, Failures&, std::vector<Pending>&, const Case&)>;
+void run_cases(int world, DType t, Shape shape, const One& one) {
+  const std::vector<Case> cases = cases_of(t, world, shape);
+  run_checked(world, [&](Communicator& comm, Failures& fail) {
+    std::vector<Pending> pending;
+    for (const Case& c : cases) one(comm, fail, pending, c);
+    finish(pending);
+  });
+}
+
+Buffer slice(const Buffer& b, std::size_t offset, std::size_t bytes) {
+  const auto at = b.begin() + static_cast<std::ptrdiff_t>(offset);
+  return Buffer(at, at + static_cast<std::ptrdiff_t>(bytes));
+}
+
+// The blocks of data_of(seed, i, counts[i]) for every rank i.
+std::vector<Buffer> blocks_of(DType t, std::uint64_t seed, const Counts& counts) {
+  std::vector<Buffer> out;
+  for (std::size_t i = 0; i < counts.size(); ++i) {
+    out.push_back(data_of(t, seed, static_cast<int>(i), counts[i]));
+  }
+  return out;
+}
+
 class Matrix : public ::testing::TestWithParam<std::tuple<int, DType>> {
  protected:
   [[nodiscard]] int world() const { return std::get<0>(GetParam()); }
   [[nodiscard]] DType dtype() const { return std::get<1>(GetParam()); }
-  [[nodiscard]] std::size_t elem() const { return kernels::dtype_size(dtype()); }
 };
 
-// Blocking in place, non-blocking (many in flight) out of place, for each case.
+// reduce_scatter is reduce_scatter_v with equal counts: one body checks both.
+void reduce_scatter_case(Communicator& comm, Failures& fail, std::vector<Pending>& pending,
+                         const Case& c, DType t, bool v) {
+  const int p = comm.size();
+  const int r = comm.rank();
+  const std::size_t e = kernels::dtype_size(t);
+  const Counts counts = v ? v_counts(c.count, p) : Counts(static_cast<std::size_t>(p), c.count);
+  const std::size_t n = counts[static_cast<std::size_t>(r)];
+  const std::size_t first = prefix(counts, r);
+  const std::string what = c.describe(v ? "reduce_scatter_v" : "reduce_scatter", t);
+  auto send = std::make_shared<Buffer>(make_input(t, c.op, c.seed, r, total(counts)));
+  if (c.in_place) {
+    std::byte* own = send->data() + first * e;
+    if (v) {
+      comm.reduce_scatter_v(send->data(), own, counts, t, c.op);
+    } else {
+      comm.reduce_scatter(send->data(), own, n, t, c.op);
+    }
+    check_reduction(fail, what, t, c.op, c.seed, p, slice(*send, first * e, n * e), first, n);
+    return;
+  }
+  auto recv = std::make_shared<Buffer>(sentinel(n * e));
+  const Buffer input = *send;
+  Work w = v ? comm.ireduce_scatter_v(send->data(), recv->data(), counts, t, c.op)
+             : comm.ireduce_scatter(send->data(), recv->data(), n, t, c.op);
+  pending.push_back({std::move(w),
+                     [=, &fail] {
+                       check_reduction(fail, what, t, c.op, c.seed, p, *recv, first, n);
+                       if (*send != input) fail.push_back(what + ": the send buffer was modified");
+                     },
+                     send});
+}
 
 TEST_P(Matrix, ReduceScatter) {
-  const int p = world();
   const DType t = dtype();
-  const std::size_t e = elem();
-  run_checked(p, [&](Communicator& comm, Failures& fail) {
-    const int r = comm.rank();
-    std::vector<Pending> pending;
-    std::uint64_t seed = 100;
-    for (const ReduceOp op : ops_of(t)) {
-      for (const std::size_t n : counts_of(t, op, p, true)) {
-        for (const bool in_place : {false, true}) {
-          ++seed;
-          const std::string what = where("reduce_scatter", t, n, in_place);
-          const auto first = static_cast<std::size_t>(r) * n;
-          auto send = std::make_shared<Buffer>(make_input(t, op, seed, r, n * p));
-          if (in_place) {
-            comm.reduce_scatter(send->data(), send->data() + first * e, n, t, op);
-            check_reduction(fail, what, t, op, seed, p,
-                            Buffer(send->begin() + first * e, send->begin() + (first + n) * e),
-                            first, n);
-            continue;
-          }
-          auto recv = std::make_shared<Buffer>(sentinel(n * e));
-          const Buffer input = *send;
-          pending.push_back({comm.ireduce_scatter(send->data(), recv->data(), n, t, op),
-                             [=, &fail] {
-                               check_reduction(fail, what, t, op, seed, p, *recv, first, n);
-                               if (*send != input)
-                                 fail.push_back(what + ": the send buffer was modified");
-                             },
-                             send});
-        }
-      }
-    }
-    finish(pending);
-  });
+  run_cases(world(), t, {.reduces = true, .large = true},
+            [&](Communicator& comm, Failures& fail, std::vector<Pending>& pending, const Case& c) {
+              reduce_scatter_case(comm, fail, pending, c, t, false);
+            });
 }
 
 TEST_P(Matrix, ReduceScatterV) {
-  const int p = world();
   const DType t = dtype();
-  const std::size_t e = elem();
-  run_checked(p, [&](Communicator& comm, Failures& fail) {
-    const int r = comm.rank();
-    std::vector<Pending> pending;
-    std::uint64_t seed = 200;
-    for (const ReduceOp op : ops_of(t)) {
-      for (const std::size_t c : counts_of(t, op, p, true)) {
-        for (const bool in_place : {false, true}) {
-          ++seed;
-          const Counts counts = v_counts(c, p);
-          const std::size_t n = counts[static_cast<std::size_t>(r)];
-          const std::size_t first = prefix(counts, r);
-          const std::string what = where("reduce_scatter_v", t, c, in_place);
-          auto send = std::make_shared<Buffer>(make_input(t, op, seed, r, total(counts)));
-          if (in_place) {
-            comm.reduce_scatter_v(send->data(), send->data() + first * e, counts, t, op);
-            check_reduction(fail, what, t, op, seed, p,
-                            Buffer(send->begin() + first * e, send->begin() + (first + n) * e),
-                            first, n);
-            continue;
-          }
-          auto recv = std::make_shared<Buffer>(sentinel(n * e));
-          pending.push_back({comm.ireduce_scatter_v(send->data(), recv->data(), counts, t, op),
-                             [=, &fail] {
-                               check_reduction(fail, what, t, op, seed, p, *recv, first, n);
-                               (void)send;  // kept alive until the operation is done
-                             },
-                             send});
-        }
-      }
-    }
-    finish(pending);
-  });
+  run_cases(world(), t, {.reduces = true, .large = true},
+            [&](Communicator& comm, Failures& fail, std::vector<Pending>& pending, const Case& c) {
+              reduce_scatter_case(comm, fail, pending, c, t, true);
+            });
 }
 
 TEST_P(Matrix, AllgatherV) {
-  const int p = world();
   const DType t = dtype();
-  const std::size_t e = elem();
-  run_checked(p, [&](Communicator& comm, Failures& fail) {
-    const int r = comm.rank();
-    std::vector<Pending> pending;
-    std::uint64_t seed = 300;
-    for (const std::size_t c : counts_of(t, ReduceOp::Sum, p, true)) {
-      for (const bool in_place : {false, true}) {
-        ++seed;
-        const Counts counts = v_counts(c, p);
-        std::vector<Buffer> parts;
-        for (int i = 0; i < p; ++i) {
-          parts.push_back(data_of(t, seed, i, counts[static_cast<std::size_t>(i)]));
-        }
-        const Buffer want = concat(parts);
-        const std::string what = where("allgather_v", t, c, in_place);
-        const Buffer& mine = parts[static_cast<std::size_t>(r)];
-        if (in_place) {
-          Buffer buf = sentinel(want.size());
-          std::byte* own = buf.data() + prefix(counts, r) * e;
-          std::copy(mine.begin(), mine.end(), own);
-          comm.allgather_v(own, buf.data(), counts, t);
-          check_bytes(fail, what, buf, want);
-          continue;
-        }
-        auto send = std::make_shared<Buffer>(mine);
-        auto recv = std::make_shared<Buffer>(sentinel(want.size()));
-        pending.push_back({comm.iallgather_v(send->data(), recv->data(), counts, t),
-                           [=, &fail] { check_bytes(fail, what, *recv, want); }, send});
-      }
-    }
-    finish(pending);
-  });
+  const std::size_t e = kernels::dtype_size(t);
+  run_cases(world(), t, {.large = true},
+            [&](Communicator& comm, Failures& fail, std::vector<Pending>& pending, const Case& c) {
+              const int r = comm.rank();
+              const Counts counts = v_counts(c.count, comm.size());
+              const std::vector<Buffer> blocks = blocks_of(t, c.seed, counts);
+              const Buffer want = concat(blocks);
+              const Buffer& mine = blocks[static_cast<std::size_t>(r)];
+              const std::string what = c.describe("allgather_v", t);
+              if (c.in_place) {
+                Buffer buf = sentinel(want.size());
+                std::byte* own = buf.data() + prefix(counts, r) * e;
+                std::copy(mine.begin(), mine.end(), own);
+                comm.allgather_v(own, buf.data(), counts, t);
+                check_bytes(fail, what, buf, want);
+                return;
+              }
+              auto send = std::make_shared<Buffer>(mine);
+              auto recv = std::make_shared<Buffer>(sentinel(want.size()));
+              pending.push_back({comm.iallgather_v(send->data(), recv->data(), counts, t),
+                                 [=, &fail] { check_bytes(fail, what, *recv, want); }, send});
+            });
 }
 
 TEST_P(Matrix, Reduce) {
-  const int p = world();
   const DType t = dtype();
-  const std::size_t e = elem();
-  run_checked(p, [&](Communicator& comm, Failures& fail) {
-    const int r = comm.rank();
-    std::vector<Pending> pending;
-    std::uint64_t seed = 400;
-    for (const ReduceOp op : ops_of(t)) {
-      for (const std::size_t n : counts_of(t, op, p)) {
-        for (int root = 0; root < p; ++root) {
-          for (const bool in_place : {false, true}) {
-            ++seed;
-            const std::string what = where("reduce", t, n, in_place, root);
-            auto send = std::make_shared<Buffer>(make_input(t, op, seed, r, n));
-            if (in_place && r == root) {
-              comm.reduce(send->data(), send->data(), n, t, op, root);
-              check_reduction(fail, what, t, op, seed, p, *send, 0, n);
-              continue;
-            }
-            if (in_place) {  // a non-root's recv may be null
-              comm.reduce(send->data(), nullptr, n, t, op, root);
-              continue;
-            }
-            // Elsewhere than the root, recv must stay untouched.
-            auto recv = std::make_shared<Buffer>(sentinel(n * e));
-            const Buffer input = *send;
-            pending.push_back({comm.ireduce(send->data(), recv->data(), n, t, op, root),
-                               [=, &fail] {
-                                 if (r == root) {
-                                   check_reduction(fail, what, t, op, seed, p, *recv, 0, n);
-                                 } else if (*recv != sentinel(n * e)) {
-                                   fail.push_back(what + ": a non-root's recv was written");
-                                 }
-                                 if (*send != input)
-                                   fail.push_back(what + ": the send buffer was modified");
-                               },
-                               send});
-          }
+  const std::size_t e = kernels::dtype_size(t);
+  run_cases(
+      world(), t, {.reduces = true, .rooted = true},
+      [&](Communicator& comm, Failures& fail, std::vector<Pending>& pending, const Case& c) {
+        const int p = comm.size();
+        const int r = comm.rank();
+        const std::string what = c.describe("reduce", t);
+        auto send = std::make_shared<Buffer>(make_input(t, c.op, c.seed, r, c.count));
+        if (c.in_place) {
+          // In place on the root; elsewhere recv may be null.
+          comm.reduce(send->data(), r == c.root ? send->data() : nullptr, c.count, t, c.op, c.root);
+          if (r == c.root) check_reduction(fail, what, t, c.op, c.seed, p, *send, 0, c.count);
+          return;
         }
-      }
-    }
-    finish(pending);
-  });
+        auto recv = std::make_shared<Buffer>(sentinel(c.count * e));
+        const Buffer input = *send;
+        pending.push_back({comm.ireduce(send->data(), recv->data(), c.count, t, c.op, c.root),
+                           [=, &fail] {
+                             if (r == c.root) {
+                               check_reduction(fail, what, t, c.op, c.seed, p, *recv, 0, c.count);
+                             } else {
+                               check_bytes(fail, what + " (a non-root's recv, untouched)", *recv,
+                                           sentinel(c.count * e));
+                             }
+                             if (*send != input)
+                               fail.push_back(what + ": the send buffer was modified");
+                           },
+                           send});
+      });
 }
 
 TEST_P(Matrix, Gather) {
-  const int p = world();
   const DType t = dtype();
-  const std::size_t e = elem();
-  run_checked(p, [&](Communicator& comm, Failures& fail) {
-    const int r = comm.rank();
-    std::vector<Pending> pending;
-    std::uint64_t seed = 500;
-    for (const std::size_t n : counts_of(t, ReduceOp::Sum, p)) {
-      for (int root = 0; root < p; ++root) {
-        for (const bool in_place : {false, true}) {
-          ++seed;
-          std::vector<Buffer> parts;
-          for (int i = 0; i < p; ++i) parts.push_back(data_of(t, seed, i, n));
-          const Buffer want = concat(parts);
-          const std::string what = where("gather", t, n, in_place, root);
-          const Buffer& mine = parts[static_cast<std::size_t>(r)];
-          if (in_place) {
-            if (r == root) {
-              Buffer buf = sentinel(want.size());
-              std::copy(mine.begin(), mine.end(),
-                        buf.begin() + static_cast<std::ptrdiff_t>(r * n * e));
-              comm.gather(buf.data() + r * n * e, buf.data(), n, t, root);
-              check_bytes(fail, what, buf, want);
-            } else {
-              comm.gather(mine.data(), nullptr, n, t, root);
-            }
-            continue;
-          }
-          auto send = std::make_shared<Buffer>(mine);
-          auto recv = std::make_shared<Buffer>(sentinel(want.size()));
-          pending.push_back({comm.igather(send->data(), recv->data(), n, t, root),
-                             [=, &fail] {
-                               check_bytes(fail, what, *recv,
-                                           r == root ? want : sentinel(want.size()));
-                             },
-                             send});
-        }
-      }
-    }
-    finish(pending);
-  });
+  const std::size_t e = kernels::dtype_size(t);
+  run_cases(world(), t, {.rooted = true},
+            [&](Communicator& comm, Failures& fail, std::vector<Pending>& pending, const Case& c) {
+              const int r = comm.rank();
+              const std::size_t bytes = c.count * e;
+              const Counts counts(static_cast<std::size_t>(comm.size()), c.count);
+              const std::vector<Buffer> blocks = blocks_of(t, c.seed, counts);
+              const Buffer want = concat(blocks);
+              const Buffer& mine = blocks[static_cast<std::size_t>(r)];
+              const std::string what = c.describe("gather", t);
+              if (c.in_place && r == c.root) {
+                Buffer buf = sentinel(want.size());
+                std::copy(mine.begin(), mine.end(),
+                          buf.data() + static_cast<std::size_t>(r) * bytes);
+                comm.gather(buf.data() + static_cast<std::size_t>(r) * bytes, buf.data(), c.count,
+                            t, c.root);
+                check_bytes(fail, what, buf, want);
+                return;
+              }
+              if (c.in_place) {  // a non-root's recv may be null
+                comm.gather(mine.data(), nullptr, c.count, t, c.root);
+                return;
+              }
+              auto send = std::make_shared<Buffer>(mine);
+              auto recv = std::make_shared<Buffer>(sentinel(want.size()));
+              const Buffer expected = r == c.root ? want : sentinel(want.size());
+              pending.push_back({comm.igather(send->data(), recv->data(), c.count, t, c.root),
+                                 [=, &fail] { check_bytes(fail, what, *recv, expected); }, send});
+            });
 }
 
 TEST_P(Matrix, Scatter) {
-  const int p = world();
   const DType t = dtype();
-  const std::size_t e = elem();
-  run_checked(p, [&](Communicator& comm, Failures& fail) {
-    const int r = comm.rank();
-    std::vector<Pending> pending;
-    std::uint64_t seed = 600;
-    for (const std::size_t n : counts_of(t, ReduceOp::Sum, p)) {
-      for (int root = 0; root < p; ++root) {
-        for (const bool in_place : {false, true}) {
-          ++seed;
-          std::vector<Buffer> parts;
-          for (int i = 0; i < p; ++i) parts.push_back(data_of(t, seed, i, n));
-          const Buffer all = concat(parts);
-          const Buffer& want = parts[static_cast<std::size_t>(r)];
-          const std::string what = where("scatter", t, n, in_place, root);
-          if (in_place) {
-            if (r == root) {
-              Buffer buf = all;
-              comm.scatter(buf.data(), buf.data() + r * n * e, n, t, root);
-              check_bytes(fail, what, buf, all);
-            } else {
-              Buffer recv = sentinel(n * e);
-              comm.scatter(nullptr, recv.data(), n, t, root);
-              check_bytes(fail, what, recv, want);
-            }
-            continue;
-          }
-          // Only the root's send counts: the others pass garbage.
-          auto send = std::make_shared<Buffer>(r == root ? all : sentinel(all.size()));
-          auto recv = std::make_shared<Buffer>(sentinel(n * e));
-          pending.push_back({comm.iscatter(send->data(), recv->data(), n, t, root),
-                             [=, &fail] { check_bytes(fail, what, *recv, want); }, send});
-        }
-      }
-    }
-    finish(pending);
-  });
+  const std::size_t e = kernels::dtype_size(t);
+  run_cases(world(), t, {.rooted = true},
+            [&](Communicator& comm, Failures& fail, std::vector<Pending>& pending, const Case& c) {
+              const int r = comm.rank();
+              const std::size_t bytes = c.count * e;
+              const Counts counts(static_cast<std::size_t>(comm.size()), c.count);
+              const std::vector<Buffer> blocks = blocks_of(t, c.seed, counts);
+              const Buffer all = concat(blocks);
+              const Buffer& want = blocks[static_cast<std::size_t>(r)];
+              const std::string what = c.describe("scatter", t);
+              if (c.in_place && r == c.root) {
+                Buffer buf = all;
+                comm.scatter(buf.data(), buf.data() + static_cast<std::size_t>(r) * bytes, c.count,
+                             t, c.root);
+                check_bytes(fail, what, buf, all);
+                return;
+              }
+              if (c.in_place) {  // a non-root's send may be null
+                Buffer recv = sentinel(bytes);
+                comm.scatter(nullptr, recv.data(), c.count, t, c.root);
+                check_bytes(fail, what, recv, want);
+                return;
+              }
+              // Only the root's send is read: the others pass garbage.
+              auto send = std::make_shared<Buffer>(r == c.root ? all : sentinel(all.size()));
+              auto recv = std::make_shared<Buffer>(sentinel(bytes));
+              pending.push_back({comm.iscatter(send->data(), recv->data(), c.count, t, c.root),
+                                 [=, &fail] { check_bytes(fail, what, *recv, want); }, send});
+            });
 }
 
-// Block j of rank i's alltoall send: data_of(seed + j, from = i).
-void alltoall_cases(Communicator& comm, Failures& fail, DType t, bool v) {
+// Block j of rank i's send: data_of(seed + j, from = i). The v-form's counts are pair_count(),
+// except in place, which needs one layout both ways.
+void alltoall_case(Communicator& comm, Failures& fail, std::vector<Pending>& pending, const Case& c,
+                   DType t, bool v) {
   const int p = comm.size();
   const int r = comm.rank();
-  std::vector<Pending> pending;
-  std::uint64_t seed = v ? 800 : 700;
-  for (const std::size_t c : counts_of(t, ReduceOp::Sum, p)) {
-    for (const bool in_place : {false, true}) {
-      seed += 16;
-      Counts send_counts(static_cast<std::size_t>(p), c);
-      Counts recv_counts = send_counts;
-      if (v) {
-        for (int j = 0; j < p; ++j) {
-          send_counts[static_cast<std::size_t>(j)] = pair_count(c, r, j);
-          recv_counts[static_cast<std::size_t>(j)] = pair_count(c, j, r);
-        }
-        // In place needs one layout for both directions.
-        if (in_place) recv_counts = send_counts = Counts(static_cast<std::size_t>(p), c + 1);
-      }
-      std::vector<Buffer> out_parts;
-      std::vector<Buffer> in_parts;
-      for (int j = 0; j < p; ++j) {
-        const auto uj = static_cast<std::size_t>(j);
-        out_parts.push_back(data_of(t, seed + uj, r, send_counts[uj]));
-        in_parts.push_back(data_of(t, seed + static_cast<std::size_t>(r), j, recv_counts[uj]));
-      }
-      const Buffer want = concat(in_parts);
-      const std::string what = where(v ? "alltoall_v" : "alltoall", t, c, in_place);
-      if (in_place) {
-        Buffer buf = concat(out_parts);
-        if (v) {
-          comm.alltoall_v(buf.data(), send_counts, buf.data(), recv_counts, t);
-        } else {
-          comm.alltoall(buf.data(), buf.data(), c, t);
-        }
-        check_bytes(fail, what, buf, want);
-        continue;
-      }
-      auto send = std::make_shared<Buffer>(concat(out_parts));
-      auto recv = std::make_shared<Buffer>(sentinel(want.size()));
-      Work w = v ? comm.ialltoall_v(send->data(), send_counts, recv->data(), recv_counts, t)
-                 : comm.ialltoall(send->data(), recv->data(), c, t);
-      pending.push_back({std::move(w), [=, &fail] { check_bytes(fail, what, *recv, want); }, send});
+  Counts send_counts(static_cast<std::size_t>(p), v && c.in_place ? c.count + 1 : c.count);
+  Counts recv_counts = send_counts;
+  if (v && !c.in_place) {
+    for (int j = 0; j < p; ++j) {
+      send_counts[static_cast<std::size_t>(j)] = pair_count(c.count, r, j);
+      recv_counts[static_cast<std::size_t>(j)] = pair_count(c.count, j, r);
     }
   }
-  finish(pending);
+  std::vector<Buffer> outgoing;
+  std::vector<Buffer> incoming;
+  for (int j = 0; j < p; ++j) {
+    const auto uj = static_cast<std::size_t>(j);
+    outgoing.push_back(data_of(t, c.seed + uj, r, send_counts[uj]));
+    incoming.push_back(data_of(t, c.seed + static_cast<std::size_t>(r), j, recv_counts[uj]));
+  }
+  const Buffer want = concat(incoming);
+  const std::string what = c.describe(v ? "alltoall_v" : "alltoall", t);
+  if (c.in_place) {
+    Buffer buf = concat(outgoing);
+    if (v) {
+      comm.alltoall_v(buf.data(), send_counts, buf.data(), recv_counts, t);
+    } else {
+      comm.alltoall(buf.data(), buf.data(), c.count, t);
+    }
+    check_bytes(fail, what, buf, want);
+    return;
+  }
+  auto send = std::make_shared<Buffer>(concat(outgoing));
+  auto recv = std::make_shared<Buffer>(sentinel(want.size()));
+  Work w = v ? comm.ialltoall_v(send->data(), send_counts, recv->data(), recv_counts, t)
+             : comm.ialltoall(send->data(), recv->data(), c.count, t);
+  pending.push_back({std::move(w), [=, &fail] { check_bytes(fail, what, *recv, want); }, send});
 }
 
 TEST_P(Matrix, Alltoall) {
   const DType t = dtype();
-  run_checked(world(),
-              [&](Communicator& comm, Failures& fail) { alltoall_cases(comm, fail, t, false); });
+  run_cases(world(), t, {},
+            [&](Communicator& comm, Failures& fail, std::vector<Pending>& pending, const Case& c) {
+              alltoall_case(comm, fail, pending, c, t, false);
+            });
 }
 
 TEST_P(Matrix, AlltoallV) {
   const DType t = dtype();
-  run_checked(world(),
-              [&](Communicator& comm, Failures& fail) { alltoall_cases(comm, fail, t, true); });
+  run_cases(world(), t, {},
+            [&](Communicator& comm, Failures& fail, std::vector<Pending>& pending, const Case& c) {
+              alltoall_case(comm, fail, pending, c, t, true);
+            });
 }
 
 INSTANTIATE_TEST_SUITE_P(Worlds1To5, Matrix,

@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cmath>
 #include <cstddef>
@@ -19,16 +20,32 @@
 #include <cstring>
 #include <limits>
 #include <optional>
+#include <ostream>
 #include <string>
 #include <vector>
 
 #include "kernels/dtype.h"
 #include "kernels/reduce.h"
 
+namespace strait::kernels {
+// gtest prints test parameters through this ("f32" rather than "1-byte object <00>").
+inline void PrintTo(DType t, std::ostream* os) {
+  *os << dtype_name(t);
+}
+}  // namespace strait::kernels
+
 namespace strait::comm::testing {
 
 using kernels::DType;
 using kernels::ReduceOp;
+
+inline constexpr std::array kAllDTypes = {DType::F32, DType::F64, DType::F16, DType::BF16,
+                                          DType::I8,  DType::U8,  DType::I32, DType::I64};
+
+// A recognisable pattern for "not written by the operation".
+inline std::vector<std::byte> sentinel(std::size_t bytes) {
+  return std::vector<std::byte>(bytes, std::byte{0xa5});
+}
 
 // SplitMix64 (Steele, Lea & Flood 2014): a stateless hash of (seed, rank, index).
 inline std::uint64_t mix(std::uint64_t x) {
