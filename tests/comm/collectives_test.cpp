@@ -485,6 +485,27 @@ TEST_P(PerWorld, ReduceScatterThenAllgatherIsBitIdenticalOnEveryRank) {
   }
 }
 
+TEST_P(PerWorld, ReduceGivesTheSameBitsEveryTime) {
+  // The tree fixes the order of the reduction, whatever order the children's data arrive in.
+  const int p = GetParam();
+  const DType t = DType::F16;
+  const std::size_t n = 4096;
+  std::vector<Buffer> results;
+  run_ranks(p, [&](Communicator& comm) {
+    const Buffer in = make_input(t, ReduceOp::Sum, 77, comm.rank(), n);
+    const int root = p - 1;
+    for (int i = 0; i < 4; ++i) {
+      Buffer out = sentinel(in.size());
+      comm.reduce(in.data(), out.data(), n, t, ReduceOp::Sum, root);
+      if (comm.rank() == root) results.push_back(std::move(out));
+    }
+  });
+  ASSERT_EQ(results.size(), 4U);
+  const auto wrong = check_reduced("reduce", t, ReduceOp::Sum, 77, p, results[0].data(), 0, n);
+  EXPECT_FALSE(wrong.has_value()) << *wrong;
+  for (std::size_t i = 1; i < results.size(); ++i) EXPECT_TRUE(results[i] == results[0]) << i;
+}
+
 INSTANTIATE_TEST_SUITE_P(Worlds1To5, PerWorld, ::testing::Range(1, 6),
                          [](const ::testing::TestParamInfo<int>& p) {
                            return fmt::format("world{}", p.param);
