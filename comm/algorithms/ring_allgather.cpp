@@ -12,7 +12,7 @@ RingAllgather::RingAllgather(std::shared_ptr<const Group> group, std::uint64_t s
              .out = static_cast<std::byte*>(out),
              .blocks = Blocks::packed(bytes)} {}
 
-RingAllgather::RingAllgather(std::shared_ptr<const Group> group, std::uint64_t seq,
+RingAllgather::RingAllgather(const std::shared_ptr<const Group>& group, std::uint64_t seq,
                              std::atomic<std::uint64_t>* bytes_sent, const void* send, void* out,
                              std::size_t bytes)
     : RingAllgather(group, seq, bytes_sent, send, out,

@@ -20,7 +20,7 @@ class RingAllgather final : public RingOp {
                 std::atomic<std::uint64_t>* bytes_sent, const void* send, void* out,
                 std::span<const std::size_t> bytes);
   // Every block `bytes` long.
-  RingAllgather(std::shared_ptr<const Group> group, std::uint64_t seq,
+  RingAllgather(const std::shared_ptr<const Group>& group, std::uint64_t seq,
                 std::atomic<std::uint64_t>* bytes_sent, const void* send, void* out,
                 std::size_t bytes);
   bool advance(Transport& t) override;

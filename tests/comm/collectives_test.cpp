@@ -70,7 +70,7 @@ Counts v_counts(std::size_t c, int world) {
 
 // Elements rank i sends rank j in the alltoall_v tests: uneven, some pairs 0.
 std::size_t pair_count(std::size_t c, int i, int j) {
-  const auto k = static_cast<std::size_t>(i + 2 * j);
+  const std::size_t k = static_cast<std::size_t>(i) + 2 * static_cast<std::size_t>(j);
   return c == 0 || k % 4 == 3 ? 0 : c + k;
 }
 
