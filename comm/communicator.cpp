@@ -1,20 +1,28 @@
 #include "comm/communicator.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdlib>
+#include <numeric>
 #include <tuple>
 #include <vector>
 
 #include "comm/algorithms/binomial_broadcast.h"
+#include "comm/algorithms/binomial_gather.h"
+#include "comm/algorithms/binomial_reduce.h"
+#include "comm/algorithms/binomial_scatter.h"
 #include "comm/algorithms/collective_op.h"
 #include "comm/algorithms/dissemination_barrier.h"
+#include "comm/algorithms/pairwise_alltoall.h"
 #include "comm/algorithms/point_to_point.h"
 #include "comm/algorithms/rabenseifner_allreduce.h"
 #include "comm/algorithms/recursive_doubling_allreduce.h"
 #include "comm/algorithms/ring_allgather.h"
 #include "comm/algorithms/ring_allreduce.h"
+#include "comm/algorithms/ring_reduce_scatter.h"
 #include "comm/algorithms/selection.h"
 #include "comm/bootstrap/launch_env.h"
 #include "comm/progress_engine.h"
@@ -25,6 +33,72 @@ namespace strait::comm {
 
 using kernels::DType;
 using kernels::ReduceOp;
+
+namespace {
+
+// Argument checks of the collectives: each throws InvalidArgument saying what `what` was given.
+
+void check_reduce_op(const char* what, DType dtype, ReduceOp op) {
+  if (op == ReduceOp::Avg && !kernels::dtype_is_float(dtype)) {
+    throw Error(ErrorCode::InvalidArgument,
+                fmt::format("{}: avg of {} is not defined; use sum and divide, or a "
+                            "floating-point dtype",
+                            what, kernels::dtype_name(dtype)));
+  }
+}
+
+void check_buffer(const char* what, const char* name, const void* buf, std::size_t bytes) {
+  if (buf == nullptr && bytes != 0) {
+    throw Error(ErrorCode::InvalidArgument,
+                fmt::format("{}: the {} buffer is null but must hold {} bytes", what, name, bytes));
+  }
+}
+
+void check_span(const char* what, const char* name, std::span<const std::size_t> counts, int size) {
+  if (counts.size() != static_cast<std::size_t>(size)) {
+    throw Error(ErrorCode::InvalidArgument,
+                fmt::format("{}: {} has {} entries; it needs one per rank of the communicator ({})",
+                            what, name, counts.size(), size));
+  }
+}
+
+// `inner` (inner_bytes) may lie within `outer` (outer_bytes) only at `in_place`.
+void check_overlap(const char* what, const void* inner, std::size_t inner_bytes, const void* outer,
+                   std::size_t outer_bytes, const void* in_place, const char* layout) {
+  if (inner_bytes == 0 || outer_bytes == 0 || inner == in_place) return;
+  const auto a = reinterpret_cast<std::uintptr_t>(inner);
+  const auto b = reinterpret_cast<std::uintptr_t>(outer);
+  if (a < b + outer_bytes && b < a + inner_bytes) {
+    throw Error(ErrorCode::InvalidArgument,
+                fmt::format("{}: the send and recv buffers overlap, but not in place (in place "
+                            "means {}); use separate buffers or the in-place layout",
+                            what, layout));
+  }
+}
+
+const std::byte* at(const void* base, std::size_t bytes) {
+  return static_cast<const std::byte*>(base) + bytes;
+}
+
+std::size_t sum(std::span<const std::size_t> counts) {
+  return std::accumulate(counts.begin(), counts.end(), std::size_t{0});
+}
+
+// "[3, 0, 5]", or the first 8 and the number of entries.
+std::string list(std::span<const std::size_t> counts) {
+  constexpr std::size_t kShown = 8;
+  if (counts.size() <= kShown) return fmt::format("[{}]", fmt::join(counts, ", "));
+  return fmt::format("[{}, ...] ({} entries)", fmt::join(counts.first(kShown), ", "),
+                     counts.size());
+}
+
+std::vector<std::size_t> times(std::span<const std::size_t> counts, std::size_t factor) {
+  std::vector<std::size_t> out(counts.begin(), counts.end());
+  for (auto& c : out) c *= factor;
+  return out;
+}
+
+}  // namespace
 
 // What the communicators of one process share: the store and the progress engine (which owns the
 // transport). Sub-communicators keep it alive.
@@ -275,6 +349,248 @@ void Communicator::allgather(const void* send, void* recv, std::size_t count, DT
   iallgather(send, recv, count, dtype).wait();
 }
 
+Work Communicator::ireduce_scatter(const void* send, void* recv, std::size_t recv_count,
+                                   DType dtype, ReduceOp op) {
+  const std::vector<std::size_t> counts(static_cast<std::size_t>(size()), recv_count);
+  return reduce_scatter_impl(send, recv, counts, dtype, op, false);
+}
+
+void Communicator::reduce_scatter(const void* send, void* recv, std::size_t recv_count, DType dtype,
+                                  ReduceOp op) {
+  ireduce_scatter(send, recv, recv_count, dtype, op).wait();
+}
+
+Work Communicator::ireduce_scatter_v(const void* send, void* recv,
+                                     std::span<const std::size_t> recv_counts, DType dtype,
+                                     ReduceOp op) {
+  return reduce_scatter_impl(send, recv, recv_counts, dtype, op, true);
+}
+
+void Communicator::reduce_scatter_v(const void* send, void* recv,
+                                    std::span<const std::size_t> recv_counts, DType dtype,
+                                    ReduceOp op) {
+  ireduce_scatter_v(send, recv, recv_counts, dtype, op).wait();
+}
+
+Work Communicator::reduce_scatter_impl(const void* send, void* recv,
+                                       std::span<const std::size_t> counts, DType dtype,
+                                       ReduceOp op, bool v) {
+  const char* what = v ? "reduce_scatter_v" : "reduce_scatter";
+  const std::size_t elem = kernels::dtype_size(dtype);
+  if (v) check_span(what, "recv_counts", counts, size());
+  check_reduce_op(what, dtype, op);
+  const auto r = static_cast<std::size_t>(rank());
+  const std::size_t total = sum(counts);
+  const std::size_t before =
+      std::accumulate(counts.begin(), counts.begin() + rank(), std::size_t{0});
+  check_buffer(what, "send", send, total * elem);
+  check_buffer(what, "recv", recv, counts[r] * elem);
+  check_overlap(what, recv, counts[r] * elem, send, total * elem, at(send, before * elem),
+                v ? "recv == send + the prefix sum of recv_counts before this rank"
+                  : "recv == send + rank() * recv_count elements");
+  const auto seq = next_seq();
+  auto algo = std::make_unique<RingReduceScatter>(group_, seq, &counters_.reduce_scatter, send,
+                                                  recv, counts, dtype, op);
+  algo->set_fingerprint(
+      Fingerprint{.seq = seq,
+                  .count = v ? total : counts[r],
+                  .counts = v ? counts_hash(counts) : 0,
+                  .kind = v ? Fingerprint::Kind::ReduceScatterV : Fingerprint::Kind::ReduceScatter,
+                  .dtype = static_cast<std::uint8_t>(dtype),
+                  .op = static_cast<std::uint8_t>(op)});
+  const auto shape = v ? fmt::format("{} x {}", kernels::dtype_name(dtype), list(counts))
+                       : fmt::format("{} x {} per rank", kernels::dtype_name(dtype), counts[r]);
+  return submit(std::move(algo),
+                describe(what, seq, fmt::format("({}, {})", shape, kernels::reduce_op_name(op))),
+                true);
+}
+
+Work Communicator::iallgather_v(const void* send, void* recv, std::span<const std::size_t> counts,
+                                DType dtype) {
+  const char* what = "allgather_v";
+  const std::size_t elem = kernels::dtype_size(dtype);
+  check_span(what, "counts", counts, size());
+  const auto r = static_cast<std::size_t>(rank());
+  const std::size_t total = sum(counts);
+  const std::size_t before =
+      std::accumulate(counts.begin(), counts.begin() + rank(), std::size_t{0});
+  check_buffer(what, "send", send, counts[r] * elem);
+  check_buffer(what, "recv", recv, total * elem);
+  check_overlap(what, send, counts[r] * elem, recv, total * elem, at(recv, before * elem),
+                "send == recv + the prefix sum of counts before this rank");
+  const auto seq = next_seq();
+  const std::vector<std::size_t> bytes = times(counts, elem);
+  auto op = std::make_unique<RingAllgather>(group_, seq, &counters_.allgather, send, recv,
+                                            std::span<const std::size_t>(bytes));
+  op->set_fingerprint(Fingerprint{.seq = seq,
+                                  .count = total,
+                                  .counts = counts_hash(counts),
+                                  .kind = Fingerprint::Kind::AllgatherV,
+                                  .dtype = static_cast<std::uint8_t>(dtype)});
+  return submit(
+      std::move(op),
+      describe(what, seq, fmt::format("({} x {})", kernels::dtype_name(dtype), list(counts))),
+      true);
+}
+
+void Communicator::allgather_v(const void* send, void* recv, std::span<const std::size_t> counts,
+                               DType dtype) {
+  iallgather_v(send, recv, counts, dtype).wait();
+}
+
+Work Communicator::ireduce(const void* send, void* recv, std::size_t count, DType dtype,
+                           ReduceOp op, int root) {
+  const char* what = "reduce";
+  check_peer(root, "reduce root");
+  check_reduce_op(what, dtype, op);
+  const std::size_t bytes = count * kernels::dtype_size(dtype);
+  check_buffer(what, "send", send, bytes);
+  if (rank() == root) {
+    check_buffer(what, "root's recv", recv, bytes);
+    check_overlap(what, send, bytes, recv, bytes, recv, "send == recv on the root");
+  }
+  const auto seq = next_seq();
+  auto algo =
+      std::make_unique<BinomialReduce>(group_, seq, &counters_.reduce, send,
+                                       rank() == root ? recv : nullptr, count, dtype, op, root);
+  algo->set_fingerprint(Fingerprint{.seq = seq,
+                                    .count = count,
+                                    .root = root,
+                                    .kind = Fingerprint::Kind::Reduce,
+                                    .dtype = static_cast<std::uint8_t>(dtype),
+                                    .op = static_cast<std::uint8_t>(op)},
+                        CollectiveOp::Exchange::BothWays);
+  return submit(std::move(algo),
+                describe(what, seq,
+                         fmt::format("({} x {}, {}, root {})", kernels::dtype_name(dtype), count,
+                                     kernels::reduce_op_name(op), root)),
+                true);
+}
+
+void Communicator::reduce(const void* send, void* recv, std::size_t count, DType dtype, ReduceOp op,
+                          int root) {
+  ireduce(send, recv, count, dtype, op, root).wait();
+}
+
+Work Communicator::igather(const void* send, void* recv, std::size_t count, DType dtype, int root) {
+  return gather_scatter_impl(send, recv, count, dtype, root, true);
+}
+
+void Communicator::gather(const void* send, void* recv, std::size_t count, DType dtype, int root) {
+  igather(send, recv, count, dtype, root).wait();
+}
+
+Work Communicator::iscatter(const void* send, void* recv, std::size_t count, DType dtype,
+                            int root) {
+  return gather_scatter_impl(send, recv, count, dtype, root, false);
+}
+
+void Communicator::scatter(const void* send, void* recv, std::size_t count, DType dtype, int root) {
+  iscatter(send, recv, count, dtype, root).wait();
+}
+
+Work Communicator::gather_scatter_impl(const void* send, void* recv, std::size_t count, DType dtype,
+                                       int root, bool gather) {
+  const char* what = gather ? "gather" : "scatter";
+  check_peer(root, gather ? "gather root" : "scatter root");
+  const std::size_t bytes = count * kernels::dtype_size(dtype);
+  const std::size_t all = bytes * static_cast<std::size_t>(size());
+  // Gather: every rank's send is one block, the root's recv all of them; scatter: the reverse.
+  const void* one = gather ? send : recv;
+  const void* many = gather ? recv : send;
+  check_buffer(what, gather ? "send" : "recv", one, bytes);
+  if (rank() == root) {
+    check_buffer(what, gather ? "root's recv" : "root's send", many, all);
+    check_overlap(what, one, bytes, many, all, at(many, static_cast<std::size_t>(root) * bytes),
+                  gather ? "send == recv + root * count elements on the root"
+                         : "recv == send + root * count elements on the root");
+  }
+  const auto seq = next_seq();
+  std::unique_ptr<CollectiveOp> op;
+  if (gather) {
+    op = std::make_unique<BinomialGather>(group_, seq, &counters_.gather, send,
+                                          rank() == root ? recv : nullptr, bytes, root);
+  } else {
+    op = std::make_unique<BinomialScatter>(group_, seq, &counters_.scatter,
+                                           rank() == root ? send : nullptr, recv, bytes, root);
+  }
+  op->set_fingerprint(
+      Fingerprint{.seq = seq,
+                  .count = count,
+                  .root = root,
+                  .kind = gather ? Fingerprint::Kind::Gather : Fingerprint::Kind::Scatter,
+                  .dtype = static_cast<std::uint8_t>(dtype)},
+      CollectiveOp::Exchange::BothWays);
+  return submit(
+      std::move(op),
+      describe(what, seq,
+               fmt::format("({} x {} per rank, root {})", kernels::dtype_name(dtype), count, root)),
+      true);
+}
+
+Work Communicator::ialltoall(const void* send, void* recv, std::size_t count, DType dtype) {
+  const std::vector<std::size_t> counts(static_cast<std::size_t>(size()), count);
+  return alltoall_impl(send, counts, recv, counts, dtype, false);
+}
+
+void Communicator::alltoall(const void* send, void* recv, std::size_t count, DType dtype) {
+  ialltoall(send, recv, count, dtype).wait();
+}
+
+Work Communicator::ialltoall_v(const void* send, std::span<const std::size_t> send_counts,
+                               void* recv, std::span<const std::size_t> recv_counts, DType dtype) {
+  return alltoall_impl(send, send_counts, recv, recv_counts, dtype, true);
+}
+
+void Communicator::alltoall_v(const void* send, std::span<const std::size_t> send_counts,
+                              void* recv, std::span<const std::size_t> recv_counts, DType dtype) {
+  ialltoall_v(send, send_counts, recv, recv_counts, dtype).wait();
+}
+
+Work Communicator::alltoall_impl(const void* send, std::span<const std::size_t> send_counts,
+                                 void* recv, std::span<const std::size_t> recv_counts, DType dtype,
+                                 bool v) {
+  const char* what = v ? "alltoall_v" : "alltoall";
+  const std::size_t elem = kernels::dtype_size(dtype);
+  if (v) {
+    check_span(what, "send_counts", send_counts, size());
+    check_span(what, "recv_counts", recv_counts, size());
+  }
+  const auto r = static_cast<std::size_t>(rank());
+  if (send_counts[r] != recv_counts[r]) {
+    throw Error(ErrorCode::InvalidArgument,
+                fmt::format("{}: send_counts[{}] = {} but recv_counts[{}] = {}: what this rank "
+                            "sends itself must fit what it receives from itself",
+                            what, r, send_counts[r], r, recv_counts[r]));
+  }
+  const std::size_t send_bytes = sum(send_counts) * elem;
+  const std::size_t recv_bytes = sum(recv_counts) * elem;
+  check_buffer(what, "send", send, send_bytes);
+  check_buffer(what, "recv", recv, recv_bytes);
+  const bool same_layout = std::equal(send_counts.begin(), send_counts.end(), recv_counts.begin());
+  check_overlap(what, send, send_bytes, recv, recv_bytes, same_layout ? recv : nullptr,
+                "send == recv with send_counts == recv_counts");
+  const auto seq = next_seq();
+  const std::vector<std::size_t> sb = times(send_counts, elem);
+  const std::vector<std::size_t> rb = times(recv_counts, elem);
+  auto op =
+      std::make_unique<PairwiseAlltoall>(group_, seq, &counters_.alltoall, send, sb, recv, rb);
+  op->set_fingerprint(
+      Fingerprint{.seq = seq,
+                  .count = v ? 0 : send_counts[0],
+                  .kind = v ? Fingerprint::Kind::AlltoallV : Fingerprint::Kind::Alltoall,
+                  .dtype = static_cast<std::uint8_t>(dtype)});
+  if (v) {
+    op->set_pair_counts(std::vector<std::uint64_t>(send_counts.begin(), send_counts.end()),
+                        std::vector<std::uint64_t>(recv_counts.begin(), recv_counts.end()));
+  }
+  const auto shape =
+      v ? fmt::format("{}, send {} recv {}", kernels::dtype_name(dtype), list(send_counts),
+                      list(recv_counts))
+        : fmt::format("{} x {} per pair", kernels::dtype_name(dtype), send_counts[0]);
+  return submit(std::move(op), describe(what, seq, fmt::format("({})", shape)), true);
+}
+
 std::unique_ptr<Communicator> Communicator::split(int color, int key) {
   // Everyone learns everyone's (color, key); members are then ordered by (key, old rank).
   const std::int64_t mine[2] = {color, key};
@@ -328,6 +644,11 @@ CommStats Communicator::stats() const noexcept {
   s.broadcast_bytes = counters_.broadcast.load(std::memory_order_relaxed);
   s.allgather_bytes = counters_.allgather.load(std::memory_order_relaxed);
   s.send_bytes = counters_.send.load(std::memory_order_relaxed);
+  s.reduce_scatter_bytes = counters_.reduce_scatter.load(std::memory_order_relaxed);
+  s.reduce_bytes = counters_.reduce.load(std::memory_order_relaxed);
+  s.gather_bytes = counters_.gather.load(std::memory_order_relaxed);
+  s.scatter_bytes = counters_.scatter.load(std::memory_order_relaxed);
+  s.alltoall_bytes = counters_.alltoall.load(std::memory_order_relaxed);
   return s;
 }
 

@@ -29,6 +29,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 
 #include "comm/bootstrap/store.h"
@@ -53,12 +54,18 @@ struct CommOptions {
   static std::chrono::milliseconds default_timeout();
 };
 
-// Bytes this rank has sent, by operation kind, since the communicator was created.
+// Payload bytes this rank has sent, by operation kind, since the communicator was created (the
+// operations' headers are not counted). A v-form counts with its plain form.
 struct CommStats {
   std::uint64_t allreduce_bytes = 0;
   std::uint64_t broadcast_bytes = 0;
-  std::uint64_t allgather_bytes = 0;
+  std::uint64_t allgather_bytes = 0;  // allgather and allgather_v
   std::uint64_t send_bytes = 0;
+  std::uint64_t reduce_scatter_bytes = 0;  // reduce_scatter and reduce_scatter_v
+  std::uint64_t reduce_bytes = 0;
+  std::uint64_t gather_bytes = 0;
+  std::uint64_t scatter_bytes = 0;
+  std::uint64_t alltoall_bytes = 0;  // alltoall and alltoall_v
 };
 
 class Communicator {
@@ -126,6 +133,68 @@ class Communicator {
   Work iallgather(const void* send, void* recv, std::size_t count, kernels::DType dtype);
   void allgather(const void* send, void* recv, std::size_t count, kernels::DType dtype);
 
+  // The collectives below follow the conventions above; "block r" is rank r's part of a buffer,
+  // blocks packed in rank order. Reductions take every op for every dtype, but Avg only for
+  // floating-point dtypes (InvalidArgument otherwise, as for allreduce). Buffers that overlap in a
+  // way other than the in-place layout each one names are InvalidArgument, as are spans that do
+  // not have size() entries and null buffers where elements are to be read or written.
+
+  // send: size() * recv_count elements, block r for rank r; recv: recv_count elements = op over
+  // ranks of block rank() (NCCL's ncclReduceScatter). In place when recv == send + rank() *
+  // recv_count elements. Ring reduce-scatter: P-1 steps, (P-1) * recv_count elements sent.
+  Work ireduce_scatter(const void* send, void* recv, std::size_t recv_count, kernels::DType dtype,
+                       kernels::ReduceOp op);
+  void reduce_scatter(const void* send, void* recv, std::size_t recv_count, kernels::DType dtype,
+                      kernels::ReduceOp op);
+  // As reduce_scatter with per-rank block sizes: recv_counts has size() entries (the same on every
+  // rank: Mismatch otherwise); block r of send starts at the prefix sum of recv_counts before r.
+  // In place when recv == send + that prefix sum for rank().
+  Work ireduce_scatter_v(const void* send, void* recv, std::span<const std::size_t> recv_counts,
+                         kernels::DType dtype, kernels::ReduceOp op);
+  void reduce_scatter_v(const void* send, void* recv, std::span<const std::size_t> recv_counts,
+                        kernels::DType dtype, kernels::ReduceOp op);
+
+  // send: counts[rank()] elements; recv: counts[r] elements of rank r at offset prefix-sum(counts,
+  // r) (MPI_Allgatherv with packed displacements). counts has size() entries, the same on every
+  // rank (Mismatch otherwise). In place when send == recv + prefix-sum(counts, rank()). Ring.
+  Work iallgather_v(const void* send, void* recv, std::span<const std::size_t> counts,
+                    kernels::DType dtype);
+  void allgather_v(const void* send, void* recv, std::span<const std::size_t> counts,
+                   kernels::DType dtype);
+
+  // recv (count elements, significant on root only; may be null elsewhere) = op over ranks of send
+  // (count elements). In place on the root when send == recv. Binomial tree: ceil(log2 P) steps;
+  // the order of the reduction depends only on (size(), root), so repeated calls agree bitwise.
+  Work ireduce(const void* send, void* recv, std::size_t count, kernels::DType dtype,
+               kernels::ReduceOp op, int root);
+  void reduce(const void* send, void* recv, std::size_t count, kernels::DType dtype,
+              kernels::ReduceOp op, int root);
+
+  // Every rank's send: count elements; root's recv: size() * count elements, rank-major (ignored,
+  // may be null, elsewhere). In place on the root when send == recv + root * count. Binomial tree.
+  Work igather(const void* send, void* recv, std::size_t count, kernels::DType dtype, int root);
+  void gather(const void* send, void* recv, std::size_t count, kernels::DType dtype, int root);
+
+  // Root's send: size() * count elements, rank-major (ignored, may be null, elsewhere); every
+  // rank's recv (count elements) gets its block. In place on the root when recv == send + root *
+  // count. Binomial tree.
+  Work iscatter(const void* send, void* recv, std::size_t count, kernels::DType dtype, int root);
+  void scatter(const void* send, void* recv, std::size_t count, kernels::DType dtype, int root);
+
+  // send and recv: size() * count elements; block j of send goes to rank j, block i of recv came
+  // from rank i. In place when send == recv (costs a copy of the buffer). Pairwise exchange: P-1
+  // steps.
+  Work ialltoall(const void* send, void* recv, std::size_t count, kernels::DType dtype);
+  void alltoall(const void* send, void* recv, std::size_t count, kernels::DType dtype);
+  // As alltoall with per-pair sizes (MPI_Alltoallv with packed displacements): send_counts[j]
+  // elements go to rank j, recv_counts[i] come from rank i, each packed in rank order. Rank i's
+  // send_counts[j] must equal rank j's recv_counts[i]: both fail with Mismatch otherwise. In place
+  // when send == recv and send_counts == recv_counts.
+  Work ialltoall_v(const void* send, std::span<const std::size_t> send_counts, void* recv,
+                   std::span<const std::size_t> recv_counts, kernels::DType dtype);
+  void alltoall_v(const void* send, std::span<const std::size_t> send_counts, void* recv,
+                  std::span<const std::size_t> recv_counts, kernels::DType dtype);
+
   // Fails every pending operation of this communicator with Aborted, at once, from any thread;
   // later operations fail too. The communicator can then be destroyed.
   void abort(const std::string& why = "abort() was called");
@@ -135,6 +204,7 @@ class Communicator {
  private:
   struct Counters {
     std::atomic<std::uint64_t> allreduce{0}, broadcast{0}, allgather{0}, send{0};
+    std::atomic<std::uint64_t> reduce_scatter{0}, reduce{0}, gather{0}, scatter{0}, alltoall{0};
   };
   std::uint64_t next_seq();
   [[nodiscard]] std::string describe(const char* kind, std::uint64_t seq,
@@ -142,6 +212,13 @@ class Communicator {
   void check_peer(int peer, const char* what) const;
   Work submit(std::unique_ptr<class Op> op, std::string description, bool ordered,
               DeadlineStart start = DeadlineStart::AtSubmit);
+  // The plain forms pass equal counts; `v` selects the v-form's checks and fingerprint.
+  Work reduce_scatter_impl(const void* send, void* recv, std::span<const std::size_t> counts,
+                           kernels::DType dtype, kernels::ReduceOp op, bool v);
+  Work gather_scatter_impl(const void* send, void* recv, std::size_t count, kernels::DType dtype,
+                           int root, bool gather);
+  Work alltoall_impl(const void* send, std::span<const std::size_t> send_counts, void* recv,
+                     std::span<const std::size_t> recv_counts, kernels::DType dtype, bool v);
 
   std::shared_ptr<Shared> shared_;
   std::shared_ptr<const Group> group_;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <type_traits>
 
 #include "comm/algorithms/selection.h"
 #include "core/error.h"
@@ -38,8 +39,45 @@ std::string Fingerprint::describe() const {
       return fmt::format("broadcast #{} ({} x {}, root {})", seq, t, count, root);
     case Kind::Allgather: return fmt::format("allgather #{} ({} x {})", seq, t, count);
     case Kind::Barrier: return fmt::format("barrier #{}", seq);
+    case Kind::ReduceScatter:
+      return fmt::format("reduce_scatter #{} ({} x {} per rank, {})", seq, t, count,
+                         kernels::reduce_op_name(static_cast<kernels::ReduceOp>(op)));
+    case Kind::ReduceScatterV:
+      return fmt::format("reduce_scatter_v #{} ({} x {} in all, {}, counts hash {:#018x})", seq, t,
+                         count, kernels::reduce_op_name(static_cast<kernels::ReduceOp>(op)),
+                         counts);
+    case Kind::AllgatherV:
+      return fmt::format("allgather_v #{} ({} x {} in all, counts hash {:#018x})", seq, t, count,
+                         counts);
+    case Kind::Reduce:
+      return fmt::format("reduce #{} ({} x {}, {}, root {})", seq, t, count,
+                         kernels::reduce_op_name(static_cast<kernels::ReduceOp>(op)), root);
+    case Kind::Gather:
+      return fmt::format("gather #{} ({} x {} per rank, root {})", seq, t, count, root);
+    case Kind::Scatter:
+      return fmt::format("scatter #{} ({} x {} per rank, root {})", seq, t, count, root);
+    case Kind::Alltoall: return fmt::format("alltoall #{} ({} x {} per pair)", seq, t, count);
+    case Kind::AlltoallV:
+      return fmt::format("alltoall_v #{} ({}, {} elements to the peer and {} back)", seq, t, count,
+                         counts);
   }
   return fmt::format("an unknown operation (kind {}) #{}", static_cast<int>(kind), seq);
+}
+
+// Sent as raw bytes and compared with ==: nothing but plain fields, no padding (whose bytes would
+// be indeterminate).
+static_assert(std::is_trivially_copyable_v<Fingerprint> &&
+              std::has_unique_object_representations_v<Fingerprint>);
+
+std::uint64_t counts_hash(std::span<const std::size_t> counts) noexcept {
+  std::uint64_t h = 0xcbf29ce484222325ULL;  // FNV-1a offset basis and prime
+  for (const std::size_t c : counts) {
+    auto v = static_cast<std::uint64_t>(c);
+    for (int i = 0; i < 8; ++i, v >>= 8) {
+      h = (h ^ (v & 0xffU)) * 0x100000001b3ULL;
+    }
+  }
+  return h;
 }
 
 std::string Group::describe_rank(int group_rank) const {
@@ -64,8 +102,27 @@ RequestPtr CollectiveOp::recv_from(Transport& t, int peer, int step, void* buf, 
   return post_recv(t, peer, collective_tag(group_->comm_id, peer, seq_, step), buf, len, step);
 }
 
+Fingerprint CollectiveOp::header_for(int peer, bool from_peer) const {
+  Fingerprint f = *fingerprint_;
+  if (!pair_send_.empty()) {
+    const auto j = static_cast<std::size_t>(peer);
+    f.count = from_peer ? pair_recv_.at(j) : pair_send_.at(j);
+    f.counts = from_peer ? pair_send_.at(j) : pair_recv_.at(j);
+  }
+  return f;
+}
+
 void CollectiveOp::exchange_fingerprint(Transport& t, int peer, bool is_recv) {
   if (!fingerprint_) return;
+  if (both_ways_) {
+    exchange_one_way(t, peer, true);
+    exchange_one_way(t, peer, false);
+  } else {
+    exchange_one_way(t, peer, is_recv);
+  }
+}
+
+void CollectiveOp::exchange_one_way(Transport& t, int peer, bool is_recv) {
   auto& done = is_recv ? header_received_from_ : header_sent_to_;
   if (std::find(done.begin(), done.end(), peer) != done.end()) return;
   done.push_back(peer);
@@ -81,9 +138,12 @@ void CollectiveOp::exchange_fingerprint(Transport& t, int peer, bool is_recv) {
     posted_.push_back(Posted{req, peer, kHeaderStep, true, kBytes, theirs.get()});
     req->keep_alive = std::move(theirs);
   } else {
-    RequestPtr req = t.isend(world, tag, fingerprint_.get(), kBytes);
-    posted_.push_back(Posted{req, peer, kHeaderStep, false, kBytes, fingerprint_.get()});
-    req->keep_alive = fingerprint_;
+    // One header for every peer, unless it depends on the peer (set_pair_counts).
+    auto mine = pair_send_.empty() ? fingerprint_
+                                   : std::make_shared<const Fingerprint>(header_for(peer, false));
+    RequestPtr req = t.isend(world, tag, mine.get(), kBytes);
+    posted_.push_back(Posted{req, peer, kHeaderStep, false, kBytes, mine.get()});
+    req->keep_alive = std::move(mine);
   }
 }
 
@@ -94,14 +154,26 @@ void CollectiveOp::check_header(const Posted& p) const {
                             "running the same strait build?",
                             group_->describe_rank(p.peer), p.request->bytes, sizeof(Fingerprint)));
   }
-  if (!(*p.header == *fingerprint_)) {
-    throw Error(
-        ErrorCode::Mismatch,
-        fmt::format("{} called {} where this rank called {}: every rank must call the "
-                    "same operations, with the same counts, dtypes, ops and roots, in "
-                    "the same order",
-                    group_->describe_rank(p.peer), p.header->describe(), fingerprint_->describe()));
+  const Fingerprint expected = header_for(p.peer, true);
+  if (*p.header == expected) return;
+  const std::string peer = group_->describe_rank(p.peer);
+  Fingerprint same_counts = *p.header;
+  same_counts.count = expected.count;
+  same_counts.counts = expected.counts;
+  if (!pair_send_.empty() && same_counts == expected) {
+    throw Error(ErrorCode::Mismatch,
+                fmt::format("{} would send this rank {} elements and receive {} from it, where "
+                            "this rank's recv_counts[{}] is {} and its send_counts[{}] is {}: "
+                            "rank i's send_counts[j] must equal rank j's recv_counts[i]",
+                            peer, p.header->count, p.header->counts, p.peer, expected.count, p.peer,
+                            expected.counts));
   }
+  const Fingerprint mine = pair_send_.empty() ? *fingerprint_ : header_for(p.peer, false);
+  throw Error(ErrorCode::Mismatch,
+              fmt::format("{} called {} where this rank called {}: every rank must call the "
+                          "same operations, with the same counts, dtypes, ops and roots, in "
+                          "the same order",
+                          peer, p.header->describe(), mine.describe()));
 }
 
 RequestPtr CollectiveOp::post_send(Transport& t, int peer, Tag tag, const void* buf,

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -27,18 +28,41 @@ struct Group {
   [[nodiscard]] std::string describe_rank(int group_rank) const;
 };
 
+// FNV-1a (64-bit) over the values of `counts`: ranks that pass different counts to a v-collective
+// get different fingerprints (Fingerprint::counts; a collision has a chance of 2^-64).
+std::uint64_t counts_hash(std::span<const std::size_t> counts) noexcept;
+
 // What a collective is, as every rank must agree: kind, sequence number, dtype, count, op, root.
 // Ranks exchange it (comm/tag.h's header step) ahead of the operation's first message to each
 // peer, so ranks that disagree fail with Mismatch naming both sides rather than hang or reduce
 // data of the wrong size or type. Sent as raw bytes: all ranks run the same build.
+// The newer collectives use the fields so: count is per rank for reduce_scatter, gather, scatter
+// and alltoall, the total for the v-forms, and for alltoall_v what the header's sender sends its
+// receiver; counts is counts_hash() of a v-form's counts, and for alltoall_v what the header's
+// sender expects back (CollectiveOp::set_pair_counts); root is also reduce's, gather's and
+// scatter's, op also reduce_scatter's and reduce's.
 struct Fingerprint {
-  enum class Kind : std::uint8_t { Allreduce = 1, Broadcast, Allgather, Barrier };
+  enum class Kind : std::uint8_t {
+    Allreduce = 1,
+    Broadcast,
+    Allgather,
+    Barrier,
+    ReduceScatter,
+    ReduceScatterV,
+    AllgatherV,
+    Reduce,
+    Gather,
+    Scatter,
+    Alltoall,
+    AlltoallV,
+  };
   std::uint64_t seq = 0;
-  std::uint64_t count = 0;  // elements
-  std::int32_t root = -1;   // broadcast only
+  std::uint64_t count = 0;   // elements
+  std::uint64_t counts = 0;  // v-forms: FNV-1a hash of the per-rank counts (alltoall_v: per pair)
+  std::int32_t root = -1;    // rooted collectives (broadcast, reduce, gather, scatter)
   Kind kind = Kind::Barrier;
-  std::uint8_t dtype = 0;  // kernels::DType (allreduce, broadcast, allgather)
-  std::uint8_t op = 0;     // kernels::ReduceOp (allreduce)
+  std::uint8_t dtype = 0;  // kernels::DType
+  std::uint8_t op = 0;     // kernels::ReduceOp (reducing collectives)
   // The algorithm and its parameters (comm/algorithms/selection.h; 0: the collective has one).
   // Ranks with different tuning tables then fail with Mismatch rather than hang.
   std::uint8_t algorithm = 0;
@@ -50,7 +74,7 @@ struct Fingerprint {
   [[nodiscard]] std::string algorithm_suffix() const;
 };
 // Sent as raw bytes: no padding, nothing but plain fields.
-static_assert(std::is_trivially_copyable_v<Fingerprint> && sizeof(Fingerprint) == 32);
+static_assert(std::is_trivially_copyable_v<Fingerprint> && sizeof(Fingerprint) == 40);
 
 class CollectiveOp : public Op {
  public:
@@ -61,8 +85,21 @@ class CollectiveOp : public Op {
   [[nodiscard]] std::string waiting_for() const override;
   // Before submission: send_to / recv_from then exchange `fingerprint` with each peer, once per
   // peer and direction (point-to-point operations have none).
-  void set_fingerprint(const Fingerprint& fingerprint) {
+  // BothWays: the first message either way with a peer exchanges fingerprints in both directions
+  // (rooted collectives, where data flows one way: ranks that disagree about the root would
+  // otherwise all wait to receive, or all send unchecked).
+  enum class Exchange : std::uint8_t { ToReceiver, BothWays };
+  void set_fingerprint(const Fingerprint& fingerprint, Exchange exchange = Exchange::ToReceiver) {
     fingerprint_ = std::make_shared<const Fingerprint>(fingerprint);
+    both_ways_ = exchange == Exchange::BothWays;
+  }
+  // alltoall_v, after set_fingerprint: the elements this rank sends to (`send`) and receives from
+  // (`recv`) each group rank. The header to peer j then carries count = send[j], counts = recv[j],
+  // and the one from j must carry count = recv[j], counts = send[j]: when rank i's send_counts[j]
+  // differs from rank j's recv_counts[i] (or the other way), both ranks fail with Mismatch.
+  void set_pair_counts(std::vector<std::uint64_t> send, std::vector<std::uint64_t> recv) {
+    pair_send_ = std::move(send);
+    pair_recv_ = std::move(recv);
   }
 
  protected:
@@ -107,6 +144,9 @@ class CollectiveOp : public Op {
   };
   // Posts the fingerprint exchange with `peer` the first time this op sends to / receives from it.
   void exchange_fingerprint(Transport& t, int peer, bool is_recv);
+  void exchange_one_way(Transport& t, int peer, bool is_recv);
+  // The fingerprint this rank sends to `peer`, or expects from it.
+  [[nodiscard]] Fingerprint header_for(int peer, bool from_peer) const;
   void check_header(const Posted& p) const;
   // Throws Mismatch when a fingerprint that has arrived differs from this rank's.
   void check_arrived_headers() const;
@@ -121,8 +161,10 @@ class CollectiveOp : public Op {
   // Shared with the header sends' requests: UCX may read it after this op has failed and gone
   // (a send queued behind an endpoint's wireup is replayed later).
   std::shared_ptr<const Fingerprint> fingerprint_;
-  std::vector<int> header_sent_to_;        // group ranks
-  std::vector<int> header_received_from_;  // group ranks
+  bool both_ways_ = false;
+  std::vector<std::uint64_t> pair_send_, pair_recv_;  // empty unless set_pair_counts()
+  std::vector<int> header_sent_to_;                   // group ranks
+  std::vector<int> header_received_from_;             // group ranks
 };
 
 }  // namespace strait::comm

@@ -1,29 +1,32 @@
-// Ring allgather: each rank contributes `bytes`; out holds the P contributions in rank order.
-// Step k (of P-1): send block r-k to the right, receive block r-k-1 from the left. Bytes sent per
-// rank: (P-1) * bytes, the lower bound; P-1 latency terms. Dtype-agnostic (it only moves bytes).
+// Ring allgather (comm/algorithms/ring_phases.h): each rank contributes a block, of the same size
+// on every rank (allgather) or of per-rank sizes (allgatherv); out holds the blocks in rank order,
+// packed. Step k (of P-1): send block r-k to the right, receive block r-k-1 from the left. Bytes
+// sent per rank: every block but block r+1, (P-1) * bytes for equal blocks, the lower bound; P-1
+// latency terms. Dtype-agnostic (it only moves bytes).
 #pragma once
 
 #include <cstddef>
+#include <span>
 
-#include "comm/algorithms/collective_op.h"
+#include "comm/algorithms/ring_phases.h"
 
 namespace strait::comm {
 
-class RingAllgather final : public CollectiveOp {
+class RingAllgather final : public RingOp {
  public:
-  // `send` may alias out + rank * bytes (in place).
+  // `bytes[i]`: the size of rank i's block (size() entries). `send` (bytes[rank] long) may alias
+  // out's block `rank` (in place).
   RingAllgather(std::shared_ptr<const Group> group, std::uint64_t seq,
+                std::atomic<std::uint64_t>* bytes_sent, const void* send, void* out,
+                std::span<const std::size_t> bytes);
+  // Every block `bytes` long.
+  RingAllgather(const std::shared_ptr<const Group>& group, std::uint64_t seq,
                 std::atomic<std::uint64_t>* bytes_sent, const void* send, void* out,
                 std::size_t bytes);
   bool advance(Transport& t) override;
 
  private:
-  const void* send_;
-  std::byte* out_;
-  std::size_t bytes_;
-  bool started_ = false;
-  bool posted_ = false;
-  int step_ = 0;
+  AllgatherPhase phase_;
 };
 
 }  // namespace strait::comm

@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cmath>
 #include <cstddef>
@@ -19,16 +20,32 @@
 #include <cstring>
 #include <limits>
 #include <optional>
+#include <ostream>
 #include <string>
 #include <vector>
 
 #include "kernels/dtype.h"
 #include "kernels/reduce.h"
 
+namespace strait::kernels {
+// gtest prints test parameters through this ("f32" rather than "1-byte object <00>").
+inline void PrintTo(DType t, std::ostream* os) {
+  *os << dtype_name(t);
+}
+}  // namespace strait::kernels
+
 namespace strait::comm::testing {
 
 using kernels::DType;
 using kernels::ReduceOp;
+
+inline constexpr std::array kAllDTypes = {DType::F32, DType::F64, DType::F16, DType::BF16,
+                                          DType::I8,  DType::U8,  DType::I32, DType::I64};
+
+// A recognisable pattern for "not written by the operation".
+inline std::vector<std::byte> sentinel(std::size_t bytes) {
+  return std::vector<std::byte>(bytes, std::byte{0xa5});
+}
 
 // SplitMix64 (Steele, Lea & Flood 2014): a stateless hash of (seed, rank, index).
 inline std::uint64_t mix(std::uint64_t x) {
@@ -206,16 +223,20 @@ inline std::vector<std::byte> make_input(DType t, ReduceOp op, std::uint64_t see
   return out;
 }
 
-// Compares an allreduce result with the double-precision reduction of every rank's input.
-// Returns nullopt when it matches, else a description of the first bad element.
-inline std::optional<std::string> check_allreduce(DType t, ReduceOp op, std::uint64_t seed,
-                                                  int world, const std::byte* result,
-                                                  std::size_t count) {
+// Compares result[0, count) with the double-precision reduction over ranks of the inputs at
+// indices [first, first + count) (a reduce-scatter's block starts past 0). `what` names the
+// operation in the description. Returns nullopt when it matches, else a description of the first
+// bad element.
+inline std::optional<std::string> check_reduced(const char* what, DType t, ReduceOp op,
+                                                std::uint64_t seed, int world,
+                                                const std::byte* result, std::size_t first_index,
+                                                std::size_t count) {
   const std::size_t e = kernels::dtype_size(t);
   const double eps = epsilon(t);
   std::size_t bad = 0;
   std::string first;
-  for (std::size_t i = 0; i < count; ++i) {
+  for (std::size_t n = 0; n < count; ++n) {
+    const std::size_t i = first_index + n;
     double ref = 0.0;
     double magnitude = 0.0;  // sum of |x|: the scale of the rounding errors of a sum
     std::int64_t exact = 0;  // integer reference (i64 products exceed 2^53)
@@ -252,12 +273,12 @@ inline std::optional<std::string> check_allreduce(DType t, ReduceOp op, std::uin
     double got = 0.0;
     if (t == DType::I64) {
       std::int64_t g = 0;
-      std::memcpy(&g, result + i * e, sizeof g);
+      std::memcpy(&g, result + n * e, sizeof g);
       got = static_cast<double>(g);
       ok = g == exact;
       ref = static_cast<double>(exact);
     } else {
-      got = load_value(t, result + i * e);
+      got = load_value(t, result + n * e);
       double tol = 0.0;
       if (kernels::dtype_is_float(t)) {
         switch (op) {
@@ -284,8 +305,16 @@ inline std::optional<std::string> check_allreduce(DType t, ReduceOp op, std::uin
     }
   }
   if (bad == 0) return std::nullopt;
-  return fmt::format("{} {} allreduce of {} elements over {} ranks: {} wrong; first: {}",
-                     kernels::dtype_name(t), kernels::reduce_op_name(op), count, world, bad, first);
+  return fmt::format("{} {} {} of {} elements over {} ranks: {} wrong; first: {}",
+                     kernels::dtype_name(t), kernels::reduce_op_name(op), what, count, world, bad,
+                     first);
+}
+
+// Compares an allreduce result with the double-precision reduction of every rank's input.
+inline std::optional<std::string> check_allreduce(DType t, ReduceOp op, std::uint64_t seed,
+                                                  int world, const std::byte* result,
+                                                  std::size_t count) {
+  return check_reduced("allreduce", t, op, seed, world, result, 0, count);
 }
 
 }  // namespace strait::comm::testing

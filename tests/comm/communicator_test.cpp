@@ -29,13 +29,6 @@
 #include "tests/comm/comm_test_ranks.h"
 #include "tests/common/text.h"
 
-namespace strait::kernels {
-// gtest prints test parameters through this ("f32" rather than "1-byte object <00>").
-void PrintTo(DType t, std::ostream* os) {
-  *os << dtype_name(t);
-}
-}  // namespace strait::kernels
-
 namespace strait::comm {
 namespace {
 
@@ -44,19 +37,13 @@ using kernels::DType;
 using kernels::ReduceOp;
 using testing::check_allreduce;
 using testing::error_of;
+using testing::kAllDTypes;
 using testing::make_input;
 using testing::run_ranks;
+using testing::sentinel;
 using Clock = std::chrono::steady_clock;
 using Buffer = std::vector<std::byte>;
 using strait::test::contains;
-
-constexpr std::array kAllDTypes = {DType::F32, DType::F64, DType::F16, DType::BF16,
-                                   DType::I8,  DType::U8,  DType::I32, DType::I64};
-
-// A recognisable pattern for "not written by the operation".
-Buffer sentinel(std::size_t bytes) {
-  return Buffer(bytes, std::byte{0xa5});
-}
 
 // ---------------------------------------------------------------------------------------------
 // Allreduce: world sizes 1..5 x dtypes x ops x counts x in place / out of place.
