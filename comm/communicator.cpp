@@ -14,6 +14,8 @@
 #include "comm/algorithms/ring_allgather.h"
 #include "comm/algorithms/ring_allreduce.h"
 #include "comm/bootstrap/launch_env.h"
+#include "comm/device_call.h"
+#include "comm/device_collectives.h"
 #include "comm/progress_engine.h"
 #include "comm/transport/ucx/ucx_transport.h"
 #include "core/error.h"
@@ -84,7 +86,11 @@ std::unique_ptr<Communicator> Communicator::from_env(const CommOptions& options)
 
 Communicator::Communicator(Key /*key*/, std::shared_ptr<Shared> shared,
                            std::shared_ptr<const Group> group, std::chrono::milliseconds timeout)
-    : shared_(std::move(shared)), group_(std::move(group)), timeout_ms_(timeout.count()) {}
+    : shared_(std::move(shared)),
+      group_(std::move(group)),
+      timeout_ms_(timeout.count()),
+      device_(std::make_unique<DeviceComm>(shared_->store, group_->comm_id, group_->rank,
+                                           group_->size())) {}
 
 Communicator::~Communicator() {
   // Pending operations of this communicator cannot outlive it: their buffers may go with it, and
@@ -129,6 +135,8 @@ Work Communicator::submit(std::unique_ptr<Op> op, std::string description, bool 
 
 Work Communicator::isend(const void* buf, std::size_t bytes, int peer, std::uint64_t tag,
                          DeadlineStart start) {
+  if (auto w = try_device({.kind = DeviceCall::Kind::Send, .send = buf, .count = bytes,
+                           .root = peer, .tag = tag}, start)) return std::move(*w);
   check_peer(peer, "send");
   if (tag > kMaxUserTag) {
     throw Error(ErrorCode::InvalidArgument, fmt::format("send: tag {} exceeds 2^37 - 1", tag));
@@ -143,6 +151,8 @@ Work Communicator::isend(const void* buf, std::size_t bytes, int peer, std::uint
 
 Work Communicator::irecv(void* buf, std::size_t bytes, int peer, std::uint64_t tag,
                          DeadlineStart start) {
+  if (auto w = try_device({.kind = DeviceCall::Kind::Recv, .recv = buf, .count = bytes,
+                           .root = peer, .tag = tag}, start)) return std::move(*w);
   check_peer(peer, "recv");
   if (tag > kMaxUserTag) {
     throw Error(ErrorCode::InvalidArgument, fmt::format("recv: tag {} exceeds 2^37 - 1", tag));
@@ -175,6 +185,8 @@ void Communicator::barrier() {
 }
 
 Work Communicator::ibroadcast(void* buf, std::size_t count, DType dtype, int root) {
+  if (auto w = try_device({.kind = DeviceCall::Kind::Broadcast, .recv = buf, .count = count,
+                           .dtype = dtype, .root = root})) return std::move(*w);
   check_peer(root, "broadcast root");
   if (count != 0 && buf == nullptr) {
     throw Error(ErrorCode::InvalidArgument, "broadcast: null buffer with a non-zero count");
@@ -200,6 +212,8 @@ void Communicator::broadcast(void* buf, std::size_t count, DType dtype, int root
 
 Work Communicator::iallreduce(const void* send, void* recv, std::size_t count, DType dtype,
                               ReduceOp op) {
+  if (auto w = try_device({.kind = DeviceCall::Kind::Allreduce, .send = send, .recv = recv,
+                           .count = count, .dtype = dtype, .op = op})) return std::move(*w);
   if (op == ReduceOp::Avg && !kernels::dtype_is_float(dtype)) {
     throw Error(ErrorCode::InvalidArgument,
                 fmt::format("allreduce: avg of {} is not defined; use sum and divide, or a "
@@ -230,6 +244,8 @@ void Communicator::allreduce(const void* send, void* recv, std::size_t count, DT
 }
 
 Work Communicator::iallgather(const void* send, void* recv, std::size_t count, DType dtype) {
+  if (auto w = try_device({.kind = DeviceCall::Kind::Allgather, .send = send, .recv = recv,
+                           .count = count, .dtype = dtype})) return std::move(*w);
   if (count != 0 && (send == nullptr || recv == nullptr)) {
     throw Error(ErrorCode::InvalidArgument, "allgather: null buffer with a non-zero count");
   }
@@ -294,7 +310,29 @@ std::unique_ptr<Communicator> Communicator::split(int color, int key) {
 }
 
 void Communicator::abort(const std::string& why) {
+  device_->abort();
   shared_->engine->abort(static_cast<std::uint64_t>(group_->comm_id) + 1, why);
+}
+
+void Communicator::set_stream(kernels::CudaStream stream) noexcept {
+  device_->set_stream(stream);
+}
+
+std::optional<Work> Communicator::try_device(const DeviceCall& call, DeadlineStart start) {
+  const std::optional<int> device = device_of(call, rank());
+  if (!device) return std::nullopt;
+  validate(call, rank(), size());
+  std::string description;
+  if (call.point_to_point()) {
+    description = fmt::format("device {} {} on comm {} (rank {} of {})",
+                              device_call_name(call.kind), describe_device_call(call, *device),
+                              group_->comm_id, rank(), size());
+  } else {
+    const char* name = device_call_name(call.kind).data();  // a literal: NUL-terminated
+    description = describe(name, next_seq(), describe_device_call(call, *device));
+  }
+  auto op = device_->enqueue(call, *device, timeout(), description);
+  return submit(std::move(op), std::move(description), !call.point_to_point(), start);
 }
 
 CommStats Communicator::stats() const noexcept {

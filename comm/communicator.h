@@ -14,6 +14,16 @@
 // Algorithms (comm/algorithms/, one per file with its steps and bytes moved): allreduce is a ring
 // reduce-scatter + allgather (bandwidth-optimal, 2(P-1) steps), allgather a ring, broadcast a
 // binomial tree, barrier the dissemination algorithm; selection by size comes with more algorithms.
+// Device buffers (CUDA builds with NCCL): when an operation's buffers are GPU memory
+// (cudaMalloc; see kernels/device_memory.h), the same call goes to NCCL instead
+// (comm/device_collectives.h): it is enqueued on the communicator's CUDA stream (set_stream) in
+// program order, and its Work completes once the GPU has finished it, with the same deadlines,
+// ordering and abort() (which calls ncclCommAbort). The first device operation creates the NCCL
+// communicator, on the buffers' GPU (one rank per GPU), and must be a collective. Mixing host and
+// device buffers in one call is InvalidArgument. Device point-to-point operations are ordered on
+// the stream with the device collectives (NCCL matches them in order, so tag must be 0); a send
+// waits on the GPU for its receive, so a pair exchanging both ways orders its calls oppositely.
+// Without NCCL in the build, device buffers are reported Unavailable.
 // Thread-safety: a communicator may be used from several threads, but the order of operations
 // must still be the same on all ranks, so most callers use it from one thread.
 #pragma once
@@ -24,15 +34,19 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include "comm/bootstrap/store.h"
 #include "comm/work.h"
+#include "kernels/cuda_stream.h"
 #include "kernels/dtype.h"
 #include "kernels/reduce.h"
 
 namespace strait::comm {
 
+struct DeviceCall;
+class DeviceComm;
 struct Group;
 class ProgressEngine;
 
@@ -84,6 +98,11 @@ class Communicator {
     timeout_ms_.store(timeout.count(), std::memory_order_relaxed);
   }
 
+  // The CUDA stream (a cudaStream_t; nullptr, the default, is the legacy default stream) on which
+  // later operations on device buffers are enqueued; it must belong to their GPU. Host operations
+  // ignore it.
+  void set_stream(kernels::CudaStream stream) noexcept;
+
   // MPI_Comm_split: ranks with the same color form a new communicator, ordered by (key, rank).
   // Collective over this communicator; returns null for color < 0. Each split draws a job-wide id
   // that is not reused, so a job can create at most 4095 communicators (comm/tag.h).
@@ -132,6 +151,10 @@ class Communicator {
   void check_peer(int peer, const char* what) const;
   Work submit(std::unique_ptr<class Op> op, std::string description, bool ordered,
               DeadlineStart start = DeadlineStart::AtSubmit);
+  // The device-buffer hook, the first statement of every operation taking buffers: the Work of
+  // the call on NCCL when its buffers are device memory, nullopt when they are host memory.
+  std::optional<Work> try_device(const DeviceCall& call,
+                                 DeadlineStart start = DeadlineStart::AtSubmit);
 
   std::shared_ptr<Shared> shared_;
   std::shared_ptr<const Group> group_;
@@ -140,6 +163,7 @@ class Communicator {
   std::uint64_t seq_ = 0;
   std::uint64_t splits_ = 0;
   Counters counters_;
+  std::unique_ptr<DeviceComm> device_;
 };
 
 }  // namespace strait::comm
