@@ -16,8 +16,8 @@
 #include <cstddef>
 #include <cstdio>
 #include <cstdlib>
-#include <stdexcept>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -135,9 +135,9 @@ int main(int argc, char** argv) {
     strait::kernels::cuda_check(cudaGetDeviceCount(&devices), "cudaGetDeviceCount");
     const int world = a.ranks > 0 ? a.ranks : devices;
     if (world < 1 || world > devices) {
-      throw std::invalid_argument(fmt::format(
-          "{} ranks need {} GPUs (one each, NCCL's rule); this machine has {}", world, world,
-          devices));
+      throw std::invalid_argument(
+          fmt::format("{} ranks need {} GPUs (one each, NCCL's rule); this machine has {}", world,
+                      world, devices));
     }
     auto store = std::make_shared<HashStore>();
     std::barrier<> sync(world);

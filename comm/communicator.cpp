@@ -135,8 +135,7 @@ Work Communicator::submit(std::unique_ptr<Op> op, std::string description, bool 
 
 Work Communicator::isend(const void* buf, std::size_t bytes, int peer, std::uint64_t tag,
                          DeadlineStart start) {
-  if (auto w = try_device({.kind = DeviceCall::Kind::Send, .send = buf, .count = bytes,
-                           .root = peer, .tag = tag}, start)) return std::move(*w);
+  if (auto w = try_device(DeviceCall::send_to(buf, bytes, peer, tag), start)) return *w;
   check_peer(peer, "send");
   if (tag > kMaxUserTag) {
     throw Error(ErrorCode::InvalidArgument, fmt::format("send: tag {} exceeds 2^37 - 1", tag));
@@ -151,8 +150,7 @@ Work Communicator::isend(const void* buf, std::size_t bytes, int peer, std::uint
 
 Work Communicator::irecv(void* buf, std::size_t bytes, int peer, std::uint64_t tag,
                          DeadlineStart start) {
-  if (auto w = try_device({.kind = DeviceCall::Kind::Recv, .recv = buf, .count = bytes,
-                           .root = peer, .tag = tag}, start)) return std::move(*w);
+  if (auto w = try_device(DeviceCall::recv_from(buf, bytes, peer, tag), start)) return *w;
   check_peer(peer, "recv");
   if (tag > kMaxUserTag) {
     throw Error(ErrorCode::InvalidArgument, fmt::format("recv: tag {} exceeds 2^37 - 1", tag));
@@ -185,8 +183,7 @@ void Communicator::barrier() {
 }
 
 Work Communicator::ibroadcast(void* buf, std::size_t count, DType dtype, int root) {
-  if (auto w = try_device({.kind = DeviceCall::Kind::Broadcast, .recv = buf, .count = count,
-                           .dtype = dtype, .root = root})) return std::move(*w);
+  if (auto w = try_device(DeviceCall::broadcast(buf, count, dtype, root))) return *w;
   check_peer(root, "broadcast root");
   if (count != 0 && buf == nullptr) {
     throw Error(ErrorCode::InvalidArgument, "broadcast: null buffer with a non-zero count");
@@ -212,8 +209,7 @@ void Communicator::broadcast(void* buf, std::size_t count, DType dtype, int root
 
 Work Communicator::iallreduce(const void* send, void* recv, std::size_t count, DType dtype,
                               ReduceOp op) {
-  if (auto w = try_device({.kind = DeviceCall::Kind::Allreduce, .send = send, .recv = recv,
-                           .count = count, .dtype = dtype, .op = op})) return std::move(*w);
+  if (auto w = try_device(DeviceCall::allreduce(send, recv, count, dtype, op))) return *w;
   if (op == ReduceOp::Avg && !kernels::dtype_is_float(dtype)) {
     throw Error(ErrorCode::InvalidArgument,
                 fmt::format("allreduce: avg of {} is not defined; use sum and divide, or a "
@@ -244,8 +240,7 @@ void Communicator::allreduce(const void* send, void* recv, std::size_t count, DT
 }
 
 Work Communicator::iallgather(const void* send, void* recv, std::size_t count, DType dtype) {
-  if (auto w = try_device({.kind = DeviceCall::Kind::Allgather, .send = send, .recv = recv,
-                           .count = count, .dtype = dtype})) return std::move(*w);
+  if (auto w = try_device(DeviceCall::allgather(send, recv, count, dtype))) return *w;
   if (count != 0 && (send == nullptr || recv == nullptr)) {
     throw Error(ErrorCode::InvalidArgument, "allgather: null buffer with a non-zero count");
   }
@@ -324,9 +319,9 @@ std::optional<Work> Communicator::try_device(const DeviceCall& call, DeadlineSta
   validate(call, rank(), size());
   std::string description;
   if (call.point_to_point()) {
-    description = fmt::format("device {} {} on comm {} (rank {} of {})",
-                              device_call_name(call.kind), describe_device_call(call, *device),
-                              group_->comm_id, rank(), size());
+    description =
+        fmt::format("device {} {} on comm {} (rank {} of {})", device_call_name(call.kind),
+                    describe_device_call(call, *device), group_->comm_id, rank(), size());
   } else {
     const char* name = device_call_name(call.kind).data();  // a literal: NUL-terminated
     description = describe(name, next_seq(), describe_device_call(call, *device));

@@ -37,18 +37,19 @@ void validate(const DeviceCall& call, int rank, int size) {
   }
   if (call.point_to_point()) {
     if (call.root == rank) {
-      invalid(fmt::format("rank {} cannot {} itself on the GPU: NCCL's send and receive each wait "
-                          "for the other; copy the buffer (cudaMemcpyAsync) instead",
-                          rank, call.kind == Kind::Send ? "send to" : "receive from"));
+      invalid(
+          fmt::format("rank {} cannot {} itself on the GPU: NCCL's send and receive each wait "
+                      "for the other; copy the buffer (cudaMemcpyAsync) instead",
+                      rank, call.kind == Kind::Send ? "send to" : "receive from"));
     }
     if (call.tag != 0) {
-      invalid(fmt::format("tag {}: NCCL matches sends and receives between two ranks in the "
-                          "order posted, not by tag; pass tag 0 for device buffers",
-                          call.tag));
+      invalid(
+          fmt::format("tag {}: NCCL matches sends and receives between two ranks in the "
+                      "order posted, not by tag; pass tag 0 for device buffers",
+                      call.tag));
     }
   }
-  if (call.reduces() && call.op == kernels::ReduceOp::Avg &&
-      !kernels::dtype_is_float(call.dtype)) {
+  if (call.reduces() && call.op == kernels::ReduceOp::Avg && !kernels::dtype_is_float(call.dtype)) {
     invalid(fmt::format("avg of {} is not defined; use sum and divide, or a floating-point dtype",
                         kernels::dtype_name(call.dtype)));
   }
@@ -56,9 +57,8 @@ void validate(const DeviceCall& call, int rank, int size) {
   const bool root = rank == call.root;
   const bool needs_send = call.kind != Kind::Recv && call.kind != Kind::Broadcast &&
                           (call.kind != Kind::Scatter || root);
-  const bool needs_recv = call.kind != Kind::Send && ((call.kind != Kind::Reduce &&
-                                                       call.kind != Kind::Gather) ||
-                                                      root);
+  const bool needs_recv =
+      call.kind != Kind::Send && ((call.kind != Kind::Reduce && call.kind != Kind::Gather) || root);
   if ((needs_send && call.send == nullptr) || (needs_recv && call.recv == nullptr)) {
     invalid("null buffer with a non-zero count");
   }
@@ -128,11 +128,11 @@ std::optional<int> device_of(const DeviceCall& call, int rank) {
       return device[i] ? fmt::format("device memory of GPU {}", *device[i])
                        : std::string("host memory");
     };
-    throw Error(ErrorCode::InvalidArgument,
-                fmt::format("{}: the {} buffer is {} but the {} buffer is {}: pass both in host "
-                            "memory (UCX) or both on the communicator's GPU (NCCL)",
-                            device_call_name(call.kind), used[0].name, where(0), used[1].name,
-                            where(1)));
+    throw Error(
+        ErrorCode::InvalidArgument,
+        fmt::format("{}: the {} buffer is {} but the {} buffer is {}: pass both in host "
+                    "memory (UCX) or both on the communicator's GPU (NCCL)",
+                    device_call_name(call.kind), used[0].name, where(0), used[1].name, where(1)));
   }
   return device[0];
 }

@@ -19,7 +19,8 @@
 // outside 0..size-1, a send or receive to this rank itself (NCCL would wait for itself forever
 // outside a group: copy instead), a non-zero tag, a null buffer with count > 0, avg of an integer
 // dtype, or an alltoall in place. Makes no CUDA call.
-// describe_device_call(call, device): "(f32 x 5, sum) on GPU 0 via NCCL", for descriptions and errors.
+// describe_device_call(call, device): "(f32 x 5, sum) on GPU 0 via NCCL", for descriptions and
+// errors.
 //
 // device_of(call, rank): the CUDA device the used buffers live on (kernels::pointer_device), or
 // nullopt when they are all host memory (or null): then the host path runs. Throws InvalidArgument
@@ -60,6 +61,71 @@ struct DeviceCall {
   kernels::ReduceOp op = kernels::ReduceOp::Sum;  // Allreduce, ReduceScatter, Reduce
   int root = 0;                                   // the root; the peer of Send and Recv
   std::uint64_t tag = 0;  // Send, Recv: NCCL matches in order, not by tag, so it must be 0
+
+  // One per kind, with the Communicator's argument order (Send and Recv count bytes).
+  static DeviceCall send_to(const void* buf, std::size_t bytes, int peer, std::uint64_t tag) {
+    return {.kind = Kind::Send, .send = buf, .count = bytes, .root = peer, .tag = tag};
+  }
+  static DeviceCall recv_from(void* buf, std::size_t bytes, int peer, std::uint64_t tag) {
+    return {.kind = Kind::Recv, .recv = buf, .count = bytes, .root = peer, .tag = tag};
+  }
+  static DeviceCall broadcast(void* buf, std::size_t count, kernels::DType dtype, int root) {
+    return {.kind = Kind::Broadcast, .recv = buf, .count = count, .dtype = dtype, .root = root};
+  }
+  static DeviceCall allreduce(const void* send, void* recv, std::size_t count, kernels::DType dtype,
+                              kernels::ReduceOp op) {
+    return {.kind = Kind::Allreduce,
+            .send = send,
+            .recv = recv,
+            .count = count,
+            .dtype = dtype,
+            .op = op};
+  }
+  static DeviceCall allgather(const void* send, void* recv, std::size_t count,
+                              kernels::DType dtype) {
+    return {.kind = Kind::Allgather, .send = send, .recv = recv, .count = count, .dtype = dtype};
+  }
+  static DeviceCall reduce_scatter(const void* send, void* recv, std::size_t count,
+                                   kernels::DType dtype, kernels::ReduceOp op) {
+    return {.kind = Kind::ReduceScatter,
+            .send = send,
+            .recv = recv,
+            .count = count,
+            .dtype = dtype,
+            .op = op};
+  }
+  static DeviceCall reduce(const void* send, void* recv, std::size_t count, kernels::DType dtype,
+                           kernels::ReduceOp op, int root) {
+    return {.kind = Kind::Reduce,
+            .send = send,
+            .recv = recv,
+            .count = count,
+            .dtype = dtype,
+            .op = op,
+            .root = root};
+  }
+  static DeviceCall gather(const void* send, void* recv, std::size_t count, kernels::DType dtype,
+                           int root) {
+    return {.kind = Kind::Gather,
+            .send = send,
+            .recv = recv,
+            .count = count,
+            .dtype = dtype,
+            .root = root};
+  }
+  static DeviceCall scatter(const void* send, void* recv, std::size_t count, kernels::DType dtype,
+                            int root) {
+    return {.kind = Kind::Scatter,
+            .send = send,
+            .recv = recv,
+            .count = count,
+            .dtype = dtype,
+            .root = root};
+  }
+  static DeviceCall alltoall(const void* send, void* recv, std::size_t count,
+                             kernels::DType dtype) {
+    return {.kind = Kind::Alltoall, .send = send, .recv = recv, .count = count, .dtype = dtype};
+  }
 
   [[nodiscard]] bool point_to_point() const noexcept {
     return kind == Kind::Send || kind == Kind::Recv;

@@ -54,9 +54,10 @@ class NcclOp final : public Op {
   void cancel(Transport& /*transport*/) override { nccl_->abort(); }
 
   [[nodiscard]] std::string waiting_for() const override {
-    return fmt::format("the GPU to finish {} (NCCL, device {}, stream {}); NCCL waits for every "
-                       "rank of the communicator",
-                       what_, nccl_->device(), static_cast<const void*>(stream_));
+    return fmt::format(
+        "the GPU to finish {} (NCCL, device {}, stream {}); NCCL waits for every "
+        "rank of the communicator",
+        what_, nccl_->device(), static_cast<const void*>(stream_));
   }
 
   [[nodiscard]] bool needs_polling() const noexcept override { return true; }
@@ -173,9 +174,9 @@ std::unique_ptr<Op> DeviceComm::enqueue(const DeviceCall& call, int device,
     kernels::cuda_check(cudaEventCreateWithFlags(&raw, cudaEventDisableTiming),
                         "cudaEventCreateWithFlags");
     Event event(raw);
-    kernels::cuda_check(cudaEventRecord(event.get(), stream),
-                        fmt::format("cudaEventRecord after {} (is the stream on GPU {}?)", what,
-                                    device));
+    kernels::cuda_check(
+        cudaEventRecord(event.get(), stream),
+        fmt::format("cudaEventRecord after {} (is the stream on GPU {}?)", what, device));
     return std::make_unique<NcclOp>(std::move(nccl), std::move(event), stream, what);
   } catch (const Error& e) {
     // The NCCL communicator may hold half-issued work: it cannot be trusted any more.

@@ -220,12 +220,13 @@ TEST(DeviceCollectives, MixedHostAndDeviceBuffersAreRefusedNamingWhichIsWhich) {
   run_device_ranks(1, [&](Communicator& comm) {
     DeviceBuffer dev(64 * sizeof(float));
     std::vector<float> host(64);
-    const auto e = error_of(
-        [&] { comm.allreduce(host.data(), dev.data(), 64, DType::F32, ReduceOp::Sum); });
+    const auto e =
+        error_of([&] { comm.allreduce(host.data(), dev.data(), 64, DType::F32, ReduceOp::Sum); });
     ASSERT_TRUE(e.has_value());
     EXPECT_EQ(e->code(), ErrorCode::InvalidArgument);
-    EXPECT_TRUE(contains(e->what(), "the send buffer is host memory but the recv buffer is "
-                                    "device memory of GPU 0"))
+    EXPECT_TRUE(contains(e->what(),
+                         "the send buffer is host memory but the recv buffer is "
+                         "device memory of GPU 0"))
         << e->what();
     // Refused before anything ran: the communicator still works.
     comm.allreduce(dev.data(), dev.data(), 64, DType::F32, ReduceOp::Sum);
@@ -268,21 +269,20 @@ TEST(DeviceCollectives, InterleaveWithHostOperationsInOrder) {
     run_device_ranks(world, [&](Communicator& comm) {
       const std::size_t count = 4096;
       Bytes8 host = testing::make_input(DType::F64, ReduceOp::Sum, 31, comm.rank(), count);
-      DeviceBuffer dev = to_device(testing::make_input(DType::F64, ReduceOp::Sum, 32,
-                                                       comm.rank(), count));
+      DeviceBuffer dev =
+          to_device(testing::make_input(DType::F64, ReduceOp::Sum, 32, comm.rank(), count));
       Work a = comm.iallreduce(host.data(), host.data(), count, DType::F64, ReduceOp::Sum);
       Work b = comm.iallreduce(dev.data(), dev.data(), count, DType::F64, ReduceOp::Sum);
       b.wait();
       EXPECT_TRUE(a.test()) << "the device allreduce completed before the host one submitted "
                                "ahead of it";
       a.wait();
-      EXPECT_FALSE(testing::check_allreduce(DType::F64, ReduceOp::Sum, 31, world, host.data(),
-                                            count)
-                       .has_value());
-      const Bytes8 got = to_host(dev);
       EXPECT_FALSE(
-          testing::check_allreduce(DType::F64, ReduceOp::Sum, 32, world, got.data(), count)
+          testing::check_allreduce(DType::F64, ReduceOp::Sum, 31, world, host.data(), count)
               .has_value());
+      const Bytes8 got = to_host(dev);
+      EXPECT_FALSE(testing::check_allreduce(DType::F64, ReduceOp::Sum, 32, world, got.data(), count)
+                       .has_value());
     });
   }
 }
@@ -292,21 +292,19 @@ TEST(DeviceCollectives, SplitCommunicatorsHaveTheirOwnNcclCommunicator) {
   STRAIT_SKIP_WITHOUT_CUDA_DEVICE();
   for (const int world : worlds()) {
     run_device_ranks(world, [&](Communicator& comm) {
-      DeviceBuffer a = to_device(testing::make_input(DType::F32, ReduceOp::Max, 41, comm.rank(),
-                                                     100));
+      DeviceBuffer a =
+          to_device(testing::make_input(DType::F32, ReduceOp::Max, 41, comm.rank(), 100));
       comm.allreduce(a.data(), a.data(), 100, DType::F32, ReduceOp::Max);
       auto sub = comm.split(/*color=*/0, /*key=*/-comm.rank());  // reversed order
       ASSERT_NE(sub, nullptr);
-      DeviceBuffer b = to_device(testing::make_input(DType::F32, ReduceOp::Min, 42, sub->rank(),
-                                                     100));
+      DeviceBuffer b =
+          to_device(testing::make_input(DType::F32, ReduceOp::Min, 42, sub->rank(), 100));
       sub->allreduce(b.data(), b.data(), 100, DType::F32, ReduceOp::Min);
       const Bytes8 got_a = to_host(a);
       const Bytes8 got_b = to_host(b);
-      EXPECT_FALSE(testing::check_allreduce(DType::F32, ReduceOp::Max, 41, world, got_a.data(),
-                                            100)
+      EXPECT_FALSE(testing::check_allreduce(DType::F32, ReduceOp::Max, 41, world, got_a.data(), 100)
                        .has_value());
-      EXPECT_FALSE(testing::check_allreduce(DType::F32, ReduceOp::Min, 42, world, got_b.data(),
-                                            100)
+      EXPECT_FALSE(testing::check_allreduce(DType::F32, ReduceOp::Min, 42, world, got_b.data(), 100)
                        .has_value());
     });
   }
@@ -352,7 +350,8 @@ TEST(DeviceCollectives, AbortEndsADeviceOperationWaitingForAPeer) {
 
 // A host function holds the stream, so the GPU cannot finish the allreduce queued behind it; the
 // operation's deadline fails it with Timeout naming what it waited for (and aborts the NCCL
-// communicator) instead of waiting for the stream.
+// communicator) instead of waiting for the stream. The aborted NCCL kernel may then fault when
+// the stream moves on; ctest runs each test in its own process, so no other test sees that.
 void CUDART_CB hold_stream(void* gate) {
   const auto until = std::chrono::steady_clock::now() + 10s;  // never hold it forever
   auto* open = static_cast<std::atomic<bool>*>(gate);
@@ -371,11 +370,16 @@ TEST(DeviceCollectives, DeadlineEndsADeviceOperationTheGpuCannotFinish) {
     comm.allreduce(buf.data(), buf.data(), 1024, DType::F32, ReduceOp::Sum);  // NCCL is up
     kernels::cuda_check(cudaLaunchHostFunc(stream.s, hold_stream, &open), "cudaLaunchHostFunc");
     comm.set_timeout(300ms);
+    // Let the stream go after 2 s whatever happens: a deadline that did not apply would then let
+    // the allreduce succeed (and fail the test) rather than hang it.
+    const std::jthread opener([&] {
+      std::this_thread::sleep_for(2s);
+      open.store(true);
+    });
     const auto start = std::chrono::steady_clock::now();
-    const auto e = error_of(
-        [&] { comm.allreduce(buf.data(), buf.data(), 1024, DType::F32, ReduceOp::Sum); });
+    const auto e =
+        error_of([&] { comm.allreduce(buf.data(), buf.data(), 1024, DType::F32, ReduceOp::Sum); });
     const auto took = std::chrono::steady_clock::now() - start;
-    open.store(true);
     static_cast<void>(cudaStreamSynchronize(stream.s));  // the aborted kernel may report an error
     static_cast<void>(cudaGetLastError());
     ASSERT_TRUE(e.has_value());

@@ -26,10 +26,9 @@ using kernels::ReduceOp;
 using Kind = DeviceCall::Kind;
 using strait::test::contains;
 
-constexpr std::array kAllKinds = {Kind::Send,      Kind::Recv,          Kind::Broadcast,
-                                  Kind::Allreduce, Kind::Allgather,     Kind::ReduceScatter,
-                                  Kind::Reduce,    Kind::Gather,        Kind::Scatter,
-                                  Kind::Alltoall};
+constexpr std::array kAllKinds = {
+    Kind::Send,          Kind::Recv,   Kind::Broadcast, Kind::Allreduce, Kind::Allgather,
+    Kind::ReduceScatter, Kind::Reduce, Kind::Gather,    Kind::Scatter,   Kind::Alltoall};
 
 TEST(PointerDevice, HostMemoryIsNeverDeviceMemory) {
   std::vector<float> heap(1024);
@@ -50,8 +49,12 @@ TEST(DeviceCall, HostAndNullBuffersTakeTheHostPath) {
   std::vector<float> b(64);
   for (const Kind kind : kAllKinds) {
     for (const int rank : {0, 1}) {  // root and non-root
-      const DeviceCall call{.kind = kind, .send = a.data(), .recv = b.data(), .count = 4,
-                            .dtype = DType::F32, .root = 0};
+      const DeviceCall call{.kind = kind,
+                            .send = a.data(),
+                            .recv = b.data(),
+                            .count = 4,
+                            .dtype = DType::F32,
+                            .root = 0};
       EXPECT_EQ(device_of(call, rank), std::nullopt) << device_call_name(kind);
       const DeviceCall empty{.kind = kind, .count = 0, .dtype = DType::F32, .root = 0};
       EXPECT_EQ(device_of(empty, rank), std::nullopt) << device_call_name(kind);
@@ -81,7 +84,11 @@ TEST(DeviceCall, ValidateRefusesWhatNcclCannotDo) {
   expect_invalid({.kind = Kind::Recv, .recv = x, .count = 8, .root = 0}, 0, 2,
                  "receive from itself");
   expect_invalid({.kind = Kind::Send, .send = x, .count = 8, .root = 1, .tag = 7}, 0, 2, "tag 7");
-  expect_invalid({.kind = Kind::Allreduce, .send = x, .recv = y, .count = 8, .dtype = DType::I32,
+  expect_invalid({.kind = Kind::Allreduce,
+                  .send = x,
+                  .recv = y,
+                  .count = 8,
+                  .dtype = DType::I32,
                   .op = ReduceOp::Avg},
                  0, 2, "avg of i32");
   expect_invalid({.kind = Kind::Allreduce, .send = nullptr, .recv = y, .count = 8}, 0, 2,
@@ -100,20 +107,19 @@ TEST(DeviceCall, ValidateAcceptsBuffersUnusedOffTheRoot) {
   EXPECT_NO_THROW(validate({.kind = Kind::Broadcast, .recv = x, .count = 8, .root = 1}, 0, 2));
   EXPECT_NO_THROW(validate({.kind = Kind::Send, .send = x, .count = 8, .root = 1}, 0, 2));
   // count 0: null buffers are fine; avg of floats is.
-  EXPECT_NO_THROW(validate({.kind = Kind::Allreduce, .count = 0, .dtype = DType::F32,
-                            .op = ReduceOp::Avg},
-                           0, 2));
+  EXPECT_NO_THROW(validate(
+      {.kind = Kind::Allreduce, .count = 0, .dtype = DType::F32, .op = ReduceOp::Avg}, 0, 2));
 }
 
 TEST(DeviceCall, DescriptionNamesDtypeCountOpRootAndGpu) {
-  EXPECT_EQ(describe_device_call({.kind = Kind::Allreduce, .count = 5, .dtype = DType::F32,
-                                  .op = ReduceOp::Sum},
-                                 0),
+  EXPECT_EQ(describe_device_call(
+                {.kind = Kind::Allreduce, .count = 5, .dtype = DType::F32, .op = ReduceOp::Sum}, 0),
             "(f32 x 5, sum) on GPU 0 via NCCL");
-  EXPECT_EQ(describe_device_call({.kind = Kind::Reduce, .count = 3, .dtype = DType::BF16,
-                                  .op = ReduceOp::Max, .root = 2},
-                                 1),
-            "(bf16 x 3, max, root 2) on GPU 1 via NCCL");
+  EXPECT_EQ(
+      describe_device_call(
+          {.kind = Kind::Reduce, .count = 3, .dtype = DType::BF16, .op = ReduceOp::Max, .root = 2},
+          1),
+      "(bf16 x 3, max, root 2) on GPU 1 via NCCL");
   EXPECT_EQ(describe_device_call({.kind = Kind::Send, .count = 64, .root = 1}, 0),
             "(u8 x 64, to rank 1) on GPU 0 via NCCL");
 }

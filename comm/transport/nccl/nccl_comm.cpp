@@ -371,7 +371,8 @@ void NcclComm::allgather(const void* send, void* recv, std::size_t send_count, D
 
 void NcclComm::broadcast(const void* send, void* recv, std::size_t count, DType dtype, int root,
                          kernels::CudaStream stream) {
-  const std::string what = describe_call("ncclBroadcast", count, dtype) + fmt::format(" from {}", root);
+  const std::string what =
+      describe_call("ncclBroadcast", count, dtype) + fmt::format(" from {}", root);
   check_rank(root, "root", what);
   const ncclDataType_t t = to_nccl(dtype);
   if (rank_ == root) check_buffer(send, count, "send", what);
@@ -384,7 +385,8 @@ void NcclComm::broadcast(const void* send, void* recv, std::size_t count, DType 
 
 void NcclComm::reduce(const void* send, void* recv, std::size_t count, DType dtype, ReduceOp op,
                       int root, kernels::CudaStream stream) {
-  const std::string what = describe_call("ncclReduce", count, dtype, op) + fmt::format(" to {}", root);
+  const std::string what =
+      describe_call("ncclReduce", count, dtype, op) + fmt::format(" to {}", root);
   check_rank(root, "root", what);
   const ncclRedOp_t nccl_op = checked_op(op, dtype, what);
   const ncclDataType_t t = to_nccl(dtype);
@@ -465,9 +467,8 @@ void NcclComm::send(const void* buf, std::size_t count, DType dtype, int peer,
   const ncclDataType_t t = to_nccl(dtype);
   check_buffer(buf, count, "send", what);
   if (count == 0) return;
-  enqueue(what, [&](ncclComm* c) {
-    return static_cast<int>(ncclSend(buf, count, t, peer, c, stream));
-  });
+  enqueue(what,
+          [&](ncclComm* c) { return static_cast<int>(ncclSend(buf, count, t, peer, c, stream)); });
 }
 
 void NcclComm::recv(void* buf, std::size_t count, DType dtype, int peer,
@@ -477,9 +478,8 @@ void NcclComm::recv(void* buf, std::size_t count, DType dtype, int peer,
   const ncclDataType_t t = to_nccl(dtype);
   check_buffer(buf, count, "recv", what);
   if (count == 0) return;
-  enqueue(what, [&](ncclComm* c) {
-    return static_cast<int>(ncclRecv(buf, count, t, peer, c, stream));
-  });
+  enqueue(what,
+          [&](ncclComm* c) { return static_cast<int>(ncclRecv(buf, count, t, peer, c, stream)); });
 }
 
 bool NcclComm::ready() {
