@@ -1,11 +1,12 @@
 // Communicator: a group of ranks and the collectives over it (the role of an MPI communicator, a
-// NCCL ncclComm_t or a c10d ProcessGroup), over host memory through UCX.
+// NCCL ncclComm_t or a c10d ProcessGroup), over host memory through UCX and over GPU memory
+// through NCCL (see "Device buffers" below).
 //
 // Every operation has a blocking form and a non-blocking form (i-prefixed) that returns a Work.
 // Operations of one communicator must be called in the same order on every rank (as in MPI and
 // NCCL); they run in the background on the progress engine, many at once, and complete in the
-// order submitted. Counts are in elements of `dtype`; buffers are host memory owned by the caller
-// and must stay valid until the operation completes; send == recv means in place. Every operation
+// order submitted. Counts are in elements of `dtype`; buffers are owned by the caller and must
+// stay valid until the operation completes; send == recv means in place. Every operation
 // fails within the communicator's timeout (STRAIT_TIMEOUT_S, default 300 s) rather than hang: with
 // PeerLost when a rank dies, Timeout when a rank never arrives, Mismatch when ranks disagree on
 // the operation (kind, count, dtype, op or root: each collective exchanges its fingerprint with
