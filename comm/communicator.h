@@ -58,7 +58,8 @@ struct CommOptions {
   static std::chrono::milliseconds default_timeout();
 };
 
-// Bytes this rank has sent, by operation kind, since the communicator was created.
+// Bytes this rank has sent, by operation kind, since the communicator was created (host buffers
+// only: NCCL does not report what it sends).
 struct CommStats {
   std::uint64_t allreduce_bytes = 0;
   std::uint64_t broadcast_bytes = 0;

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <atomic>
+#include <exception>
 #include <mutex>
 #include <utility>
 
@@ -74,15 +75,15 @@ class NcclOp final : public Op {
 // the error reaches the caller through Work and breaks the communicator like any failure.
 class FailedOp final : public Op {
  public:
-  explicit FailedOp(Error error) : error_(std::move(error)) {}
-  bool advance(Transport& /*transport*/) override { throw error_; }
+  explicit FailedOp(const Error& error) : error_(std::make_exception_ptr(error)) {}
+  bool advance(Transport& /*transport*/) override { std::rethrow_exception(error_); }
   void cancel(Transport& /*transport*/) override {}
   [[nodiscard]] std::string waiting_for() const override {
     return "nothing: it failed while being enqueued";
   }
 
  private:
-  Error error_;
+  std::exception_ptr error_;
 };
 
 void issue(NcclComm& nccl, const DeviceCall& c, kernels::CudaStream stream) {

@@ -484,7 +484,7 @@ void NcclComm::recv(void* buf, std::size_t count, DType dtype, int peer,
 
 bool NcclComm::ready() {
   const std::lock_guard lock(mu_);
-  return poll_locked("ready") == ncclSuccess;
+  return poll_locked("while its work ran") == ncclSuccess;
 }
 
 void NcclComm::synchronize(kernels::CudaStream stream) {
