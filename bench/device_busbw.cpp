@@ -144,6 +144,7 @@ int main(int argc, char** argv) {
     std::vector<Row> rows;
     {
       std::vector<std::jthread> threads;
+      threads.reserve(static_cast<std::size_t>(world));
       for (int r = 0; r < world; ++r) {
         threads.emplace_back([&, r] {
           try {

@@ -118,9 +118,9 @@ struct DeviceComm::Impl {
   bool aborted = false;
 };
 
-DeviceComm::DeviceComm(std::shared_ptr<Store> store, int comm_id, int rank, int size)
+DeviceComm::DeviceComm(const std::shared_ptr<Store>& store, int comm_id, int rank, int size)
     : impl_(std::make_unique<Impl>()) {
-  impl_->store = std::move(store);
+  impl_->store = store;
   impl_->key = fmt::format("strait/nccl/{}/unique_id", comm_id);
   impl_->rank = rank;
   impl_->size = size;

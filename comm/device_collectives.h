@@ -45,7 +45,7 @@ namespace strait::comm {
 
 class DeviceComm {
  public:
-  DeviceComm(std::shared_ptr<Store> store, int comm_id, int rank, int size);
+  DeviceComm(const std::shared_ptr<Store>& store, int comm_id, int rank, int size);
   DeviceComm(const DeviceComm&) = delete;
   DeviceComm& operator=(const DeviceComm&) = delete;
   ~DeviceComm();

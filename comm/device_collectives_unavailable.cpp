@@ -13,7 +13,7 @@ struct DeviceComm::Impl {
   std::atomic<kernels::CudaStream> stream{nullptr};
 };
 
-DeviceComm::DeviceComm(std::shared_ptr<Store> /*store*/, int /*comm_id*/, int /*rank*/,
+DeviceComm::DeviceComm(const std::shared_ptr<Store>& /*store*/, int /*comm_id*/, int /*rank*/,
                        int /*size*/)
     : impl_(std::make_unique<Impl>()) {}
 
