@@ -326,7 +326,7 @@ std::optional<Work> Communicator::try_device(const DeviceCall& call, DeadlineSta
     const char* name = device_call_name(call.kind).data();  // a literal: NUL-terminated
     description = describe(name, next_seq(), describe_device_call(call, *device));
   }
-  auto op = device_->enqueue(call, *device, timeout(), description);
+  auto op = device_->enqueue(call, *device, timeout());
   return submit(std::move(op), std::move(description), !call.point_to_point(), start);
 }
 

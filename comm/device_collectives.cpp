@@ -56,9 +56,9 @@ class NcclOp final : public Op {
 
   [[nodiscard]] std::string waiting_for() const override {
     return fmt::format(
-        "the GPU to finish {} (NCCL, device {}, stream {}); NCCL waits for every "
-        "rank of the communicator",
-        what_, nccl_->device(), static_cast<const void*>(stream_));
+        "the GPU to finish {} (stream {}); NCCL waits for every rank of the "
+        "communicator",
+        what_, static_cast<const void*>(stream_));
   }
 
   [[nodiscard]] bool needs_polling() const noexcept override { return true; }
@@ -137,9 +137,10 @@ kernels::CudaStream DeviceComm::stream() const noexcept {
 }
 
 std::unique_ptr<Op> DeviceComm::enqueue(const DeviceCall& call, int device,
-                                        std::chrono::milliseconds timeout,
-                                        const std::string& what) {
+                                        std::chrono::milliseconds timeout) {
   Impl& m = *impl_;
+  const std::string what =
+      fmt::format("the {} {}", device_call_name(call.kind), describe_device_call(call, device));
   const std::lock_guard issuing(m.issue_mutex);
   std::shared_ptr<NcclComm> nccl;
   {
@@ -180,7 +181,10 @@ std::unique_ptr<Op> DeviceComm::enqueue(const DeviceCall& call, int device,
         fmt::format("cudaEventRecord after {} (is the stream on GPU {}?)", what, device));
     return std::make_unique<NcclOp>(std::move(nccl), std::move(event), stream, what);
   } catch (const Error& e) {
-    // The NCCL communicator may hold half-issued work: it cannot be trusted any more.
+    // The NCCL communicator may hold half-issued work: it cannot be trusted any more. Later
+    // operations fail at once rather than wait for peers again (the engine refuses them anyway).
+    const std::lock_guard lock(m.nccl_mutex);
+    m.aborted = true;
     if (nccl) nccl->abort();
     return std::make_unique<FailedOp>(e);
   }

@@ -14,7 +14,7 @@
 // enqueueing (creating the NCCL communicator, a failed enqueue, a timeout waiting for peers) come
 // back as an operation that fails with them, so Work reports them and the communicator breaks as
 // for any failure; only a buffer on another GPU than the NCCL communicator's is thrown at once
-// (InvalidArgument).
+// (InvalidArgument). After any failure, later enqueues fail at once with Aborted.
 //
 // The NCCL communicator is created by the first device operation: rank 0 draws NCCL's unique id
 // and publishes it in the store under "strait/nccl/<comm id>/unique_id" (the comm id is unique in
@@ -53,10 +53,10 @@ class DeviceComm {
   void set_stream(kernels::CudaStream stream) noexcept;
   [[nodiscard]] kernels::CudaStream stream() const noexcept;
 
-  // `call` must have passed validate(); `device` is device_of(call). `what` names the operation in
-  // the engine operation's waiting_for().
-  std::unique_ptr<Op> enqueue(const DeviceCall& call, int device, std::chrono::milliseconds timeout,
-                              const std::string& what);
+  // `call` must have passed validate(); `device` is device_of(call); `timeout` bounds the waits
+  // for the store, NCCL's init and the enqueue.
+  std::unique_ptr<Op> enqueue(const DeviceCall& call, int device,
+                              std::chrono::milliseconds timeout);
 
   // Aborts the NCCL communicator (if created) and makes later enqueues fail with Aborted.
   void abort() noexcept;

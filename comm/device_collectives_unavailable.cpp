@@ -28,8 +28,7 @@ kernels::CudaStream DeviceComm::stream() const noexcept {
 }
 
 std::unique_ptr<Op> DeviceComm::enqueue(const DeviceCall& call, int device,
-                                        std::chrono::milliseconds /*timeout*/,
-                                        const std::string& /*what*/) {
+                                        std::chrono::milliseconds /*timeout*/) {
   throw Error(ErrorCode::Unavailable,
               fmt::format("device {}: the buffers are memory of GPU {}, but strait was built "
                           "without NCCL: install NCCL (nccl.h and libnccl) next to the CUDA "
