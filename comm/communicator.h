@@ -24,7 +24,9 @@
 // device buffers in one call is InvalidArgument. Device point-to-point operations are ordered on
 // the stream with the device collectives (NCCL matches them in order, so tag must be 0); a send
 // waits on the GPU for its receive, so a pair exchanging both ways orders its calls oppositely.
-// Without NCCL in the build, device buffers are reported Unavailable.
+// NCCL exchanges no fingerprint: ranks that disagree on a device operation fail with Timeout (or
+// whatever NCCL reports), not Mismatch. Without NCCL in the build, device buffers are reported
+// Unavailable.
 // Thread-safety: a communicator may be used from several threads, but the order of operations
 // must still be the same on all ranks, so most callers use it from one thread.
 #pragma once
