@@ -11,8 +11,11 @@
 #include "comm/algorithms/collective_op.h"
 #include "comm/algorithms/dissemination_barrier.h"
 #include "comm/algorithms/point_to_point.h"
+#include "comm/algorithms/rabenseifner_allreduce.h"
+#include "comm/algorithms/recursive_doubling_allreduce.h"
 #include "comm/algorithms/ring_allgather.h"
 #include "comm/algorithms/ring_allreduce.h"
+#include "comm/algorithms/selection.h"
 #include "comm/bootstrap/launch_env.h"
 #include "comm/device_call.h"
 #include "comm/device_collectives.h"
@@ -30,6 +33,7 @@ using kernels::ReduceOp;
 struct Communicator::Shared {
   std::shared_ptr<Store> store;
   std::shared_ptr<ProgressEngine> engine;
+  std::shared_ptr<const AlgorithmTable> algorithms;
 };
 
 std::chrono::milliseconds CommOptions::default_timeout() {
@@ -56,9 +60,15 @@ std::unique_ptr<Communicator> Communicator::create(std::shared_ptr<Store> store,
                             "sizes 1..{})",
                             rank, size, kMaxRanks));
   }
+  // Read before connecting, so that a malformed STRAIT_TUNE fails at once.
+  auto algorithms =
+      options.algorithms
+          ? options.algorithms
+          : std::make_shared<const AlgorithmTable>(AlgorithmTable::from_environment());
   auto transport =
       std::make_unique<UcxTransport>(*store, "strait/ucx", rank, size, options.timeout);
   auto shared = std::make_shared<Shared>();
+  shared->algorithms = std::move(algorithms);
   shared->store = std::move(store);
   shared->engine = std::make_shared<ProgressEngine>(std::move(transport));
   auto group = std::make_shared<Group>();
@@ -220,17 +230,32 @@ Work Communicator::iallreduce(const void* send, void* recv, std::size_t count, D
     throw Error(ErrorCode::InvalidArgument, "allreduce: null buffer with a non-zero count");
   }
   const auto seq = next_seq();
-  auto algo = std::make_unique<RingAllreduce>(group_, seq, &counters_.allreduce, send, recv, count,
-                                              dtype, op);
+  // A pure function of what every rank agrees on (the fingerprint then checks the table too).
+  const Selection chosen =
+      shared_->algorithms->choose("allreduce", size(), count * kernels::dtype_size(dtype));
+  std::unique_ptr<CollectiveOp> algo;
+  const auto id = chosen.algorithm->id;
+  if (id == find_algorithm("allreduce", "recursive_doubling")->id) {
+    algo = std::make_unique<RecursiveDoublingAllreduce>(group_, seq, &counters_.allreduce, send,
+                                                        recv, count, dtype, op);
+  } else if (id == find_algorithm("allreduce", "rabenseifner")->id) {
+    algo = std::make_unique<RabenseifnerAllreduce>(group_, seq, &counters_.allreduce, send, recv,
+                                                   count, dtype, op);
+  } else {
+    algo = std::make_unique<RingAllreduce>(group_, seq, &counters_.allreduce, send, recv, count,
+                                           dtype, op, chosen.params.segment_bytes);
+  }
   algo->set_fingerprint(Fingerprint{.seq = seq,
                                     .count = count,
                                     .kind = Fingerprint::Kind::Allreduce,
                                     .dtype = static_cast<std::uint8_t>(dtype),
-                                    .op = static_cast<std::uint8_t>(op)});
+                                    .op = static_cast<std::uint8_t>(op),
+                                    .algorithm = id,
+                                    .segment_bytes = chosen.params.segment_bytes});
   return submit(std::move(algo),
                 describe("allreduce", seq,
-                         fmt::format("({} x {}, {})", kernels::dtype_name(dtype), count,
-                                     kernels::reduce_op_name(op))),
+                         fmt::format("({} x {}, {}, {})", kernels::dtype_name(dtype), count,
+                                     kernels::reduce_op_name(op), chosen.describe())),
                 true);
 }
 

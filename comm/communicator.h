@@ -9,12 +9,17 @@
 // stay valid until the operation completes; send == recv means in place. Every operation
 // fails within the communicator's timeout (STRAIT_TIMEOUT_S, default 300 s) rather than hang: with
 // PeerLost when a rank dies, Timeout when a rank never arrives, Mismatch when ranks disagree on
-// the operation (kind, count, dtype, op or root: each collective exchanges its fingerprint with
-// the peers it talks to, ahead of its data). After a failure the communicator is unusable (as
-// NCCL after an error).
-// Algorithms (comm/algorithms/, one per file with its steps and bytes moved): allreduce is a ring
-// reduce-scatter + allgather (bandwidth-optimal, 2(P-1) steps), allgather a ring, broadcast a
-// binomial tree, barrier the dissemination algorithm; selection by size comes with more algorithms.
+// the operation (kind, count, dtype, op, root or algorithm: each collective exchanges its
+// fingerprint with the peers it talks to, ahead of its data). After a failure the communicator is
+// unusable (as NCCL after an error).
+//
+// Algorithms (comm/algorithms/, one per file with its steps and bytes moved): allreduce is
+// recursive doubling (short vectors) or a ring pipelined in segments (longer ones), chosen by size
+// and world size through comm/algorithms/selection.h, which also offers Rabenseifner's
+// reduce-scatter + allgather and the unsegmented ring (STRAIT_TUNE / STRAIT_TUNE_FILE or
+// CommOptions::algorithms); allgather is a ring, broadcast a binomial tree, barrier the
+// dissemination algorithm.
+//
 // Device buffers (CUDA builds with NCCL): when an operation's buffers are GPU memory
 // (cudaMalloc; see kernels/device_memory.h), the same call goes to NCCL instead
 // (comm/device_collectives.h): it is enqueued on the communicator's CUDA stream (set_stream) in
@@ -27,6 +32,7 @@
 // NCCL exchanges no fingerprint: ranks that disagree on a device operation fail with Timeout (or
 // whatever NCCL reports), not Mismatch. Without NCCL in the build, device buffers are reported
 // Unavailable.
+//
 // Thread-safety: a communicator may be used from several threads, but the order of operations
 // must still be the same on all ranks, so most callers use it from one thread.
 #pragma once
@@ -52,10 +58,15 @@ struct DeviceCall;
 class DeviceComm;
 struct Group;
 class ProgressEngine;
+class AlgorithmTable;
 
 struct CommOptions {
   // Deadline of every operation, and of connecting to peers. Default: STRAIT_TIMEOUT_S or 300 s.
   std::chrono::milliseconds timeout = default_timeout();
+  // Which algorithm runs each collective, for this communicator and those split from it
+  // (comm/algorithms/selection.h). Null: AlgorithmTable::from_environment() (the built-in table,
+  // then STRAIT_TUNE_FILE, then STRAIT_TUNE), read by create().
+  std::shared_ptr<const AlgorithmTable> algorithms;
   // Throws InvalidArgument when STRAIT_TIMEOUT_S is set to anything but 0.001 .. 1e6 seconds.
   static std::chrono::milliseconds default_timeout();
 };

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "comm/algorithms/selection.h"
 #include "core/error.h"
 #include "kernels/dtype.h"
 #include "kernels/reduce.h"
@@ -19,12 +20,20 @@ std::string at_step(int step) {
 
 }  // namespace
 
+std::string Fingerprint::algorithm_suffix() const {
+  if (algorithm == 0) return {};
+  const AlgorithmInfo* info = algorithm_by_id(algorithm);
+  if (info == nullptr) return fmt::format(", algorithm #{}", algorithm);
+  return ", " + Selection{info, AlgorithmParams{segment_bytes}}.describe();
+}
+
 std::string Fingerprint::describe() const {
   const auto t = kernels::dtype_name(static_cast<kernels::DType>(dtype));
   switch (kind) {
     case Kind::Allreduce:
-      return fmt::format("allreduce #{} ({} x {}, {})", seq, t, count,
-                         kernels::reduce_op_name(static_cast<kernels::ReduceOp>(op)));
+      return fmt::format("allreduce #{} ({} x {}, {}{})", seq, t, count,
+                         kernels::reduce_op_name(static_cast<kernels::ReduceOp>(op)),
+                         algorithm_suffix());
     case Kind::Broadcast:
       return fmt::format("broadcast #{} ({} x {}, root {})", seq, t, count, root);
     case Kind::Allgather: return fmt::format("allgather #{} ({} x {})", seq, t, count);

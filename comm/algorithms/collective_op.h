@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "comm/progress_engine.h"
@@ -38,11 +39,18 @@ struct Fingerprint {
   Kind kind = Kind::Barrier;
   std::uint8_t dtype = 0;  // kernels::DType (allreduce, broadcast, allgather)
   std::uint8_t op = 0;     // kernels::ReduceOp (allreduce)
-  std::uint8_t reserved = 0;
+  // The algorithm and its parameters (comm/algorithms/selection.h; 0: the collective has one).
+  // Ranks with different tuning tables then fail with Mismatch rather than hang.
+  std::uint8_t algorithm = 0;
+  std::uint64_t segment_bytes = 0;
   bool operator==(const Fingerprint&) const = default;
-  // "allreduce #3 (f32 x 9, sum)".
+  // "allreduce #3 (f32 x 9, sum, ring@seg=1M)".
   [[nodiscard]] std::string describe() const;
+  // ", ring@seg=1M": the algorithm, for describe(); empty when none was selected.
+  [[nodiscard]] std::string algorithm_suffix() const;
 };
+// Sent as raw bytes: no padding, nothing but plain fields.
+static_assert(std::is_trivially_copyable_v<Fingerprint> && sizeof(Fingerprint) == 32);
 
 class CollectiveOp : public Op {
  public:
@@ -65,6 +73,22 @@ class CollectiveOp : public Op {
   RequestPtr post_send(Transport& t, int peer, Tag tag, const void* buf, std::size_t len,
                        int step = -1);
   RequestPtr post_recv(Transport& t, int peer, Tag tag, void* buf, std::size_t len, int step = -1);
+  // Posts the fingerprint exchange with `peer` (both ways) now rather than at the first message:
+  // an algorithm whose later steps talk to new peers calls it for all of them up front, so a rank
+  // whose partner disagrees learns it at once, even when that partner fails at an earlier step.
+  void exchange_fingerprints(Transport& t, int peer) {
+    exchange_fingerprint(t, peer, false);
+    exchange_fingerprint(t, peer, true);
+  }
+  // Sends this rank's fingerprint to rank + 1 and checks rank - 1's (as the ring does anyway).
+  // Algorithms that pair ranks otherwise call it too: ranks that chose different algorithms (other
+  // tuning tables) may never talk to each other, but some pair of neighbours then disagrees.
+  void exchange_fingerprints_around_ring(Transport& t) {
+    const int p = group_->size();
+    if (p < 2) return;
+    exchange_fingerprint(t, (group_->rank + 1) % p, false);
+    exchange_fingerprint(t, (group_->rank + p - 1) % p, true);
+  }
   // True once every posted message has completed. Throws PeerLost when a peer we wait for is
   // gone or its message failed, Mismatch when a message's size is not what this rank expected.
   bool all_done(Transport& t);

@@ -1,49 +1,73 @@
 // Ring allreduce: a reduce-scatter then an allgather around the ring rank -> rank + 1
 // (Patarasuk & Yuan, "Bandwidth optimal all-reduce algorithms for clusters of workstations", 2009;
-// the algorithm of Baidu's ring allreduce, Horovod and NCCL's ring).
+// the algorithm of Baidu's ring allreduce, Horovod and NCCL's ring), optionally pipelined.
 //
-// The buffer is cut into P chunks (the first count % P chunks one element longer, so any count
-// works, 0 included). Steps: P-1 reduce-scatter steps (step k: send chunk r-k to the right, receive
-// chunk r-k-1 from the left and reduce it into place), after which rank r owns the reduced chunk
-// r+1; then P-1 allgather steps (send chunk r+1-k, receive chunk r-k). Bytes sent per rank:
+// The buffer is cut into P chunks (comm/algorithms/partition.h: any count works, 0 included).
+// Steps: P-1 reduce-scatter steps (step k: send chunk r-k to the right, receive chunk r-k-1 from
+// the left and reduce it into place), after which rank r owns the reduced chunk r+1; then P-1
+// allgather steps (send chunk r+1-k, receive chunk r-k). Bytes sent per rank:
 // 2 (P-1)/P * count * size(dtype), the bandwidth lower bound; 2 (P-1) latency terms.
+// Pipelining (segment_bytes > 0, as NCCL and Open MPI's segmented ring do): every chunk is further
+// cut into S segments of at most segment_bytes, and segment s of step k is sent as soon as segment
+// s of step k-1 has arrived and been reduced, with up to kWindow segments in flight each way, so
+// the reduction of one segment overlaps the transfer of the next and no rank waits for a whole
+// chunk. Latency terms: 2 (P-1) + S - 1; the bytes are the same.
 // Every chunk is reduced once, by its owner, and then copied: all ranks end bit-identical.
 // Avg = Sum, then a scale by 1/P (floating-point dtypes only).
 #pragma once
 
 #include <cstddef>
+#include <deque>
 #include <memory>
 
-#include "comm/algorithms/collective_op.h"
+#include "comm/algorithms/allreduce_op.h"
 #include "kernels/dtype.h"
 #include "kernels/reduce.h"
 
 namespace strait::comm {
 
-class RingAllreduce final : public CollectiveOp {
+class RingAllreduce final : public AllreduceOp {
  public:
+  // Segments in flight each way when pipelining (each needs one segment of scratch).
+  static constexpr std::size_t kWindow = 4;
+
   // `send` may equal `recv` (in place). Buffers are caller-owned and must outlive the operation.
+  // segment_bytes: 0 sends each chunk as one message; else the pipeline's segment size.
   RingAllreduce(std::shared_ptr<const Group> group, std::uint64_t seq,
                 std::atomic<std::uint64_t>* bytes_sent, const void* send, void* recv,
-                std::size_t count, kernels::DType dtype, kernels::ReduceOp op);
+                std::size_t count, kernels::DType dtype, kernels::ReduceOp op,
+                std::size_t segment_bytes = 0);
   bool advance(Transport& t) override;
 
  private:
-  [[nodiscard]] std::size_t chunk_offset(int chunk) const;  // in elements
-  [[nodiscard]] std::size_t chunk_count(int chunk) const;
+  // A unit of the pipeline is (step, segment), numbered step * segments_ + segment.
+  struct Piece {
+    std::size_t offset = 0;  // in elements, into the output
+    std::size_t count = 0;
+  };
+  [[nodiscard]] Piece piece(std::size_t unit, bool outgoing) const;
+  [[nodiscard]] bool reduces(std::size_t unit) const { return unit < units_ / 2; }
+  [[nodiscard]] std::byte* slot(std::size_t unit) const {
+    return scratch_.get() + (unit % window_) * slot_bytes_;
+  }
+  // The step field of a unit's tags (comm/tag.h): its number, modulo the steps a tag can name.
+  static int tag_step(std::size_t unit);
+  void start();
 
-  const void* send_;
-  std::byte* out_;
-  std::size_t count_;
-  kernels::DType dtype_;
-  kernels::ReduceOp op_;
-  std::size_t elem_;
+  std::size_t segment_bytes_;
   bool started_ = false;
-  bool posted_ = false;
-  int step_ = 0;
-  int recv_chunk_ = 0;
-  // The incoming chunk during reduce-scatter. Shared with the receive's request: a receive UCX has
-  // matched still lands after this op has failed and gone.
+  std::size_t segments_ = 1;  // per chunk
+  std::size_t units_ = 0;     // 2 (P-1) * segments_
+  std::size_t window_ = 1;
+  std::size_t slot_bytes_ = 0;
+  std::size_t received_ = 0;  // units received (and reduced), in order
+  std::size_t recv_posted_ = 0;
+  std::size_t sent_ = 0;  // units whose send completed, in order
+  std::size_t send_posted_ = 0;
+  std::deque<RequestPtr> recvs_;  // units received_ .. recv_posted_ - 1
+  std::deque<RequestPtr> sends_;  // units sent_ .. send_posted_ - 1
+  // Incoming segments of the reduce-scatter, window_ slots. Shared with the receives' requests: a
+  // receive UCX has matched still lands after this op has failed and gone.
   std::shared_ptr<std::byte[]> scratch_;
 };
 

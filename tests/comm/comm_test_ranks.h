@@ -31,10 +31,11 @@ inline CommOptions options_with_timeout(std::chrono::milliseconds timeout) {
   return o;
 }
 
-// Runs body(comm) for ranks 0..world-1, one thread each; an exception escaping a rank's body is a
-// test failure naming the rank. Returns once every rank has finished.
-template <class Body>
-void run_ranks(int world, Body body, std::chrono::milliseconds timeout = kTestTimeout) {
+// Runs body(comm) for ranks 0..world-1, one thread each, rank r's communicator created with
+// options_of(r); an exception escaping a rank's body is a test failure naming the rank. Returns
+// once every rank has finished.
+template <class OptionsOf, class Body>
+void run_ranks_with(int world, OptionsOf options_of, Body body) {
   auto store = std::make_shared<HashStore>();
   std::vector<std::string> errors(static_cast<std::size_t>(world));
   {
@@ -43,7 +44,7 @@ void run_ranks(int world, Body body, std::chrono::milliseconds timeout = kTestTi
     for (int r = 0; r < world; ++r) {
       threads.emplace_back([&, r] {
         try {
-          auto comm = Communicator::create(store, r, world, options_with_timeout(timeout));
+          auto comm = Communicator::create(store, r, world, options_of(r));
           body(*comm);
         } catch (const std::exception& e) {
           errors[static_cast<std::size_t>(r)] = e.what();
@@ -55,6 +56,13 @@ void run_ranks(int world, Body body, std::chrono::milliseconds timeout = kTestTi
     const auto& e = errors[static_cast<std::size_t>(r)];
     if (!e.empty()) ADD_FAILURE() << "rank " << r << " of " << world << " threw: " << e;
   }
+}
+
+// As run_ranks_with, every rank with the default options and `timeout`.
+template <class Body>
+void run_ranks(int world, Body body, std::chrono::milliseconds timeout = kTestTimeout) {
+  run_ranks_with(
+      world, [timeout](int) { return options_with_timeout(timeout); }, std::move(body));
 }
 
 // For tests where some ranks take no part: they wait at the gate, keeping their communicator (and

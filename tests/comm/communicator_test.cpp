@@ -147,24 +147,7 @@ INSTANTIATE_TEST_SUITE_P(Worlds1To5, AllreduceMatrix,
                                               kernels::dtype_name(std::get<1>(p.param)));
                          });
 
-TEST(Allreduce, SendsTheRingsBandwidthOptimalByteCount) {
-  // Ring allreduce: every rank sends every chunk but two once in each phase, so
-  // 2 * count - chunk(r + 1) - chunk(r + 2) elements (comm/algorithms/ring_allreduce.h).
-  constexpr int kWorld = 3;
-  constexpr std::size_t kCount = 1000;  // chunks 334, 333, 333
-  const std::array<std::size_t, kWorld> chunk = {334, 333, 333};
-  std::array<std::uint64_t, kWorld> sent{};
-  run_ranks(kWorld, [&](Communicator& comm) {
-    const Buffer in = make_input(DType::F32, ReduceOp::Sum, 7, comm.rank(), kCount);
-    Buffer out(in.size());
-    comm.allreduce(in.data(), out.data(), kCount, DType::F32, ReduceOp::Sum);
-    sent[static_cast<std::size_t>(comm.rank())] = comm.stats().allreduce_bytes;
-  });
-  for (std::size_t r = 0; r < kWorld; ++r) {
-    const std::size_t elems = 2 * kCount - chunk[(r + 1) % kWorld] - chunk[(r + 2) % kWorld];
-    EXPECT_EQ(sent[r], elems * sizeof(float)) << "rank " << r;
-  }
-}
+// The bytes each allreduce algorithm sends: allreduce_algorithms_test.cpp.
 
 TEST(Allreduce, AvgOfAnIntegerDtypeIsInvalidArgumentAndLeavesTheCommunicatorUsable) {
   run_ranks(2, [](Communicator& comm) {

@@ -1,0 +1,85 @@
+#include "comm/algorithms/recursive_doubling_allreduce.h"
+
+#include <cstring>
+#include <utility>
+
+namespace strait::comm {
+
+RecursiveDoublingAllreduce::RecursiveDoublingAllreduce(
+    std::shared_ptr<const Group> group, std::uint64_t seq, std::atomic<std::uint64_t>* bytes_sent,
+    const void* send, void* recv, std::size_t count, kernels::DType dtype, kernels::ReduceOp op)
+    : AllreduceOp(std::move(group), seq, bytes_sent, send, recv, count, dtype, op),
+      bytes_(count * kernels::dtype_size(dtype)),
+      fold_(this->group().rank, this->group().size()) {}
+
+bool RecursiveDoublingAllreduce::post_step(Transport& t) {
+  const int r = group().rank;
+  const int last = fold_.log2() + 1;
+  std::byte* other = current_ == out_ ? scratch_.get() : out_;
+  if (step_ == 0) {  // the fold
+    if (fold_.sits_out()) {
+      send_to(t, r + 1, step_, out_, bytes_);
+      return true;
+    }
+    if (fold_.folds_in()) {
+      recv_from(t, r - 1, step_, other, bytes_)->keep_alive = scratch_;
+      return true;
+    }
+    return false;
+  }
+  if (step_ < last) {
+    if (fold_.sits_out()) return false;
+    partner_ = fold_.new_rank() ^ (1 << (step_ - 1));
+    const int peer = fold_.real_rank(partner_);
+    recv_from(t, peer, step_, other, bytes_)->keep_alive = scratch_;
+    send_to(t, peer, step_, current_, bytes_)->keep_alive = scratch_;
+    return true;
+  }
+  // The unfold. The ranks that ran the algorithm hold the result in current_.
+  if (!fold_.sits_out()) {
+    if (current_ != out_ && bytes_ != 0) std::memcpy(out_, current_, bytes_);
+    current_ = out_;
+    scale_if_avg(out_, count_);
+  }
+  if (fold_.folds_in()) {
+    send_to(t, r - 1, step_, out_, bytes_);
+    return true;
+  }
+  if (fold_.sits_out()) {
+    recv_from(t, r + 1, step_, out_, bytes_);
+    return true;
+  }
+  return false;
+}
+
+void RecursiveDoublingAllreduce::finish_step() {
+  const auto op = elementwise_op();
+  std::byte* other = current_ == out_ ? scratch_.get() : out_;
+  const int last = fold_.log2() + 1;
+  if (step_ == last || fold_.sits_out()) return;
+  // The lower-ranked side's partial goes first, on both partners: reduce(inout, in) computes
+  // inout op in, so the side that holds the higher partial reduces into the one it received.
+  const bool mine_first = step_ > 0 && fold_.new_rank() < partner_;
+  if (mine_first) {
+    kernels::reduce(dtype_, op, current_, other, count_);
+  } else {
+    kernels::reduce(dtype_, op, other, current_, count_);
+    current_ = other;
+  }
+}
+
+bool RecursiveDoublingAllreduce::advance(Transport& t) {
+  if (!started_) {
+    started_ = true;
+    copy_input();
+    if (bytes_ != 0 && group().size() > 1 && !fold_.sits_out()) {
+      scratch_ = std::make_shared_for_overwrite<std::byte[]>(bytes_);
+    }
+    current_ = out_;
+    fold_.for_each_partner([&](int peer) { exchange_fingerprints(t, peer); });
+    exchange_fingerprints_around_ring(t);
+  }
+  return run_steps(t, fold_.log2() + 1);
+}
+
+}  // namespace strait::comm

@@ -1,0 +1,407 @@
+#include "comm/algorithms/selection.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+#include <cctype>
+#include <cerrno>
+#include <charconv>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace strait::comm {
+namespace {
+
+// The registry: one line per algorithm. Ids are unique across collectives and must not change
+// meaning within a job (all ranks run one build). The first algorithm of a collective is the one
+// it runs when no rule matches.
+constexpr std::array kAlgorithms = {
+    AlgorithmInfo{"allreduce", "ring", 1, true},
+    AlgorithmInfo{"allreduce", "recursive_doubling", 2, false},
+    AlgorithmInfo{"allreduce", "rabenseifner", 3, false},
+};
+
+// The built-in choices, from f32 sum allreduces timed with `strait run -n 2` and `-n 4` on the
+// 2-core development machine (UCX 1.13 over shared memory, CMA off). What decides is the number of
+// messages a rank waits for in turn and whether UCX sends them eagerly: up to 8248 bytes (its
+// 8256-byte shared-memory segments less headers) a message costs ~20 us, one byte more takes the
+// rendezvous protocol, ~100-500 us when the cores are busy. Hence: recursive doubling (one whole
+// vector per step, log2 P steps) while the vector is an eager message; then the ring pipelined
+// in 8 KiB segments, so every message stays eager (2-4x faster than Rabenseifner's or an
+// unsegmented ring's rendezvous halves from 32 KiB to 1 MiB); from 1 MiB the ring in 1 MiB
+// segments, where the per-message cost of 8 KiB segments dominates and single messages of tens of
+// MiB stall UCX's rendezvous. The machine was shared (load 4-12), so medians moved 2-5x between
+// runs; only differences larger than that decided. Other machines may want other rules:
+// STRAIT_TUNE.
+constexpr std::string_view kDefaultRules =
+    "allreduce:0-8249:recursive_doubling;"
+    "allreduce:8249-1M:ring@seg=8K;"
+    "allreduce:1M-inf:ring@seg=1M";
+
+constexpr std::string_view kSyntax =
+    "rules look like collective[:ranks=LO-HI][:LO-HI]:algorithm[@seg=SIZE], separated by ';', "
+    "with sizes in bytes (suffixes K, M, G; inf), e.g. "
+    "allreduce:0-4K:recursive_doubling;allreduce:4K-inf:ring@seg=1M";
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front())) != 0) {
+    s.remove_prefix(1);
+  }
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back())) != 0) s.remove_suffix(1);
+  return s;
+}
+
+std::string lower(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+std::vector<std::string_view> split(std::string_view s, char sep) {
+  std::vector<std::string_view> out;
+  for (;;) {
+    const auto at = s.find(sep);
+    out.push_back(trim(s.substr(0, at)));
+    if (at == std::string_view::npos) return out;
+    s.remove_prefix(at + 1);
+  }
+}
+
+std::string join_names(std::string_view collective) {
+  std::string out;
+  for (const auto& a : kAlgorithms) {
+    if (a.collective != collective) continue;
+    if (!out.empty()) out += ", ";
+    out += a.name;
+  }
+  return out;
+}
+
+std::string join_collectives() {
+  std::vector<std::string_view> seen;
+  for (const auto& a : kAlgorithms) {
+    if (std::find(seen.begin(), seen.end(), a.collective) == seen.end()) {
+      seen.push_back(a.collective);
+    }
+  }
+  std::string out;
+  for (const auto c : seen) out += fmt::format("{}{}", out.empty() ? "" : ", ", c);
+  return out;
+}
+
+// Errors name the source, the rule and the token.
+class RuleParser {
+ public:
+  RuleParser(std::string_view source, std::string_view rule) : source_(source), rule_(rule) {}
+
+  [[noreturn]] void fail(std::string_view token, const std::string& why) const {
+    throw Error(ErrorCode::InvalidArgument, fmt::format("{}: rule '{}': bad token '{}': {}. {}",
+                                                        source_, rule_, token, why, kSyntax));
+  }
+
+  // "4K", "1M", "123", "inf" (when allowed).
+  std::uint64_t size(std::string_view token, bool allow_inf) const {
+    const std::string t = lower(trim(token));
+    if (t == "inf") {
+      if (allow_inf) return SelectionRule::kInf;
+      fail(token, "inf is only allowed as the upper end of a range");
+    }
+    std::uint64_t value = 0;
+    const auto [end, ec] = std::from_chars(t.data(), t.data() + t.size(), value);
+    if (ec != std::errc() || end == t.data()) fail(token, "expected a size such as 4096, 4K or 1M");
+    const std::string_view suffix(end, static_cast<std::size_t>(t.data() + t.size() - end));
+    std::uint64_t unit = 0;
+    if (suffix.empty() || suffix == "b") {
+      unit = 1;
+    } else if (suffix == "k" || suffix == "kb" || suffix == "kib") {
+      unit = 1ULL << 10;
+    } else if (suffix == "m" || suffix == "mb" || suffix == "mib") {
+      unit = 1ULL << 20;
+    } else if (suffix == "g" || suffix == "gb" || suffix == "gib") {
+      unit = 1ULL << 30;
+    } else {
+      fail(token, fmt::format("unknown size suffix '{}' (use K, M or G)", suffix));
+    }
+    if (value > SelectionRule::kInf / unit / 2) fail(token, "the size is too large");
+    return value * unit;
+  }
+
+  void bytes_range(std::string_view token, SelectionRule& rule) const {
+    const auto dash = token.find('-');
+    if (dash == std::string_view::npos || dash == 0 || dash + 1 == token.size()) {
+      fail(token, "a byte range is LO-HI, e.g. 0-4K or 1M-inf");
+    }
+    rule.min_bytes = size(token.substr(0, dash), false);
+    rule.max_bytes = size(token.substr(dash + 1), true);
+    if (rule.min_bytes >= rule.max_bytes) fail(token, "the range is empty (LO must be below HI)");
+  }
+
+  void ranks_range(std::string_view token, SelectionRule& rule) const {
+    const auto value = token.substr(token.find('=') + 1);
+    const auto dash = value.find('-');
+    const auto number = [&](std::string_view v, bool allow_inf) {
+      v = trim(v);
+      if (allow_inf && lower(v) == "inf") return SelectionRule::kAnyRanks;
+      int n = 0;
+      const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
+      if (ec != std::errc() || end != v.data() + v.size() || n < 1) {
+        fail(token, "ranks= takes world sizes >= 1: ranks=N or ranks=LO-HI (HI may be inf)");
+      }
+      return n;
+    };
+    rule.min_ranks = number(value.substr(0, dash), false);
+    rule.max_ranks =
+        dash == std::string_view::npos ? rule.min_ranks : number(value.substr(dash + 1), true);
+    if (rule.min_ranks > rule.max_ranks) fail(token, "the rank range is empty");
+  }
+
+  void collective(std::string_view token, SelectionRule& rule) const {
+    if (find_algorithm_of(token) == nullptr) {
+      fail(token, fmt::format("unknown collective; valid: {}", join_collectives()));
+    }
+    rule.collective = std::string(token);
+  }
+
+  void algorithm(std::string_view token, SelectionRule& rule) const {
+    const auto at = token.find('@');
+    const std::string_view name = trim(token.substr(0, at));
+    const AlgorithmInfo* info = find_algorithm(rule.collective, name);
+    if (info == nullptr) {
+      fail(token, fmt::format("unknown {} algorithm '{}'; valid: {}", rule.collective, name,
+                              join_names(rule.collective)));
+    }
+    rule.selection.algorithm = info;
+    if (at == std::string_view::npos) return;
+    for (const auto param : split(token.substr(at + 1), ',')) {
+      const auto eq = param.find('=');
+      const std::string key = lower(trim(param.substr(0, eq)));
+      if (eq == std::string_view::npos || key != "seg") {
+        fail(param, fmt::format("unknown parameter; valid: {}",
+                                info->segmented ? "seg=SIZE" : "none (this algorithm takes none)"));
+      }
+      if (!info->segmented) fail(param, fmt::format("{} takes no seg= parameter", info->name));
+      rule.selection.params.segment_bytes = size(param.substr(eq + 1), false);
+    }
+  }
+
+ private:
+  static const AlgorithmInfo* find_algorithm_of(std::string_view collective) {
+    for (const auto& a : kAlgorithms) {
+      if (a.collective == collective) return &a;
+    }
+    return nullptr;
+  }
+
+  std::string_view source_;
+  std::string_view rule_;
+};
+
+SelectionRule parse_rule(std::string_view source, std::string_view text) {
+  const RuleParser p(source, text);
+  const auto tokens = split(text, ':');
+  if (tokens.size() < 2 || tokens.size() > 4) {
+    p.fail(text, "a rule has 2 to 4 ':'-separated parts");
+  }
+  SelectionRule rule;
+  p.collective(tokens.front(), rule);
+  bool have_ranks = false;
+  bool have_bytes = false;
+  for (std::size_t i = 1; i + 1 < tokens.size(); ++i) {
+    const auto t = tokens[i];
+    if (lower(t).starts_with("ranks=")) {
+      if (have_ranks) p.fail(t, "a second rank range");
+      p.ranks_range(t, rule);
+      have_ranks = true;
+    } else {
+      if (have_bytes) p.fail(t, "a second byte range");
+      p.bytes_range(t, rule);
+      have_bytes = true;
+    }
+  }
+  p.algorithm(tokens.back(), rule);
+  return rule;
+}
+
+std::string format_size(std::uint64_t bytes) {
+  if (bytes == SelectionRule::kInf) return "inf";
+  if (bytes != 0 && bytes % (1ULL << 30) == 0) return fmt::format("{}G", bytes >> 30);
+  if (bytes != 0 && bytes % (1ULL << 20) == 0) return fmt::format("{}M", bytes >> 20);
+  if (bytes != 0 && bytes % (1ULL << 10) == 0) return fmt::format("{}K", bytes >> 10);
+  return fmt::format("{}", bytes);
+}
+
+}  // namespace
+
+std::span<const AlgorithmInfo> registered_algorithms() {
+  return kAlgorithms;
+}
+
+const AlgorithmInfo* find_algorithm(std::string_view collective, std::string_view name) {
+  for (const auto& a : kAlgorithms) {
+    if (a.collective == collective && a.name == name) return &a;
+  }
+  return nullptr;
+}
+
+const AlgorithmInfo* algorithm_by_id(std::uint8_t id) {
+  for (const auto& a : kAlgorithms) {
+    if (a.id == id) return &a;
+  }
+  return nullptr;
+}
+
+std::string Selection::describe() const {
+  if (algorithm == nullptr) return "none";
+  if (!algorithm->segmented || params.segment_bytes == 0) return std::string(algorithm->name);
+  return fmt::format("{}@seg={}", algorithm->name, format_size(params.segment_bytes));
+}
+
+bool SelectionRule::matches(std::string_view coll, int world, std::uint64_t bytes) const {
+  return coll == collective && world >= min_ranks && world <= max_ranks && bytes >= min_bytes &&
+         bytes < max_bytes;
+}
+
+std::string SelectionRule::describe() const {
+  std::string out = collective;
+  if (min_ranks != 1 || max_ranks != kAnyRanks) {
+    out += fmt::format(":ranks={}-{}", min_ranks,
+                       max_ranks == kAnyRanks ? std::string("inf") : std::to_string(max_ranks));
+  }
+  if (min_bytes != 0 || max_bytes != kInf) {
+    out += fmt::format(":{}-{}", format_size(min_bytes), format_size(max_bytes));
+  }
+  return out + ":" + selection.describe();
+}
+
+AlgorithmTable AlgorithmTable::defaults() {
+  return parse(kDefaultRules, "the built-in table");
+}
+
+AlgorithmTable AlgorithmTable::parse(std::string_view rules, std::string_view source) {
+  AlgorithmTable table;
+  for (const auto rule : split(rules, ';')) {
+    if (!rule.empty()) table.add(parse_rule(source, rule));
+  }
+  return table;
+}
+
+AlgorithmTable AlgorithmTable::parse_json(std::string_view text, std::string_view source) {
+  const auto bad = [&](const std::string& why) {
+    return Error(ErrorCode::InvalidArgument,
+                 fmt::format("{}: {}. Expected {{\"rules\": [{{\"collective\": \"allreduce\", "
+                             "\"ranks\": \"2-8\", \"bytes\": \"0-4K\", \"algorithm\": "
+                             "\"recursive_doubling\"}}, ...]}} (ranks, bytes and seg optional)",
+                             source, why));
+  };
+  nlohmann::json doc;
+  try {
+    doc = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::parse_error& e) {
+    throw bad(fmt::format("not valid JSON ({})", e.what()));
+  }
+  if (!doc.is_object() || !doc.contains("rules") || !doc["rules"].is_array() || doc.size() != 1) {
+    throw bad("the document must be an object with one member, \"rules\", an array");
+  }
+  AlgorithmTable table;
+  std::size_t index = 0;
+  for (const auto& item : doc["rules"]) {
+    const std::string where = fmt::format("rules[{}]", index++);
+    if (!item.is_object()) throw bad(fmt::format("{} is not an object", where));
+    // Rebuilt as a rule string, so both formats go through one parser and one set of messages.
+    std::string rule;
+    std::string algorithm;
+    std::string ranks;
+    std::string bytes;
+    std::string seg;
+    for (const auto& [key, value] : item.items()) {
+      std::string text_value;
+      if (value.is_string()) {
+        text_value = value.get<std::string>();
+      } else if (value.is_number_unsigned()) {
+        text_value = std::to_string(value.get<std::uint64_t>());
+      } else {
+        throw bad(fmt::format("{}.{} must be a string or a non-negative integer", where, key));
+      }
+      if (text_value.find_first_of(":;@") != std::string::npos) {
+        throw bad(fmt::format("{}.{} = '{}' contains one of : ; @", where, key, text_value));
+      }
+      if (key == "collective") {
+        rule = text_value;
+      } else if (key == "algorithm") {
+        algorithm = text_value;
+      } else if (key == "ranks") {
+        ranks = text_value;
+      } else if (key == "bytes") {
+        bytes = text_value;
+      } else if (key == "seg") {
+        seg = text_value;
+      } else {
+        throw bad(
+            fmt::format("{} has an unknown member \"{}\" (valid: collective, ranks, bytes, "
+                        "algorithm, seg)",
+                        where, key));
+      }
+    }
+    if (rule.empty() || algorithm.empty()) {
+      throw bad(fmt::format("{} needs \"collective\" and \"algorithm\"", where));
+    }
+    if (!ranks.empty()) rule += ":ranks=" + ranks;
+    if (!bytes.empty()) rule += ":" + bytes;
+    rule += ":" + algorithm;
+    if (!seg.empty()) rule += "@seg=" + seg;
+    table.add(parse_rule(fmt::format("{} {}", source, where), rule));
+  }
+  return table;
+}
+
+AlgorithmTable AlgorithmTable::from_environment() {
+  AlgorithmTable table = defaults();
+  if (const char* path = std::getenv("STRAIT_TUNE_FILE"); path != nullptr && *path != '\0') {
+    std::ifstream in(path);
+    std::stringstream text;
+    if (in.is_open()) text << in.rdbuf();
+    if (!in.is_open() || in.bad()) {
+      throw Error(ErrorCode::InvalidArgument,
+                  fmt::format("STRAIT_TUNE_FILE={}: cannot read it ({}); unset it or name a JSON "
+                              "file of algorithm rules",
+                              path, std::strerror(errno)));
+    }
+    table.append(parse_json(text.str(), fmt::format("STRAIT_TUNE_FILE={}", path)));
+  }
+  if (const char* rules = std::getenv("STRAIT_TUNE"); rules != nullptr) {
+    table.append(parse(rules, "STRAIT_TUNE"));
+  }
+  return table;
+}
+
+void AlgorithmTable::append(const AlgorithmTable& later) {
+  rules_.insert(rules_.end(), later.rules_.begin(), later.rules_.end());
+}
+
+Selection AlgorithmTable::choose(std::string_view collective, int world,
+                                 std::uint64_t bytes) const {
+  for (auto it = rules_.rbegin(); it != rules_.rend(); ++it) {
+    if (it->matches(collective, world, bytes)) return it->selection;
+  }
+  for (const auto& a : kAlgorithms) {
+    if (a.collective == collective) return Selection{&a, {}};
+  }
+  throw Error(ErrorCode::InvalidArgument,
+              fmt::format("no algorithm is registered for the collective '{}' (registered: {})",
+                          collective, join_collectives()));
+}
+
+std::string AlgorithmTable::describe() const {
+  std::string out;
+  for (const auto& r : rules_) out += fmt::format("{}{}", out.empty() ? "" : ";", r.describe());
+  return out;
+}
+
+}  // namespace strait::comm

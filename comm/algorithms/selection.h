@@ -1,0 +1,107 @@
+// Algorithm selection: which algorithm runs a collective, as a pure function of the collective's
+// name, the world size and the message size in bytes, through a table of rules (in the spirit of
+// UCC's TUNE strings). Every rank must choose the same algorithm; the choice travels in each
+// operation's fingerprint (comm/algorithms/collective_op.h), so ranks whose tables differ fail
+// with Mismatch instead of running different message schedules into a hang.
+//
+// Rules, separated by ';' (the STRAIT_TUNE environment variable):
+//
+//   collective[:ranks=LO-HI][:LO-HI]:algorithm[@seg=SIZE]
+//   e.g.
+//   allreduce:0-4K:recursive_doubling;allreduce:4K-1M:rabenseifner;allreduce:1M-inf:ring@seg=1M
+//
+// Byte ranges are half-open [LO, HI) in bytes of the whole vector (count * size(dtype)), with
+// suffixes K, M, G (binary: 1K = 1024; KiB, KB and lower case too) and HI = inf; rank ranges are
+// inclusive, HI = inf allowed; an omitted range matches everything. seg= sets the segment size of
+// a pipelined algorithm (0: unsegmented). A later rule wins over an earlier one; a collective no
+// rule matches runs its first registered algorithm. The same rules as JSON (STRAIT_TUNE_FILE):
+//
+//   {"rules": [{"collective": "allreduce", "bytes": "0-4K", "algorithm": "recursive_doubling"},
+//              {"collective": "allreduce", "ranks": "2-8", "bytes": "1M-inf",
+//               "algorithm": "ring", "seg": "1M"}]}
+//
+// Registering an algorithm is one line in selection.cpp's table (collective, name, id, whether it
+// takes seg=); the Communicator's entry point constructs it by id.
+// Errors: InvalidArgument naming the bad token (and where it came from) and listing what is valid.
+// Thread-safety: tables are values; const members may be called from any thread.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace strait::comm {
+
+struct AlgorithmParams {
+  std::uint64_t segment_bytes = 0;  // pipelined algorithms: bytes per message (0: unsegmented)
+  bool operator==(const AlgorithmParams&) const = default;
+};
+
+struct AlgorithmInfo {
+  std::string_view collective;  // "allreduce", "broadcast", ...
+  std::string_view name;        // "ring", as in rules
+  std::uint8_t id = 0;          // unique among all algorithms, never 0; sent in fingerprints
+  bool segmented = false;       // takes @seg=
+};
+
+// Every algorithm, in registration order (the first of a collective is its fallback).
+std::span<const AlgorithmInfo> registered_algorithms();
+// Null when there is none.
+const AlgorithmInfo* find_algorithm(std::string_view collective, std::string_view name);
+const AlgorithmInfo* algorithm_by_id(std::uint8_t id);
+
+// The outcome of a selection: an algorithm and its parameters.
+struct Selection {
+  const AlgorithmInfo* algorithm = nullptr;
+  AlgorithmParams params;
+  // "ring@seg=1M", "rabenseifner".
+  [[nodiscard]] std::string describe() const;
+};
+
+struct SelectionRule {
+  static constexpr int kAnyRanks = std::numeric_limits<int>::max();
+  static constexpr std::uint64_t kInf = std::numeric_limits<std::uint64_t>::max();
+  std::string collective;
+  int min_ranks = 1;  // inclusive
+  int max_ranks = kAnyRanks;
+  std::uint64_t min_bytes = 0;  // [min_bytes, max_bytes)
+  std::uint64_t max_bytes = kInf;
+  Selection selection;
+  [[nodiscard]] bool matches(std::string_view coll, int world, std::uint64_t bytes) const;
+  // The rule in STRAIT_TUNE syntax.
+  [[nodiscard]] std::string describe() const;
+};
+
+class AlgorithmTable {
+ public:
+  AlgorithmTable() = default;  // no rules: every collective runs its first registered algorithm
+
+  // The built-in rules, measured on a 2-core machine with 2 and 4 ranks (selection.cpp).
+  static AlgorithmTable defaults();
+  // Rules in STRAIT_TUNE syntax; `source` names where they came from in error messages.
+  static AlgorithmTable parse(std::string_view rules, std::string_view source = "STRAIT_TUNE");
+  // Rules as JSON (the format above).
+  static AlgorithmTable parse_json(std::string_view text, std::string_view source);
+  // defaults(), then the rules of the file STRAIT_TUNE_FILE names, then STRAIT_TUNE's (later
+  // rules win). InvalidArgument when either is malformed or the file cannot be read.
+  static AlgorithmTable from_environment();
+
+  void add(SelectionRule rule) { rules_.push_back(std::move(rule)); }
+  // Appends `later`'s rules, which then take precedence.
+  void append(const AlgorithmTable& later);
+
+  // The algorithm for a `bytes`-byte `collective` over `world` ranks: the last matching rule's,
+  // else the collective's first registered algorithm. InvalidArgument for an unknown collective.
+  [[nodiscard]] Selection choose(std::string_view collective, int world, std::uint64_t bytes) const;
+  [[nodiscard]] const std::vector<SelectionRule>& rules() const noexcept { return rules_; }
+  // All rules in STRAIT_TUNE syntax.
+  [[nodiscard]] std::string describe() const;
+
+ private:
+  std::vector<SelectionRule> rules_;
+};
+
+}  // namespace strait::comm

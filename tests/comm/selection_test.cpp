@@ -1,0 +1,286 @@
+// The algorithm selection table (comm/algorithms/selection.h): STRAIT_TUNE rules and their JSON
+// form, every kind of malformed rule, precedence, the fallback, the built-in choices, and the
+// environment variables.
+#include "comm/algorithms/selection.h"
+
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <fstream>
+#include <optional>
+#include <string>
+
+#include "core/error.h"
+#include "tests/common/temp_dir.h"
+#include "tests/common/text.h"
+
+namespace strait::comm {
+namespace {
+
+using strait::test::contains;
+
+constexpr std::uint64_t K = 1024;
+constexpr std::uint64_t M = 1024 * 1024;
+
+std::string chosen(const AlgorithmTable& table, int world, std::uint64_t bytes) {
+  return table.choose("allreduce", world, bytes).describe();
+}
+
+// The InvalidArgument message parse() throws for `rules` (a test failure when it does not throw).
+std::string parse_error(const std::string& rules) {
+  try {
+    AlgorithmTable::parse(rules);
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::InvalidArgument) << e.what();
+    return e.what();
+  }
+  ADD_FAILURE() << "'" << rules << "' parsed without an error";
+  return {};
+}
+
+std::string json_error(const std::string& text) {
+  try {
+    AlgorithmTable::parse_json(text, "tune.json");
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::InvalidArgument) << e.what();
+    return e.what();
+  }
+  ADD_FAILURE() << text << " parsed without an error";
+  return {};
+}
+
+// Sets an environment variable for one scope (each test runs in its own process).
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const std::string& value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    ::setenv(name, value.c_str(), 1);
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+  ~ScopedEnv() {
+    if (old_) {
+      ::setenv(name_, old_->c_str(), 1);
+    } else {
+      ::unsetenv(name_);
+    }
+  }
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
+TEST(SelectionParse, TheExampleRulesSelectByMessageSize) {
+  const auto t = AlgorithmTable::parse(
+      "allreduce:0-4K:recursive_doubling;allreduce:4K-1M:rabenseifner;"
+      "allreduce:1M-inf:ring@seg=1M");
+  ASSERT_EQ(t.rules().size(), 3U);
+  EXPECT_EQ(t.rules()[0].min_bytes, 0U);
+  EXPECT_EQ(t.rules()[0].max_bytes, 4 * K);
+  EXPECT_EQ(t.rules()[2].max_bytes, SelectionRule::kInf);
+  EXPECT_EQ(t.rules()[2].selection.params.segment_bytes, M);
+  EXPECT_EQ(chosen(t, 2, 0), "recursive_doubling");
+  EXPECT_EQ(chosen(t, 2, 4 * K - 1), "recursive_doubling");
+  EXPECT_EQ(chosen(t, 2, 4 * K), "rabenseifner");  // ranges are half-open
+  EXPECT_EQ(chosen(t, 7, M - 1), "rabenseifner");
+  EXPECT_EQ(chosen(t, 7, M), "ring@seg=1M");
+  EXPECT_EQ(chosen(t, 7, SelectionRule::kInf - 1), "ring@seg=1M");
+  // describe() writes the rules back in the same syntax.
+  EXPECT_EQ(t.describe(),
+            "allreduce:0-4K:recursive_doubling;allreduce:4K-1M:rabenseifner;"
+            "allreduce:1M-inf:ring@seg=1M");
+  EXPECT_EQ(AlgorithmTable::parse(t.describe()).describe(), t.describe());
+}
+
+TEST(SelectionParse, SizesSuffixesRankRangesAndWhitespace) {
+  const auto t = AlgorithmTable::parse(
+      " allreduce : ranks=3-4 : 1k-2KiB : rabenseifner ;"
+      "allreduce:ranks=5:1mb-1g:ring@seg=4096;allreduce:ranks=6-inf:ring@ SEG = 2M;;");
+  ASSERT_EQ(t.rules().size(), 3U);
+  const auto& a = t.rules()[0];
+  EXPECT_EQ(a.min_ranks, 3);
+  EXPECT_EQ(a.max_ranks, 4);
+  EXPECT_EQ(a.min_bytes, K);
+  EXPECT_EQ(a.max_bytes, 2 * K);
+  const auto& b = t.rules()[1];
+  EXPECT_EQ(b.min_ranks, 5);
+  EXPECT_EQ(b.max_ranks, 5);
+  EXPECT_EQ(b.min_bytes, M);
+  EXPECT_EQ(b.max_bytes, 1024 * M);
+  EXPECT_EQ(b.selection.params.segment_bytes, 4096U);
+  const auto& c = t.rules()[2];
+  EXPECT_EQ(c.min_ranks, 6);
+  EXPECT_EQ(c.max_ranks, SelectionRule::kAnyRanks);
+  EXPECT_EQ(c.min_bytes, 0U);  // no byte range: all sizes
+  EXPECT_EQ(c.selection.params.segment_bytes, 2 * M);
+  EXPECT_EQ(c.describe(), "allreduce:ranks=6-inf:ring@seg=2M");
+
+  EXPECT_EQ(chosen(t, 3, K), "rabenseifner");
+  EXPECT_EQ(chosen(t, 5, K), "ring");  // no rule: the first registered algorithm
+  EXPECT_EQ(chosen(t, 5, 3 * M), "ring@seg=4K");
+  EXPECT_EQ(chosen(t, 100, 1), "ring@seg=2M");
+  EXPECT_TRUE(AlgorithmTable::parse("").rules().empty());
+  EXPECT_TRUE(AlgorithmTable::parse(" ; ").rules().empty());
+}
+
+TEST(SelectionParse, ALaterRuleWinsAndNoRuleFallsBackToTheFirstRegistered) {
+  const auto t = AlgorithmTable::parse("allreduce:rabenseifner;allreduce:0-1K:recursive_doubling");
+  EXPECT_EQ(chosen(t, 4, 100), "recursive_doubling");
+  EXPECT_EQ(chosen(t, 4, 2 * K), "rabenseifner");
+  auto combined = AlgorithmTable::defaults();
+  combined.append(AlgorithmTable::parse("allreduce:ring@seg=64K"));
+  for (const std::uint64_t bytes : {std::uint64_t{8}, 100 * K, 100 * M}) {
+    EXPECT_EQ(chosen(combined, 2, bytes), "ring@seg=64K") << bytes;
+  }
+  EXPECT_EQ(chosen(AlgorithmTable(), 4, 8), "ring");
+  const auto e = [] {
+    try {
+      (void)AlgorithmTable().choose("allgatherv2", 2, 8);
+    } catch (const Error& err) {
+      return std::string(err.what());
+    }
+    return std::string("no error");
+  }();
+  EXPECT_TRUE(contains(e, "allgatherv2") && contains(e, "allreduce")) << e;
+}
+
+TEST(SelectionParse, EachKindOfBadRuleIsInvalidArgumentNamingTheToken) {
+  struct Bad {
+    std::string rules;
+    std::string token;  // the message names it
+    std::string hint;   // and says what is valid
+  };
+  const Bad cases[] = {
+      {"allreduce:0-4K:rabenseifnr", "rabenseifnr", "ring, recursive_doubling, rabenseifner"},
+      {"allredcue:0-4K:ring", "allredcue", "valid: allreduce"},
+      {"allreduce", "allreduce", "2 to 4"},
+      {"allreduce:ranks=2:0-1K:1K-2K:ring", "allreduce:ranks=2:0-1K:1K-2K:ring", "2 to 4"},
+      {"allreduce:0-4X:ring", "4X", "suffix"},
+      {"allreduce:4K:ring", "4K", "LO-HI"},
+      {"allreduce:4K-4K:ring", "4K-4K", "empty"},
+      {"allreduce:8K-4K:ring", "8K-4K", "empty"},
+      {"allreduce:inf-4K:ring", "inf", "upper end"},
+      {"allreduce:-4K:ring", "-4K", "LO-HI"},
+      {"allreduce:0-1K:0-2K:ring", "0-2K", "second byte range"},
+      {"allreduce:ranks=0:ring", "ranks=0", ">= 1"},
+      {"allreduce:ranks=4-2:ring", "ranks=4-2", "empty"},
+      {"allreduce:ranks=x:ring", "ranks=x", ">= 1"},
+      {"allreduce:ranks=2:ranks=3:ring", "ranks=3", "second rank range"},
+      {"allreduce:recursive_doubling@seg=1M", "seg=1M", "takes no seg"},
+      {"allreduce:ring@depth=4", "depth=4", "seg=SIZE"},
+      {"allreduce:ring@seg", "seg", "seg=SIZE"},
+      {"allreduce:ring@seg=lots", "lots", "size"},
+      {"allreduce:ring@seg=99999999999G", "99999999999G", "too large"},
+      {"allreduce:0-4K:", "", "unknown allreduce algorithm"},
+  };
+  for (const auto& c : cases) {
+    const std::string msg = parse_error(c.rules);
+    EXPECT_TRUE(contains(msg, "'" + c.token + "'")) << c.rules << " -> " << msg;
+    EXPECT_TRUE(contains(msg, c.hint)) << c.rules << " -> " << msg;
+    EXPECT_TRUE(contains(msg, "STRAIT_TUNE")) << msg;
+  }
+}
+
+TEST(SelectionJson, TheSameRulesAsJson) {
+  const auto t = AlgorithmTable::parse_json(R"({"rules": [
+      {"collective": "allreduce", "bytes": "0-4K", "algorithm": "recursive_doubling"},
+      {"collective": "allreduce", "ranks": "2-8", "bytes": "4K-inf", "algorithm": "ring",
+       "seg": "1M"},
+      {"collective": "allreduce", "ranks": "9-inf", "bytes": "4K-inf", "algorithm": "ring",
+       "seg": 65536}]})",
+                                            "tune.json");
+  EXPECT_EQ(t.describe(),
+            "allreduce:0-4K:recursive_doubling;allreduce:ranks=2-8:4K-inf:ring@seg=1M;"
+            "allreduce:ranks=9-inf:4K-inf:ring@seg=64K");
+}
+
+TEST(SelectionJson, MalformedDocumentsAreInvalidArgumentSayingWhatIsWrong) {
+  EXPECT_TRUE(contains(json_error("{\"rules\": ["), "not valid JSON"));
+  EXPECT_TRUE(contains(json_error("[]"), "\"rules\""));
+  EXPECT_TRUE(contains(json_error(R"({"rules": [], "extra": 1})"), "\"rules\""));
+  EXPECT_TRUE(contains(json_error(R"({"rules": [3]})"), "rules[0] is not an object"));
+  EXPECT_TRUE(contains(json_error(R"({"rules": [{"collective": "allreduce"}]})"),
+                       "needs \"collective\" and \"algorithm\""));
+  EXPECT_TRUE(contains(json_error(R"({"rules": [{"collective": "allreduce", "algo": "ring"}]})"),
+                       "unknown member \"algo\""));
+  EXPECT_TRUE(contains(
+      json_error(R"({"rules": [{"collective": "allreduce", "algorithm": "ring", "seg": -1}]})"),
+      "rules[0].seg must be a string or a non-negative integer"));
+  EXPECT_TRUE(
+      contains(json_error(R"({"rules": [{"collective": "allreduce", "algorithm": "ring:x"}]})"),
+               "contains one of"));
+  // Errors inside a rule come from the rule parser, naming the entry and the token.
+  const std::string msg = json_error(
+      R"({"rules": [{"collective": "allreduce", "algorithm": "ring"},
+                    {"collective": "allreduce", "bytes": "1Q-2K", "algorithm": "ring"}]})");
+  EXPECT_TRUE(contains(msg, "tune.json rules[1]")) << msg;
+  EXPECT_TRUE(contains(msg, "'1Q'")) << msg;
+}
+
+TEST(SelectionDefaults, EagerVectorsRecursiveDoublingThenThePipelinedRing) {
+  // The built-in table, chosen from measurements with 2 and 4 ranks (selection.cpp).
+  const auto t = AlgorithmTable::defaults();
+  for (const int world : {2, 3, 4, 8}) {
+    EXPECT_EQ(chosen(t, world, 8), "recursive_doubling") << world;
+    EXPECT_EQ(chosen(t, world, 8 * K), "recursive_doubling") << world;
+    EXPECT_EQ(chosen(t, world, 8248), "recursive_doubling") << world;
+    EXPECT_EQ(chosen(t, world, 8249), "ring@seg=8K") << world;
+    EXPECT_EQ(chosen(t, world, 256 * K), "ring@seg=8K") << world;
+    EXPECT_EQ(chosen(t, world, M), "ring@seg=1M") << world;
+    EXPECT_EQ(chosen(t, world, 64 * M), "ring@seg=1M") << world;
+  }
+}
+
+TEST(SelectionEnvironment, TuneOverridesTheFileWhichOverridesTheDefaults) {
+  const test::TempDir dir;
+  const std::string path = dir.str() + "/tune.json";
+  std::ofstream(path) << R"({"rules": [{"collective": "allreduce", "algorithm": "rabenseifner"}]})";
+  {
+    const ScopedEnv file("STRAIT_TUNE_FILE", path);
+    EXPECT_EQ(chosen(AlgorithmTable::from_environment(), 2, 8), "rabenseifner");
+    const ScopedEnv tune("STRAIT_TUNE", "allreduce:0-1K:ring@seg=512");
+    const auto t = AlgorithmTable::from_environment();
+    EXPECT_EQ(chosen(t, 2, 8), "ring@seg=512");
+    EXPECT_EQ(chosen(t, 2, 2 * K), "rabenseifner");
+    EXPECT_EQ(chosen(t, 2, 64 * M), "rabenseifner");
+  }
+  EXPECT_EQ(AlgorithmTable::from_environment().describe(), AlgorithmTable::defaults().describe());
+}
+
+TEST(SelectionEnvironment, AMalformedTuneOrAnUnreadableFileIsInvalidArgument) {
+  {
+    const ScopedEnv tune("STRAIT_TUNE", "allreduce:1M-inf:rings");
+    try {
+      (void)AlgorithmTable::from_environment();
+      ADD_FAILURE() << "no error";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::InvalidArgument);
+      EXPECT_TRUE(contains(e.what(), "STRAIT_TUNE: rule 'allreduce:1M-inf:rings'")) << e.what();
+    }
+  }
+  const ScopedEnv file("STRAIT_TUNE_FILE", "/nonexistent/strait/tune.json");
+  try {
+    (void)AlgorithmTable::from_environment();
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::InvalidArgument);
+    EXPECT_TRUE(contains(e.what(), "/nonexistent/strait/tune.json")) << e.what();
+  }
+}
+
+TEST(SelectionRegistry, IdsAreUniqueAndNonZeroAndNamesResolve) {
+  const auto all = registered_algorithms();
+  ASSERT_FALSE(all.empty());
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    EXPECT_NE(all[i].id, 0);
+    EXPECT_EQ(algorithm_by_id(all[i].id), &all[i]);
+    EXPECT_EQ(find_algorithm(all[i].collective, all[i].name), &all[i]);
+    for (std::size_t j = 0; j < i; ++j) EXPECT_NE(all[i].id, all[j].id);
+  }
+  EXPECT_EQ(find_algorithm("allreduce", "bogus"), nullptr);
+  EXPECT_EQ(algorithm_by_id(0), nullptr);
+}
+
+}  // namespace
+}  // namespace strait::comm
