@@ -1,19 +1,22 @@
 #!/usr/bin/env bash
 # GPU check: on a machine with an NVIDIA GPU, configures a CUDA build, builds the GPU tests and runs
-# every test labelled "gpu" (ctest -L gpu), printing each result. STRAIT_REQUIRE_GPU=1 is set so
-# a test that finds no usable device fails instead of skipping.
+# every test labelled "gpu" (ctest -L gpu), printing each result, then a device-buffer allreduce
+# bandwidth sweep (strait_device_busbw: Communicator's NCCL path next to raw NCCL, one rank per
+# GPU). STRAIT_REQUIRE_GPU=1 is set so a test that finds no usable device fails instead of
+# skipping. Takes a few minutes once built.
 #
 # Usage: bench/gpu_check.sh [extra ctest args]
 # Env:   STRAIT_GPU_BUILD_DIR  build folder (default: build-gpu)
 #        STRAIT_CUDA_ARCH      CMAKE_CUDA_ARCHITECTURES (default: native, this machine's GPU)
 #        STRAIT_JOBS           build parallelism (default: nproc)
+#        STRAIT_BUSBW_ARGS     flags for strait_device_busbw (default: 8 B .. 256 MiB, f32)
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${STRAIT_GPU_BUILD_DIR:-$root/build-gpu}
 arch=${STRAIT_CUDA_ARCH:-native}
 jobs=${STRAIT_JOBS:-$(nproc)}
 # The test executables that carry the "gpu" label (tests/*/CMakeLists.txt).
-targets=(kernels_cuda_reduce_test comm_nccl_test)
+targets=(kernels_cuda_reduce_test comm_nccl_test comm_device_test strait_device_busbw)
 
 echo "== GPU"
 if command -v nvidia-smi >/dev/null; then
@@ -35,5 +38,11 @@ cmake --build "$build" -j "$jobs" --target "${targets[@]}"
 echo "== ctest -L gpu"
 rc=0
 STRAIT_REQUIRE_GPU=1 ctest --test-dir "$build" -L gpu --output-on-failure --timeout 600 "$@" || rc=$?
-echo "== gpu_check: $([ $rc -eq 0 ] && echo PASSED || echo "FAILED (ctest exit $rc)")"
+
+echo "== device allreduce bandwidth (strait_device_busbw ${STRAIT_BUSBW_ARGS:-})"
+bw=0
+# shellcheck disable=SC2086  # the flags are meant to split
+timeout 600 "$build/bench/strait_device_busbw" ${STRAIT_BUSBW_ARGS:-} || bw=$?
+[ $rc -eq 0 ] && rc=$bw
+echo "== gpu_check: $([ $rc -eq 0 ] && echo PASSED || echo "FAILED (exit $rc)")"
 exit $rc

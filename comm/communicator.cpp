@@ -25,6 +25,8 @@
 #include "comm/algorithms/ring_reduce_scatter.h"
 #include "comm/algorithms/selection.h"
 #include "comm/bootstrap/launch_env.h"
+#include "comm/device_call.h"
+#include "comm/device_collectives.h"
 #include "comm/progress_engine.h"
 #include "comm/transport/ucx/ucx_transport.h"
 #include "core/error.h"
@@ -168,7 +170,11 @@ std::unique_ptr<Communicator> Communicator::from_env(const CommOptions& options)
 
 Communicator::Communicator(Key /*key*/, std::shared_ptr<Shared> shared,
                            std::shared_ptr<const Group> group, std::chrono::milliseconds timeout)
-    : shared_(std::move(shared)), group_(std::move(group)), timeout_ms_(timeout.count()) {}
+    : shared_(std::move(shared)),
+      group_(std::move(group)),
+      timeout_ms_(timeout.count()),
+      device_(std::make_unique<DeviceComm>(shared_->store, group_->comm_id, group_->rank,
+                                           group_->size())) {}
 
 Communicator::~Communicator() {
   // Pending operations of this communicator cannot outlive it: their buffers may go with it, and
@@ -213,6 +219,7 @@ Work Communicator::submit(std::unique_ptr<Op> op, std::string description, bool 
 
 Work Communicator::isend(const void* buf, std::size_t bytes, int peer, std::uint64_t tag,
                          DeadlineStart start) {
+  if (auto w = try_device(DeviceCall::send_to(buf, bytes, peer, tag), start)) return *w;
   check_peer(peer, "send");
   if (tag > kMaxUserTag) {
     throw Error(ErrorCode::InvalidArgument, fmt::format("send: tag {} exceeds 2^37 - 1", tag));
@@ -227,6 +234,7 @@ Work Communicator::isend(const void* buf, std::size_t bytes, int peer, std::uint
 
 Work Communicator::irecv(void* buf, std::size_t bytes, int peer, std::uint64_t tag,
                          DeadlineStart start) {
+  if (auto w = try_device(DeviceCall::recv_from(buf, bytes, peer, tag), start)) return *w;
   check_peer(peer, "recv");
   if (tag > kMaxUserTag) {
     throw Error(ErrorCode::InvalidArgument, fmt::format("recv: tag {} exceeds 2^37 - 1", tag));
@@ -259,6 +267,7 @@ void Communicator::barrier() {
 }
 
 Work Communicator::ibroadcast(void* buf, std::size_t count, DType dtype, int root) {
+  if (auto w = try_device(DeviceCall::broadcast(buf, count, dtype, root))) return *w;
   check_peer(root, "broadcast root");
   if (count != 0 && buf == nullptr) {
     throw Error(ErrorCode::InvalidArgument, "broadcast: null buffer with a non-zero count");
@@ -270,7 +279,8 @@ Work Communicator::ibroadcast(void* buf, std::size_t count, DType dtype, int roo
                                   .count = count,
                                   .root = root,
                                   .kind = Fingerprint::Kind::Broadcast,
-                                  .dtype = static_cast<std::uint8_t>(dtype)});
+                                  .dtype = static_cast<std::uint8_t>(dtype)},
+                      CollectiveOp::Exchange::BothWays);
   return submit(
       std::move(op),
       describe("broadcast", seq,
@@ -284,6 +294,7 @@ void Communicator::broadcast(void* buf, std::size_t count, DType dtype, int root
 
 Work Communicator::iallreduce(const void* send, void* recv, std::size_t count, DType dtype,
                               ReduceOp op) {
+  if (auto w = try_device(DeviceCall::allreduce(send, recv, count, dtype, op))) return *w;
   if (op == ReduceOp::Avg && !kernels::dtype_is_float(dtype)) {
     throw Error(ErrorCode::InvalidArgument,
                 fmt::format("allreduce: avg of {} is not defined; use sum and divide, or a "
@@ -329,6 +340,7 @@ void Communicator::allreduce(const void* send, void* recv, std::size_t count, DT
 }
 
 Work Communicator::iallgather(const void* send, void* recv, std::size_t count, DType dtype) {
+  if (auto w = try_device(DeviceCall::allgather(send, recv, count, dtype))) return *w;
   if (count != 0 && (send == nullptr || recv == nullptr)) {
     throw Error(ErrorCode::InvalidArgument, "allgather: null buffer with a non-zero count");
   }
@@ -351,6 +363,7 @@ void Communicator::allgather(const void* send, void* recv, std::size_t count, DT
 
 Work Communicator::ireduce_scatter(const void* send, void* recv, std::size_t recv_count,
                                    DType dtype, ReduceOp op) {
+  if (auto w = try_device(DeviceCall::reduce_scatter(send, recv, recv_count, dtype, op))) return *w;
   const std::vector<std::size_t> counts(static_cast<std::size_t>(size()), recv_count);
   return reduce_scatter_impl(send, recv, counts, dtype, op, false);
 }
@@ -440,6 +453,7 @@ void Communicator::allgather_v(const void* send, void* recv, std::span<const std
 
 Work Communicator::ireduce(const void* send, void* recv, std::size_t count, DType dtype,
                            ReduceOp op, int root) {
+  if (auto w = try_device(DeviceCall::reduce(send, recv, count, dtype, op, root))) return *w;
   const char* what = "reduce";
   check_peer(root, "reduce root");
   check_reduce_op(what, dtype, op);
@@ -473,6 +487,7 @@ void Communicator::reduce(const void* send, void* recv, std::size_t count, DType
 }
 
 Work Communicator::igather(const void* send, void* recv, std::size_t count, DType dtype, int root) {
+  if (auto w = try_device(DeviceCall::gather(send, recv, count, dtype, root))) return *w;
   return gather_scatter_impl(send, recv, count, dtype, root, true);
 }
 
@@ -482,6 +497,7 @@ void Communicator::gather(const void* send, void* recv, std::size_t count, DType
 
 Work Communicator::iscatter(const void* send, void* recv, std::size_t count, DType dtype,
                             int root) {
+  if (auto w = try_device(DeviceCall::scatter(send, recv, count, dtype, root))) return *w;
   return gather_scatter_impl(send, recv, count, dtype, root, false);
 }
 
@@ -529,6 +545,7 @@ Work Communicator::gather_scatter_impl(const void* send, void* recv, std::size_t
 }
 
 Work Communicator::ialltoall(const void* send, void* recv, std::size_t count, DType dtype) {
+  if (auto w = try_device(DeviceCall::alltoall(send, recv, count, dtype))) return *w;
   const std::vector<std::size_t> counts(static_cast<std::size_t>(size()), count);
   return alltoall_impl(send, counts, recv, counts, dtype, false);
 }
@@ -635,7 +652,29 @@ std::unique_ptr<Communicator> Communicator::split(int color, int key) {
 }
 
 void Communicator::abort(const std::string& why) {
+  device_->abort();
   shared_->engine->abort(static_cast<std::uint64_t>(group_->comm_id) + 1, why);
+}
+
+void Communicator::set_stream(kernels::CudaStream stream) noexcept {
+  device_->set_stream(stream);
+}
+
+std::optional<Work> Communicator::try_device(const DeviceCall& call, DeadlineStart start) {
+  const std::optional<int> device = device_of(call, rank());
+  if (!device) return std::nullopt;
+  validate(call, rank(), size());
+  std::string description;
+  if (call.point_to_point()) {
+    description =
+        fmt::format("device {} {} on comm {} (rank {} of {})", device_call_name(call.kind),
+                    describe_device_call(call, *device), group_->comm_id, rank(), size());
+  } else {
+    const char* name = device_call_name(call.kind).data();  // a literal: NUL-terminated
+    description = describe(name, next_seq(), describe_device_call(call, *device));
+  }
+  auto op = device_->enqueue(call, *device, timeout());
+  return submit(std::move(op), std::move(description), !call.point_to_point(), start);
 }
 
 CommStats Communicator::stats() const noexcept {

@@ -1,11 +1,12 @@
 // Communicator: a group of ranks and the collectives over it (the role of an MPI communicator, a
-// NCCL ncclComm_t or a c10d ProcessGroup), over host memory through UCX.
+// NCCL ncclComm_t or a c10d ProcessGroup), over host memory through UCX and over GPU memory
+// through NCCL (see "Device buffers" below).
 //
 // Every operation has a blocking form and a non-blocking form (i-prefixed) that returns a Work.
 // Operations of one communicator must be called in the same order on every rank (as in MPI and
 // NCCL); they run in the background on the progress engine, many at once, and complete in the
-// order submitted. Counts are in elements of `dtype`; buffers are host memory owned by the caller
-// and must stay valid until the operation completes; send == recv means in place. Every operation
+// order submitted. Counts are in elements of `dtype`; buffers are owned by the caller and must
+// stay valid until the operation completes; send == recv means in place. Every operation
 // fails within the communicator's timeout (STRAIT_TIMEOUT_S, default 300 s) rather than hang: with
 // PeerLost when a rank dies, Timeout when a rank never arrives, Mismatch when ranks disagree on
 // the operation (kind, count, dtype, op, root or algorithm: each collective exchanges its
@@ -16,8 +17,22 @@
 // recursive doubling (short vectors) or a ring pipelined in segments (longer ones), chosen by size
 // and world size through comm/algorithms/selection.h, which also offers Rabenseifner's
 // reduce-scatter + allgather and the unsegmented ring (STRAIT_TUNE / STRAIT_TUNE_FILE or
-// CommOptions::algorithms); allgather is a ring, broadcast a binomial tree, barrier the
-// dissemination algorithm.
+// CommOptions::algorithms); reduce_scatter and allgather(_v) are rings, broadcast, reduce, gather
+// and scatter binomial trees, alltoall(_v) a pairwise exchange, barrier the dissemination
+// algorithm.
+//
+// Device buffers (CUDA builds with NCCL): when an operation's buffers are GPU memory
+// (cudaMalloc; see kernels/device_memory.h), the same call goes to NCCL instead
+// (comm/device_collectives.h): it is enqueued on the communicator's CUDA stream (set_stream) in
+// program order, and its Work completes once the GPU has finished it, with the same deadlines,
+// ordering and abort() (which calls ncclCommAbort). The first device operation creates the NCCL
+// communicator, on the buffers' GPU (one rank per GPU), and must be a collective. Mixing host and
+// device buffers in one call is InvalidArgument. Device point-to-point operations are ordered on
+// the stream with the device collectives (NCCL matches them in order, so tag must be 0); a send
+// waits on the GPU for its receive, so a pair exchanging both ways orders its calls oppositely.
+// NCCL exchanges no fingerprint: ranks that disagree on a device operation fail with Timeout (or
+// whatever NCCL reports), not Mismatch. Without NCCL in the build, device buffers are reported
+// Unavailable.
 //
 // Thread-safety: a communicator may be used from several threads, but the order of operations
 // must still be the same on all ranks, so most callers use it from one thread.
@@ -29,16 +44,20 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 
 #include "comm/bootstrap/store.h"
 #include "comm/work.h"
+#include "kernels/cuda_stream.h"
 #include "kernels/dtype.h"
 #include "kernels/reduce.h"
 
 namespace strait::comm {
 
+struct DeviceCall;
+class DeviceComm;
 struct Group;
 class ProgressEngine;
 class AlgorithmTable;
@@ -55,7 +74,8 @@ struct CommOptions {
 };
 
 // Payload bytes this rank has sent, by operation kind, since the communicator was created (the
-// operations' headers are not counted). A v-form counts with its plain form.
+// operations' headers are not counted; host buffers only: NCCL does not report what it sends). A
+// v-form counts with its plain form.
 struct CommStats {
   std::uint64_t allreduce_bytes = 0;
   std::uint64_t broadcast_bytes = 0;
@@ -100,6 +120,11 @@ class Communicator {
   void set_timeout(std::chrono::milliseconds timeout) noexcept {
     timeout_ms_.store(timeout.count(), std::memory_order_relaxed);
   }
+
+  // The CUDA stream (a cudaStream_t; nullptr, the default, is the legacy default stream) on which
+  // later operations on device buffers are enqueued; it must belong to their GPU. Host operations
+  // ignore it.
+  void set_stream(kernels::CudaStream stream) noexcept;
 
   // MPI_Comm_split: ranks with the same color form a new communicator, ordered by (key, rank).
   // Collective over this communicator; returns null for color < 0. Each split draws a job-wide id
@@ -219,6 +244,10 @@ class Communicator {
                            int root, bool gather);
   Work alltoall_impl(const void* send, std::span<const std::size_t> send_counts, void* recv,
                      std::span<const std::size_t> recv_counts, kernels::DType dtype, bool v);
+  // The device-buffer hook, the first statement of every operation taking buffers: the Work of
+  // the call on NCCL when its buffers are device memory, nullopt when they are host memory.
+  std::optional<Work> try_device(const DeviceCall& call,
+                                 DeadlineStart start = DeadlineStart::AtSubmit);
 
   std::shared_ptr<Shared> shared_;
   std::shared_ptr<const Group> group_;
@@ -227,6 +256,7 @@ class Communicator {
   std::uint64_t seq_ = 0;
   std::uint64_t splits_ = 0;
   Counters counters_;
+  std::unique_ptr<DeviceComm> device_;
 };
 
 }  // namespace strait::comm

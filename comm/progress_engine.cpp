@@ -308,6 +308,11 @@ void ProgressEngine::run() {
       continue;
     }
     if (!active_.empty() && now - last_activity < spin_) continue;
+    if (std::any_of(active_.begin(), active_.end(),
+                    [](const Entry& e) { return !e.finished && e.op->needs_polling(); })) {
+      std::this_thread::sleep_for(kPollInterval);
+      continue;
+    }
     auto wake = Clock::time_point::max();
     for (const auto& e : active_) wake = std::min(wake, e.deadline);
     if (!active_.empty()) wake = std::min(wake, now + std::chrono::milliseconds(100));

@@ -6,7 +6,8 @@
 // nothing moves, the thread spins briefly (STRAIT_SPIN_US, default 50 us) and then sleeps on the
 // transport's event fd, so idle or waiting ranks do not burn a core (several ranks often share a
 // core on small machines). Every operation has a deadline; one that passes it fails with Timeout
-// naming what it still waits for. A failed operation's receives are cancelled.
+// naming what it still waits for. A failed operation's receives are cancelled. While an operation
+// that needs polling (GPU work) is pending, the thread sleeps kPollInterval at a time instead.
 // Thread-safety: submit(), fail() and abort() may be called from any thread.
 #pragma once
 
@@ -43,10 +44,18 @@ class Op {
   virtual void cancel(Transport& transport) = 0;
   // What the operation is still waiting for, for Timeout messages ("receive from rank 2 ...").
   [[nodiscard]] virtual std::string waiting_for() const = 0;
+  // True for operations whose progress no transport event announces (GPU work, seen through
+  // cudaEventQuery): while one is pending the engine polls every kPollInterval instead of
+  // sleeping on the transport's event fd.
+  [[nodiscard]] virtual bool needs_polling() const noexcept { return false; }
 };
 
 class ProgressEngine : public std::enable_shared_from_this<ProgressEngine> {
  public:
+  // How often operations that need polling are advanced once spinning is over: short next to a
+  // GPU collective of any size worth offloading, long enough to leave the core to others.
+  static constexpr std::chrono::microseconds kPollInterval{20};
+
   explicit ProgressEngine(std::unique_ptr<Transport> transport);
   ProgressEngine(const ProgressEngine&) = delete;
   ProgressEngine& operator=(const ProgressEngine&) = delete;

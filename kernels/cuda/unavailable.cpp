@@ -1,10 +1,13 @@
-// kernels/device_reduce.h for builds without CUDA (STRAIT_WITH_CUDA=OFF or no nvcc found): there
-// is no device to run on, so the query says why and the operations report Unavailable.
+// kernels/device_reduce.h and kernels/device_memory.h for builds without CUDA (STRAIT_WITH_CUDA=OFF
+// or no nvcc found): there is no device to run on, so the query says why, the operations report
+// Unavailable, and every pointer is host memory.
 #include <fmt/format.h>
 
+#include <optional>
 #include <string_view>
 
 #include "core/error.h"
+#include "kernels/device_memory.h"
 #include "kernels/device_reduce.h"
 
 namespace strait::kernels {
@@ -19,6 +22,10 @@ constexpr std::string_view kReason =
 }
 
 }  // namespace
+
+std::optional<int> pointer_device(const void* /*p*/) noexcept {
+  return std::nullopt;
+}
 
 bool cuda_device_available(std::string* why) {
   if (why != nullptr) *why = kReason;

@@ -625,6 +625,15 @@ TEST(Mismatch, ReduceWithDifferentRoots) {
   });
 }
 
+TEST(Mismatch, BroadcastWithDifferentRoots) {
+  // Each rank thinks it is the root: without a check both would send and finish with their own
+  // values.
+  expect_mismatch_on_both_ranks("broadcast", [](Communicator& comm) {
+    std::vector<float> buf(4, static_cast<float>(comm.rank()));
+    comm.broadcast(buf.data(), 4, DType::F32, comm.rank());
+  });
+}
+
 TEST(Mismatch, GatherWithDifferentCounts) {
   expect_mismatch_on_both_ranks("gather", [](Communicator& comm) {
     const std::size_t n = comm.rank() == 0 ? 4 : 5;

@@ -183,6 +183,141 @@ TEST(NcclComm, OneThreadPerDeviceAllreduce) {
   }
 }
 
+// The collectives beyond allreduce, and grouped point-to-point, on one rank of `world` (one thread
+// per device): f32 values that are small integers, so every result is exact.
+float value(int rank, std::size_t i) {
+  return static_cast<float>(rank * 1000 + static_cast<int>(i % 997));
+}
+
+std::vector<float> download(const DeviceBuffer& d) {
+  std::vector<float> h(d.bytes() / sizeof(float));
+  d.download(std::span<float>(h));
+  return h;
+}
+
+void run_collectives(Store& store, int rank, int world, const std::string& key) {
+  NcclCommOptions options;
+  options.key = key;
+  options.timeout = milliseconds(120000);
+  options.wait_for_init = rank % 2 == 0;  // both ways of waiting for init
+  NcclComm comm(store, rank, world, rank, options);
+  kernels::cuda_check(cudaSetDevice(rank), "cudaSetDevice");
+  const auto w = static_cast<std::size_t>(world);
+  const std::size_t n = 1001;  // elements per rank (or per block)
+  std::vector<float> mine(n * w);
+  for (std::size_t i = 0; i < mine.size(); ++i) mine[i] = value(rank, i);
+  DeviceBuffer send(mine.size() * sizeof(float));
+  send.upload(std::span<const float>(mine));
+  DeviceBuffer recv(mine.size() * sizeof(float));
+  DeviceBuffer one(n * sizeof(float));
+  const int root = world - 1;
+
+  // reduce_scatter: block `rank` of the sum over ranks.
+  comm.reduce_scatter(send.data(), one.data(), n, DType::F32, ReduceOp::Sum, nullptr);
+  comm.synchronize(nullptr);
+  std::vector<float> got = download(one);
+  for (std::size_t i = 0; i < n; ++i) {
+    float want = 0;
+    for (int r = 0; r < world; ++r) want += value(r, static_cast<std::size_t>(rank) * n + i);
+    ASSERT_EQ(got[i], want) << "reduce_scatter element " << i;
+  }
+  // allgather of the first n elements.
+  comm.allgather(send.data(), recv.data(), n, DType::F32, nullptr);
+  comm.synchronize(nullptr);
+  got = download(recv);
+  for (std::size_t i = 0; i < n * w; ++i) {
+    ASSERT_EQ(got[i], value(static_cast<int>(i / n), i % n)) << "allgather element " << i;
+  }
+  // broadcast from the last rank (out of place), reduce (max) to it.
+  comm.broadcast(send.data(), one.data(), n, DType::F32, root, nullptr);
+  comm.synchronize(nullptr);
+  got = download(one);
+  for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(got[i], value(root, i)) << "broadcast " << i;
+  comm.reduce(send.data(), one.data(), n, DType::F32, ReduceOp::Max, root, nullptr);
+  comm.synchronize(nullptr);
+  if (rank == root) {
+    got = download(one);
+    for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(got[i], value(world - 1, i)) << "reduce " << i;
+  }
+  // gather to the root, scatter from it.
+  comm.gather(send.data(), recv.data(), n, DType::F32, root, nullptr);
+  comm.synchronize(nullptr);
+  if (rank == root) {
+    got = download(recv);
+    for (std::size_t i = 0; i < n * w; ++i) {
+      ASSERT_EQ(got[i], value(static_cast<int>(i / n), i % n)) << "gather element " << i;
+    }
+  }
+  comm.scatter(send.data(), one.data(), n, DType::F32, root, nullptr);
+  comm.synchronize(nullptr);
+  got = download(one);
+  for (std::size_t i = 0; i < n; ++i) {
+    ASSERT_EQ(got[i], value(root, static_cast<std::size_t>(rank) * n + i)) << "scatter " << i;
+  }
+  // alltoall: block j of recv is block `rank` of rank j's send.
+  comm.alltoall(send.data(), recv.data(), n, DType::F32, nullptr);
+  comm.synchronize(nullptr);
+  got = download(recv);
+  for (std::size_t i = 0; i < n * w; ++i) {
+    const int from = static_cast<int>(i / n);
+    ASSERT_EQ(got[i], value(from, static_cast<std::size_t>(rank) * n + i % n))
+        << "alltoall element " << i;
+  }
+  // A ring shift in one group (with one rank: a send to itself), which needs the group: each
+  // send waits on the GPU for its receive.
+  {
+    NcclComm::Group group;
+    comm.send(send.data(), n, DType::F32, (rank + 1) % world, nullptr);
+    comm.recv(one.data(), n, DType::F32, (rank + world - 1) % world, nullptr);
+    group.end();
+  }
+  comm.synchronize(nullptr);
+  got = download(one);
+  for (std::size_t i = 0; i < n; ++i) {
+    ASSERT_EQ(got[i], value((rank + world - 1) % world, i)) << "ring shift element " << i;
+  }
+  EXPECT_TRUE(comm.ready());
+}
+
+TEST(NcclComm, WorldSizeOneCollectivesAndGroups) {
+  STRAIT_SKIP_WITHOUT_CUDA_DEVICE();
+  HashStore store;
+  run_collectives(store, 0, 1, "test/nccl/colls1");
+}
+
+TEST(NcclComm, OneThreadPerDeviceCollectivesAndGroups) {
+  STRAIT_SKIP_WITHOUT_CUDA_DEVICE();
+  const int world = device_count();
+  if (world < 2) GTEST_SKIP() << "needs two or more CUDA devices, found " << world;
+  HashStore store;
+  std::vector<std::jthread> threads;
+  for (int r = 0; r < world; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        run_collectives(store, r, world, "test/nccl/colls");
+      } catch (const std::exception& e) {
+        ADD_FAILURE() << "rank " << r << ": " << e.what();
+      }
+    });
+  }
+}
+
+TEST(NcclComm, RejectsRootsAndPeersOutsideTheCommunicator) {
+  STRAIT_SKIP_WITHOUT_CUDA_DEVICE();
+  HashStore store;
+  NcclCommOptions options;
+  options.key = "test/nccl/ranks";
+  NcclComm comm(store, 0, 1, 0, options);
+  DeviceBuffer buf(16 * sizeof(float));
+  expect_error(ErrorCode::InvalidArgument,
+               [&] { comm.broadcast(buf.data(), buf.data(), 16, DType::F32, 1, nullptr); });
+  expect_error(ErrorCode::InvalidArgument,
+               [&] { comm.send(buf.data(), 16, DType::F32, -1, nullptr); });
+  expect_error(ErrorCode::InvalidArgument,
+               [&] { comm.alltoall(buf.data(), buf.data(), 16, DType::F32, nullptr); });
+  EXPECT_FALSE(comm.aborted());
+}
+
 TEST(NcclComm, AbortMakesLaterCallsFailWithAborted) {
   STRAIT_SKIP_WITHOUT_CUDA_DEVICE();
   HashStore store;

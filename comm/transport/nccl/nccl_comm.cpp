@@ -5,9 +5,12 @@
 #include <nccl.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <thread>
+#include <vector>
 
 #include "core/error.h"
 #include "kernels/cuda/cuda_error.h"
@@ -68,6 +71,20 @@ ncclRedOp_t to_nccl(ReduceOp op) {
   throw Error(ErrorCode::InvalidArgument, "NcclComm: unknown reduce op");
 }
 
+// The NCCL op, after refusing Avg of integers (as kernels::scale does).
+ncclRedOp_t checked_op(ReduceOp op, DType dtype, const std::string& what) {
+  if (op == ReduceOp::Avg && !kernels::dtype_is_float(dtype)) {
+    throw Error(ErrorCode::InvalidArgument,
+                fmt::format("NcclComm: {}: avg is defined for floating-point dtypes only", what));
+  }
+  return to_nccl(op);
+}
+
+// The calling thread's Group nesting (NCCL's group state is per thread too) and the communicators
+// called inside its outermost group, which Group::end waits for.
+thread_local int t_group_depth = 0;
+thread_local std::vector<NcclComm*> t_group_comms;
+
 // Spin briefly (an enqueue usually completes in microseconds), then sleep so a long wait does not
 // burn a core.
 class Backoff {
@@ -85,6 +102,51 @@ class Backoff {
 };
 
 }  // namespace
+
+NcclComm::Group::Group() {
+  const ncclResult_t r = ncclGroupStart();
+  if (r != ncclSuccess) {
+    throw Error(nccl_error_code(r),
+                fmt::format("NcclComm::Group: ncclGroupStart failed: {}", ncclGetErrorString(r)));
+  }
+  ++t_group_depth;
+}
+
+NcclComm::Group::~Group() {
+  if (ended_) return;
+  try {
+    end();
+  } catch (const std::exception& e) {
+    spdlog::warn("NcclComm::Group: ending the group failed: {}", e.what());
+  }
+}
+
+void NcclComm::Group::end() {
+  if (ended_) return;
+  ended_ = true;
+  --t_group_depth;
+  const ncclResult_t r = ncclGroupEnd();
+  if (t_group_depth > 0) {  // an inner group: the outermost end launches and waits
+    if (r != ncclSuccess && r != ncclInProgress) {
+      throw Error(nccl_error_code(r),
+                  fmt::format("NcclComm::Group: ncclGroupEnd failed: {}", ncclGetErrorString(r)));
+    }
+    return;
+  }
+  std::vector<NcclComm*> comms;
+  comms.swap(t_group_comms);
+  if (r != ncclSuccess && r != ncclInProgress) {
+    std::string detail = comms.empty() ? "" : ncclGetLastError(nullptr);
+    throw Error(nccl_error_code(r),
+                fmt::format("NcclComm::Group: ncclGroupEnd of {} communicator(s) failed: {} ({}): "
+                            "{}",
+                            comms.size(), ncclGetErrorString(r), detail, nccl_hint(r)));
+  }
+  for (NcclComm* c : comms) {
+    c->wait_ready("ncclGroupEnd (enqueue of the group)", Clock::now() + c->options_.timeout,
+                  /*abort_on_timeout=*/false);
+  }
+}
 
 NcclComm::NcclComm(Store& store, int rank, int world_size, int device, NcclCommOptions options)
     : rank_(rank), size_(world_size), device_(device), options_(std::move(options)) {
@@ -158,6 +220,7 @@ NcclComm::NcclComm(Store& store, int rank, int world_size, int device, NcclCommO
                 fmt::format("NcclComm {}: ncclCommInitRankConfig failed: {} ({}): {}", who(),
                             ncclGetErrorString(r), detail, nccl_hint(r)));
   }
+  if (!options_.wait_for_init) return;  // the first call waits for init instead
   try {
     wait_ready(fmt::format("ncclCommInitRankConfig (waiting for all {} ranks to join)", size_),
                deadline, /*abort_on_timeout=*/true);
@@ -173,18 +236,24 @@ NcclComm::~NcclComm() {
   int previous = 0;
   const bool switched = cudaGetDevice(&previous) == cudaSuccess && previous != device_ &&
                         cudaSetDevice(device_) == cudaSuccess;
-  bool clean = false;
-  ncclResult_t r = ncclCommFinalize(comm_);
-  if (r == ncclSuccess || r == ncclInProgress) {
-    const auto deadline = Clock::now() + options_.timeout;
+  const auto deadline = Clock::now() + options_.timeout;
+  // Polls until the communicator leaves ncclInProgress (an init or enqueue not yet done, then the
+  // finalize itself) or the deadline passes.
+  const auto settle = [&] {
     Backoff backoff;
     ncclResult_t state = ncclInProgress;
     while (ncclCommGetAsyncError(comm_, &state) == ncclSuccess && state == ncclInProgress &&
            Clock::now() < deadline) {
       backoff.pause();
     }
-    clean = state == ncclSuccess;
-    r = state;
+    return state;
+  };
+  ncclResult_t r = settle();
+  bool clean = false;
+  if (r == ncclSuccess) {
+    r = ncclCommFinalize(comm_);
+    if (r == ncclSuccess || r == ncclInProgress) r = settle();
+    clean = r == ncclSuccess;
   }
   if (clean) {
     // Once finalized, destroy only frees local resources; after a failure the handle is gone
@@ -202,32 +271,35 @@ NcclComm::~NcclComm() {
   if (switched) static_cast<void>(cudaSetDevice(previous));
 }
 
-void NcclComm::allreduce(const void* send, void* recv, std::size_t count, DType dtype, ReduceOp op,
-                         kernels::CudaStream stream) {
-  const std::string what = fmt::format("ncclAllReduce of {} {} ({})", count,
-                                       kernels::dtype_name(dtype), kernels::reduce_op_name(op));
-  if (op == ReduceOp::Avg && !kernels::dtype_is_float(dtype)) {
-    throw Error(
-        ErrorCode::InvalidArgument,
-        fmt::format("NcclComm {}: {}: avg is defined for floating-point dtypes only", who(), what));
-  }
-  if (count > 0 && (send == nullptr || recv == nullptr)) {
+void NcclComm::check_rank(int r, const char* role, const std::string& what) const {
+  if (r < 0 || r >= size_) {
     throw Error(ErrorCode::InvalidArgument,
-                fmt::format("NcclComm {}: {}: null buffer: pass device buffers", who(), what));
+                fmt::format("NcclComm {}: {}: {} {} is not a rank of this communicator (0..{})",
+                            who(), what, role, r, size_ - 1));
   }
-  const ncclDataType_t nccl_dtype = to_nccl(dtype);
-  const ncclRedOp_t nccl_op = to_nccl(op);
-  if (count == 0) {  // every rank passes the same count, so all of them skip it alike
-    const std::lock_guard lock(mu_);
-    static_cast<void>(poll_locked(what));
-    return;
+}
+
+void NcclComm::check_buffer(const void* p, std::size_t count, const char* name,
+                            const std::string& what) const {
+  if (count > 0 && p == nullptr) {
+    throw Error(ErrorCode::InvalidArgument,
+                fmt::format("NcclComm {}: {}: the {} buffer is null: pass device buffers", who(),
+                            what, name));
   }
+}
+
+void NcclComm::enqueue(const std::string& what, const std::function<int(ncclComm*)>& call) {
   const kernels::DeviceGuard guard(device_);
+  const auto deadline = Clock::now() + options_.timeout;
+  // Non-blocking NCCL forbids a call while init or an earlier call is still in progress.
+  wait_ready(what + " (waiting for the communicator to be ready)", deadline,
+             /*abort_on_timeout=*/false);
+  const bool grouped = t_group_depth > 0;
   ncclResult_t r = ncclSuccess;
   {
     const std::lock_guard lock(mu_);
-    static_cast<void>(poll_locked(what));
-    r = ncclAllReduce(send, recv, count, nccl_dtype, nccl_op, comm_, stream);
+    if (comm_ == nullptr) static_cast<void>(poll_locked(what));  // throws Aborted
+    r = static_cast<ncclResult_t>(call(comm_));
     if (r != ncclSuccess && r != ncclInProgress) {
       const std::string detail = ncclGetLastError(comm_);
       throw Error(nccl_error_code(r),
@@ -235,11 +307,184 @@ void NcclComm::allreduce(const void* send, void* recv, std::size_t count, DType 
                               ncclGetErrorString(r), detail, nccl_hint(r)));
     }
   }
-  // Non-blocking mode: ncclInProgress means the enqueue finishes in the background; NCCL forbids
-  // the next call until the state is ncclSuccess.
-  if (r == ncclInProgress) {
-    wait_ready(what + " (enqueue)", Clock::now() + options_.timeout, /*abort_on_timeout=*/false);
+  if (grouped) {
+    if (std::find(t_group_comms.begin(), t_group_comms.end(), this) == t_group_comms.end()) {
+      t_group_comms.push_back(this);
+    }
+  } else if (r == ncclInProgress) {
+    // Non-blocking mode: the enqueue finishes in the background; NCCL forbids the next call until
+    // the state is ncclSuccess.
+    wait_ready(what + " (enqueue)", deadline, /*abort_on_timeout=*/false);
   }
+}
+
+namespace {
+
+std::string describe_call(std::string_view name, std::size_t count, DType dtype) {
+  return fmt::format("{} of {} {}", name, count, kernels::dtype_name(dtype));
+}
+
+std::string describe_call(std::string_view name, std::size_t count, DType dtype, ReduceOp op) {
+  return fmt::format("{} of {} {} ({})", name, count, kernels::dtype_name(dtype),
+                     kernels::reduce_op_name(op));
+}
+
+}  // namespace
+
+void NcclComm::allreduce(const void* send, void* recv, std::size_t count, DType dtype, ReduceOp op,
+                         kernels::CudaStream stream) {
+  const std::string what = describe_call("ncclAllReduce", count, dtype, op);
+  const ncclRedOp_t nccl_op = checked_op(op, dtype, what);
+  const ncclDataType_t t = to_nccl(dtype);
+  check_buffer(send, count, "send", what);
+  check_buffer(recv, count, "recv", what);
+  if (count == 0) return;  // every rank passes the same count, so all of them skip it alike
+  enqueue(what, [&](ncclComm* c) {
+    return static_cast<int>(ncclAllReduce(send, recv, count, t, nccl_op, c, stream));
+  });
+}
+
+void NcclComm::reduce_scatter(const void* send, void* recv, std::size_t recv_count, DType dtype,
+                              ReduceOp op, kernels::CudaStream stream) {
+  const std::string what = describe_call("ncclReduceScatter", recv_count, dtype, op);
+  const ncclRedOp_t nccl_op = checked_op(op, dtype, what);
+  const ncclDataType_t t = to_nccl(dtype);
+  check_buffer(send, recv_count, "send", what);
+  check_buffer(recv, recv_count, "recv", what);
+  if (recv_count == 0) return;
+  enqueue(what, [&](ncclComm* c) {
+    return static_cast<int>(ncclReduceScatter(send, recv, recv_count, t, nccl_op, c, stream));
+  });
+}
+
+void NcclComm::allgather(const void* send, void* recv, std::size_t send_count, DType dtype,
+                         kernels::CudaStream stream) {
+  const std::string what = describe_call("ncclAllGather", send_count, dtype);
+  const ncclDataType_t t = to_nccl(dtype);
+  check_buffer(send, send_count, "send", what);
+  check_buffer(recv, send_count, "recv", what);
+  if (send_count == 0) return;
+  enqueue(what, [&](ncclComm* c) {
+    return static_cast<int>(ncclAllGather(send, recv, send_count, t, c, stream));
+  });
+}
+
+void NcclComm::broadcast(const void* send, void* recv, std::size_t count, DType dtype, int root,
+                         kernels::CudaStream stream) {
+  const std::string what =
+      describe_call("ncclBroadcast", count, dtype) + fmt::format(" from {}", root);
+  check_rank(root, "root", what);
+  const ncclDataType_t t = to_nccl(dtype);
+  if (rank_ == root) check_buffer(send, count, "send", what);
+  check_buffer(recv, count, "recv", what);
+  if (count == 0) return;
+  enqueue(what, [&](ncclComm* c) {
+    return static_cast<int>(ncclBroadcast(send, recv, count, t, root, c, stream));
+  });
+}
+
+void NcclComm::reduce(const void* send, void* recv, std::size_t count, DType dtype, ReduceOp op,
+                      int root, kernels::CudaStream stream) {
+  const std::string what =
+      describe_call("ncclReduce", count, dtype, op) + fmt::format(" to {}", root);
+  check_rank(root, "root", what);
+  const ncclRedOp_t nccl_op = checked_op(op, dtype, what);
+  const ncclDataType_t t = to_nccl(dtype);
+  check_buffer(send, count, "send", what);
+  if (rank_ == root) check_buffer(recv, count, "recv", what);
+  if (count == 0) return;
+  enqueue(what, [&](ncclComm* c) {
+    return static_cast<int>(ncclReduce(send, recv, count, t, nccl_op, root, c, stream));
+  });
+}
+
+void NcclComm::gather(const void* send, void* recv, std::size_t count, DType dtype, int root,
+                      kernels::CudaStream stream) {
+  const std::string what = describe_call("gather (grouped ncclSend/ncclRecv)", count, dtype) +
+                           fmt::format(" to {}", root);
+  check_rank(root, "root", what);
+  check_buffer(send, count, "send", what);
+  if (rank_ == root) check_buffer(recv, count, "recv", what);
+  if (count == 0) return;
+  const std::size_t block = count * kernels::dtype_size(dtype);
+  Group group;
+  this->send(send, count, dtype, root, stream);
+  if (rank_ == root) {
+    for (int r = 0; r < size_; ++r) {
+      this->recv(static_cast<std::byte*>(recv) + static_cast<std::size_t>(r) * block, count, dtype,
+                 r, stream);
+    }
+  }
+  group.end();
+}
+
+void NcclComm::scatter(const void* send, void* recv, std::size_t count, DType dtype, int root,
+                       kernels::CudaStream stream) {
+  const std::string what = describe_call("scatter (grouped ncclSend/ncclRecv)", count, dtype) +
+                           fmt::format(" from {}", root);
+  check_rank(root, "root", what);
+  if (rank_ == root) check_buffer(send, count, "send", what);
+  check_buffer(recv, count, "recv", what);
+  if (count == 0) return;
+  const std::size_t block = count * kernels::dtype_size(dtype);
+  Group group;
+  if (rank_ == root) {
+    for (int r = 0; r < size_; ++r) {
+      this->send(static_cast<const std::byte*>(send) + static_cast<std::size_t>(r) * block, count,
+                 dtype, r, stream);
+    }
+  }
+  this->recv(recv, count, dtype, root, stream);
+  group.end();
+}
+
+void NcclComm::alltoall(const void* send, void* recv, std::size_t count, DType dtype,
+                        kernels::CudaStream stream) {
+  const std::string what = describe_call("alltoall (grouped ncclSend/ncclRecv)", count, dtype);
+  check_buffer(send, count, "send", what);
+  check_buffer(recv, count, "recv", what);
+  if (count == 0) return;
+  if (send == recv) {
+    throw Error(ErrorCode::InvalidArgument,
+                fmt::format("NcclComm {}: {}: send and recv are the same buffer: alltoall is not "
+                            "in place",
+                            who(), what));
+  }
+  const std::size_t block = count * kernels::dtype_size(dtype);
+  Group group;
+  for (int r = 0; r < size_; ++r) {
+    const std::size_t offset = static_cast<std::size_t>(r) * block;
+    this->send(static_cast<const std::byte*>(send) + offset, count, dtype, r, stream);
+    this->recv(static_cast<std::byte*>(recv) + offset, count, dtype, r, stream);
+  }
+  group.end();
+}
+
+void NcclComm::send(const void* buf, std::size_t count, DType dtype, int peer,
+                    kernels::CudaStream stream) {
+  const std::string what = describe_call("ncclSend", count, dtype) + fmt::format(" to {}", peer);
+  check_rank(peer, "peer", what);
+  const ncclDataType_t t = to_nccl(dtype);
+  check_buffer(buf, count, "send", what);
+  if (count == 0) return;
+  enqueue(what,
+          [&](ncclComm* c) { return static_cast<int>(ncclSend(buf, count, t, peer, c, stream)); });
+}
+
+void NcclComm::recv(void* buf, std::size_t count, DType dtype, int peer,
+                    kernels::CudaStream stream) {
+  const std::string what = describe_call("ncclRecv", count, dtype) + fmt::format(" from {}", peer);
+  check_rank(peer, "peer", what);
+  const ncclDataType_t t = to_nccl(dtype);
+  check_buffer(buf, count, "recv", what);
+  if (count == 0) return;
+  enqueue(what,
+          [&](ncclComm* c) { return static_cast<int>(ncclRecv(buf, count, t, peer, c, stream)); });
+}
+
+bool NcclComm::ready() {
+  const std::lock_guard lock(mu_);
+  return poll_locked("while its work ran") == ncclSuccess;
 }
 
 void NcclComm::synchronize(kernels::CudaStream stream) {
