@@ -48,7 +48,9 @@ const CollectiveRegistration kReduce{Collective{
     .in_place = same_buffer,
     .run =
         [](const Call& c) {
-          c.comm.ireduce(c.send, c.recv, c.count, c.dtype, c.op, c.root).wait();
+          // In place, only the root's recv is the send buffer; elsewhere recv is not used.
+          void* recv = c.comm.rank() != c.root && c.recv == c.send ? nullptr : c.recv;
+          c.comm.ireduce(c.send, recv, c.count, c.dtype, c.op, c.root).wait();
         },
     .expected = [](const Context& c, std::size_t i) -> std::optional<Expected> {
       if (c.rank != c.root) return std::nullopt;

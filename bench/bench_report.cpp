@@ -30,7 +30,7 @@ nlohmann::json variant_json(const std::optional<Measurement>& m) {
 
 Measurement measure(std::size_t bytes, double time_us, double bus_factor,
                     std::optional<long long> wrong) {
-  Measurement m{.time_us = time_us, .wrong = wrong};
+  Measurement m{.time_us = time_us, .algbw_gbs = 0, .busbw_gbs = 0, .wrong = wrong};
   if (time_us > 0) {
     m.algbw_gbs = static_cast<double>(bytes) / (time_us * 1e3);  // B/us = 1e-3 GB/s
     m.busbw_gbs = m.algbw_gbs * bus_factor;
@@ -47,9 +47,11 @@ std::string table_header() {
   };
   h += head("size", "count", "type", "redop", "root");
   for (int i = 0; i < 2; ++i) h += fmt::format(kVariant, "time", "algbw", "busbw", "#wrong");
-  h += "\n" + head("(B)", "(elements)", "", "", "");
+  h += '\n';
+  h += head("(B)", "(elements)", "", "", "");
   for (int i = 0; i < 2; ++i) h += fmt::format(kVariant, "(us)", "(GB/s)", "(GB/s)", "");
-  return h + "\n";
+  h += '\n';
+  return h;
 }
 
 std::string table_row(const Row& r) {

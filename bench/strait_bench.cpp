@@ -201,7 +201,9 @@ int run(const BenchOptions& o) {
                    .type = std::string(strait::kernels::dtype_name(o.dtype)),
                    .redop = coll.reduces ? std::string(strait::kernels::reduce_op_name(o.op))
                                          : std::string("none"),
-                   .root = coll.rooted ? o.root : -1};
+                   .root = coll.rooted ? o.root : -1,
+                   .out_of_place = std::nullopt,
+                   .in_place = std::nullopt};
     if (coll.out_of_place) row.out_of_place = run_variant(*comm, coll, o, shape, buffers, false);
     if (coll.in_place != nullptr) {
       row.in_place = run_variant(*comm, coll, o, shape, buffers, true);

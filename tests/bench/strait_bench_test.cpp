@@ -1,5 +1,6 @@
 // Runs the built strait-bench as a user would, through `strait run`, and reads its table and JSON:
 // every row checked (#wrong 0), the right sizes, and clear errors for bad arguments.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -121,7 +122,10 @@ INSTANTIATE_TEST_SUITE_P(
         // Without RANK in the environment strait-bench is one rank of its own.
         Case{.ranks = 0,
              .args = {"allreduce", "-b", "8", "-e", "1K", "-f", "8", "-o", "max"},
-             .sizes = {"8", "64", "512"}}));
+             .sizes = {"8", "64", "512"}}),
+    [](const testing::TestParamInfo<Case>& i) {
+      return fmt::format("{}_{}ranks_{}", i.param.args[0], i.param.ranks, i.index);
+    });
 
 struct BadCase {
   std::vector<std::string> args;
@@ -139,16 +143,17 @@ TEST_P(StraitBenchRefuses, WithAClearError) {
 
 INSTANTIATE_TEST_SUITE_P(
     BadArguments, StraitBenchRefuses,
-    testing::Values(
-        BadCase{{"allreduse"}, "unknown collective 'allreduse'"},
-        BadCase{{"allreduce", "-b", "1M", "-e", "1K"}, "larger than -e"},
-        BadCase{{"allreduce", "-d", "f8"}, "unknown dtype 'f8'"},
-        BadCase{{"allreduce", "-o", "xor"}, "unknown reduction 'xor'"},
-        BadCase{{"allreduce", "-d", "i32", "-o", "avg"}, "-o avg needs a floating-point dtype"},
-        BadCase{{"allreduce", "-b", "8", "-e", "1K", "-f", "1"}, "-f (FACTOR)"},
-        BadCase{{"allreduce", "-b", "lots"}, "size 'lots' is not a size"},
-        BadCase{{"broadcast", "-r", "3", "-b", "8", "-e", "8"}, "-r (ROOT) is 3"},
-        BadCase{{"sendrecv", "-b", "8", "-e", "8"}, "sendrecv needs at least 2 ranks"}));
+    testing::Values(BadCase{{"allreduse"}, "unknown collective 'allreduse'"},
+                    BadCase{{"allreduce", "-b", "1M", "-e", "1K"}, "larger than -e"},
+                    BadCase{{"allreduce", "-d", "f8"}, "unknown dtype 'f8'"},
+                    BadCase{{"allreduce", "-o", "xor"}, "unknown reduction 'xor'"},
+                    BadCase{{"allreduce", "-d", "i32", "-o", "avg"},
+                            "-o avg needs a floating-point dtype"},
+                    BadCase{{"allreduce", "-b", "8", "-e", "1K", "-f", "1"}, "-f (FACTOR)"},
+                    BadCase{{"allreduce", "-b", "lots"}, "size 'lots' is not a size"},
+                    BadCase{{"broadcast", "-r", "3", "-b", "8", "-e", "8"}, "-r (ROOT) is 3"},
+                    BadCase{{"sendrecv", "-b", "8", "-e", "8"}, "sendrecv needs at least 2 ranks"}),
+    [](const testing::TestParamInfo<BadCase>& i) { return fmt::format("case{}", i.index); });
 
 TEST(StraitBenchJson, UnwritablePathIsAnError) {
   const TempDir dir;
