@@ -3,18 +3,22 @@
 #   bench/compare_allreduce.sh [RANKS...]      (default: 2 4)
 # Every peer is timed the same way (WARMUP calls, a barrier, ITERS timed calls, mean per call,
 # maximum over ranks; nccl-tests' algbw and busbw) and checks its sums. Small sizes (8 B .. 64 KiB)
-# get more iterations than large ones (128 KiB .. 256 MiB). Writes JSON and the report to
+# get more iterations than large ones (128 KiB .. 16 MiB), and those more than huge ones
+# (32 MiB .. 256 MiB), so that the run stays within minutes. Writes JSON and the report to
 # $STRAIT_COMPARE_OUT (default build/compare-DATE) and prints the report. Needs the peers
 # (bench/setup-peers.sh installs them) and a built tree (scripts/build.sh).
-# Environment: SMALL_ITERS (200), LARGE_ITERS (20), MAX_BYTES (256M).
+# Environment: SMALL_ITERS (200), LARGE_ITERS (10), HUGE_ITERS (3), MAX_BYTES (256M).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${STRAIT_BUILD_DIR:-$root/build}
 ranks=("$@")
 [ ${#ranks[@]} -eq 0 ] && ranks=(2 4)
 small_iters=${SMALL_ITERS:-200}
-large_iters=${LARGE_ITERS:-20}
+large_iters=${LARGE_ITERS:-10}
+huge_iters=${HUGE_ITERS:-3}
 max_bytes=${MAX_BYTES:-256M}
+max=$(numfmt --from=iec "$max_bytes")
+large_max=$(( max < (16 << 20) ? max : (16 << 20) ))
 out=${STRAIT_COMPARE_OUT:-$build/compare-$(date -u +%Y%m%dT%H%M%SZ)}
 
 "$root/bench/setup-peers.sh"
@@ -28,14 +32,14 @@ python=/usr/bin/python3  # Debian's, which has python3-torch
   echo "# $(mpirun --version 2>&1 | head -1); torch $($python -c 'import torch; print(torch.__version__)')"
 } | tee "$out/report.md"
 
-# name small|large RANKS: runs one peer on one size range.
+# PEER small|large|huge RANKS: runs one peer on one size range.
 run_peer() {
   local peer=$1 range=$2 n=$3 args
-  if [ "$range" = small ]; then
-    args=(-b 8 -e 64K -f 2 -n "$small_iters" -w 20)
-  else
-    args=(-b 128K -e "$max_bytes" -f 2 -n "$large_iters" -w 5)
-  fi
+  case $range in
+    small) args=(-b 8 -e 64K -f 2 -n "$small_iters" -w 20) ;;
+    large) args=(-b 128K -e "$large_max" -f 2 -n "$large_iters" -w 2) ;;
+    huge) args=(-b 32M -e "$max_bytes" -f 2 -n "$huge_iters" -w 1) ;;
+  esac
   local json="$out/$peer-$n-$range.json" log="$out/$peer-$n-$range.log"
   case $peer in
     strait) "$build/strait" run -n "$n" -- "$build/strait-bench" allreduce "${args[@]}" \
@@ -48,15 +52,20 @@ run_peer() {
 }
 
 for n in "${ranks[@]}"; do
-  for range in small large; do
+  ranges=(small large)
+  [ "$max" -ge $((32 << 20)) ] && ranges+=(huge)
+  for range in "${ranges[@]}"; do
     for peer in strait gloo mpi; do
       echo "# running $peer, $n ranks, $range sizes" >&2
       run_peer "$peer" "$range" "$n"
     done
   done
-  "$python" "$root/bench/compare_report.py" "$n" \
-    "$out/strait-$n-small.json,$out/strait-$n-large.json" \
-    "$out/gloo-$n-small.json,$out/gloo-$n-large.json" \
-    "$out/mpi-$n-small.json,$out/mpi-$n-large.json" | tee -a "$out/report.md"
+  files() {  # PEER: its JSON files for this rank count, comma-separated
+    local list="" r
+    for r in "${ranges[@]}"; do list+="${list:+,}$out/$1-$n-$r.json"; done
+    echo "$list"
+  }
+  "$python" "$root/bench/compare_report.py" "$n" "$(files strait)" "$(files gloo)" "$(files mpi)" \
+    | tee -a "$out/report.md"
 done
 echo "# load after: $(cut -d' ' -f1-3 /proc/loadavg); files in $out" | tee -a "$out/report.md"
