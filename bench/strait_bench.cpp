@@ -20,6 +20,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "bench/bench_data.h"
@@ -48,6 +49,14 @@ Columns as nccl-tests: size is the largest buffer of a rank in bytes (the whole 
 allgather), count the count argument of the call, algbw = size / time, busbw = algbw * factor
 (allreduce 2(n-1)/n; allgather, reduce_scatter, alltoall (n-1)/n; others 1). n/a marks a form
 strait does not have (out-of-place broadcast, in-place sendrecv).)";
+
+// /proc/loadavg's 1, 5 and 15 minute figures: other work on the machine skews every time shown.
+std::string load_average() {
+  std::ifstream in("/proc/loadavg");
+  std::string one, five, fifteen;
+  if (!(in >> one >> five >> fifteen)) return "unknown";
+  return fmt::format("{} {} {}", one, five, fifteen);
+}
 
 bool is_rank0() {
   const char* rank = std::getenv("RANK");
@@ -189,6 +198,8 @@ int run(const BenchOptions& o) {
         coll.reduces ? fmt::format(", {}", strait::kernels::reduce_op_name(o.op)) : "",
         coll.rooted ? fmt::format(", root {}", o.root) : "", o.warmup, o.iters,
         o.check ? "on" : "off");
+    fmt::print("# host: {} CPUs, load average {}\n", std::thread::hardware_concurrency(),
+               load_average());
     fmt::print("# time: {} mean time per call (-a {})\n#\n{}", bench::time_stat_name(o.time_stat),
                static_cast<int>(o.time_stat), bench::table_header());
     std::fflush(stdout);
