@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
+#include <ostream>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -58,7 +59,14 @@ struct Case {
   std::vector<std::string> sizes;  // the size column, row by row
   bool out_of_place = true;
   bool in_place = true;
+  bool pending = false;  // bench/bench_pending.cpp: skipped while this build lacks it
 };
+
+// Test names in ctest show the arguments, not the bytes of the parameter.
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << c.ranks << " ranks:";
+  for (const auto& a : c.args) *os << ' ' << a;
+}
 
 class StraitBench : public testing::TestWithParam<Case> {};
 
@@ -68,6 +76,9 @@ TEST_P(StraitBench, EveryRowIsCheckedAndRight) {
   auto args = c.args;
   args.insert(args.end(), {"-c", "1", "-n", "3", "-w", "1", "--json", (dir.path() / "j").string()});
   const auto r = run_bench(c.ranks, args, dir);
+  if (c.pending && contains(r.output, "unknown collective '" + c.args[0] + "'")) {
+    GTEST_SKIP() << c.args[0] << " is not built into strait-bench yet (bench/bench_pending.cpp)";
+  }
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const Table t = parse_table(r.output);
   ASSERT_EQ(t.rows.size(), c.sizes.size()) << r.output;
@@ -119,6 +130,21 @@ INSTANTIATE_TEST_SUITE_P(
              .args = {"sendrecv", "-b", "4", "-e", "64K", "-f", "128", "-d", "u8"},
              .sizes = {"4", "512", "65536"},
              .in_place = false},
+        // 3 ranks of bf16: 6 B is 1 element per rank; 192 B is 32 per rank, 96 in all.
+        Case{.ranks = 3,
+             .args = {"reduce_scatter", "-b", "6", "-e", "6K", "-f", "32", "-d", "bf16", "-o",
+                      "avg"},
+             .sizes = {"6", "192", "6144"},
+             .pending = true},
+        Case{.ranks = 3,
+             .args = {"reduce", "-b", "8", "-e", "8K", "-f", "32", "-d", "i8", "-o", "prod", "-r",
+                      "2"},
+             .sizes = {"8", "256", "8192"},
+             .pending = true},
+        Case{.ranks = 3,
+             .args = {"alltoall", "-b", "8", "-e", "256K", "-f", "32", "-d", "u8"},
+             .sizes = {"6", "255", "8190", "262143"},
+             .pending = true},
         // Without RANK in the environment strait-bench is one rank of its own.
         Case{.ranks = 0,
              .args = {"allreduce", "-b", "8", "-e", "1K", "-f", "8", "-o", "max"},
@@ -131,6 +157,10 @@ struct BadCase {
   std::vector<std::string> args;
   std::string says;
 };
+
+void PrintTo(const BadCase& c, std::ostream* os) {
+  for (const auto& a : c.args) *os << ' ' << a;
+}
 
 class StraitBenchRefuses : public testing::TestWithParam<BadCase> {};
 
