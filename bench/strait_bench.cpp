@@ -6,8 +6,8 @@
 // ranks (-a picks rank 0's, the mean or the minimum instead; nccl-tests defaults to the mean).
 // With -c 1 each variant then runs once more on fresh inputs and every rank compares its result
 // with the value computed in double from every rank's inputs (bench/bench_data.h); #wrong is the
-// count of wrong elements over all ranks. Only rank 0 prints; any wrong element makes every rank
-// exit with status 1.
+// count of wrong elements over all ranks. Rank 0 prints the table (and writes --json); errors are
+// printed by every rank that meets them. Any wrong element makes every rank exit with status 1.
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
@@ -61,6 +61,13 @@ std::string load_average() {
 bool is_rank0() {
   const char* rank = std::getenv("RANK");
   return rank == nullptr || std::strcmp(rank, "0") == 0;
+}
+
+// Errors are printed by every rank that meets them: a launcher stops the other ranks as soon as
+// one fails, so rank 0 alone might be stopped before it could say why.
+std::string error_prefix() {
+  return is_rank0() ? "strait-bench: "
+                    : fmt::format("strait-bench (rank {}): ", std::getenv("RANK"));
 }
 
 std::unique_ptr<Communicator> make_communicator() {
@@ -300,7 +307,8 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return is_rank0() ? app.exit(e) : e.get_exit_code();
+    // --help (exit code 0) from rank 0 only; a real error from every rank (see error_prefix).
+    return is_rank0() || e.get_exit_code() != 0 ? app.exit(e) : 0;
   }
   try {
     o.min_bytes = bench::parse_size(min_text);
@@ -312,9 +320,7 @@ int main(int argc, char** argv) {
     bench::validate(o);
     return run(o);
   } catch (const Error& e) {
-    if (is_rank0() || e.code() != ErrorCode::InvalidArgument) {
-      fmt::print(stderr, "strait-bench: {}\n", e.what());
-    }
+    fmt::print(stderr, "{}{}\n", error_prefix(), e.what());
     return e.code() == ErrorCode::InvalidArgument ? 2 : 1;
   }
 }
