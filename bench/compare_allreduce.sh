@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# strait vs torch.distributed (Gloo) vs Open MPI: f32 sum allreduce, 8 B .. 256 MiB, in one run.
+#   bench/compare_allreduce.sh [RANKS...]      (default: 2 4)
+# Every peer is timed the same way (WARMUP calls, a barrier, ITERS timed calls, mean per call,
+# maximum over ranks; nccl-tests' algbw and busbw) and checks its sums. Small sizes (8 B .. 64 KiB)
+# get more iterations than large ones (128 KiB .. 16 MiB), and those more than huge ones
+# (32 MiB .. 256 MiB), so that the run stays within minutes. Writes JSON and the report to
+# $STRAIT_COMPARE_OUT (default build/compare-DATE) and prints the report. Needs the peers
+# (bench/setup-peers.sh installs them) and a built tree (scripts/build.sh).
+# Environment: SMALL_ITERS (200), LARGE_ITERS (10), HUGE_ITERS (3), MAX_BYTES (256M).
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+build=${STRAIT_BUILD_DIR:-$root/build}
+ranks=("$@")
+[ ${#ranks[@]} -eq 0 ] && ranks=(2 4)
+small_iters=${SMALL_ITERS:-200}
+large_iters=${LARGE_ITERS:-10}
+huge_iters=${HUGE_ITERS:-3}
+max_bytes=${MAX_BYTES:-256M}
+max=$(numfmt --from=iec "$max_bytes")
+large_max=$(( max < (16 << 20) ? max : (16 << 20) ))
+out=${STRAIT_COMPARE_OUT:-$build/compare-$(date -u +%Y%m%dT%H%M%SZ)}
+
+"$root/bench/setup-peers.sh"
+[ -x "$build/strait-bench" ] || "$root/scripts/build.sh"
+mkdir -p "$out"
+mpicc -O2 -o "$out/mpi_allreduce" "$root/bench/mpi_allreduce.c"
+python=/usr/bin/python3  # Debian's, which has python3-torch
+
+{
+  echo "# $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) CPUs, load before: $(cut -d' ' -f1-3 /proc/loadavg)"
+  echo "# $(mpirun --version 2>&1 | head -1); torch $($python -c 'import torch; print(torch.__version__)')"
+} | tee "$out/report.md"
+
+# PEER small|large|huge RANKS: runs one peer on one size range.
+run_peer() {
+  local peer=$1 range=$2 n=$3 args
+  case $range in
+    small) args=(-b 8 -e 64K -f 2 -n "$small_iters" -w 20) ;;
+    large) args=(-b 128K -e "$large_max" -f 2 -n "$large_iters" -w 2) ;;
+    huge) args=(-b 32M -e "$max_bytes" -f 2 -n "$huge_iters" -w 1) ;;
+  esac
+  local json="$out/$peer-$n-$range.json" log="$out/$peer-$n-$range.log"
+  case $peer in
+    strait) "$build/strait" run -n "$n" -- "$build/strait-bench" allreduce "${args[@]}" \
+              -d f32 -o sum -c 1 --json "$json" >"$log" 2>&1 ;;
+    gloo) OMP_NUM_THREADS=1 "$python" "$root/bench/gloo_allreduce.py" -np "$n" "${args[@]}" \
+              --json "$json" >"$log" 2>&1 ;;
+    mpi) mpirun --allow-run-as-root --oversubscribe -np "$n" "$out/mpi_allreduce" "${args[@]}" \
+              --json "$json" >"$log" 2>&1 ;;
+  esac || { echo "compare: $peer with $n ranks ($range sizes) failed; its output:" >&2; cat "$log" >&2; exit 1; }
+}
+
+for n in "${ranks[@]}"; do
+  ranges=(small large)
+  [ "$max" -ge $((32 << 20)) ] && ranges+=(huge)
+  for range in "${ranges[@]}"; do
+    for peer in strait gloo mpi; do
+      echo "# running $peer, $n ranks, $range sizes" >&2
+      run_peer "$peer" "$range" "$n"
+    done
+  done
+  files() {  # PEER: its JSON files for this rank count, comma-separated
+    local list="" r
+    for r in "${ranges[@]}"; do list+="${list:+,}$out/$1-$n-$r.json"; done
+    echo "$list"
+  }
+  "$python" "$root/bench/compare_report.py" "$n" "$(files strait)" "$(files gloo)" "$(files mpi)" \
+    | tee -a "$out/report.md"
+done
+echo "# load after: $(cut -d' ' -f1-3 /proc/loadavg); files in $out" | tee -a "$out/report.md"

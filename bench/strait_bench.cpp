@@ -1,0 +1,326 @@
+// strait-bench: nccl-tests for strait's collectives over host memory.
+//   strait run -n N -- strait-bench allreduce -b 8 -e 256M -f 2 -d f32 -o sum -n 20 -w 5 -c 1
+// Each rank allocates its buffers once for the largest size, then for each size runs WARMUP
+// calls, a barrier, and ITERS timed blocking calls, out of place and in place (where strait has
+// the form). The time of a rank is the mean of its ITERS calls; the table shows the maximum over
+// ranks (-a picks rank 0's, the mean or the minimum instead; nccl-tests defaults to the mean).
+// With -c 1 each variant then runs once more on fresh inputs and every rank compares its result
+// with the value computed in double from every rank's inputs (bench/bench_data.h); #wrong is the
+// count of wrong elements over all ranks. Rank 0 prints the table (and writes --json); errors are
+// printed by every rank that meets them. Any wrong element makes every rank exit with status 1.
+#include <fmt/format.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "bench/bench_data.h"
+#include "bench/bench_options.h"
+#include "bench/bench_report.h"
+#include "bench/collectives.h"
+#include "comm/bootstrap/hash_store.h"
+#include "comm/communicator.h"
+#include "core/error.h"
+
+namespace {
+
+using strait::Error;
+using strait::ErrorCode;
+using strait::bench::BenchOptions;
+using strait::bench::Collective;
+using strait::comm::Communicator;
+using strait::kernels::DType;
+using strait::kernels::ReduceOp;
+namespace bench = strait::bench;
+
+constexpr const char* kFooter = R"(
+Launch N ranks with `strait run -n N -- strait-bench ...` (or any launcher that sets torchrun's
+RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT); without RANK it runs as a single rank.
+Columns as nccl-tests: size is the largest buffer of a rank in bytes (the whole gathered buffer for
+allgather), count the count argument of the call, algbw = size / time, busbw = algbw * factor
+(allreduce 2(n-1)/n; allgather, reduce_scatter, alltoall (n-1)/n; others 1). n/a marks a form
+strait does not have (out-of-place broadcast, in-place sendrecv).)";
+
+// /proc/loadavg's 1, 5 and 15 minute figures: other work on the machine skews every time shown.
+std::string load_average() {
+  std::ifstream in("/proc/loadavg");
+  std::string one, five, fifteen;
+  if (!(in >> one >> five >> fifteen)) return "unknown";
+  return fmt::format("{} {} {}", one, five, fifteen);
+}
+
+bool is_rank0() {
+  const char* rank = std::getenv("RANK");
+  return rank == nullptr || std::strcmp(rank, "0") == 0;
+}
+
+// Errors are printed by every rank that meets them: a launcher stops the other ranks as soon as
+// one fails, so rank 0 alone might be stopped before it could say why.
+std::string error_prefix() {
+  return is_rank0() ? "strait-bench: "
+                    : fmt::format("strait-bench (rank {}): ", std::getenv("RANK"));
+}
+
+std::unique_ptr<Communicator> make_communicator() {
+  if (std::getenv("RANK") == nullptr && std::getenv("WORLD_SIZE") == nullptr) {
+    return Communicator::create(std::make_shared<strait::comm::HashStore>(), 0, 1);
+  }
+  return Communicator::from_env();
+}
+
+// One rank's time per call in microseconds: WARMUP calls, a barrier, ITERS timed calls.
+double time_calls(Communicator& comm, const Collective& coll, const bench::Call& call,
+                  const BenchOptions& o) {
+  for (int i = 0; i < o.warmup; ++i) coll.run(call);
+  comm.barrier();
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < o.iters; ++i) coll.run(call);
+  const std::chrono::duration<double, std::micro> elapsed =
+      std::chrono::steady_clock::now() - start;
+  return elapsed.count() / o.iters;
+}
+
+double combine_time(Communicator& comm, double mine, bench::TimeStat stat) {
+  double t = mine;
+  switch (stat) {
+    case bench::TimeStat::Rank0: comm.broadcast(&t, 1, DType::F64, 0); return t;
+    case bench::TimeStat::Mean: comm.allreduce(&t, &t, 1, DType::F64, ReduceOp::Avg); return t;
+    case bench::TimeStat::Min: comm.allreduce(&t, &t, 1, DType::F64, ReduceOp::Min); return t;
+    case bench::TimeStat::Max: comm.allreduce(&t, &t, 1, DType::F64, ReduceOp::Max); return t;
+  }
+  return t;
+}
+
+// Wrong elements over all ranks of recv[0, recv_count).
+long long count_wrong(Communicator& comm, const Collective& coll, const bench::Context& ctx,
+                      const void* recv, std::size_t recv_count) {
+  long long wrong = 0;
+  for (std::size_t i = 0; i < recv_count; ++i) {
+    const auto want = coll.expected(ctx, i);
+    if (want && !bench::matches(ctx.dtype, ctx.op, *want, bench::load(ctx.dtype, recv, i))) {
+      ++wrong;
+    }
+  }
+  comm.allreduce(&wrong, &wrong, 1, DType::I64, ReduceOp::Sum);
+  return wrong;
+}
+
+struct Buffers {
+  std::vector<std::byte> send;  // out of place: the send buffer
+  std::vector<std::byte> recv;  // the receive buffer; in place: the one buffer
+};
+
+// One size, out of place or in place: fill, time, then (with -c) fill afresh, run once, check.
+bench::Measurement run_variant(Communicator& comm, const Collective& coll, const BenchOptions& o,
+                               const bench::Shape& shape, Buffers& buffers, bool in_place) {
+  const std::size_t elem = strait::kernels::dtype_size(o.dtype);
+  std::byte* send = buffers.send.data();
+  std::byte* recv = buffers.recv.data();
+  if (in_place) {
+    const auto offsets = coll.in_place(shape, comm.rank());
+    send = buffers.recv.data() + offsets.send * elem;
+    recv = buffers.recv.data() + offsets.recv * elem;
+  }
+  const auto fill = [&] {
+    bench::fill_inputs(o.dtype, o.op, comm.rank(), 0, send, shape.send_count);
+  };
+  const bench::Call call{.comm = comm,
+                         .send = send,
+                         .recv = recv,
+                         .count = shape.count,
+                         .dtype = o.dtype,
+                         .op = o.op,
+                         .root = o.root};
+  fill();
+  const double mine = time_calls(comm, coll, call, o);
+  const double time_us = combine_time(comm, mine, o.time_stat);
+
+  std::optional<long long> wrong;
+  if (o.check) {
+    // Poison (NaN for floats) what the call must overwrite, so stale results cannot pass.
+    std::memset(
+        in_place ? buffers.recv.data() : recv, 0xff,
+        (in_place ? std::max(shape.send_count, shape.recv_count) : shape.recv_count) * elem);
+    fill();
+    comm.barrier();
+    coll.run(call);
+    const bench::Context ctx{.dtype = o.dtype,
+                             .op = o.op,
+                             .root = o.root,
+                             .rank = comm.rank(),
+                             .ranks = comm.size(),
+                             .count = shape.count};
+    wrong = count_wrong(comm, coll, ctx, recv, shape.recv_count);
+  }
+  return bench::measure(shape.bytes, time_us, coll.bus_factor(comm.size()), wrong);
+}
+
+int run(const BenchOptions& o) {
+  const Collective& coll = bench::find_collective(o.collective);
+  const auto sizes = bench::size_list(o.min_bytes, o.max_bytes, o.factor);
+  auto comm = make_communicator();
+  const int n = comm->size();
+  const bool print = comm->rank() == 0;
+  if (n < coll.min_ranks) {
+    throw Error(ErrorCode::InvalidArgument,
+                fmt::format("{} needs at least {} ranks, not {}: launch with `strait run -n {} -- "
+                            "strait-bench ...`",
+                            coll.name, coll.min_ranks, n, coll.min_ranks));
+  }
+  if (coll.rooted && o.root >= n) {
+    throw Error(ErrorCode::InvalidArgument,
+                fmt::format("-r (ROOT) is {} but the job has {} rank{}: give 0 .. {}", o.root, n,
+                            n == 1 ? "" : "s", n - 1));
+  }
+  // Opened now, so that a bad path fails before minutes of measuring rather than after.
+  std::ofstream json;
+  if (print && !o.json_path.empty()) {
+    json.open(o.json_path);
+    if (!json) {
+      throw Error(ErrorCode::Io, fmt::format("cannot write --json {}: check that its folder "
+                                             "exists and is writable",
+                                             o.json_path));
+    }
+  }
+  const std::size_t elem = strait::kernels::dtype_size(o.dtype);
+  const bench::Shape largest = coll.shape(sizes.back(), elem, n);
+  Buffers buffers{
+      .send = std::vector<std::byte>(coll.out_of_place ? largest.send_count * elem : 0),
+      .recv = std::vector<std::byte>(std::max(largest.send_count, largest.recv_count) * elem)};
+
+  if (print) {
+    fmt::print(
+        "# strait-bench {}: {} rank{}, {}{}{}, {} warm-up + {} timed calls per size, "
+        "check {}\n",
+        coll.name, n, n == 1 ? "" : "s", strait::kernels::dtype_name(o.dtype),
+        coll.reduces ? fmt::format(", {}", strait::kernels::reduce_op_name(o.op)) : "",
+        coll.rooted ? fmt::format(", root {}", o.root) : "", o.warmup, o.iters,
+        o.check ? "on" : "off");
+    fmt::print("# host: {} CPUs, load average {}\n", std::thread::hardware_concurrency(),
+               load_average());
+    fmt::print("# time: {} mean time per call (-a {})\n#\n{}", bench::time_stat_name(o.time_stat),
+               static_cast<int>(o.time_stat), bench::table_header());
+    std::fflush(stdout);
+  }
+  std::vector<bench::Row> rows;
+  for (const std::size_t bytes : sizes) {
+    const bench::Shape shape = coll.shape(bytes, elem, n);
+    bench::Row row{.bytes = shape.bytes,
+                   .count = shape.count,
+                   .type = std::string(strait::kernels::dtype_name(o.dtype)),
+                   .redop = coll.reduces ? std::string(strait::kernels::reduce_op_name(o.op))
+                                         : std::string("none"),
+                   .root = coll.rooted ? o.root : -1,
+                   .out_of_place = std::nullopt,
+                   .in_place = std::nullopt};
+    if (coll.out_of_place) row.out_of_place = run_variant(*comm, coll, o, shape, buffers, false);
+    if (coll.in_place != nullptr) {
+      row.in_place = run_variant(*comm, coll, o, shape, buffers, true);
+    }
+    if (print) {
+      fmt::print("{}\n", bench::table_row(row));
+      std::fflush(stdout);
+    }
+    rows.push_back(row);
+  }
+  const long long wrong = bench::total_wrong(rows);
+  if (print) {
+    if (o.check)
+      fmt::print("# Out of bounds values : {} {}\n", wrong, wrong == 0 ? "OK" : "FAILED");
+    fmt::print("# Avg bus bandwidth    : {:.3f}\n#\n", bench::average_busbw(rows));
+    std::fflush(stdout);
+    if (json.is_open()) {
+      nlohmann::json j{{"collective", coll.name},
+                       {"ranks", n},
+                       {"dtype", strait::kernels::dtype_name(o.dtype)},
+                       {"op", coll.reduces ? strait::kernels::reduce_op_name(o.op) : "none"},
+                       {"root", coll.rooted ? o.root : -1},
+                       {"warmup", o.warmup},
+                       {"iters", o.iters},
+                       {"check", o.check},
+                       {"time", bench::time_stat_name(o.time_stat)},
+                       {"avg_busbw_gbs", bench::average_busbw(rows)},
+                       {"wrong", wrong},
+                       {"rows", nlohmann::json::array()}};
+      for (const auto& r : rows) j["rows"].push_back(bench::to_json(r));
+      json << j.dump(2) << '\n';
+      json.close();
+      if (!json) {
+        throw Error(ErrorCode::Io,
+                    fmt::format("cannot write --json {}: check that its folder exists and is "
+                                "writable",
+                                o.json_path));
+      }
+    }
+  }
+  if (wrong != 0) {
+    if (print) fmt::print(stderr, "strait-bench: {} wrong elements (see #wrong)\n", wrong);
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"strait-bench: nccl-tests-style benchmark of strait's collectives"};
+  app.footer(kFooter);
+  BenchOptions o;
+  std::string min_text = "32M";
+  std::string max_text = "32M";
+  std::string dtype_text = "f32";
+  std::string op_text = "sum";
+  int check = 1;
+  int stat = static_cast<int>(o.time_stat);
+  std::string names;
+  for (const auto& c : bench::collectives())
+    names += fmt::format("{}{}", names.empty() ? "" : "|", c.name);
+  app.add_option("collective", o.collective, names)->required();
+  app.add_option("-b,--minbytes", min_text, "Smallest size in bytes (K, M, G suffixes)")
+      ->capture_default_str();
+  app.add_option("-e,--maxbytes", max_text, "Largest size in bytes")->capture_default_str();
+  app.add_option("-f,--stepfactor", o.factor, "Multiply the size by this between rows")
+      ->capture_default_str();
+  app.add_option("-d,--datatype", dtype_text, "f32 f64 f16 bf16 i8 u8 i32 i64")
+      ->capture_default_str();
+  app.add_option("-o,--op", op_text, "sum prod min max avg")->capture_default_str();
+  app.add_option("-r,--root", o.root, "Root rank of broadcast and reduce")->capture_default_str();
+  app.add_option("-n,--iters", o.iters, "Timed calls per size")->capture_default_str();
+  app.add_option("-w,--warmup_iters", o.warmup, "Untimed calls before them")->capture_default_str();
+  app.add_option("-c,--check", check, "1: check every result against a double reference")
+      ->check(CLI::Range(0, 1))
+      ->capture_default_str();
+  app.add_option("-a,--average", stat,
+                 "Reported time over ranks: 0 rank 0, 1 mean, 2 min, 3 max (nccl-tests' -a)")
+      ->check(CLI::Range(0, 3))
+      ->capture_default_str();
+  app.add_option("--json", o.json_path, "Also write the rows to this file (rank 0)");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // --help (exit code 0) from rank 0 only; a real error from every rank (see error_prefix).
+    return is_rank0() || e.get_exit_code() != 0 ? app.exit(e) : 0;
+  }
+  try {
+    o.min_bytes = bench::parse_size(min_text);
+    o.max_bytes = bench::parse_size(max_text);
+    o.dtype = bench::parse_dtype(dtype_text);
+    o.op = bench::parse_op(op_text);
+    o.check = check != 0;
+    o.time_stat = static_cast<bench::TimeStat>(stat);
+    bench::validate(o);
+    return run(o);
+  } catch (const Error& e) {
+    fmt::print(stderr, "{}{}\n", error_prefix(), e.what());
+    return e.code() == ErrorCode::InvalidArgument ? 2 : 1;
+  }
+}

@@ -1,0 +1,189 @@
+// Runs the built strait-bench as a user would, through `strait run`, and reads its table and JSON:
+// every row checked (#wrong 0), the right sizes, and clear errors for bad arguments.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <ostream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "tests/common/process.h"
+
+namespace {
+
+using strait::test::contains;
+using strait::test::read_file;
+using strait::test::TempDir;
+
+struct Table {
+  std::vector<std::vector<std::string>> rows;  // whitespace-separated fields of each row
+  std::string text;
+};
+
+// Rows are the lines that do not start with '#' and have the 13 columns of nccl-tests.
+Table parse_table(const std::string& output) {
+  Table t{.rows = {}, .text = output};
+  std::istringstream in(output);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    std::istringstream fields(line);
+    std::vector<std::string> row;
+    std::string f;
+    while (fields >> f) row.push_back(f);
+    if (row.size() == 13) t.rows.push_back(row);
+  }
+  return t;
+}
+
+struct Result {
+  int exit_code;
+  std::string output;
+};
+
+Result run_bench(int ranks, const std::vector<std::string>& bench_args, const TempDir& dir) {
+  std::vector<std::string> args;
+  if (ranks > 0) args = {"run", "-n", std::to_string(ranks), "--", STRAIT_BENCH_BIN};
+  args.insert(args.end(), bench_args.begin(), bench_args.end());
+  strait::test::Process p(ranks > 0 ? STRAIT_BIN : STRAIT_BENCH_BIN, args, dir.path() / "out",
+                          {"STRAIT_TIMEOUT_S=60"});
+  const int code = p.exit_code(std::chrono::seconds(120));
+  return {code, p.output()};
+}
+
+struct Case {
+  int ranks;
+  std::vector<std::string> args;
+  std::vector<std::string> sizes;  // the size column, row by row
+  bool out_of_place = true;
+  bool in_place = true;
+};
+
+// Test names in ctest show the arguments, not the bytes of the parameter.
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << c.ranks << " ranks:";
+  for (const auto& a : c.args) *os << ' ' << a;
+}
+
+class StraitBench : public testing::TestWithParam<Case> {};
+
+TEST_P(StraitBench, EveryRowIsCheckedAndRight) {
+  const Case& c = GetParam();
+  const TempDir dir;
+  auto args = c.args;
+  args.insert(args.end(), {"-c", "1", "-n", "3", "-w", "1", "--json", (dir.path() / "j").string()});
+  const auto r = run_bench(c.ranks, args, dir);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const Table t = parse_table(r.output);
+  ASSERT_EQ(t.rows.size(), c.sizes.size()) << r.output;
+  for (std::size_t i = 0; i < c.sizes.size(); ++i) {
+    const auto& row = t.rows[i];
+    EXPECT_EQ(row[0], c.sizes[i]) << r.output;
+    EXPECT_EQ(row[8], c.out_of_place ? "0" : "n/a") << "out-of-place #wrong\n" << r.output;
+    EXPECT_EQ(row[12], c.in_place ? "0" : "n/a") << "in-place #wrong\n" << r.output;
+  }
+  EXPECT_TRUE(contains(r.output, "# Out of bounds values : 0 OK")) << r.output;
+  EXPECT_TRUE(contains(r.output, "# Avg bus bandwidth")) << r.output;
+
+  const auto j = nlohmann::json::parse(read_file(dir.path() / "j"));
+  EXPECT_EQ(j["ranks"], c.ranks == 0 ? 1 : c.ranks);
+  EXPECT_EQ(j["wrong"], 0);
+  ASSERT_EQ(j["rows"].size(), c.sizes.size());
+  for (std::size_t i = 0; i < c.sizes.size(); ++i) {
+    EXPECT_EQ(std::to_string(j["rows"][i]["bytes"].get<std::size_t>()), c.sizes[i]);
+  }
+}
+
+const std::vector<std::string> kSizes8To64K = {"8", "32", "128", "512", "2048", "8192", "32768"};
+
+INSTANTIATE_TEST_SUITE_P(
+    Runs, StraitBench,
+    testing::Values(
+        Case{.ranks = 2,
+             .args = {"allreduce", "-b", "8", "-e", "64K", "-f", "4"},
+             .sizes = kSizes8To64K},
+        Case{.ranks = 3,
+             .args = {"allreduce", "-b", "8", "-e", "64K", "-f", "4"},
+             .sizes = kSizes8To64K},
+        Case{.ranks = 3,
+             .args = {"allreduce", "-b", "6", "-e", "96", "-f", "4", "-d", "bf16", "-o", "avg"},
+             .sizes = {"6", "24", "96"}},
+        Case{.ranks = 3,
+             .args = {"allreduce", "-b", "1K", "-e", "1K", "-d", "i8", "-o", "prod"},
+             .sizes = {"1024"}},
+        // 3 ranks of f16: 4 B is 0 elements per rank, 32 B is 5 per rank, 30 B in all
+        // (nccl-tests' size is the whole gathered buffer, rounded down to whole elements).
+        Case{.ranks = 3,
+             .args = {"allgather", "-b", "4", "-e", "8K", "-f", "8", "-d", "f16"},
+             .sizes = {"0", "30", "252", "2046"}},
+        Case{.ranks = 3,
+             .args = {"broadcast", "-b", "4", "-e", "64K", "-f", "128", "-r", "2"},
+             .sizes = {"4", "512", "65536"},
+             .out_of_place = false},
+        Case{.ranks = 3,
+             .args = {"sendrecv", "-b", "4", "-e", "64K", "-f", "128", "-d", "u8"},
+             .sizes = {"4", "512", "65536"},
+             .in_place = false},
+        // 3 ranks of bf16: 6 B is 1 element per rank; 192 B is 32 per rank, 96 in all.
+        Case{.ranks = 3,
+             .args = {"reduce_scatter", "-b", "6", "-e", "6K", "-f", "32", "-d", "bf16", "-o",
+                      "avg"},
+             .sizes = {"6", "192", "6144"}},
+        Case{.ranks = 3,
+             .args = {"reduce", "-b", "8", "-e", "8K", "-f", "32", "-d", "i8", "-o", "prod", "-r",
+                      "2"},
+             .sizes = {"8", "256", "8192"}},
+        Case{.ranks = 3,
+             .args = {"alltoall", "-b", "8", "-e", "256K", "-f", "32", "-d", "u8"},
+             .sizes = {"6", "255", "8190", "262143"}},
+        // Without RANK in the environment strait-bench is one rank of its own.
+        Case{.ranks = 0,
+             .args = {"allreduce", "-b", "8", "-e", "1K", "-f", "8", "-o", "max"},
+             .sizes = {"8", "64", "512"}}),
+    [](const testing::TestParamInfo<Case>& i) {
+      return fmt::format("{}_{}ranks_{}", i.param.args[0], i.param.ranks, i.index);
+    });
+
+struct BadCase {
+  std::vector<std::string> args;
+  std::string says;
+};
+
+void PrintTo(const BadCase& c, std::ostream* os) {
+  for (const auto& a : c.args) *os << ' ' << a;
+}
+
+class StraitBenchRefuses : public testing::TestWithParam<BadCase> {};
+
+TEST_P(StraitBenchRefuses, WithAClearError) {
+  const TempDir dir;
+  const auto r = run_bench(0, GetParam().args, dir);
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, GetParam().says)) << r.output;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    BadArguments, StraitBenchRefuses,
+    testing::Values(BadCase{{"allreduse"}, "unknown collective 'allreduse'"},
+                    BadCase{{"allreduce", "-b", "1M", "-e", "1K"}, "larger than -e"},
+                    BadCase{{"allreduce", "-d", "f8"}, "unknown dtype 'f8'"},
+                    BadCase{{"allreduce", "-o", "xor"}, "unknown reduction 'xor'"},
+                    BadCase{{"allreduce", "-d", "i32", "-o", "avg"},
+                            "-o avg needs a floating-point dtype"},
+                    BadCase{{"allreduce", "-b", "8", "-e", "1K", "-f", "1"}, "-f (FACTOR)"},
+                    BadCase{{"allreduce", "-b", "lots"}, "size 'lots' is not a size"},
+                    BadCase{{"broadcast", "-r", "3", "-b", "8", "-e", "8"}, "-r (ROOT) is 3"},
+                    BadCase{{"sendrecv", "-b", "8", "-e", "8"}, "sendrecv needs at least 2 ranks"}),
+    [](const testing::TestParamInfo<BadCase>& i) { return fmt::format("case{}", i.index); });
+
+TEST(StraitBenchJson, UnwritablePathIsAnError) {
+  const TempDir dir;
+  const auto r =
+      run_bench(0, {"allreduce", "-b", "8", "-e", "8", "--json", "/nonexistent/x.json"}, dir);
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "cannot write --json /nonexistent/x.json")) << r.output;
+}
+
+}  // namespace
