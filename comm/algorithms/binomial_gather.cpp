@@ -2,6 +2,8 @@
 
 #include <cstring>
 
+#include "comm/algorithms/scratch.h"
+
 namespace strait::comm {
 
 BinomialGather::BinomialGather(std::shared_ptr<const Group> group, std::uint64_t seq,
@@ -20,7 +22,7 @@ bool BinomialGather::advance(Transport& t) {
     if (tree.is_root() && root_ == 0) {
       subtree_ = recv_;
     } else if (!children.empty()) {
-      scratch_ = std::make_shared_for_overwrite<std::byte[]>(span_bytes(v));
+      scratch_ = scratch_buffer(span_bytes(v));
       subtree_ = scratch_.get();
     }
     if (subtree_ != nullptr && subtree_ != send_ && bytes_ != 0) {

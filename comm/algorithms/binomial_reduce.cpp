@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "comm/algorithms/binomial_tree.h"
+#include "comm/algorithms/scratch.h"
 
 namespace strait::comm {
 
@@ -28,7 +29,7 @@ bool BinomialReduce::advance(Transport& t) {
     std::reverse(children.begin(), children.end());
     const bool inner = !tree.is_root() && !children.empty();
     const std::size_t slots = children.size() + (inner ? 1 : 0);
-    if (slots != 0) scratch_ = std::make_shared_for_overwrite<std::byte[]>(slots * bytes);
+    if (slots != 0) scratch_ = scratch_buffer(slots * bytes);
     for (std::size_t i = 0; i < children.size(); ++i) {
       RequestPtr rx = recv_from(t, tree.real(children[i]), 0, scratch_.get() + i * bytes, bytes);
       rx->keep_alive = scratch_;

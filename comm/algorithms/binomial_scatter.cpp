@@ -2,6 +2,8 @@
 
 #include <cstring>
 
+#include "comm/algorithms/scratch.h"
+
 namespace strait::comm {
 
 BinomialScatter::BinomialScatter(std::shared_ptr<const Group> group, std::uint64_t seq,
@@ -17,14 +19,14 @@ bool BinomialScatter::advance(Transport& t) {
     if (tree.is_root() && root_ == 0) {
       subtree_ = send_;  // relative order is rank order
     } else if (tree.is_root()) {
-      scratch_ = std::make_shared_for_overwrite<std::byte[]>(span_bytes(0));
+      scratch_ = scratch_buffer(span_bytes(0));
       reorder(scratch_.get(), send_, Order::ToRelative);
       subtree_ = scratch_.get();
     } else {
       // A leaf receives its block straight into recv.
       std::byte* into = recv_;
       if (tree.span(v) > 1) {
-        scratch_ = std::make_shared_for_overwrite<std::byte[]>(span_bytes(v));
+        scratch_ = scratch_buffer(span_bytes(v));
         into = scratch_.get();
       }
       RequestPtr rx = recv_from(t, tree.real(tree.parent()), 0, into, span_bytes(v));

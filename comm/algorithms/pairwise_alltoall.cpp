@@ -2,6 +2,8 @@
 
 #include <cstring>
 
+#include "comm/algorithms/scratch.h"
+
 namespace strait::comm {
 
 PairwiseAlltoall::PairwiseAlltoall(std::shared_ptr<const Group> group, std::uint64_t seq,
@@ -20,7 +22,7 @@ bool PairwiseAlltoall::advance(Transport& t) {
   if (!started_) {
     started_ = true;
     if (send_ == recv_ && p > 1 && send_blocks_.total() != 0) {
-      copy_ = std::make_shared_for_overwrite<std::byte[]>(send_blocks_.total());
+      copy_ = scratch_buffer(send_blocks_.total());
       std::memcpy(copy_.get(), send_, send_blocks_.total());
       send_ = copy_.get();
     }

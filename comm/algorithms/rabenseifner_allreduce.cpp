@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "comm/algorithms/partition.h"
+#include "comm/algorithms/scratch.h"
 
 namespace strait::comm {
 
@@ -105,7 +106,7 @@ bool RabenseifnerAllreduce::advance(Transport& t) {
       // The largest piece received: the whole vector (the fold) or the lower half (first halving).
       const std::size_t bytes =
           fold_.folds_in() ? count_ * elem_ : block_bytes(Window{0, fold_.pof2() / 2});
-      scratch_ = std::make_shared_for_overwrite<std::byte[]>(std::max<std::size_t>(bytes, 1));
+      scratch_ = scratch_buffer(std::max<std::size_t>(bytes, 1));
     }
     fold_.for_each_partner([&](int peer) { exchange_fingerprints(t, peer); });
     exchange_fingerprints_around_ring(t);

@@ -3,6 +3,8 @@
 #include <cstring>
 #include <utility>
 
+#include "comm/algorithms/scratch.h"
+
 namespace strait::comm {
 
 RecursiveDoublingAllreduce::RecursiveDoublingAllreduce(
@@ -73,7 +75,7 @@ bool RecursiveDoublingAllreduce::advance(Transport& t) {
     started_ = true;
     copy_input();
     if (bytes_ != 0 && group().size() > 1 && !fold_.sits_out()) {
-      scratch_ = std::make_shared_for_overwrite<std::byte[]>(bytes_);
+      scratch_ = scratch_buffer(bytes_);
     }
     current_ = out_;
     fold_.for_each_partner([&](int peer) { exchange_fingerprints(t, peer); });

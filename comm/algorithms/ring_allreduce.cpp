@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "comm/algorithms/partition.h"
+#include "comm/algorithms/scratch.h"
 
 namespace strait::comm {
 
@@ -51,7 +52,7 @@ void RingAllreduce::start() {
   window_ = std::min(kWindow, segments_);
   slot_bytes_ = part(largest_chunk, segments_, 0).count * elem_;
   if (slot_bytes_ != 0) {
-    scratch_ = std::make_shared_for_overwrite<std::byte[]>(window_ * slot_bytes_);
+    scratch_ = scratch_buffer(window_ * slot_bytes_);
   }
 }
 

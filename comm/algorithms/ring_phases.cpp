@@ -2,6 +2,8 @@
 
 #include <cstring>
 
+#include "comm/algorithms/scratch.h"
+
 namespace strait::comm {
 namespace {
 
@@ -28,7 +30,7 @@ bool RingOp::advance_phase(Transport& t, ReduceScatterPhase& s) {
     s.started = true;
     // The last step reduces the incoming partial into `own`, which starts as this rank's block.
     if (count(r) != 0 && s.own != block(r)) std::memcpy(s.own, block(r), count(r) * elem);
-    if (p > 1) s.scratch = std::make_shared_for_overwrite<std::byte[]>(2 * slot_bytes);
+    if (p > 1) s.scratch = scratch_buffer(2 * slot_bytes);
   }
   const auto reduce_op = s.op == kernels::ReduceOp::Avg ? kernels::ReduceOp::Sum : s.op;
   while (s.step < p - 1) {
