@@ -14,6 +14,10 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// True on the engine thread, and on a caller's thread while it drives the engine inline: completion
+// callbacks run then, and must not wait for the engine.
+thread_local bool tls_progressing = false;
+
 std::chrono::microseconds spin_from_env() {
   const char* v = std::getenv("STRAIT_SPIN_US");
   if (v == nullptr || *v == '\0') return std::chrono::microseconds(50);
@@ -119,7 +123,7 @@ void ProgressEngine::abort(std::uint64_t stream, const std::string& why) {
 }
 
 void ProgressEngine::abort_and_wait(std::uint64_t stream, const std::string& why) {
-  if (std::this_thread::get_id() == thread_.get_id()) return abort(stream, why);
+  if (tls_progressing) return abort(stream, why);
   auto applied = std::make_shared<std::promise<void>>();
   std::future<void> done = applied->get_future();
   {
@@ -259,7 +263,6 @@ void ProgressEngine::complete_in_order() {
 }
 
 void ProgressEngine::sleep_until_event(Clock::time_point wake) {
-  if (transport_->event_fd() >= 0 && !transport_->arm()) return;  // events already pending
   int timeout_ms = -1;
   if (wake != Clock::time_point::max()) {
     const auto left = std::chrono::ceil<std::chrono::milliseconds>(wake - Clock::now()).count();
@@ -276,50 +279,91 @@ void ProgressEngine::sleep_until_event(Clock::time_point wake) {
   }
 }
 
-void ProgressEngine::run() {
+bool ProgressEngine::iterate(std::vector<Command>& commands) {
+  {
+    const std::lock_guard lock(mutex_);
+    if (stop_) return false;
+    while (!incoming_.empty()) {
+      active_.push_back(std::move(incoming_.front()));
+      incoming_.pop_front();
+    }
+    commands.swap(commands_);
+  }
+  apply_commands(commands);
+  bool moved = false;
+  while (transport_->progress()) moved = true;
+  moved |= step_ops();
+  const auto now = Clock::now();
+  if (now - last_peer_check_ > std::chrono::milliseconds(10)) {
+    transport_->check_peers();
+    last_peer_check_ = now;
+  }
+  check_deadlines(now);
+  complete_in_order();
+  if (moved) last_activity_ = now;
+  return moved;
+}
+
+bool ProgressEngine::drive(const WorkState& work) {
+  if (tls_progressing || std::this_thread::get_id() == thread_.get_id()) return work.done();
+  inline_drivers_.fetch_add(1, std::memory_order_relaxed);
   std::vector<Command> commands;
-  auto last_activity = Clock::now();
-  auto last_peer_check = last_activity;
-  for (;;) {
-    bool stopping = false;
-    {
-      const std::lock_guard lock(mutex_);
-      while (!incoming_.empty()) {
-        active_.push_back(std::move(incoming_.front()));
-        incoming_.pop_front();
-      }
-      commands.swap(commands_);
-      stopping = stop_;
-    }
-    if (stopping) break;
-    apply_commands(commands);
-    bool moved = false;
-    while (transport_->progress()) moved = true;
-    moved |= step_ops();
-    const auto now = Clock::now();
-    if (now - last_peer_check > std::chrono::milliseconds(10)) {
-      transport_->check_peers();
-      last_peer_check = now;
-    }
-    check_deadlines(now);
-    complete_in_order();
-    if (moved) {
-      last_activity = now;
+  const auto until = Clock::now() + spin_;
+  while (!work.done() && Clock::now() < until) {
+    std::unique_lock lock(progress_mutex_, std::try_to_lock);
+    if (!lock.owns_lock()) {
+      std::this_thread::yield();
       continue;
     }
-    if (!active_.empty() && now - last_activity < spin_) continue;
+    tls_progressing = true;
+    try {
+      iterate(commands);
+    } catch (...) {
+      tls_progressing = false;
+      inline_drivers_.fetch_sub(1, std::memory_order_relaxed);
+      throw;
+    }
+    tls_progressing = false;
+  }
+  inline_drivers_.fetch_sub(1, std::memory_order_relaxed);
+  // Not done within the spin: the engine thread (which may be asleep on an event this thread
+  // consumed) takes over.
+  if (!work.done()) notify();
+  return work.done();
+}
+
+void ProgressEngine::run() {
+  std::vector<Command> commands;
+  tls_progressing = true;
+  for (;;) {
+    std::unique_lock lock(progress_mutex_);
+    {
+      const std::lock_guard guard(mutex_);
+      if (stop_) break;
+    }
+    const bool moved = iterate(commands);
+    const auto now = Clock::now();
+    if (moved) continue;
+    // A caller spinning in drive() progresses for us: do not compete with it for the cores.
+    const bool driven = inline_drivers_.load(std::memory_order_relaxed) > 0;
+    if (!active_.empty() && !driven && now - last_activity_ < spin_) continue;
     if (std::any_of(active_.begin(), active_.end(),
                     [](const Entry& e) { return !e.finished && e.op->needs_polling(); })) {
+      lock.unlock();
       std::this_thread::sleep_for(kPollInterval);
       continue;
     }
     auto wake = Clock::time_point::max();
     for (const auto& e : active_) wake = std::min(wake, e.deadline);
     if (!active_.empty()) wake = std::min(wake, now + std::chrono::milliseconds(100));
+    if (transport_->event_fd() >= 0 && !transport_->arm()) continue;  // events already pending
+    lock.unlock();
     sleep_until_event(wake);
+    lock.lock();
     transport_->check_peers();
-    last_peer_check = last_activity = Clock::now();
+    last_peer_check_ = last_activity_ = Clock::now();
   }
+  const std::lock_guard progress(progress_mutex_);
   // Destruction: whatever is still pending can no longer finish.
   for (auto& e : active_) {
     if (e.work->done()) continue;

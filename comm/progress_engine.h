@@ -8,9 +8,13 @@
 // core on small machines). Every operation has a deadline; one that passes it fails with Timeout
 // naming what it still waits for. A failed operation's receives are cancelled. While an operation
 // that needs polling (GPU work) is pending, the thread sleeps kPollInterval at a time instead.
-// Thread-safety: submit(), fail() and abort() may be called from any thread.
+// A caller blocked in Work::wait() first drives the engine itself for the spin time (drive()), so
+// short operations finish without thread wake-ups; the transport is then used by one thread at a
+// time under progress_mutex_ (UCX's serialized thread mode).
+// Thread-safety: submit(), fail(), abort() and drive() may be called from any thread.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <deque>
@@ -72,6 +76,13 @@ class ProgressEngine : public std::enable_shared_from_this<ProgressEngine> {
   std::shared_ptr<WorkState> submit(std::unique_ptr<Op> op, std::string description,
                                     std::chrono::milliseconds timeout, std::uint64_t stream,
                                     bool ordered, DeadlineStart start = DeadlineStart::AtSubmit);
+  // Called by Work::wait() before it blocks: progresses on the caller's thread for up to the spin
+  // time (STRAIT_SPIN_US) while `work` is pending, so a short operation completes without the two
+  // thread wake-ups (caller -> engine -> caller) that cost tens of microseconds each. Only one
+  // thread progresses at a time (progress_mutex_); completion callbacks of operations finished
+  // meanwhile run on the caller's thread. Returns work.done(). A no-op on the engine thread and
+  // inside a completion callback.
+  bool drive(const WorkState& work);
   // Fails one pending operation (no-op when already finished).
   void fail(const std::shared_ptr<WorkState>& work, const Error& error);
   // Fails every pending operation of `stream` (0: all streams) with Aborted.
@@ -100,6 +111,9 @@ class ProgressEngine : public std::enable_shared_from_this<ProgressEngine> {
   };
 
   void run();
+  // One pass: pick up submissions and commands, progress the transport, advance the operations,
+  // check deadlines, complete in order. With progress_mutex_ held. True when anything moved.
+  bool iterate(std::vector<Command>& commands);
   void notify();
   void apply_commands(std::vector<Command>& commands);
   bool step_ops();
@@ -117,7 +131,13 @@ class ProgressEngine : public std::enable_shared_from_this<ProgressEngine> {
   std::deque<Entry> incoming_;
   std::vector<Command> commands_;
   bool stop_ = false;
-  std::deque<Entry> active_;                             // engine thread only
+  // Held by whichever thread progresses: the engine thread, or a caller in drive(). Guards
+  // active_, the transport and the two times below.
+  std::mutex progress_mutex_;
+  std::atomic<int> inline_drivers_{0};  // callers spinning in drive()
+  std::chrono::steady_clock::time_point last_activity_{};
+  std::chrono::steady_clock::time_point last_peer_check_{};
+  std::deque<Entry> active_;
   std::vector<std::pair<std::uint64_t, Error>> broken_;  // guarded by mutex_
   Fd wake_fd_;                                           // eventfd: submissions and commands
   Fd epoll_fd_;                                          // wake_fd_ and the transport's event fd

@@ -60,6 +60,7 @@ bool Work::test() const {
 void Work::wait() const {
   require_valid();
   if (state_->wait_timeout) return wait(*state_->wait_timeout);
+  if (auto engine = state_->engine.lock()) engine->drive(*state_);
   // The engine fails every operation at its deadline, so this wait is bounded.
   state_->wait_until(std::chrono::steady_clock::time_point::max());
   if (auto e = state_->error()) throw *e;
@@ -67,6 +68,7 @@ void Work::wait() const {
 
 void Work::wait(std::chrono::milliseconds timeout) const {
   require_valid();
+  if (auto engine = state_->engine.lock()) engine->drive(*state_);
   if (!state_->wait_until(std::chrono::steady_clock::now() + timeout)) {
     const Error timed_out(ErrorCode::Timeout,
                           fmt::format("{} did not finish within {} ms of being waited for",

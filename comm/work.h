@@ -83,8 +83,9 @@ class Work {
   [[nodiscard]] std::optional<Error> error() const;
   // Runs `callback` once the operation finishes (at once, on this thread, if it already has).
   // Callbacks run after the work is marked done: wait() and test() may already report completion
-  // while a callback is still running. A callback runs on the progress engine's thread, so it must
-  // not destroy the last Communicator of the process (the engine cannot join its own thread).
+  // while a callback is still running. A callback runs on the progress engine's thread, or on the
+  // thread of a caller driving the engine inside wait() (ProgressEngine::drive); it must not wait
+  // for another operation, nor destroy the last Communicator of the process.
   void on_complete(std::function<void(const std::optional<Error>&)> callback) const;
   [[nodiscard]] const std::string& description() const;
   [[nodiscard]] bool valid() const noexcept { return state_ != nullptr; }

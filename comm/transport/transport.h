@@ -1,7 +1,7 @@
 // Transport: moves tagged byte ranges between the ranks of a job and reports completion. The only
 // layer that knows UCX (transport/ucx) or NCCL (transport/nccl); algorithms see this interface.
 //
-// Requests are posted and progressed from ONE thread, the progress engine's (see
+// Requests are posted and progressed by one thread at a time, under the progress engine's lock (see
 // progress_engine.h); the transport is not thread-safe otherwise. A request stays owned by the
 // transport until it completes, so an operation that fails or times out can drop its handle while
 // the network still finishes (or cancels) the transfer.
