@@ -4,12 +4,8 @@
 
 #include <algorithm>
 #include <chrono>
-#include <type_traits>
 
-#include "comm/algorithms/selection.h"
 #include "core/error.h"
-#include "kernels/dtype.h"
-#include "kernels/reduce.h"
 
 namespace strait::comm {
 namespace {
@@ -20,65 +16,6 @@ std::string at_step(int step) {
 }
 
 }  // namespace
-
-std::string Fingerprint::algorithm_suffix() const {
-  if (algorithm == 0) return {};
-  const AlgorithmInfo* info = algorithm_by_id(algorithm);
-  if (info == nullptr) return fmt::format(", algorithm #{}", algorithm);
-  return ", " + Selection{info, AlgorithmParams{segment_bytes}}.describe();
-}
-
-std::string Fingerprint::describe() const {
-  const auto t = kernels::dtype_name(static_cast<kernels::DType>(dtype));
-  switch (kind) {
-    case Kind::Allreduce:
-      return fmt::format("allreduce #{} ({} x {}, {}{})", seq, t, count,
-                         kernels::reduce_op_name(static_cast<kernels::ReduceOp>(op)),
-                         algorithm_suffix());
-    case Kind::Broadcast:
-      return fmt::format("broadcast #{} ({} x {}, root {})", seq, t, count, root);
-    case Kind::Allgather: return fmt::format("allgather #{} ({} x {})", seq, t, count);
-    case Kind::Barrier: return fmt::format("barrier #{}", seq);
-    case Kind::ReduceScatter:
-      return fmt::format("reduce_scatter #{} ({} x {} per rank, {})", seq, t, count,
-                         kernels::reduce_op_name(static_cast<kernels::ReduceOp>(op)));
-    case Kind::ReduceScatterV:
-      return fmt::format("reduce_scatter_v #{} ({} x {} in all, {}, counts hash {:#018x})", seq, t,
-                         count, kernels::reduce_op_name(static_cast<kernels::ReduceOp>(op)),
-                         counts);
-    case Kind::AllgatherV:
-      return fmt::format("allgather_v #{} ({} x {} in all, counts hash {:#018x})", seq, t, count,
-                         counts);
-    case Kind::Reduce:
-      return fmt::format("reduce #{} ({} x {}, {}, root {})", seq, t, count,
-                         kernels::reduce_op_name(static_cast<kernels::ReduceOp>(op)), root);
-    case Kind::Gather:
-      return fmt::format("gather #{} ({} x {} per rank, root {})", seq, t, count, root);
-    case Kind::Scatter:
-      return fmt::format("scatter #{} ({} x {} per rank, root {})", seq, t, count, root);
-    case Kind::Alltoall: return fmt::format("alltoall #{} ({} x {} per pair)", seq, t, count);
-    case Kind::AlltoallV:
-      return fmt::format("alltoall_v #{} ({}, {} elements to the peer and {} back)", seq, t, count,
-                         counts);
-  }
-  return fmt::format("an unknown operation (kind {}) #{}", static_cast<int>(kind), seq);
-}
-
-// Sent as raw bytes and compared with ==: nothing but plain fields, no padding (whose bytes would
-// be indeterminate).
-static_assert(std::is_trivially_copyable_v<Fingerprint> &&
-              std::has_unique_object_representations_v<Fingerprint>);
-
-std::uint64_t counts_hash(std::span<const std::size_t> counts) noexcept {
-  std::uint64_t h = 0xcbf29ce484222325ULL;  // FNV-1a offset basis and prime
-  for (const std::size_t c : counts) {
-    auto v = static_cast<std::uint64_t>(c);
-    for (int i = 0; i < 8; ++i, v >>= 8) {
-      h = (h ^ (v & 0xffU)) * 0x100000001b3ULL;
-    }
-  }
-  return h;
-}
 
 std::string Group::describe_rank(int group_rank) const {
   const int world = world_ranks.at(static_cast<std::size_t>(group_rank));
