@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Debian packages that building, testing and running strait need.
 # Idempotent and silent when everything is present; run as root (or with sudo available).
+# With arguments, installs those packages instead (bench/setup-peers.sh uses it for the benchmark
+# peers).
 set -euo pipefail
 
 packages=(
@@ -12,6 +14,8 @@ packages=(
   iproute2 procps
   fortunes
 )
+
+[ $# -gt 0 ] && packages=("$@")
 
 missing=()
 for p in "${packages[@]}"; do
