@@ -23,6 +23,7 @@
 #include <tuple>
 #include <vector>
 
+#include "comm/bootstrap/hash_store.h"
 #include "comm/tag.h"
 #include "core/error.h"
 #include "tests/comm/comm_test_data.h"
@@ -627,6 +628,27 @@ TEST(Failure, ARankThatNeverArrivesIsATimeoutNamingIt) {
         EXPECT_LT(Clock::now() - start, 20s);
       },
       500ms);
+}
+
+TEST(Failure, ARankThatNeverStartsIsATimeoutNamingItAtCreation) {
+  // Ranks 0 and 2 of 3 create the world; rank 1 never does.
+  auto store = std::make_shared<HashStore>();
+  std::array<std::string, 2> errors;
+  {
+    std::array<std::jthread, 2> ranks;
+    for (int i = 0; i < 2; ++i) {
+      ranks[static_cast<std::size_t>(i)] = std::jthread([&, i] {
+        const auto e = error_of(
+            [&] { Communicator::create(store, 2 * i, 3, testing::options_with_timeout(500ms)); });
+        errors[static_cast<std::size_t>(i)] =
+            e ? fmt::format("{}: {}", to_string(e->code()), e->what()) : "no error";
+      });
+    }
+  }
+  for (const auto& e : errors) {
+    EXPECT_TRUE(contains(e, "Timeout")) << e;
+    EXPECT_TRUE(contains(e, "rank(s) 1 did not start")) << e;
+  }
 }
 
 TEST(Failure, AbortFromAnotherThreadUnblocksEveryPendingOperation) {

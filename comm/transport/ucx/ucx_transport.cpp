@@ -2,7 +2,6 @@
 
 #include <fmt/format.h>
 #include <poll.h>
-#include <sched.h>
 #include <spdlog/spdlog.h>
 #include <sys/epoll.h>
 #include <sys/stat.h>
@@ -50,19 +49,6 @@ Error ucx_error(const char* what, ucs_status_t status) {
 // Through syscall(2): glibc 2.36's <sys/pidfd.h> lacks C linkage for C++, and older glibc lack it.
 int pidfd_open(pid_t pid) {
   return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0U));
-}
-
-// Whether every rank of the world runs on this host. Collective (every rank must call it): each
-// rank counts itself under its host's key, and the last to arrive says so.
-bool all_ranks_on_this_host(Store& store, const std::string& prefix, int size,
-                            const std::string& host, std::chrono::milliseconds timeout) {
-  if (size == 1) return true;
-  const std::string host_key = fmt::format("{}/hosts/{}", prefix, host);
-  const std::string done_key = prefix + "/hosts/done";
-  store.add(host_key, 1);
-  if (store.add(prefix + "/hosts/arrived", 1) == size) store.set(done_key, "1");
-  store.wait({done_key}, timeout);
-  return store.add(host_key, 0) == size;
 }
 
 bool force_peer_error_mode() {
@@ -134,24 +120,14 @@ UcxTransport::UcxTransport(Store& store, const std::string& prefix, int rank, in
   // UCX 1.13 treats a failed CMA read (process_vm_readv of a peer that died) as fatal without
   // peer-failure mode and aborts the survivors with a backtrace. Without CMA a dead local peer is
   // an ordinary PeerLost (through its pidfd); large local messages then go through the shared
-  // memory FIFO. When every rank is on this host, with no more ranks than cores (and peer-failure
-  // mode, which needs TCP, is not forced), TCP goes too: its interface costs an epoll_wait system
-  // call on every progress call (the largest cost of a short collective: an 8-byte allreduce of 2
-  // ranks on 2 cores took 25-45 us with it, 9-15 us without), and UCX would send large local
-  // messages over loopback TCP (64 MiB allreduce busbw 1.5 -> 3 GB/s without it). With more ranks
-  // than cores TCP stays: a shared-memory FIFO moves only while its reader is scheduled, while a
-  // socket buffers the message (4 ranks on 2 cores: 0.5 GB/s with TCP, 0.1 without).
-  // A user's own UCX_TLS wins.
-  const std::string host = host_identity();
-  const bool force_peer_mode = force_peer_error_mode();
-  const bool one_host = all_ranks_on_this_host(store, prefix, size, host, timeout);
-  cpu_set_t cpus;
-  const int cores = ::sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
+  // memory FIFO. A user's own UCX_TLS wins.
+  // TCP stays even when every rank is on this host: without it (UCX_TLS=^cma,tcp) short
+  // collectives are 2-3x faster here, but a failed operation's rendezvous send can then be
+  // completed by UCX from the caller's buffer after the error was reported and the buffer freed
+  // (seen as a crash in ucp_rndv_progress_am_bcopy at teardown after a Mismatch).
   if (std::getenv("UCX_TLS") == nullptr) {
-    const bool shm_only = one_host && size <= cores && !force_peer_mode;
-    const char* tls = shm_only ? "^cma,tcp" : "^cma";
-    if (auto st = ucp_config_modify(config.get(), "TLS", tls); st != UCS_OK) {
-      throw ucx_error(fmt::format("ucp_config_modify(TLS={})", tls).c_str(), st);
+    if (auto st = ucp_config_modify(config.get(), "TLS", "^cma"); st != UCS_OK) {
+      throw ucx_error("ucp_config_modify(TLS=^cma)", st);
     }
   }
 
@@ -191,18 +167,30 @@ UcxTransport::UcxTransport(Store& store, const std::string& prefix, int rank, in
   if (auto st = ucp_worker_get_address(worker_.get(), &address, &address_len); st != UCS_OK) {
     throw ucx_error("ucp_worker_get_address", st);
   }
+  const std::string host = host_identity();
   const Bytes mine = encode_record(host, ::getpid(), address, address_len);
   ucp_worker_release_address(worker_.get(), address);
   store.set(fmt::format("{}/{}", prefix, rank), mine);
 
+  const bool force_peer_mode = force_peer_error_mode();
+  const auto peer_record = [&](int p) {
+    try {
+      return store.get(fmt::format("{}/{}", prefix, p), timeout);
+    } catch (const Error& e) {
+      if (e.code() != ErrorCode::Timeout) throw;
+      throw Error(ErrorCode::Timeout,
+                  fmt::format("rank {} of {}: rank(s) {} did not start within {} ms (connection "
+                              "setup): is it launched, with the same MASTER_ADDR, MASTER_PORT "
+                              "and WORLD_SIZE? Raise STRAIT_TIMEOUT_S if it is only slow",
+                              rank, size, p, timeout.count()));
+    }
+  };
   peers_.reserve(static_cast<std::size_t>(size));
   for (int p = 0; p < size; ++p) {
     auto peer = std::make_unique<Peer>();
     peer->self = this;
     peer->rank = p;
-    const Record rec = p == rank
-                           ? decode_record(mine, p)
-                           : decode_record(store.get(fmt::format("{}/{}", prefix, p), timeout), p);
+    const Record rec = p == rank ? decode_record(mine, p) : decode_record(peer_record(p), p);
     peer->same_host = rec.host == host && !force_peer_mode;
     ucp_ep_params_t ep_params{};
     ep_params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
