@@ -269,9 +269,7 @@ void Communicator::barrier() {
 Work Communicator::ibroadcast(void* buf, std::size_t count, DType dtype, int root) {
   if (auto w = try_device(DeviceCall::broadcast(buf, count, dtype, root))) return *w;
   check_peer(root, "broadcast root");
-  if (count != 0 && buf == nullptr) {
-    throw Error(ErrorCode::InvalidArgument, "broadcast: null buffer with a non-zero count");
-  }
+  check_buffer("broadcast", "data", buf, count * kernels::dtype_size(dtype));
   const auto seq = next_seq();
   auto op = std::make_unique<BinomialBroadcast>(group_, seq, &counters_.broadcast, buf,
                                                 count * kernels::dtype_size(dtype), root);
@@ -295,15 +293,9 @@ void Communicator::broadcast(void* buf, std::size_t count, DType dtype, int root
 Work Communicator::iallreduce(const void* send, void* recv, std::size_t count, DType dtype,
                               ReduceOp op) {
   if (auto w = try_device(DeviceCall::allreduce(send, recv, count, dtype, op))) return *w;
-  if (op == ReduceOp::Avg && !kernels::dtype_is_float(dtype)) {
-    throw Error(ErrorCode::InvalidArgument,
-                fmt::format("allreduce: avg of {} is not defined; use sum and divide, or a "
-                            "floating-point dtype",
-                            kernels::dtype_name(dtype)));
-  }
-  if (count != 0 && (send == nullptr || recv == nullptr)) {
-    throw Error(ErrorCode::InvalidArgument, "allreduce: null buffer with a non-zero count");
-  }
+  check_reduce_op("allreduce", dtype, op);
+  check_buffer("allreduce", "send", send, count * kernels::dtype_size(dtype));
+  check_buffer("allreduce", "recv", recv, count * kernels::dtype_size(dtype));
   const auto seq = next_seq();
   // A pure function of what every rank agrees on (the fingerprint then checks the table too).
   const Selection chosen =
@@ -341,9 +333,8 @@ void Communicator::allreduce(const void* send, void* recv, std::size_t count, DT
 
 Work Communicator::iallgather(const void* send, void* recv, std::size_t count, DType dtype) {
   if (auto w = try_device(DeviceCall::allgather(send, recv, count, dtype))) return *w;
-  if (count != 0 && (send == nullptr || recv == nullptr)) {
-    throw Error(ErrorCode::InvalidArgument, "allgather: null buffer with a non-zero count");
-  }
+  check_buffer("allgather", "send", send, count * kernels::dtype_size(dtype));
+  check_buffer("allgather", "recv", recv, count * kernels::dtype_size(dtype) * size());
   const auto seq = next_seq();
   auto op = std::make_unique<RingAllgather>(group_, seq, &counters_.allgather, send, recv,
                                             count * kernels::dtype_size(dtype));

@@ -306,7 +306,16 @@ bool ProgressEngine::iterate(std::vector<Command>& commands) {
 
 bool ProgressEngine::drive(const WorkState& work) {
   if (tls_progressing || std::this_thread::get_id() == thread_.get_id()) return work.done();
-  inline_drivers_.fetch_add(1, std::memory_order_relaxed);
+  struct Driving {  // counted while this thread drives; flagged while it holds the lock
+    std::atomic<int>& drivers;
+    explicit Driving(std::atomic<int>& d) : drivers(d) { drivers.fetch_add(1); }
+    Driving(const Driving&) = delete;
+    Driving& operator=(const Driving&) = delete;
+    ~Driving() {
+      tls_progressing = false;
+      drivers.fetch_sub(1);
+    }
+  } const driving(inline_drivers_);
   std::vector<Command> commands;
   const auto until = Clock::now() + spin_;
   while (!work.done() && Clock::now() < until) {
@@ -316,16 +325,9 @@ bool ProgressEngine::drive(const WorkState& work) {
       continue;
     }
     tls_progressing = true;
-    try {
-      iterate(commands);
-    } catch (...) {
-      tls_progressing = false;
-      inline_drivers_.fetch_sub(1, std::memory_order_relaxed);
-      throw;
-    }
+    iterate(commands);
     tls_progressing = false;
   }
-  inline_drivers_.fetch_sub(1, std::memory_order_relaxed);
   // Not done within the spin: the engine thread (which may be asleep on an event this thread
   // consumed) takes over.
   if (!work.done()) notify();

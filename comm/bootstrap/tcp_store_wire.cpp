@@ -60,6 +60,12 @@ Writer& Writer::str(std::string_view v) {
   return *this;
 }
 
+Writer& Writer::keys(const std::vector<std::string>& v) {
+  u32(static_cast<std::uint32_t>(v.size()));
+  for (const std::string& k : v) str(k);
+  return *this;
+}
+
 std::vector<std::uint8_t> Writer::finish() {
   const std::size_t body = buf_.size() - kHeaderBytes;
   for (std::size_t i = 0; i < kHeaderBytes; ++i) {
@@ -126,6 +132,18 @@ std::string Reader::key() {
   return {k.begin(), k.end()};
 }
 
+std::vector<std::string> Reader::keys(std::uint32_t min_count) {
+  const std::uint32_t n = u32();
+  if (n < min_count || n > kMaxWaitKeys) {
+    throw ProtocolError(
+        fmt::format("a list of {} keys, outside [{}, {}]", n, min_count, kMaxWaitKeys));
+  }
+  std::vector<std::string> out;
+  out.reserve(n);
+  for (std::uint32_t i = 0; i < n; ++i) out.push_back(key());
+  return out;
+}
+
 void Reader::expect_end() const {
   if (!rest_.empty()) {
     throw ProtocolError(fmt::format("{} unexpected bytes at the end of a frame", rest_.size()));
@@ -151,15 +169,7 @@ Request parse_request(std::span<const std::uint8_t> body) {
       q.key = r.key();
       q.delta = r.i64();
       break;
-    case Type::Wait: {
-      const std::uint32_t n = r.u32();
-      if (n == 0 || n > kMaxWaitKeys) {
-        throw ProtocolError(fmt::format("wait on {} keys, outside [1, {}]", n, kMaxWaitKeys));
-      }
-      q.keys.reserve(n);
-      for (std::uint32_t i = 0; i < n; ++i) q.keys.push_back(r.key());
-      break;
-    }
+    case Type::Wait: q.keys = r.keys(1); break;
     case Type::Cancel: break;
     default:
       throw ProtocolError(
@@ -184,15 +194,7 @@ Reply parse_reply(std::span<const std::uint8_t> body) {
       break;
     }
     case Type::Int: reply.number = r.i64(); break;
-    case Type::Cancelled: {
-      const std::uint32_t n = r.u32();
-      if (n > kMaxWaitKeys) {
-        throw ProtocolError(
-            fmt::format("{} keys in a Cancelled reply, more than {}", n, kMaxWaitKeys));
-      }
-      for (std::uint32_t i = 0; i < n; ++i) reply.keys.push_back(r.key());
-      break;
-    }
+    case Type::Cancelled: reply.keys = r.keys(0); break;
     case Type::Error: {
       const std::uint8_t code = r.u8();
       if (code > static_cast<std::uint8_t>(ErrorCode::Internal)) {
@@ -223,10 +225,7 @@ std::vector<std::uint8_t> encode(const Request& q) {
     case Type::Set: w.str(q.key).bytes(q.value); break;
     case Type::Get: w.str(q.key); break;
     case Type::Add: w.str(q.key).i64(q.delta); break;
-    case Type::Wait:
-      w.u32(static_cast<std::uint32_t>(q.keys.size()));
-      for (const std::string& k : q.keys) w.str(k);
-      break;
+    case Type::Wait: w.keys(q.keys); break;
     default: break;  // Cancel: the id is all
   }
   return w.finish();
@@ -237,10 +236,7 @@ std::vector<std::uint8_t> encode(const Reply& reply) {
   switch (reply.type) {
     case Type::Value: w.bytes(reply.value); break;
     case Type::Int: w.i64(reply.number); break;
-    case Type::Cancelled:
-      w.u32(static_cast<std::uint32_t>(reply.keys.size()));
-      for (const std::string& k : reply.keys) w.str(k);
-      break;
+    case Type::Cancelled: w.keys(reply.keys); break;
     case Type::Error:
       w.u8(static_cast<std::uint8_t>(reply.code))
           .str(std::string_view(reply.message).substr(0, kMaxMessageBytes));

@@ -80,6 +80,8 @@ class Writer {
   Writer& i64(std::int64_t v);
   Writer& bytes(std::span<const std::uint8_t> v);
   Writer& str(std::string_view v);
+  // u32 count, then each key.
+  Writer& keys(const std::vector<std::string>& v);
   // The frame, header included; the Writer is spent afterwards.
   [[nodiscard]] std::vector<std::uint8_t> finish();
 
@@ -107,6 +109,8 @@ class Reader {
   std::span<const std::uint8_t> bytes(std::size_t max_len);
   // A non-empty key of at most kMaxKeyBytes.
   std::string key();
+  // A u32 count in [min_count, kMaxWaitKeys], then that many keys.
+  std::vector<std::string> keys(std::uint32_t min_count);
   // ProtocolError when bytes are left over.
   void expect_end() const;
 
