@@ -302,10 +302,13 @@ Work Communicator::iallreduce(const void* send, void* recv, std::size_t count, D
       shared_->algorithms->choose("allreduce", size(), count * kernels::dtype_size(dtype));
   std::unique_ptr<CollectiveOp> algo;
   const auto id = chosen.algorithm->id;
-  if (id == find_algorithm("allreduce", "recursive_doubling")->id) {
+  // Looked up once: the registry is fixed at build time.
+  static const auto kRecursiveDoubling = find_algorithm("allreduce", "recursive_doubling")->id;
+  static const auto kRabenseifner = find_algorithm("allreduce", "rabenseifner")->id;
+  if (id == kRecursiveDoubling) {
     algo = std::make_unique<RecursiveDoublingAllreduce>(group_, seq, &counters_.allreduce, send,
                                                         recv, count, dtype, op);
-  } else if (id == find_algorithm("allreduce", "rabenseifner")->id) {
+  } else if (id == kRabenseifner) {
     algo = std::make_unique<RabenseifnerAllreduce>(group_, seq, &counters_.allreduce, send, recv,
                                                    count, dtype, op);
   } else {
