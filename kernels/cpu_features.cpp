@@ -1,0 +1,86 @@
+#include "kernels/cpu_features.h"
+
+#include <fmt/format.h>
+
+#include <cstdlib>
+#include <optional>
+
+#include "core/error.h"
+
+namespace strait::kernels {
+namespace {
+
+SimdLevel detect() noexcept {
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq")) {
+    return SimdLevel::Avx512;
+  }
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+      __builtin_cpu_supports("f16c")) {
+    return SimdLevel::Avx2;
+  }
+#endif
+  return SimdLevel::Scalar;
+}
+
+void check_supported(SimdLevel want, std::string_view source) {
+  if (static_cast<int>(want) <= static_cast<int>(cpu_simd_level())) return;
+  throw Error(ErrorCode::InvalidArgument,
+              fmt::format("{} asks for {} kernels, but this CPU supports at most {}: use one of "
+                          "scalar{}{}",
+                          source, simd_level_name(want), simd_level_name(cpu_simd_level()),
+                          cpu_simd_level() >= SimdLevel::Avx2 ? ", avx2" : "",
+                          cpu_simd_level() >= SimdLevel::Avx512 ? ", avx512" : ""));
+}
+
+SimdLevel from_environment() {
+  const char* v = std::getenv("STRAIT_SIMD");
+  if (v == nullptr || *v == '\0') return cpu_simd_level();
+  const std::string_view s(v);
+  std::optional<SimdLevel> want;
+  for (auto l : {SimdLevel::Scalar, SimdLevel::Avx2, SimdLevel::Avx512}) {
+    if (s == simd_level_name(l)) want = l;
+  }
+  if (!want) {
+    throw Error(ErrorCode::InvalidArgument,
+                fmt::format("STRAIT_SIMD={} is not one of scalar, avx2, avx512", s));
+  }
+  check_supported(*want, fmt::format("STRAIT_SIMD={}", s));
+  return *want;
+}
+
+std::optional<SimdLevel>& forced() {
+  static std::optional<SimdLevel> level;
+  return level;
+}
+
+}  // namespace
+
+std::string_view simd_level_name(SimdLevel level) noexcept {
+  switch (level) {
+    case SimdLevel::Scalar: return "scalar";
+    case SimdLevel::Avx2: return "avx2";
+    case SimdLevel::Avx512: return "avx512";
+  }
+  return "?";
+}
+
+SimdLevel cpu_simd_level() noexcept {
+  static const SimdLevel level = detect();
+  return level;
+}
+
+SimdLevel simd_level() {
+  if (forced()) return *forced();
+  static const SimdLevel level = from_environment();
+  return level;
+}
+
+void set_simd_level_for_testing(SimdLevel level) {
+  check_supported(level, "set_simd_level_for_testing");
+  forced() = level;
+}
+
+}  // namespace strait::kernels
