@@ -44,7 +44,8 @@ class Op {
   // Post what can be posted and check completions without blocking; true when finished.
   // Throws strait::Error when the operation fails (a lost peer, a size mismatch, ...).
   virtual bool advance(Transport& transport) = 0;
-  // Cancel posted receives after a failure, so no buffer is written afterwards.
+  // After a failure: let go of the caller's buffers (Transport::withdraw), so that the caller may
+  // free them once the error is reported.
   virtual void cancel(Transport& transport) = 0;
   // What the operation is still waiting for, for Timeout messages ("receive from rank 2 ...").
   [[nodiscard]] virtual std::string waiting_for() const = 0;

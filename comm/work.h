@@ -4,11 +4,13 @@
 // operation finishes and rethrows its error (strait::Error with the operation, its sequence number
 // and the ranks involved). A wait(timeout) that expires fails the operation itself with Timeout:
 // once a caller gives up on an operation its buffers may be reused, so it must not finish later.
-// Known limit: UCX cannot take back a transfer it has started. A failed operation's unmatched
-// receives are cancelled, but a receive already matched (a rendezvous or multi-fragment message in
-// flight) still completes into its buffer, and a send queued behind an endpoint's wireup or a full
-// shared-memory queue, or a rendezvous send a live peer has yet to fetch, is still read. Such
-// transfers are over once the process's UCX worker goes (with its last communicator).
+// Before a failed operation reports its error, its transfers let go of its buffers
+// (Transport::withdraw): unmatched receives are cancelled, transfers under way get 200 ms to
+// finish, and sends still queued then are dropped by force-closing their endpoint. Known limit: a
+// receive whose data is already arriving and does not finish in that time cannot be stopped (UCX
+// has no way to); it is logged, and its buffer may still be written while the peer sends. With
+// ranks on several hosts (peer-failure mode, rendezvous protocol) a send a live peer has yet to
+// fetch is dropped the same way, and that peer is then lost to this process's communicators.
 // Thread-safety: all members may be called from any thread; callbacks run on the progress thread
 // and must be short and must not block (hand work to another thread, e.g. by fulfilling a promise).
 #pragma once

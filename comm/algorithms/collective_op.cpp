@@ -193,9 +193,14 @@ bool CollectiveOp::all_done(Transport& t) {
 }
 
 void CollectiveOp::cancel(Transport& transport) {
+  // The caller frees its buffers once the error is reported: the transport must let go of them
+  // first. A peer that failed too is progressing its side, so matched transfers finish quickly.
+  constexpr std::chrono::milliseconds kBudget{200};
+  std::vector<RequestPtr> pending;
   for (const auto& p : posted_) {
-    if (p.is_recv) transport.cancel(p.request);
+    if (p.request->pending()) pending.push_back(p.request);
   }
+  transport.withdraw(pending, kBudget);
 }
 
 std::string CollectiveOp::waiting_for() const {

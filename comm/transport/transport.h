@@ -7,8 +7,10 @@
 // the network still finishes (or cancels) the transfer.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <memory>
+#include <span>
 #include <string>
 
 #include "comm/tag.h"
@@ -46,9 +48,14 @@ class Transport {
   virtual RequestPtr isend(int peer, Tag tag, const void* buf, std::size_t len) = 0;
   // Post a receive of at most `len` bytes from world rank `peer` (the tag names the peer).
   virtual RequestPtr irecv(int peer, Tag tag, void* buf, std::size_t len) = 0;
-  // Ask for a pending receive to be cancelled; it leaves Pending (Failed) during a later
-  // progress().
-  virtual void cancel(const RequestPtr& request) = 0;
+  // A failed operation gives up its requests (any state; done ones are ignored). When this
+  // returns, the transport no longer reads or writes their buffers, so the caller may free them:
+  // receives not yet matched are cancelled, the rest get up to `budget` to complete, and sends
+  // still pending then are abandoned (UcxTransport force-closes the endpoint they are queued on,
+  // which also fails other pending sends to that peer). The one exception is a receive whose
+  // data is already arriving and does not finish within the budget: transports cannot stop it;
+  // it is logged.
+  virtual void withdraw(std::span<const RequestPtr> requests, std::chrono::milliseconds budget) = 0;
 
   // Drive the network; returns true when anything happened (a completion, a message arriving).
   virtual bool progress() = 0;

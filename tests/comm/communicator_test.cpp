@@ -651,6 +651,39 @@ TEST(Failure, ARankThatNeverStartsIsATimeoutNamingItAtCreation) {
   }
 }
 
+TEST(Failure, ALateRankFindsNoFreedBufferOfAnOperationThatTimedOut) {
+  // Rank 0 gives up on an allreduce and frees its buffers (8 MiB: returned to the system at once,
+  // so a later read of them faults); rank 1 then arrives at the same allreduce. Rank 0's sends of
+  // it must have been withdrawn, not taken by rank 1 from freed memory (UCX's rendezvous used to
+  // do that), and rank 1 fails rather than finishing with what it got.
+  testing::Gate freed;
+  testing::Gate late_done;
+  std::optional<Error> late_error;
+  run_ranks(2, [&](Communicator& comm) {
+    constexpr std::size_t kCount = 2 << 20;
+    if (comm.rank() == 1) {
+      freed.wait();
+      const testing::OpenOnExit open(late_done);
+      std::vector<float> buf(kCount, 2.0F);
+      Work w = comm.iallreduce(buf.data(), buf.data(), kCount, DType::F32, ReduceOp::Sum);
+      late_error = error_of([&] { w.wait(2s); });
+      return;
+    }
+    {
+      const testing::OpenOnExit open(freed);
+      auto buf = std::make_unique<std::vector<float>>(kCount, 1.0F);
+      Work w = comm.iallreduce(buf->data(), buf->data(), kCount, DType::F32, ReduceOp::Sum);
+      const auto e = error_of([&] { w.wait(300ms); });
+      ASSERT_TRUE(e.has_value());
+      EXPECT_EQ(e->code(), ErrorCode::Timeout) << e->what();
+    }
+    late_done.wait();  // rank 0's engine keeps progressing while rank 1 tries
+  });
+  ASSERT_TRUE(late_error.has_value());
+  EXPECT_TRUE(late_error->code() == ErrorCode::Timeout || late_error->code() == ErrorCode::PeerLost)
+      << late_error->what();
+}
+
 TEST(Failure, AbortFromAnotherThreadUnblocksEveryPendingOperation) {
   testing::Gate done;
   run_ranks(2, [&](Communicator& comm) {

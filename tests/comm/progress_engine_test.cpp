@@ -34,7 +34,8 @@ class SilentTransport final : public Transport {
   RequestPtr irecv(int /*peer*/, Tag /*tag*/, void* /*buf*/, std::size_t /*len*/) override {
     return std::make_shared<TransportRequest>();
   }
-  void cancel(const RequestPtr& /*request*/) override {}
+  void withdraw(std::span<const RequestPtr> /*requests*/,
+                std::chrono::milliseconds /*budget*/) override {}
   bool progress() override { return false; }
   [[nodiscard]] int event_fd() const noexcept override { return fd_.get(); }
   bool arm() override { return true; }

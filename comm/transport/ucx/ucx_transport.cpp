@@ -2,12 +2,14 @@
 
 #include <fmt/format.h>
 #include <poll.h>
+#include <sched.h>
 #include <spdlog/spdlog.h>
 #include <sys/epoll.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -22,6 +24,8 @@ struct UcxTransport::InFlight {
   UcxTransport* transport = nullptr;
   RequestPtr request;
   void* ucx_request = nullptr;  // null until the post call returns a handle
+  bool is_send = false;
+  int peer = 0;  // world rank (sends)
 };
 
 namespace {
@@ -111,25 +115,61 @@ UcxTransport::UcxTransport(Store& store, const std::string& prefix, int rank, in
     throw Error(ErrorCode::InvalidArgument,
                 fmt::format("UcxTransport: rank {} is not in a world of size {}", rank, size));
   }
+  const auto peer_key = [&](int p, const char* what) {
+    try {
+      return store.get(fmt::format("{}/{}/{}", prefix, what, p), timeout);
+    } catch (const Error& e) {
+      if (e.code() != ErrorCode::Timeout) throw;
+      throw Error(ErrorCode::Timeout,
+                  fmt::format("rank {} of {}: rank(s) {} did not start within {} ms (connection "
+                              "setup): is it launched, with the same MASTER_ADDR, MASTER_PORT "
+                              "and WORLD_SIZE? Raise STRAIT_TIMEOUT_S if it is only slow",
+                              rank, size, p, timeout.count()));
+    }
+  };
+  // Whether every rank runs on this host decides the transports, before UCX starts.
+  const std::string host = host_identity();
+  store.set(fmt::format("{}/host/{}", prefix, rank), Bytes(host.begin(), host.end()));
+  bool one_host = true;
+  for (int p = 0; p < size; ++p) {
+    if (p == rank) continue;
+    const Bytes theirs = peer_key(p, "host");
+    one_host = one_host && std::string(theirs.begin(), theirs.end()) == host;
+  }
+  const bool force_peer_mode = force_peer_error_mode();
+  cpu_set_t cpus;
+  const int cores = ::sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
+  const bool shm_only = one_host && size <= cores && !force_peer_mode;
+
   ucp_config_t* raw_config = nullptr;
   if (auto st = ucp_config_read(nullptr, nullptr, &raw_config); st != UCS_OK) {
     throw ucx_error("ucp_config_read", st);
   }
   const std::unique_ptr<ucp_config_t, void (*)(ucp_config_t*)> config(raw_config,
                                                                       ucp_config_release);
+  const auto set = [&](const char* name, const char* value) {
+    if (auto st = ucp_config_modify(config.get(), name, value); st != UCS_OK) {
+      throw ucx_error(fmt::format("ucp_config_modify({}={})", name, value).c_str(), st);
+    }
+  };
   // UCX 1.13 treats a failed CMA read (process_vm_readv of a peer that died) as fatal without
   // peer-failure mode and aborts the survivors with a backtrace. Without CMA a dead local peer is
   // an ordinary PeerLost (through its pidfd); large local messages then go through the shared
-  // memory FIFO. A user's own UCX_TLS wins.
-  // TCP stays even when every rank is on this host: without it (UCX_TLS=^cma,tcp) short
-  // collectives are 2-3x faster here, but a failed operation's rendezvous send can then be
-  // completed by UCX from the caller's buffer after the error was reported and the buffer freed
-  // (seen as a crash in ucp_rndv_progress_am_bcopy at teardown after a Mismatch).
-  if (std::getenv("UCX_TLS") == nullptr) {
-    if (auto st = ucp_config_modify(config.get(), "TLS", "^cma"); st != UCS_OK) {
-      throw ucx_error("ucp_config_modify(TLS=^cma)", st);
-    }
-  }
+  // memory FIFO.
+  // When every rank is on this host, with no more ranks than cores (and peer-failure mode, which
+  // needs TCP, is not forced), TCP goes too: its interface costs an epoll_wait system call on
+  // every progress call (an 8-byte allreduce of 2 ranks on 2 cores: 25-45 us with it, 9-15 us
+  // without), and UCX would send large local messages over loopback TCP. With more ranks than
+  // cores TCP stays: a shared-memory FIFO moves only while its reader is scheduled, while a socket
+  // buffers the message (4 ranks on 2 cores: 0.5 GB/s with TCP, 0.1 without).
+  // Shared memory alone also means eager sends at every size (RNDV_THRESH=inf): a rendezvous
+  // send waits for the receiver to ask for the data, and a receiver that asks after the sender's
+  // operation failed (a late rank) made UCX read the freed send buffer even after the endpoint was
+  // force-closed (withdraw()): without peer-failure mode UCX finds the request by its address. An
+  // eager send leaves the sender's buffer once it is in the FIFO. A user's own UCX_TLS and
+  // UCX_RNDV_THRESH win.
+  if (std::getenv("UCX_TLS") == nullptr) set("TLS", shm_only ? "^cma,tcp" : "^cma");
+  if (std::getenv("UCX_RNDV_THRESH") == nullptr && shm_only) set("RNDV_THRESH", "inf");
 
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES;
@@ -167,64 +207,61 @@ UcxTransport::UcxTransport(Store& store, const std::string& prefix, int rank, in
   if (auto st = ucp_worker_get_address(worker_.get(), &address, &address_len); st != UCS_OK) {
     throw ucx_error("ucp_worker_get_address", st);
   }
-  const std::string host = host_identity();
   const Bytes mine = encode_record(host, ::getpid(), address, address_len);
   ucp_worker_release_address(worker_.get(), address);
-  store.set(fmt::format("{}/{}", prefix, rank), mine);
+  store.set(fmt::format("{}/address/{}", prefix, rank), mine);
 
-  const bool force_peer_mode = force_peer_error_mode();
-  const auto peer_record = [&](int p) {
-    try {
-      return store.get(fmt::format("{}/{}", prefix, p), timeout);
-    } catch (const Error& e) {
-      if (e.code() != ErrorCode::Timeout) throw;
-      throw Error(ErrorCode::Timeout,
-                  fmt::format("rank {} of {}: rank(s) {} did not start within {} ms (connection "
-                              "setup): is it launched, with the same MASTER_ADDR, MASTER_PORT "
-                              "and WORLD_SIZE? Raise STRAIT_TIMEOUT_S if it is only slow",
-                              rank, size, p, timeout.count()));
-    }
-  };
   peers_.reserve(static_cast<std::size_t>(size));
   for (int p = 0; p < size; ++p) {
     auto peer = std::make_unique<Peer>();
     peer->self = this;
     peer->rank = p;
-    const Record rec = p == rank ? decode_record(mine, p) : decode_record(peer_record(p), p);
+    const Record rec =
+        p == rank ? decode_record(mine, p) : decode_record(peer_key(p, "address"), p);
     peer->same_host = rec.host == host && !force_peer_mode;
-    ucp_ep_params_t ep_params{};
-    ep_params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
-    ep_params.address = reinterpret_cast<const ucp_address_t*>(rec.address.data());
-    if (peer->same_host) {
-      ep_params.err_mode = UCP_ERR_HANDLING_MODE_NONE;
-      if (p != rank) {
-        peer->pidfd.reset(pidfd_open(rec.pid));
-        epoll_event pev{};
-        pev.events = EPOLLIN;  // wakes the progress engine the moment the peer dies
-        if (peer->pidfd) ::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_ADD, peer->pidfd.get(), &pev);
-        if (!peer->pidfd) {
-          if (errno == ESRCH) {
-            peer->lost =
-                fmt::format("rank {} (pid {}) had already exited when we connected", p, rec.pid);
-          } else {
-            spdlog::warn(
-                "strait: cannot watch rank {} (pid {}) with a pidfd ({}); its death will "
-                "show as a timeout",
-                p, rec.pid, std::strerror(errno));
-          }
+    peer->address = rec.address;
+    if (peer->same_host && p != rank) {
+      peer->pidfd.reset(pidfd_open(rec.pid));
+      epoll_event pev{};
+      pev.events = EPOLLIN;  // wakes the progress engine the moment the peer dies
+      if (peer->pidfd) ::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_ADD, peer->pidfd.get(), &pev);
+      if (!peer->pidfd) {
+        if (errno == ESRCH) {
+          peer->lost =
+              fmt::format("rank {} (pid {}) had already exited when we connected", p, rec.pid);
+        } else {
+          spdlog::warn(
+              "strait: cannot watch rank {} (pid {}) with a pidfd ({}); its death will "
+              "show as a timeout",
+              p, rec.pid, std::strerror(errno));
         }
       }
-    } else {
-      ep_params.field_mask |= UCP_EP_PARAM_FIELD_ERR_HANDLER;
-      ep_params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
-      ep_params.err_handler.cb = &UcxTransport::on_ep_error;
-      ep_params.err_handler.arg = peer.get();
     }
-    if (auto st = ucp_ep_create(worker_.get(), &ep_params, &peer->ep); st != UCS_OK) {
+    try {
+      connect(*peer);
+    } catch (const Error&) {
       close_endpoints();
-      throw ucx_error(fmt::format("ucp_ep_create to rank {}", p).c_str(), st);
+      throw;
     }
     peers_.push_back(std::move(peer));
+  }
+}
+
+void UcxTransport::connect(Peer& peer) {
+  ucp_ep_params_t ep_params{};
+  ep_params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+  ep_params.address = reinterpret_cast<const ucp_address_t*>(peer.address.data());
+  if (peer.same_host) {
+    ep_params.err_mode = UCP_ERR_HANDLING_MODE_NONE;
+  } else {
+    ep_params.field_mask |= UCP_EP_PARAM_FIELD_ERR_HANDLER;
+    ep_params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+    ep_params.err_handler.cb = &UcxTransport::on_ep_error;
+    ep_params.err_handler.arg = &peer;
+  }
+  if (auto st = ucp_ep_create(worker_.get(), &ep_params, &peer.ep); st != UCS_OK) {
+    peer.ep = nullptr;
+    throw ucx_error(fmt::format("ucp_ep_create to rank {}", peer.rank).c_str(), st);
   }
 }
 
@@ -310,6 +347,11 @@ void UcxTransport::on_ep_error(void* arg, ucp_ep_h /*ep*/, ucs_status_t status) 
 RequestPtr UcxTransport::post(bool is_send, int peer, Tag tag, const void* send_buf, void* recv_buf,
                               std::size_t len) {
   auto req = std::make_shared<TransportRequest>();
+  if (is_send && peers_.at(static_cast<std::size_t>(peer))->ep == nullptr) {
+    req->state = TransportRequest::State::Failed;  // closed by withdraw(): peer_lost() says why
+    req->error = peers_[static_cast<std::size_t>(peer)]->lost;
+    return req;
+  }
   auto owned = std::make_unique<InFlight>();
   InFlight* pending = owned.get();
   pending->transport = this;
@@ -319,6 +361,8 @@ RequestPtr UcxTransport::post(bool is_send, int peer, Tag tag, const void* send_
   ucp_request_param_t p{};
   p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
   p.user_data = pending;
+  pending->is_send = is_send;
+  pending->peer = peer;
   void* r = nullptr;
   if (is_send) {
     p.cb.send = &UcxTransport::on_send;
@@ -352,11 +396,85 @@ RequestPtr UcxTransport::irecv(int /*peer: encoded in the tag, comm/tag.h*/, Tag
   return post(false, 0, tag, nullptr, buf, len);
 }
 
-void UcxTransport::cancel(const RequestPtr& request) {
-  if (!request || !request->pending()) return;
-  const auto it = in_flight_.find(request.get());
-  if (it != in_flight_.end() && it->second->ucx_request != nullptr) {
-    ucp_request_cancel(worker_.get(), it->second->ucx_request);
+void UcxTransport::withdraw(std::span<const RequestPtr> requests,
+                            std::chrono::milliseconds budget) {
+  const auto find = [this](const RequestPtr& r) {
+    return r && r->pending() ? in_flight_.find(r.get()) : in_flight_.end();
+  };
+  // Unmatched receives go at once (cancelling may complete them inside the call).
+  for (const auto& r : requests) {
+    const auto it = find(r);
+    if (it != in_flight_.end() && !it->second->is_send && it->second->ucx_request != nullptr) {
+      ucp_request_cancel(worker_.get(), it->second->ucx_request);
+    }
+  }
+  const auto any_pending = [&] {
+    return std::any_of(requests.begin(), requests.end(),
+                       [](const RequestPtr& r) { return r && r->pending(); });
+  };
+  const auto until = std::chrono::steady_clock::now() + budget;
+  while (any_pending() && std::chrono::steady_clock::now() < until) {
+    if (!progress()) check_peers();
+  }
+  // Sends the peer has not taken: UCX would read their buffers whenever it gets to them (a
+  // rendezvous the peer matches later, a queue that drains later). Closing the endpoint by force
+  // fails them; UCX 1.13 cannot cancel a single send.
+  std::vector<int> stuck_peers;
+  for (const auto& r : requests) {
+    const auto it = find(r);
+    if (it == in_flight_.end()) continue;
+    if (it->second->is_send) {
+      if (std::find(stuck_peers.begin(), stuck_peers.end(), it->second->peer) == stuck_peers.end())
+        stuck_peers.push_back(it->second->peer);
+    }
+  }
+  for (const int p : stuck_peers) {
+    reset_endpoint(*peers_.at(static_cast<std::size_t>(p)),
+                   fmt::format("a send to it was still pending {} ms after its operation failed",
+                               budget.count()));
+  }
+  for (const auto& r : requests) {
+    const auto it = find(r);
+    if (it == in_flight_.end() || it->second->is_send) continue;
+    spdlog::warn(
+        "strait: a receive of a failed operation was still arriving {} ms after the failure; "
+        "UCX cannot stop it, so its buffer may still be written. Keep the buffers of failed "
+        "operations until the communicator is destroyed if a peer may still be sending",
+        budget.count());
+    break;
+  }
+}
+
+void UcxTransport::reset_endpoint(Peer& peer, const std::string& why) {
+  spdlog::debug("strait: rank {} force-closes its endpoint to rank {}: {}", rank_, peer.rank, why);
+  if (peer.ep != nullptr) {
+    ucp_request_param_t p{};
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    p.flags = UCP_EP_CLOSE_FLAG_FORCE;
+    void* r = ucp_ep_close_nbx(peer.ep, &p);
+    peer.ep = nullptr;
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+    if (r != nullptr && !UCS_PTR_IS_ERR(r)) {
+      while (ucp_request_check_status(r) == UCS_INPROGRESS &&
+             std::chrono::steady_clock::now() < until) {
+        ucp_worker_progress(worker_.get());
+      }
+      if (ucp_request_check_status(r) != UCS_INPROGRESS) ucp_request_free(r);
+    }
+  }
+  // Another host's peer sees its side of the connection fail; it is gone for this transport.
+  // A peer on this host (no peer-failure handling, shared memory) does not notice: reconnect.
+  if (peer.same_host && peer.lost.empty()) {
+    try {
+      connect(peer);
+      return;
+    } catch (const Error& e) {
+      peer.lost = fmt::format("rank {}: reconnecting failed: {}", peer.rank, e.message());
+      return;
+    }
+  }
+  if (peer.lost.empty()) {
+    peer.lost = fmt::format("this rank closed its connection to rank {}: {}", peer.rank, why);
   }
 }
 

@@ -7,10 +7,15 @@
 // UCP_ERR_HANDLING_MODE_PEER, and UCX reports their loss through the endpoint error callback.
 // STRAIT_UCX_ERR_MODE=peer forces the latter for every peer (e.g. to exercise TCP on one box).
 // Unless UCX_TLS is set, CMA is left out: UCX aborts the process when a CMA read from a dead peer
-// fails (see the constructor), which would turn one lost rank into a crash of all.
+// fails (see the constructor), which would turn one lost rank into a crash of all. When every rank
+// is on this host and there are no more ranks than cores, UCX gets shared memory only, with eager
+// sends at every size (the constructor says why).
+// A failed operation's sends are withdrawn (withdraw()): the endpoint they wait on is
+// force-closed, and reconnected when the peer is on this host.
 //
-// Construction is collective over the job: each rank publishes its worker address, host identity
-// and pid under "<prefix>/<rank>" in the store and connects to every rank (itself included).
+// Construction is collective over the job: each rank publishes its host identity under
+// "<prefix>/host/<rank>", then its worker address and pid under "<prefix>/address/<rank>", and
+// connects to every rank (itself included).
 // Thread-safety: construction on any thread; everything else from the progress engine's thread.
 // Errors: Unavailable when UCX cannot start; Timeout when a rank's address never appears.
 #pragma once
@@ -39,7 +44,7 @@ class UcxTransport final : public Transport {
   [[nodiscard]] int size() const noexcept override { return size_; }
   RequestPtr isend(int peer, Tag tag, const void* buf, std::size_t len) override;
   RequestPtr irecv(int peer, Tag tag, void* buf, std::size_t len) override;
-  void cancel(const RequestPtr& request) override;
+  void withdraw(std::span<const RequestPtr> requests, std::chrono::milliseconds budget) override;
   bool progress() override;
   [[nodiscard]] int event_fd() const noexcept override { return epoll_fd_.get(); }
   bool arm() override;
@@ -53,6 +58,7 @@ class UcxTransport final : public Transport {
     int rank = 0;
     ucp_ep_h ep = nullptr;
     bool same_host = false;
+    Bytes address;     // its worker's, to reconnect after a forced close (withdraw)
     Fd pidfd;          // same-host peers: readable when the process has exited
     std::string lost;  // non-empty once the peer is known to be gone
   };
@@ -61,7 +67,11 @@ class UcxTransport final : public Transport {
   static void on_recv(void* request, ucs_status_t status, const ucp_tag_recv_info_t* info,
                       void* user_data);
   static void on_ep_error(void* arg, ucp_ep_h ep, ucs_status_t status);
+  void connect(Peer& peer);
   void close_endpoints();
+  // Force-closes the endpoint to `peer` (UCX then fails every send queued on it) and, for a live
+  // peer on this host, connects again.
+  void reset_endpoint(Peer& peer, const std::string& why);
   RequestPtr post(bool is_send, int peer, Tag tag, const void* send_buf, void* recv_buf,
                   std::size_t len);
   void retire(InFlight* done, ucs_status_t status, std::size_t bytes);
