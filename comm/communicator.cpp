@@ -248,10 +248,12 @@ Work Communicator::irecv(void* buf, std::size_t bytes, int peer, std::uint64_t t
 }
 
 void Communicator::send(const void* buf, std::size_t bytes, int peer, std::uint64_t tag) {
+  const ProgressEngine::CallerWillWait caller_waits;
   isend(buf, bytes, peer, tag).wait();
 }
 
 void Communicator::recv(void* buf, std::size_t bytes, int peer, std::uint64_t tag) {
+  const ProgressEngine::CallerWillWait caller_waits;
   irecv(buf, bytes, peer, tag).wait();
 }
 
@@ -263,6 +265,7 @@ Work Communicator::ibarrier() {
 }
 
 void Communicator::barrier() {
+  const ProgressEngine::CallerWillWait caller_waits;
   ibarrier().wait();
 }
 
@@ -287,6 +290,7 @@ Work Communicator::ibroadcast(void* buf, std::size_t count, DType dtype, int roo
 }
 
 void Communicator::broadcast(void* buf, std::size_t count, DType dtype, int root) {
+  const ProgressEngine::CallerWillWait caller_waits;
   ibroadcast(buf, count, dtype, root).wait();
 }
 
@@ -331,6 +335,7 @@ Work Communicator::iallreduce(const void* send, void* recv, std::size_t count, D
 
 void Communicator::allreduce(const void* send, void* recv, std::size_t count, DType dtype,
                              ReduceOp op) {
+  const ProgressEngine::CallerWillWait caller_waits;
   iallreduce(send, recv, count, dtype, op).wait();
 }
 
@@ -352,6 +357,7 @@ Work Communicator::iallgather(const void* send, void* recv, std::size_t count, D
 }
 
 void Communicator::allgather(const void* send, void* recv, std::size_t count, DType dtype) {
+  const ProgressEngine::CallerWillWait caller_waits;
   iallgather(send, recv, count, dtype).wait();
 }
 
@@ -364,6 +370,7 @@ Work Communicator::ireduce_scatter(const void* send, void* recv, std::size_t rec
 
 void Communicator::reduce_scatter(const void* send, void* recv, std::size_t recv_count, DType dtype,
                                   ReduceOp op) {
+  const ProgressEngine::CallerWillWait caller_waits;
   ireduce_scatter(send, recv, recv_count, dtype, op).wait();
 }
 
@@ -376,6 +383,7 @@ Work Communicator::ireduce_scatter_v(const void* send, void* recv,
 void Communicator::reduce_scatter_v(const void* send, void* recv,
                                     std::span<const std::size_t> recv_counts, DType dtype,
                                     ReduceOp op) {
+  const ProgressEngine::CallerWillWait caller_waits;
   ireduce_scatter_v(send, recv, recv_counts, dtype, op).wait();
 }
 
@@ -442,6 +450,7 @@ Work Communicator::iallgather_v(const void* send, void* recv, std::span<const st
 
 void Communicator::allgather_v(const void* send, void* recv, std::span<const std::size_t> counts,
                                DType dtype) {
+  const ProgressEngine::CallerWillWait caller_waits;
   iallgather_v(send, recv, counts, dtype).wait();
 }
 
@@ -477,6 +486,7 @@ Work Communicator::ireduce(const void* send, void* recv, std::size_t count, DTyp
 
 void Communicator::reduce(const void* send, void* recv, std::size_t count, DType dtype, ReduceOp op,
                           int root) {
+  const ProgressEngine::CallerWillWait caller_waits;
   ireduce(send, recv, count, dtype, op, root).wait();
 }
 
@@ -486,6 +496,7 @@ Work Communicator::igather(const void* send, void* recv, std::size_t count, DTyp
 }
 
 void Communicator::gather(const void* send, void* recv, std::size_t count, DType dtype, int root) {
+  const ProgressEngine::CallerWillWait caller_waits;
   igather(send, recv, count, dtype, root).wait();
 }
 
@@ -496,6 +507,7 @@ Work Communicator::iscatter(const void* send, void* recv, std::size_t count, DTy
 }
 
 void Communicator::scatter(const void* send, void* recv, std::size_t count, DType dtype, int root) {
+  const ProgressEngine::CallerWillWait caller_waits;
   iscatter(send, recv, count, dtype, root).wait();
 }
 
@@ -545,6 +557,7 @@ Work Communicator::ialltoall(const void* send, void* recv, std::size_t count, DT
 }
 
 void Communicator::alltoall(const void* send, void* recv, std::size_t count, DType dtype) {
+  const ProgressEngine::CallerWillWait caller_waits;
   ialltoall(send, recv, count, dtype).wait();
 }
 
@@ -555,6 +568,7 @@ Work Communicator::ialltoall_v(const void* send, std::span<const std::size_t> se
 
 void Communicator::alltoall_v(const void* send, std::span<const std::size_t> send_counts,
                               void* recv, std::span<const std::size_t> recv_counts, DType dtype) {
+  const ProgressEngine::CallerWillWait caller_waits;
   ialltoall_v(send, send_counts, recv, recv_counts, dtype).wait();
 }
 

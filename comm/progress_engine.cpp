@@ -17,6 +17,7 @@ using Clock = std::chrono::steady_clock;
 // True on the engine thread, and on a caller's thread while it drives the engine inline: completion
 // callbacks run then, and must not wait for the engine.
 thread_local bool tls_progressing = false;
+thread_local bool tls_caller_will_wait = false;  // ProgressEngine::CallerWillWait
 
 std::chrono::microseconds spin_from_env() {
   const char* v = std::getenv("STRAIT_SPIN_US");
@@ -64,6 +65,14 @@ ProgressEngine::~ProgressEngine() {
   if (thread_.joinable()) thread_.join();
 }
 
+ProgressEngine::CallerWillWait::CallerWillWait() : previous_(tls_caller_will_wait) {
+  tls_caller_will_wait = true;
+}
+
+ProgressEngine::CallerWillWait::~CallerWillWait() {
+  tls_caller_will_wait = previous_;
+}
+
 void ProgressEngine::notify() {
   const std::uint64_t one = 1;
   // A full counter (never in practice) still leaves the fd readable, which is all we need.
@@ -102,7 +111,7 @@ std::shared_ptr<WorkState> ProgressEngine::submit(std::unique_ptr<Op> op, std::s
     e.ordered = ordered;
     incoming_.push_back(std::move(e));
   }
-  notify();
+  if (!tls_caller_will_wait) notify();
   return work;
 }
 
@@ -305,7 +314,10 @@ bool ProgressEngine::iterate(std::vector<Command>& commands) {
 }
 
 bool ProgressEngine::drive(const WorkState& work) {
-  if (tls_progressing || std::this_thread::get_id() == thread_.get_id()) return work.done();
+  if (tls_progressing || std::this_thread::get_id() == thread_.get_id()) {
+    notify();  // a submission under CallerWillWait may not have woken the engine thread
+    return work.done();
+  }
   struct Driving {  // counted while this thread drives; flagged while it holds the lock
     std::atomic<int>& drivers;
     explicit Driving(std::atomic<int>& d) : drivers(d) { drivers.fetch_add(1); }

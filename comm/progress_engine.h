@@ -77,6 +77,19 @@ class ProgressEngine : public std::enable_shared_from_this<ProgressEngine> {
   std::shared_ptr<WorkState> submit(std::unique_ptr<Op> op, std::string description,
                                     std::chrono::milliseconds timeout, std::uint64_t stream,
                                     bool ordered, DeadlineStart start = DeadlineStart::AtSubmit);
+  // While one lives on a thread, that thread's submissions do not wake the engine thread: the
+  // caller waits for them at once (a blocking collective) and drives them itself, and drive()
+  // wakes the engine if its spin ends first. Saves a thread wake-up per short blocking call.
+  class CallerWillWait {
+   public:
+    CallerWillWait();
+    CallerWillWait(const CallerWillWait&) = delete;
+    CallerWillWait& operator=(const CallerWillWait&) = delete;
+    ~CallerWillWait();
+
+   private:
+    bool previous_;
+  };
   // Called by Work::wait() before it blocks: progresses on the caller's thread for up to the spin
   // time (STRAIT_SPIN_US) while `work` is pending, so a short operation completes without the two
   // thread wake-ups (caller -> engine -> caller) that cost tens of microseconds each. Only one

@@ -151,21 +151,32 @@ void finalize(std::vector<std::string>& strings, std::vector<char*>& pointers) {
 }
 
 ExecImage make_image(const LaunchOptions& o, std::uint16_t port, int rank) {
-  const std::vector<std::pair<std::string, std::string>> vars = {
+  const int per_node = o.nproc / o.nodes;
+  const auto node = static_cast<std::size_t>(rank / per_node);
+  std::vector<std::pair<std::string, std::string>> vars = {
       {"MASTER_ADDR", o.master_addr},
       {"MASTER_PORT", std::to_string(port)},
       {"RANK", std::to_string(rank)},
       {"WORLD_SIZE", std::to_string(o.nproc)},
-      {"LOCAL_RANK", std::to_string(rank)},
-      {"LOCAL_WORLD_SIZE", std::to_string(o.nproc)},
-      {"GROUP_RANK", "0"},
-      {"GROUP_WORLD_SIZE", "1"},
+      {"LOCAL_RANK", std::to_string(rank % per_node)},
+      {"LOCAL_WORLD_SIZE", std::to_string(per_node)},
+      {"GROUP_RANK", std::to_string(node)},
+      {"GROUP_WORLD_SIZE", std::to_string(o.nodes)},
       {"ROLE_NAME", "default"},
       {"ROLE_RANK", std::to_string(rank)},
       {"ROLE_WORLD_SIZE", std::to_string(o.nproc)},
   };
+  if (node < o.node_env.size()) {
+    for (const auto& entry : o.node_env[node]) {
+      const auto eq = entry.find('=');
+      vars.emplace_back(entry.substr(0, eq), eq == std::string::npos ? "" : entry.substr(eq + 1));
+    }
+  }
   ExecImage image;
-  image.args = o.command;
+  if (node < o.node_netns.size() && !o.node_netns[node].empty()) {
+    image.args = {"ip", "netns", "exec", o.node_netns[node]};
+  }
+  image.args.insert(image.args.end(), o.command.begin(), o.command.end());
   for (char** e = environ; *e != nullptr; ++e) {
     const std::string_view entry(*e);
     const std::string_view name = entry.substr(0, entry.find('='));
@@ -447,6 +458,20 @@ int launch(const LaunchOptions& options) {
   if (options.master_addr.empty()) {
     throw Error(ErrorCode::InvalidArgument, "--master-addr is empty: pass a host name or address");
   }
+  if (options.nodes < 1 || options.nproc % options.nodes != 0) {
+    throw Error(ErrorCode::InvalidArgument,
+                fmt::format("{} ranks cannot be split evenly into {} nodes: pass a multiple",
+                            options.nproc, options.nodes));
+  }
+  const auto per_node_list = [&](std::size_t n, const char* what) {
+    if (n != 0 && n != static_cast<std::size_t>(options.nodes)) {
+      throw Error(ErrorCode::InvalidArgument,
+                  fmt::format("{} {} given for {} nodes: give one per node or none", n, what,
+                              options.nodes));
+    }
+  };
+  per_node_list(options.node_netns.size(), "network namespaces");
+  per_node_list(options.node_env.size(), "environments");
   if (options.kill_grace.count() < 0 || options.stop_timeout.count() < 0) {
     throw Error(ErrorCode::InvalidArgument, "--kill-grace and --stop-timeout cannot be negative");
   }

@@ -40,6 +40,15 @@ struct LaunchOptions {
   std::chrono::milliseconds kill_grace{0};
   std::chrono::milliseconds stop_timeout = std::chrono::seconds(5);  // SIGTERM -> SIGKILL
   std::vector<std::string> command;                                  // program and arguments
+  // Ranks split evenly into `nodes` groups (torchrun's nnodes; the WAN testbed's sites): rank r
+  // gets LOCAL_RANK = r % (nproc / nodes), GROUP_RANK = r / (nproc / nodes), GROUP_WORLD_SIZE =
+  // nodes. nproc must be a multiple of nodes.
+  int nodes = 1;
+  // Empty, or one network namespace per node (a name under /run/netns) that its ranks run in,
+  // through `ip netns exec` (which also gives them that namespace's /sys).
+  std::vector<std::string> node_netns;
+  // Empty, or per node: "NAME=value" entries added to its ranks' environment.
+  std::vector<std::vector<std::string>> node_env;
 };
 
 // Runs the job to completion and returns the launcher's exit status (see above).

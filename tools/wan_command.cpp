@@ -1,0 +1,140 @@
+#include "tools/wan_command.h"
+
+#include <fmt/format.h>
+
+#include <cstdlib>
+#include <memory>
+#include <optional>
+
+#include "core/error.h"
+#include "tools/launcher.h"
+#include "tools/wan/testbed.h"
+
+namespace strait::tools {
+namespace {
+
+constexpr const char* kFooter = R"(
+Sites are network namespaces on this machine joined by a link shaped with tc tbf (each site's
+link, each direction, at --rate). Latency is not emulated: netem is not available on these
+kernels. Needs root.
+
+  strait wan up --sites 2 --rate 100mbit
+  strait wan run --ranks-per-site 1 -- build/strait-bench allreduce -b 64M -e 64M
+  strait wan status
+  strait wan down
+
+`wan run` uses the testbed of --prefix when it is up, and otherwise brings one up for the job
+and removes it afterwards (also after Ctrl-C). Ranks of site i run in namespace PREFIX-site<i>
+with MASTER_ADDR = site 0's address, GROUP_RANK = i and UCX_NET_DEVICES=wan0 (unless set).)";
+
+struct RunOptions {
+  WanOptions wan;
+  int ranks_per_site = 1;
+  int master_port = 29500;
+  std::vector<std::string> command;
+};
+
+int run_job(const RunOptions& r) {
+  std::optional<std::vector<Site>> made;
+  std::vector<Site> sites = wan_sites(r.wan.prefix);
+  if (sites.empty()) {
+    made = wan_up(r.wan);
+    sites = *made;
+    fmt::print(stderr, "strait wan: testbed {} up for this job: {} sites at {}\n", r.wan.prefix,
+               sites.size(), r.wan.rate);
+  }
+  // Removed whatever happens to the job (the launcher forwards Ctrl-C to the ranks and returns).
+  struct Down {
+    const std::optional<std::vector<Site>>& made;
+    const std::string& prefix;
+    Down(const std::optional<std::vector<Site>>& m, const std::string& p) : made(m), prefix(p) {}
+    Down(const Down&) = delete;
+    Down& operator=(const Down&) = delete;
+    ~Down() {
+      if (!made) return;
+      try {
+        wan_down(prefix);
+      } catch (const Error& e) {
+        fmt::print(stderr, "strait wan: {}\n", e.what());
+      }
+    }
+  } const down{made, r.wan.prefix};
+  LaunchOptions o;
+  o.nodes = static_cast<int>(sites.size());
+  o.nproc = o.nodes * r.ranks_per_site;
+  o.master_addr = sites.front().address;
+  o.master_port = static_cast<std::uint16_t>(r.master_port);
+  o.command = r.command;
+  for (const auto& s : sites) {
+    o.node_netns.push_back(s.netns);
+    std::vector<std::string> env;
+    if (std::getenv("UCX_NET_DEVICES") == nullptr) env.emplace_back("UCX_NET_DEVICES=wan0");
+    o.node_env.push_back(std::move(env));
+  }
+  return launch(o);
+}
+
+void add_wan_options(CLI::App* cmd, WanOptions& o, bool shape) {
+  cmd->add_option("--prefix", o.prefix, "Names of the testbed's namespaces start with this")
+      ->capture_default_str();
+  if (!shape) return;
+  cmd->add_option("--sites", o.sites, "Number of sites")
+      ->check(CLI::Range(2, 200))
+      ->capture_default_str();
+  cmd->add_option("--rate", o.rate,
+                  "Each site's link rate, each direction (tc units: kbit, "
+                  "mbit, gbit)")
+      ->capture_default_str();
+  cmd->add_option("--subnet", o.subnet, "First three octets of the sites' /24")
+      ->capture_default_str();
+}
+
+}  // namespace
+
+void add_wan_command(CLI::App& app, int& exit_code) {
+  CLI::App* wan = app.add_subcommand("wan",
+                                     "A WAN testbed on this machine: sites as network "
+                                     "namespaces joined by rate-limited links");
+  wan->footer(kFooter);
+  wan->require_subcommand(1);
+
+  auto up_opts = std::make_shared<WanOptions>();
+  CLI::App* up = wan->add_subcommand("up", "Create the testbed");
+  add_wan_options(up, *up_opts, true);
+  up->callback([up_opts] {
+    const auto sites = wan_up(*up_opts);
+    for (const auto& s : sites) {
+      fmt::print("site {}: namespace {}, address {}\n", s.index, s.netns, s.address);
+    }
+    fmt::print("each site's link: {} each way (tc tbf); no latency emulation\n", up_opts->rate);
+  });
+
+  auto down_opts = std::make_shared<WanOptions>();
+  CLI::App* down = wan->add_subcommand("down", "Remove the testbed");
+  add_wan_options(down, *down_opts, false);
+  down->callback([down_opts] {
+    const int n = wan_down(down_opts->prefix);
+    fmt::print("{}\n", n == 0 ? fmt::format("no testbed named {} was up", down_opts->prefix)
+                              : fmt::format("removed {} namespaces", n));
+  });
+
+  auto status_opts = std::make_shared<WanOptions>();
+  CLI::App* status = wan->add_subcommand("status", "Show the sites and the shapers' counters");
+  add_wan_options(status, *status_opts, false);
+  status->callback([status_opts] { fmt::print("{}", wan_status(status_opts->prefix)); });
+
+  auto run_opts = std::make_shared<RunOptions>();
+  CLI::App* run = wan->add_subcommand("run", "Run a job with ranks in every site");
+  add_wan_options(run, run_opts->wan, true);
+  run->add_option("--ranks-per-site", run_opts->ranks_per_site, "Ranks started in each site")
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
+  run->add_option("--master-port", run_opts->master_port, "Port of rank 0's store (in site 0)")
+      ->check(CLI::Range(1, 65535))
+      ->capture_default_str();
+  run->add_option("command", run_opts->command, "The program to run, and its arguments")
+      ->required();
+  run->callback([run_opts, &exit_code] { exit_code = run_job(*run_opts); });
+}
+
+}  // namespace strait::tools
