@@ -54,7 +54,18 @@ void s_signs(const float* x, std::size_t n, std::byte* bits) {
 }
 
 void s_unsigns(const std::byte* bits, std::size_t n, float scale, float* out, bool add) {
-  unsigns_tail(bits, 0, n, scale, out, add);
+  // A byte at a time with the sign picked by index, so the compiler unrolls it without branches
+  // (bit by bit it ran at under 1 GB/s).
+  const float value[2] = {scale, -scale};
+  std::size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const auto b = static_cast<unsigned>(bits[i / 8]);
+    for (unsigned j = 0; j < 8; ++j) {
+      const float v = value[(b >> j) & 1U];
+      out[i + j] = add ? out[i + j] + v : v;
+    }
+  }
+  unsigns_tail(bits, i, n, scale, out, add);
 }
 
 std::uint32_t s_to_bf16(const float* x, std::size_t n, std::byte* out) {
