@@ -1,14 +1,19 @@
 // Micro-benchmarks of the CPU building blocks (Google Benchmark): the reduction inner loop of the
-// collectives, the AdamW kernel, and one forward + backward of the reference transformer's stage.
+// collectives, the codecs of compressed collectives (per SIMD level), the AdamW kernel, and one
+// forward + backward of the reference transformer's stage.
 // Bytes/s and items/s are reported so the figures compare with memory bandwidth and FLOP rates.
 // Run: build/bench/strait_micro_bench [--benchmark_filter=...]
 #include <benchmark/benchmark.h>
+#include <fmt/format.h>
 
 #include <cstdint>
 #include <random>
+#include <string>
 #include <vector>
 
+#include "comm/compress/codec.h"
 #include "kernels/adamw.h"
+#include "kernels/cpu_features.h"
 #include "kernels/gemm.h"
 #include "kernels/reduce.h"
 #include "scheduler/transformer.h"
@@ -38,6 +43,50 @@ void BM_ReduceSumF32(benchmark::State& state) {
   state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * n * 12));
 }
 BENCHMARK(BM_ReduceSumF32)->RangeMultiplier(16)->Range(1 << 10, 1 << 24);
+
+// Codecs over 64 MiB of f32 (16 Mi elements, far beyond the caches), for each SIMD level the CPU
+// runs: BM_CodecEncode/<codec>/<level> and BM_CodecDecodeAdd/<codec>/<level>. Bytes/s counts the
+// f32 side only (4 bytes per element: read by encode, read and written back by decode_add), so the
+// figures compare across codecs whatever their wire size.
+constexpr std::size_t kCodecElements = std::size_t{16} << 20;
+
+void codec_bench(benchmark::State& state, const char* spec, strait::kernels::SimdLevel level,
+                 bool decode_add) {
+  strait::kernels::set_simd_level_for_testing(level);
+  auto codec = strait::comm::make_codec_from_spec(spec);
+  const auto x = random_floats(kCodecElements, 5);
+  std::vector<std::byte> wire(codec->encoded_bytes(x.size()));
+  std::vector<float> acc(x.size(), 0.0F);
+  codec->encode(x, wire);
+  for ([[maybe_unused]] auto _ : state) {
+    if (decode_add) {
+      codec->decode_add(wire, acc);
+    } else {
+      codec->encode(x, wire);
+    }
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * x.size() * 4));
+  state.counters["wire_bytes_per_element"] =
+      static_cast<double>(wire.size()) / static_cast<double>(x.size());
+  strait::kernels::set_simd_level_for_testing(strait::kernels::cpu_simd_level());
+}
+
+[[maybe_unused]] const bool codec_benchmarks_registered = [] {
+  using strait::kernels::SimdLevel;
+  for (const char* spec : {"int8", "int4", "onebit", "bf16"}) {
+    for (const auto level : {SimdLevel::Scalar, SimdLevel::Avx2, SimdLevel::Avx512}) {
+      if (level > strait::kernels::cpu_simd_level()) continue;
+      for (const bool add : {false, true}) {
+        const auto name = fmt::format("BM_Codec{}/{}/{}", add ? "DecodeAdd" : "Encode", spec,
+                                      strait::kernels::simd_level_name(level));
+        benchmark::RegisterBenchmark(name.c_str(), codec_bench, spec, level, add)
+            ->Unit(benchmark::kMillisecond);
+      }
+    }
+  }
+  return true;
+}();
 
 // One AdamW step: reads p, g, m, v and writes p, m, v (28 bytes per parameter).
 void BM_AdamW(benchmark::State& state) {

@@ -1,0 +1,106 @@
+#include "comm/compress/codec.h"
+
+#include <fmt/format.h>
+
+#include "comm/compress/bf16_codec.h"
+#include "comm/compress/codec_args.h"
+#include "comm/compress/fp16_codec.h"
+#include "comm/compress/int4_codec.h"
+#include "comm/compress/int8_codec.h"
+#include "comm/compress/none_codec.h"
+#include "comm/compress/onebit_codec.h"
+#include "comm/compress/topk_codec.h"
+#include "core/error.h"
+
+namespace strait::comm {
+
+void Codec::check_bytes(std::string_view what, std::size_t bytes, std::size_t count) const {
+  const std::size_t want = encoded_bytes(count);
+  if (bytes == want) return;
+  throw Error(ErrorCode::InvalidArgument,
+              fmt::format("{} codec: {}: {} elements take {} encoded bytes, the buffer has {}",
+                          name(), what, count, want, bytes));
+}
+
+void Codec::encode(std::span<const float> in, std::span<std::byte> out) {
+  check_bytes("encode", out.size(), in.size());
+  const auto bad = do_encode(in, out);
+  if (!bad) return;
+  throw Error(ErrorCode::InvalidArgument,
+              fmt::format("{} codec: element {} is {}: a non-finite gradient cannot be "
+                          "compressed; check the loss scale / learning rate",
+                          name(), *bad, in[*bad]));
+}
+
+void Codec::decode(std::span<const std::byte> in, std::span<float> out) const {
+  check_bytes("decode", in.size(), out.size());
+  do_decode(in, out, kernels::Accumulate::No);
+}
+
+void Codec::decode_add(std::span<const std::byte> in, std::span<float> inout) const {
+  check_bytes("decode_add", in.size(), inout.size());
+  do_decode(in, inout, kernels::Accumulate::Yes);
+}
+
+namespace {
+
+AbsmaxOptions absmax_options(const detail::CodecArgs& args, std::size_t default_block, bool even) {
+  AbsmaxOptions o;
+  o.block = args.get_uint("block", default_block);
+  if (o.block == 0 || (even && o.block % 2 != 0)) {
+    args.fail_value("block", even ? "expected an even number > 0 (two elements share a byte)"
+                                  : "expected a number > 0");
+  }
+  o.stochastic = args.get_bool("stochastic", false);
+  o.seed = args.get_uint("seed", 0);
+  return o;
+}
+
+}  // namespace
+
+const std::vector<std::string_view>& codec_names() {
+  static const std::vector<std::string_view> names{"none", "bf16", "fp16",  "int8",
+                                                   "int4", "topk", "onebit"};
+  return names;
+}
+
+std::unique_ptr<Codec> make_codec(std::string_view name, std::string_view args) {
+  using detail::CodecArgs;
+  if (name == "none" || name == "bf16" || name == "fp16") {
+    const CodecArgs parsed(name, args, {});  // rejects any argument
+    if (name == "none") return std::make_unique<NoneCodec>();
+    if (name == "bf16") return std::make_unique<Bf16Codec>();
+    return std::make_unique<Fp16Codec>();
+  }
+  if (name == "int8" || name == "int4") {
+    const CodecArgs parsed(name, args, {"block", "stochastic", "seed"});
+    if (name == "int8") return std::make_unique<Int8Codec>(absmax_options(parsed, 256, false));
+    return std::make_unique<Int4Codec>(absmax_options(parsed, 64, true));
+  }
+  if (name == "topk") {
+    const CodecArgs parsed(name, args, {"fraction"});
+    const double fraction = parsed.get_double("fraction", 0.01);
+    if (!(fraction > 0.0 && fraction <= 1.0)) parsed.fail_value("fraction", "expected 0 < f <= 1");
+    return std::make_unique<TopkCodec>(fraction);
+  }
+  if (name == "onebit") {
+    const CodecArgs parsed(name, args, {"block"});
+    const auto block = parsed.get_uint("block", 256);
+    if (block == 0 || block % 8 != 0) {
+      parsed.fail_value("block", "expected a multiple of 8 (each block's bits start a byte)");
+    }
+    return std::make_unique<OneBitCodec>(block);
+  }
+  std::string names;
+  for (const auto n : codec_names()) names += fmt::format("{}{}", names.empty() ? "" : ", ", n);
+  throw Error(ErrorCode::InvalidArgument,
+              fmt::format("unknown codec '{}'; codecs: {}", name, names));
+}
+
+std::unique_ptr<Codec> make_codec_from_spec(std::string_view spec) {
+  const auto colon = spec.find(':');
+  if (colon == std::string_view::npos) return make_codec(spec);
+  return make_codec(spec.substr(0, colon), spec.substr(colon + 1));
+}
+
+}  // namespace strait::comm
