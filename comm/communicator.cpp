@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <numeric>
@@ -15,6 +16,8 @@
 #include "comm/algorithms/binomial_reduce.h"
 #include "comm/algorithms/binomial_scatter.h"
 #include "comm/algorithms/collective_op.h"
+#include "comm/algorithms/compressed_allgather_allreduce.h"
+#include "comm/algorithms/compressed_ring_allreduce.h"
 #include "comm/algorithms/dissemination_barrier.h"
 #include "comm/algorithms/pairwise_alltoall.h"
 #include "comm/algorithms/point_to_point.h"
@@ -25,6 +28,7 @@
 #include "comm/algorithms/ring_reduce_scatter.h"
 #include "comm/algorithms/selection.h"
 #include "comm/bootstrap/launch_env.h"
+#include "comm/compress/compression_state.h"
 #include "comm/device_call.h"
 #include "comm/device_collectives.h"
 #include "comm/progress_engine.h"
@@ -174,7 +178,8 @@ Communicator::Communicator(Key /*key*/, std::shared_ptr<Shared> shared,
       group_(std::move(group)),
       timeout_ms_(timeout.count()),
       device_(std::make_unique<DeviceComm>(shared_->store, group_->comm_id, group_->rank,
-                                           group_->size())) {}
+                                           group_->size())),
+      compression_(std::make_shared<CompressionState>()) {}
 
 Communicator::~Communicator() {
   // Pending operations of this communicator cannot outlive it: their buffers may go with it, and
@@ -337,6 +342,59 @@ void Communicator::allreduce(const void* send, void* recv, std::size_t count, DT
                              ReduceOp op) {
   const ProgressEngine::CallerWillWait caller_waits;
   iallreduce(send, recv, count, dtype, op).wait();
+}
+
+Work Communicator::iallreduce_compressed(const float* send, float* recv, std::size_t count,
+                                         ReduceOp op, const Compression& compression) {
+  if (op != ReduceOp::Sum && op != ReduceOp::Avg) {
+    throw Error(ErrorCode::InvalidArgument,
+                fmt::format("allreduce_compressed: op {} is not sum or avg: compressed "
+                            "collectives reduce in fp32 after decoding, which only sums",
+                            kernels::reduce_op_name(op)));
+  }
+  check_buffer("allreduce_compressed", "send", send, count * sizeof(float));
+  check_buffer("allreduce_compressed", "recv", recv, count * sizeof(float));
+  // Refused here, before anything is sent: the canonical spec is what ranks must agree on.
+  const std::string spec = make_codec_from_spec(compression.codec)->spec();
+  for (std::size_t i = 0; i < count; ++i) {
+    if (!std::isfinite(send[i])) {
+      throw Error(ErrorCode::InvalidArgument,
+                  fmt::format("allreduce_compressed ({}): element {} of the input is {}: a "
+                              "non-finite gradient cannot be compressed; check the loss scale and "
+                              "learning rate",
+                              spec, i, send[i]));
+    }
+  }
+  const auto seq = next_seq();
+  const bool average = op == ReduceOp::Avg;
+  const bool gathered = spec.starts_with("topk");
+  std::unique_ptr<CollectiveOp> algo;
+  if (gathered) {
+    algo = std::make_unique<CompressedAllgatherAllreduce>(group_, seq, &counters_.allreduce, send,
+                                                          recv, count, average, compression_, spec,
+                                                          compression.key);
+  } else {
+    algo = std::make_unique<CompressedRingAllreduce>(group_, seq, &counters_.allreduce, send, recv,
+                                                     count, average, compression_, spec,
+                                                     compression.key);
+  }
+  algo->set_fingerprint(Fingerprint{.seq = seq,
+                                    .count = count,
+                                    .counts = codec_spec_hash(spec),
+                                    .kind = Fingerprint::Kind::CompressedAllreduce,
+                                    .dtype = static_cast<std::uint8_t>(DType::F32),
+                                    .op = static_cast<std::uint8_t>(op)});
+  return submit(std::move(algo),
+                describe("allreduce_compressed", seq,
+                         fmt::format("(f32 x {}, {}, {}{})", count, kernels::reduce_op_name(op),
+                                     spec, compression.key.empty() ? "" : ", error feedback")),
+                true);
+}
+
+void Communicator::allreduce_compressed(const float* send, float* recv, std::size_t count,
+                                        ReduceOp op, const Compression& compression) {
+  const ProgressEngine::CallerWillWait caller_waits;
+  iallreduce_compressed(send, recv, count, op, compression).wait();
 }
 
 Work Communicator::iallgather(const void* send, void* recv, std::size_t count, DType dtype) {

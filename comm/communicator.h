@@ -61,6 +61,7 @@ class DeviceComm;
 struct Group;
 class ProgressEngine;
 class AlgorithmTable;
+class CompressionState;
 
 struct CommOptions {
   // Deadline of every operation, and of connecting to peers. Default: STRAIT_TIMEOUT_S or 300 s.
@@ -86,6 +87,16 @@ struct CommStats {
   std::uint64_t gather_bytes = 0;
   std::uint64_t scatter_bytes = 0;
   std::uint64_t alltoall_bytes = 0;  // alltoall and alltoall_v
+};
+
+// How a compressed allreduce encodes its messages (comm/compress/codec.h lists the codecs).
+struct Compression {
+  // A codec spec: "name" or "name:key=value,..." ("int8", "int4:block=32", "topk:fraction=0.01").
+  std::string codec = "int8";
+  // Error feedback's key: a stable name of the tensor (a parameter, a gradient bucket); empty:
+  // no error feedback. One operation per key at a time; a key whose count changes starts again
+  // from zeros.
+  std::string key{};
 };
 
 class Communicator {
@@ -153,6 +164,18 @@ class Communicator {
                   kernels::ReduceOp op);
   void allreduce(const void* send, void* recv, std::size_t count, kernels::DType dtype,
                  kernels::ReduceOp op);
+
+  // Compressed allreduce of f32 (Sum or Avg) for bandwidth-bound links: a ring that encodes every
+  // message and reduces in fp32 (comm/algorithms/compressed_ring_allreduce.h) for bf16, fp16,
+  // int8, int4 and onebit, an allgather of encodings (compressed_allgather_allreduce.h) for topk.
+  // The result is lossy but bit-identical on every rank. Every rank must pass the same codec spec
+  // (Mismatch otherwise). Errors: InvalidArgument for an op other than Sum or Avg, an unknown codec
+  // or argument, or a NaN / Inf in send (found before anything is sent; the other ranks then time
+  // out naming this rank).
+  Work iallreduce_compressed(const float* send, float* recv, std::size_t count,
+                             kernels::ReduceOp op, const Compression& compression);
+  void allreduce_compressed(const float* send, float* recv, std::size_t count, kernels::ReduceOp op,
+                            const Compression& compression);
 
   // recv (size() * count elements) = the send buffers of ranks 0..size()-1, in rank order.
   Work iallgather(const void* send, void* recv, std::size_t count, kernels::DType dtype);
@@ -257,6 +280,9 @@ class Communicator {
   std::uint64_t splits_ = 0;
   Counters counters_;
   std::unique_ptr<DeviceComm> device_;
+  // Codecs and error-feedback residuals of this communicator's compressed collectives; used only
+  // by its operations, which run one at a time under the progress engine's lock.
+  std::shared_ptr<CompressionState> compression_;
 };
 
 }  // namespace strait::comm

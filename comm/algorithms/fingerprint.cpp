@@ -47,6 +47,10 @@ std::string Fingerprint::describe() const {
     case Kind::AlltoallV:
       return fmt::format("alltoall_v #{} ({}, {} elements to the peer and {} back)", seq, t, count,
                          counts);
+    case Kind::CompressedAllreduce:
+      return fmt::format("allreduce_compressed #{} ({} x {}, {}, codec spec hash {:#018x})", seq, t,
+                         count, kernels::reduce_op_name(static_cast<kernels::ReduceOp>(op)),
+                         counts);
   }
   return fmt::format("an unknown operation (kind {}) #{}", static_cast<int>(kind), seq);
 }
@@ -55,6 +59,12 @@ std::string Fingerprint::describe() const {
 // be indeterminate).
 static_assert(std::is_trivially_copyable_v<Fingerprint> &&
               std::has_unique_object_representations_v<Fingerprint>);
+
+std::uint64_t codec_spec_hash(std::string_view spec) noexcept {
+  std::uint64_t h = 0xcbf29ce484222325ULL;
+  for (const char c : spec) h = (h ^ static_cast<unsigned char>(c)) * 0x100000001b3ULL;
+  return h;
+}
 
 std::uint64_t counts_hash(std::span<const std::size_t> counts) noexcept {
   std::uint64_t h = 0xcbf29ce484222325ULL;  // FNV-1a offset basis and prime

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <string_view>
 #include <type_traits>
 
 namespace strait::comm {
@@ -16,6 +17,8 @@ namespace strait::comm {
 // FNV-1a (64-bit) over the values of `counts`: ranks that pass different counts to a v-collective
 // get different fingerprints (Fingerprint::counts; a collision has a chance of 2^-64).
 std::uint64_t counts_hash(std::span<const std::size_t> counts) noexcept;
+// FNV-1a (64-bit) over the bytes of a codec spec (compressed collectives put it in counts).
+std::uint64_t codec_spec_hash(std::string_view spec) noexcept;
 
 // What a collective is, as every rank must agree: kind, sequence number, dtype, count, op, root.
 // Ranks exchange it (comm/tag.h's header step) ahead of the operation's first message to each
@@ -25,7 +28,8 @@ std::uint64_t counts_hash(std::span<const std::size_t> counts) noexcept;
 // and alltoall, the total for the v-forms, and for alltoall_v what the header's sender sends its
 // receiver; counts is counts_hash() of a v-form's counts, and for alltoall_v what the header's
 // sender expects back (CollectiveOp::set_pair_counts); root is also reduce's, gather's and
-// scatter's, op also reduce_scatter's and reduce's.
+// scatter's, op also reduce_scatter's and reduce's; a compressed allreduce's counts is the
+// codec_spec_hash() of its codec spec.
 struct Fingerprint {
   enum class Kind : std::uint8_t {
     Allreduce = 1,
@@ -40,6 +44,7 @@ struct Fingerprint {
     Scatter,
     Alltoall,
     AlltoallV,
+    CompressedAllreduce,
   };
   std::uint64_t seq = 0;
   std::uint64_t count = 0;   // elements
