@@ -143,6 +143,18 @@ void validate(const BenchOptions& o) {
                 fmt::format("-o avg needs a floating-point dtype, not {}: use -o sum, or -d f32",
                             kernels::dtype_name(o.dtype)));
   }
+  if (!o.codec.empty()) {
+    if (o.collective != "allreduce" || o.dtype != kernels::DType::F32 ||
+        (o.op != ReduceOp::Sum && o.op != ReduceOp::Avg)) {
+      throw Error(ErrorCode::InvalidArgument,
+                  "--codec is for allreduce of f32 with -o sum or avg (allreduce_compressed)");
+    }
+    if (o.check) {
+      throw Error(ErrorCode::InvalidArgument,
+                  "--codec results are lossy and cannot match the exact reference: pass -c 0 "
+                  "(tests/comm/compressed_allreduce_test.cpp checks each codec's error bound)");
+    }
+  }
   if (o.root < 0) {
     throw Error(ErrorCode::InvalidArgument,
                 fmt::format("-r (ROOT) is {}: give a rank, 0 .. world size - 1", o.root));

@@ -32,6 +32,9 @@ struct BenchOptions {
   bool check = true;
   TimeStat time_stat = TimeStat::Max;
   std::string json_path;
+  // allreduce only: a codec spec (comm/compress/codec.h) to run allreduce_compressed with
+  // (f32, sum or avg; results are lossy, so -c 0).
+  std::string codec;
 };
 
 // "8", "64K", "1M", "2G" (powers of 1024, either case, an optional trailing B).

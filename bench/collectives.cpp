@@ -19,7 +19,13 @@ Collective allreduce() {
       .bus_factor = [](int n) { return 2.0 * (n - 1) / n; },
       .shape = whole_buffer_shape,
       .in_place = same_buffer,
-      .run = [](const Call& c) { c.comm.allreduce(c.send, c.recv, c.count, c.dtype, c.op); },
+      .run =
+          [](const Call& c) {
+            if (c.codec.empty()) return c.comm.allreduce(c.send, c.recv, c.count, c.dtype, c.op);
+            c.comm.allreduce_compressed(static_cast<const float*>(c.send),
+                                        static_cast<float*>(c.recv), c.count, c.op,
+                                        comm::Compression{std::string(c.codec), ""});
+          },
       .expected = [](const Context& c, std::size_t i) -> std::optional<Expected> {
         return reduce_expected(c.dtype, c.op, c.ranks, [&](int r) { return c.input(r, i); });
       },

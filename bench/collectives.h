@@ -47,6 +47,7 @@ struct Call {
   kernels::DType dtype;
   kernels::ReduceOp op;
   int root;
+  std::string_view codec;  // allreduce: empty, or the codec of allreduce_compressed
 };
 
 // The data an element is checked against: the collective, the world and this rank.

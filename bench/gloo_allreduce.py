@@ -4,9 +4,13 @@
 For each size: WARMUP calls, a barrier, ITERS timed calls; a rank's time is the mean per call, the
 reported time the maximum over ranks. algbw = size / time, busbw = algbw * 2(n-1)/n (nccl-tests).
 After timing, one call on exact small integers checks the sums (#wrong). Starts N local processes
-itself (no torchrun), on 127.0.0.1, with OMP_NUM_THREADS=1 as torchrun sets it.
+itself (no torchrun), on 127.0.0.1, with OMP_NUM_THREADS=1 as torchrun sets it. With --launched it
+is one rank of a job started by a launcher instead (torchrun's RANK, WORLD_SIZE, MASTER_ADDR,
+MASTER_PORT), e.g. across the sites of the WAN testbed (set GLOO_SOCKET_IFNAME=wan0 there).
 
   /usr/bin/python3 bench/gloo_allreduce.py -np 2 -b 8 -e 256M -f 2 -n 20 -w 5 --json out.json
+  GLOO_SOCKET_IFNAME=wan0 strait wan run -- /usr/bin/python3 bench/gloo_allreduce.py --launched \
+      -b 64M -e 64M -n 3 -w 1
 
 Use Debian's python3-torch (/usr/bin/python3), not another python on PATH.
 """
@@ -41,9 +45,12 @@ def worker(rank, args, port):
     import torch.distributed as dist
 
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                            world_size=args.np)
-    n = args.np
+    if args.launched:
+        dist.init_process_group("gloo", init_method="env://")
+    else:
+        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                                world_size=args.np)
+    n = dist.get_world_size()
     rows = []
     big = torch.empty(args.e // 4, dtype=torch.float32)
     for nbytes in sizes(args.b, args.e, args.f):
@@ -89,6 +96,8 @@ def main():
     p.add_argument("-n", type=int, default=20, help="timed calls per size")
     p.add_argument("-w", type=int, default=5, help="warm-up calls per size")
     p.add_argument("--json", help="write the rows here (rank 0)")
+    p.add_argument("--launched", action="store_true",
+                   help="be one rank of a launched job (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT)")
     args = p.parse_args()
     if args.b < 4 or args.b > args.e or args.f < 2 or args.n < 1 or args.w < 0 or args.np < 1:
         p.error("need 4 <= -b <= -e, -f >= 2, -n >= 1, -w >= 0, -np >= 1")
@@ -96,13 +105,19 @@ def main():
     import torch
     import torch.multiprocessing as mp
 
+    header = [f"# torch {torch.__version__} gloo all_reduce f32 sum, {{}} ranks, {args.w} warm-up"
+              f" + {args.n} timed calls; time: max over ranks",
+              f"# {'size (B)':>10} {'count':>12} {'time (us)':>10} {'algbw':>8} {'busbw':>8} #wrong"]
+    if args.launched:
+        rank = int(os.environ["RANK"])
+        if rank == 0:
+            print(header[0].format(os.environ["WORLD_SIZE"]) + "\n" + header[1], flush=True)
+        worker(rank, args, None)
+        return 0
     with socket.socket() as s:  # a free port for the rendezvous
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    print(f"# torch {torch.__version__} gloo all_reduce f32 sum, {args.np} ranks, {args.w} warm-up"
-          f" + {args.n} timed calls; time: max over ranks")
-    print(f"# {'size (B)':>10} {'count':>12} {'time (us)':>10} {'algbw':>8} {'busbw':>8} #wrong",
-          flush=True)
+    print(header[0].format(args.np) + "\n" + header[1], flush=True)
     mp.spawn(worker, args=(args, port), nprocs=args.np, join=True)
 
 

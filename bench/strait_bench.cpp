@@ -139,7 +139,8 @@ bench::Measurement run_variant(Communicator& comm, const Collective& coll, const
                          .count = shape.count,
                          .dtype = o.dtype,
                          .op = o.op,
-                         .root = o.root};
+                         .root = o.root,
+                         .codec = o.codec};
   fill();
   const double mine = time_calls(comm, coll, call, o);
   const double time_us = combine_time(comm, mine, o.time_stat);
@@ -199,11 +200,12 @@ int run(const BenchOptions& o) {
 
   if (print) {
     fmt::print(
-        "# strait-bench {}: {} rank{}, {}{}{}, {} warm-up + {} timed calls per size, "
+        "# strait-bench {}: {} rank{}, {}{}{}{}, {} warm-up + {} timed calls per size, "
         "check {}\n",
         coll.name, n, n == 1 ? "" : "s", strait::kernels::dtype_name(o.dtype),
         coll.reduces ? fmt::format(", {}", strait::kernels::reduce_op_name(o.op)) : "",
-        coll.rooted ? fmt::format(", root {}", o.root) : "", o.warmup, o.iters,
+        coll.rooted ? fmt::format(", root {}", o.root) : "",
+        o.codec.empty() ? "" : fmt::format(", codec {}", o.codec), o.warmup, o.iters,
         o.check ? "on" : "off");
     fmt::print("# host: {} CPUs, load average {}\n", std::thread::hardware_concurrency(),
                load_average());
@@ -247,6 +249,7 @@ int run(const BenchOptions& o) {
                        {"warmup", o.warmup},
                        {"iters", o.iters},
                        {"check", o.check},
+                       {"codec", o.codec},
                        {"time", bench::time_stat_name(o.time_stat)},
                        {"avg_busbw_gbs", bench::average_busbw(rows)},
                        {"wrong", wrong},
@@ -304,6 +307,9 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0, 3))
       ->capture_default_str();
   app.add_option("--json", o.json_path, "Also write the rows to this file (rank 0)");
+  app.add_option("--codec", o.codec,
+                 "allreduce: run allreduce_compressed with this codec spec (int8, int4, "
+                 "topk:fraction=0.01, ...; f32 sum/avg, -c 0)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -8,9 +8,9 @@
 // (Transport::withdraw): unmatched receives are cancelled, transfers under way get 200 ms to
 // finish, and sends still queued then are dropped by force-closing their endpoint. Known limit: a
 // receive whose data is already arriving and does not finish in that time cannot be stopped (UCX
-// has no way to); it is logged, and its buffer may still be written while the peer sends. With
-// ranks on several hosts (peer-failure mode, rendezvous protocol) a send a live peer has yet to
-// fetch is dropped the same way, and that peer is then lost to this process's communicators.
+// has no way to); it is logged, and its buffer may still be written while the peer sends. A send
+// to another host that is still queued is dropped the same way, and that peer is then lost to this
+// process's communicators (its connection was force-closed).
 // Thread-safety: all members may be called from any thread; callbacks run on the progress thread
 // and must be short and must not block (hand work to another thread, e.g. by fulfilling a promise).
 #pragma once
