@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include <cstdint>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -22,6 +23,7 @@ namespace {
 
 using strait::kernels::DType;
 using strait::kernels::ReduceOp;
+using strait::kernels::SimdLevel;
 
 std::vector<float> random_floats(std::size_t n, std::uint32_t seed) {
   std::mt19937 rng(seed);
@@ -87,6 +89,63 @@ void codec_bench(benchmark::State& state, const char* spec, strait::kernels::Sim
   }
   return true;
 }();
+// inout += in for one dtype on one SIMD path (BM_Reduce/<dtype>_<level>/<bytes per buffer>).
+// Bytes/s counts the memory traffic, 3 x the buffer size per call (read inout and in, write
+// inout), as BM_ReduceSumF32 does. The scalar path is the plain C++ loop at -O3 (what GCC
+// auto-vectorises for baseline x86-64), so it is the baseline the SIMD paths are compared with.
+void BM_Reduce(benchmark::State& state, DType dtype, SimdLevel level) {
+  const auto bytes = static_cast<std::size_t>(state.range(0));
+  const std::size_t n = bytes / strait::kernels::dtype_size(dtype);
+  const auto fa = random_floats(n, 1);
+  const auto fb = random_floats(n, 2);
+  std::vector<std::uint8_t> a(bytes), b(bytes);
+  for (std::size_t i = 0; i < n; ++i) {
+    switch (dtype) {
+      case DType::F32:
+        std::memcpy(a.data() + 4 * i, &fa[i], 4);
+        std::memcpy(b.data() + 4 * i, &fb[i], 4);
+        break;
+      default: {
+        const bool bf = dtype == DType::BF16;
+        const std::uint16_t ha =
+            bf ? strait::kernels::f32_to_bf16(fa[i]) : strait::kernels::f32_to_f16(fa[i]);
+        const std::uint16_t hb =
+            bf ? strait::kernels::f32_to_bf16(fb[i]) : strait::kernels::f32_to_f16(fb[i]);
+        std::memcpy(a.data() + 2 * i, &ha, 2);
+        std::memcpy(b.data() + 2 * i, &hb, 2);
+      }
+    }
+  }
+  if (level > strait::kernels::cpu_simd_level()) {
+    state.SkipWithError("this CPU lacks the level");
+    return;
+  }
+  const SimdLevel previous = strait::kernels::simd_level();
+  strait::kernels::set_simd_level_for_testing(level);
+  for ([[maybe_unused]] auto _ : state) {
+    strait::kernels::reduce(dtype, ReduceOp::Sum, a.data(), b.data(), n);
+    benchmark::ClobberMemory();
+  }
+  strait::kernels::set_simd_level_for_testing(previous);
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * bytes * 3));
+}
+
+// f32, bf16 and f16 on every level, at 4 KiB (L1), 256 KiB (L2) and 16 MiB (memory). Levels the
+// CPU lacks report an error instead of a figure.
+#define STRAIT_BENCH_REDUCE(dtype, level)                                       \
+  BENCHMARK_CAPTURE(BM_Reduce, dtype##_##level, DType::dtype, SimdLevel::level) \
+      ->Arg(4 << 10)                                                            \
+      ->Arg(256 << 10)                                                          \
+      ->Arg(16 << 20)
+STRAIT_BENCH_REDUCE(F32, Scalar);
+STRAIT_BENCH_REDUCE(F32, Avx2);
+STRAIT_BENCH_REDUCE(F32, Avx512);
+STRAIT_BENCH_REDUCE(BF16, Scalar);
+STRAIT_BENCH_REDUCE(BF16, Avx2);
+STRAIT_BENCH_REDUCE(BF16, Avx512);
+STRAIT_BENCH_REDUCE(F16, Scalar);
+STRAIT_BENCH_REDUCE(F16, Avx2);
+STRAIT_BENCH_REDUCE(F16, Avx512);
 
 // One AdamW step: reads p, g, m, v and writes p, m, v (28 bytes per parameter).
 void BM_AdamW(benchmark::State& state) {

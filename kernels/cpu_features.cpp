@@ -7,8 +7,21 @@
 
 #include "core/error.h"
 
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
+
 namespace strait::kernels {
 namespace {
+
+#if defined(__x86_64__)
+// F16C from CPUID leaf 1 (ECX bit 29): clang before 16 has no "f16c" for __builtin_cpu_supports,
+// and the fuzz targets build this file with clang. Usable whenever AVX2 is (same YMM state).
+bool has_f16c() noexcept {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  return __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0;
+}
+#endif
 
 SimdLevel detect() noexcept {
 #if defined(__x86_64__)
@@ -17,8 +30,7 @@ SimdLevel detect() noexcept {
       __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq")) {
     return SimdLevel::Avx512;
   }
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-      __builtin_cpu_supports("f16c")) {
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && has_f16c()) {
     return SimdLevel::Avx2;
   }
 #endif
