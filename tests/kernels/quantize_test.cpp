@@ -538,10 +538,16 @@ std::vector<std::pair<std::uint32_t, float>> topk_pairs(std::span<const std::byt
 }
 
 TEST(TopKKernels, KeepsExactlyTheKLargestMagnitudesLowestIndexOnTies) {
-  for (const std::size_t n : {1UL, 2UL, 10UL, 257UL, 5000UL}) {
+  // 1000003 and 3000017 take the sampled-threshold path (more than 4 x 65536 elements); in the
+  // last, the elements the sample sees (every 45th) are the largest, so the estimate is too high
+  // for fraction 0.1 and the kernel must fall back to all elements.
+  for (const std::size_t n : {1UL, 2UL, 10UL, 257UL, 5000UL, 1'000'003UL, 3'000'017UL}) {
     auto x = gradient_like(n, static_cast<std::uint32_t>(n + 77));
     // Ties: a run of equal magnitudes of both signs.
     for (std::size_t i = 0; i < n; i += 5) x[i] = (i % 2 ? 0.75F : -0.75F);
+    if (n == 3'000'017UL) {
+      for (std::size_t i = 0; i < n; i += n / 65536) x[i] = (i % 3 ? 100.0F : -100.0F);
+    }
     for (const double fraction : {0.001, 0.01, 0.1, 0.5, 1.0}) {
       const std::size_t k = topk_count(fraction, n);
       std::vector<std::byte> wire(k * kTopkPairBytes);
@@ -575,6 +581,34 @@ TEST(TopKKernels, KeepsExactlyTheKLargestMagnitudesLowestIndexOnTies) {
       auto acc = x;
       topk_decode(wire, acc, Accumulate::Yes);
       for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(acc[i], x[i] + dec[i]);
+    }
+  }
+}
+
+TEST(TopKKernels, AMostlyZeroInputKeepsItsNonZerosThenTheLowestIndexedZeros) {
+  // Fewer non-zeros than k: zeros fill the rest, lowest index first (the fallback path).
+  for (const std::size_t n : {3000UL, 300'007UL}) {
+    std::vector<float> x(n, 0.0F);
+    for (std::size_t i = 7; i < n; i += n / 50) x[i] = static_cast<float>(i % 13) - 6.5F;
+    const std::size_t k = topk_count(0.001, n) + 60;
+    std::vector<std::byte> wire(k * kTopkPairBytes);
+    ASSERT_FALSE(topk_encode(x, k, wire).has_value());
+    std::vector<std::uint32_t> expected;
+    for (std::size_t i = 0; i < n; ++i) {
+      if (x[i] != 0.0F) expected.push_back(static_cast<std::uint32_t>(i));
+    }
+    const std::size_t zeros = k - expected.size();
+    for (std::size_t i = 0, taken = 0; taken < zeros; ++i) {
+      if (x[i] == 0.0F) {
+        expected.push_back(static_cast<std::uint32_t>(i));
+        ++taken;
+      }
+    }
+    std::sort(expected.begin(), expected.end());
+    const auto pairs = topk_pairs(wire);
+    ASSERT_EQ(pairs.size(), expected.size());
+    for (std::size_t j = 0; j < pairs.size(); ++j) {
+      ASSERT_EQ(pairs[j].first, expected[j]) << "n " << n << " pair " << j;
     }
   }
 }
