@@ -1,6 +1,7 @@
 #include "comm/progress_engine.h"
 
 #include <fmt/format.h>
+#include <poll.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 
@@ -8,6 +9,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 
 namespace strait::comm {
 namespace {
@@ -19,9 +21,10 @@ using Clock = std::chrono::steady_clock;
 thread_local bool tls_progressing = false;
 thread_local bool tls_caller_will_wait = false;  // ProgressEngine::CallerWillWait
 
-std::chrono::microseconds spin_from_env() {
+// Nullopt when unset.
+std::optional<std::chrono::microseconds> spin_from_env() {
   const char* v = std::getenv("STRAIT_SPIN_US");
-  if (v == nullptr || *v == '\0') return std::chrono::microseconds(50);
+  if (v == nullptr || *v == '\0') return std::nullopt;
   char* end = nullptr;
   const long us = std::strtol(v, &end, 10);
   if (*end != '\0' || us < 0) {
@@ -41,7 +44,15 @@ Error errno_error(const char* what) {
 }  // namespace
 
 ProgressEngine::ProgressEngine(std::unique_ptr<Transport> transport)
-    : transport_(std::move(transport)), spin_(spin_from_env()) {
+    : transport_(std::move(transport)) {
+  // A caller waiting for a peer that has a core of its own polls for up to 5 ms, as MPI busy-polls:
+  // with 50 us (2 ranks, 2 cores), whenever the peer was descheduled a moment the wait fell back
+  // to the engine thread and a wake-up, and an 8-byte allreduce averaged 30-900 us instead of
+  // 1.6-2 us. With more local ranks than cores polling would take the core a peer needs.
+  const auto env = spin_from_env();
+  spin_ = env.value_or(std::chrono::microseconds(50));
+  drive_spin_ = env.value_or(transport_->core_per_local_rank() ? std::chrono::microseconds(5000)
+                                                               : std::chrono::microseconds(50));
   wake_fd_.reset(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
   if (!wake_fd_) throw errno_error("eventfd");
   epoll_fd_.reset(::epoll_create1(EPOLL_CLOEXEC));
@@ -288,6 +299,15 @@ void ProgressEngine::sleep_until_event(Clock::time_point wake) {
   }
 }
 
+void ProgressEngine::sleep_until_notified(Clock::time_point wake) {
+  const auto left = std::chrono::ceil<std::chrono::milliseconds>(wake - Clock::now()).count();
+  pollfd pfd{wake_fd_.get(), POLLIN, 0};
+  if (::poll(&pfd, 1, static_cast<int>(std::clamp<long long>(left, 0, 1000))) > 0) {
+    std::uint64_t v = 0;
+    [[maybe_unused]] const ssize_t r = ::read(wake_fd_.get(), &v, sizeof v);
+  }
+}
+
 bool ProgressEngine::iterate(std::vector<Command>& commands) {
   {
     const std::lock_guard lock(mutex_);
@@ -309,6 +329,7 @@ bool ProgressEngine::iterate(std::vector<Command>& commands) {
   }
   check_deadlines(now);
   complete_in_order();
+  active_count_.store(active_.size(), std::memory_order_relaxed);
   if (moved) last_activity_ = now;
   return moved;
 }
@@ -329,7 +350,7 @@ bool ProgressEngine::drive(const WorkState& work) {
     }
   } const driving(inline_drivers_);
   std::vector<Command> commands;
-  const auto until = Clock::now() + spin_;
+  const auto until = Clock::now() + drive_spin_;
   while (!work.done() && Clock::now() < until) {
     std::unique_lock lock(progress_mutex_, std::try_to_lock);
     if (!lock.owns_lock()) {
@@ -340,9 +361,9 @@ bool ProgressEngine::drive(const WorkState& work) {
     iterate(commands);
     tls_progressing = false;
   }
-  // Not done within the spin: the engine thread (which may be asleep on an event this thread
-  // consumed) takes over.
-  if (!work.done()) notify();
+  // Not done within the spin, or other operations still pending: the engine thread (asleep, and
+  // not on the transport's events while this thread drove) takes over.
+  if (!work.done() || active_count_.load(std::memory_order_relaxed) > 0) notify();
   return work.done();
 }
 
@@ -370,6 +391,15 @@ void ProgressEngine::run() {
     auto wake = Clock::time_point::max();
     for (const auto& e : active_) wake = std::min(wake, e.deadline);
     if (!active_.empty()) wake = std::min(wake, now + std::chrono::milliseconds(100));
+    if (driven) {
+      // Not on the transport's events: each arriving message would wake this thread to fight the
+      // driving caller for a core (2 ranks on 2 cores: an 8-byte allreduce took 3 us or 50 us,
+      // depending on who won). The caller notifies when it stops driving with work left.
+      lock.unlock();
+      sleep_until_notified(std::min(wake, now + kDrivenNap));
+      lock.lock();
+      continue;
+    }
     if (transport_->event_fd() >= 0 && !transport_->arm()) continue;  // events already pending
     lock.unlock();
     sleep_until_event(wake);

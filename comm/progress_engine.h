@@ -8,9 +8,10 @@
 // core on small machines). Every operation has a deadline; one that passes it fails with Timeout
 // naming what it still waits for. A failed operation's receives are cancelled. While an operation
 // that needs polling (GPU work) is pending, the thread sleeps kPollInterval at a time instead.
-// A caller blocked in Work::wait() first drives the engine itself for the spin time (drive()), so
-// short operations finish without thread wake-ups; the transport is then used by one thread at a
-// time under progress_mutex_ (UCX's serialized thread mode).
+// A caller blocked in Work::wait() first drives the engine itself (drive()) for STRAIT_SPIN_US, or
+// by default 5 ms when this host has a core per local rank and 50 us otherwise, so short
+// operations finish without thread wake-ups; the transport is then used by one thread at a time
+// under progress_mutex_ (UCX's serialized thread mode). Meanwhile the engine thread sleeps.
 // Thread-safety: submit(), fail(), abort() and drive() may be called from any thread.
 #pragma once
 
@@ -139,6 +140,10 @@ class ProgressEngine : public std::enable_shared_from_this<ProgressEngine> {
   // mark_broken, then fail the stream's active operations.
   void break_stream(std::uint64_t stream, const Error& cause);
   void sleep_until_event(std::chrono::steady_clock::time_point wake);
+  // Sleeps until notify() or `wake`, whichever is first (not on the transport's events).
+  void sleep_until_notified(std::chrono::steady_clock::time_point wake);
+  // How long the engine thread naps at most while a caller drives (then it looks again).
+  static constexpr std::chrono::milliseconds kDrivenNap{5};
 
   std::unique_ptr<Transport> transport_;
   std::mutex mutex_;  // guards incoming_, commands_, stop_
@@ -148,14 +153,16 @@ class ProgressEngine : public std::enable_shared_from_this<ProgressEngine> {
   // Held by whichever thread progresses: the engine thread, or a caller in drive(). Guards
   // active_, the transport and the two times below.
   std::mutex progress_mutex_;
-  std::atomic<int> inline_drivers_{0};  // callers spinning in drive()
+  std::atomic<int> inline_drivers_{0};        // callers spinning in drive()
+  std::atomic<std::size_t> active_count_{0};  // active_.size() after the last iterate()
   std::chrono::steady_clock::time_point last_activity_{};
   std::chrono::steady_clock::time_point last_peer_check_{};
   std::deque<Entry> active_;
   std::vector<std::pair<std::uint64_t, Error>> broken_;  // guarded by mutex_
   Fd wake_fd_;                                           // eventfd: submissions and commands
   Fd epoll_fd_;                                          // wake_fd_ and the transport's event fd
-  std::chrono::microseconds spin_;
+  std::chrono::microseconds spin_;                       // the engine thread's, before it sleeps
+  std::chrono::microseconds drive_spin_;  // a caller's in drive(), before it hands over
   std::thread thread_;
 };
 

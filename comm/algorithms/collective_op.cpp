@@ -152,6 +152,19 @@ void CollectiveOp::settle_headers(Transport& t) const {
   }
 }
 
+std::string CollectiveOp::others_lost(Transport& t, int except) const {
+  t.check_peers();
+  std::string out;
+  for (int g = 0; g < group_->size(); ++g) {
+    if (g == except || g == group_->rank) continue;
+    const auto& lost = t.peer_lost(group_->world_ranks.at(static_cast<std::size_t>(g)));
+    if (lost.empty()) continue;
+    out += fmt::format("{}{} ({})", out.empty() ? "; also gone: " : ", ", group_->describe_rank(g),
+                       lost);
+  }
+  return out;
+}
+
 bool CollectiveOp::all_done(Transport& t) {
   // Fingerprints first: when ranks disagree about the operation, that is the cause to report,
   // not the broken connection that follows once the other side gave up.
@@ -168,8 +181,8 @@ bool CollectiveOp::all_done(Transport& t) {
       }
       settle_headers(t);
       throw Error(ErrorCode::PeerLost,
-                  fmt::format("{} {} failed{}: {}", what, group_->describe_rank(p.peer),
-                              at_step(p.step), r.error));
+                  fmt::format("{} {} failed{}: {}{}", what, group_->describe_rank(p.peer),
+                              at_step(p.step), r.error, others_lost(t, p.peer)));
     }
     if (r.state == TransportRequest::State::Done && p.is_recv && p.header != nullptr) continue;
     if (r.state == TransportRequest::State::Done && p.is_recv && r.bytes != p.bytes) {
@@ -183,8 +196,8 @@ bool CollectiveOp::all_done(Transport& t) {
       if (const auto& lost = t.peer_lost(world); !lost.empty()) {
         settle_headers(t);
         throw Error(ErrorCode::PeerLost,
-                    fmt::format("{} {} cannot finish{}: {}", what, group_->describe_rank(p.peer),
-                                at_step(p.step), lost));
+                    fmt::format("{} {} cannot finish{}: {}{}", what, group_->describe_rank(p.peer),
+                                at_step(p.step), lost, others_lost(t, p.peer)));
       }
     }
   }

@@ -37,12 +37,15 @@ class CollectiveOp : public Op {
   void cancel(Transport& transport) override;
   [[nodiscard]] std::string waiting_for() const override;
   // Before submission: send_to / recv_from then exchange `fingerprint` with each peer, once per
-  // peer and direction (point-to-point operations have none).
-  // BothWays: the first message either way with a peer exchanges fingerprints in both directions
-  // (rooted collectives, where data flows one way: ranks that disagree about the root would
-  // otherwise all wait to receive, or all send unchecked).
+  // peer (point-to-point operations have none).
+  // BothWays (the default): the first message either way with a peer exchanges fingerprints in
+  // both directions, so this rank hears from every peer it talks to. Sends are eager and complete
+  // without the receiver, so without it a ring rank whose right neighbour never arrived (or died)
+  // would wait only on its left one and name the wrong rank; rooted collectives, where data
+  // flows one way, would let ranks that disagree about the root all wait, or all send unchecked.
+  // ToReceiver: only the receiver checks (one message fewer where data flows one way).
   enum class Exchange : std::uint8_t { ToReceiver, BothWays };
-  void set_fingerprint(const Fingerprint& fingerprint, Exchange exchange = Exchange::ToReceiver) {
+  void set_fingerprint(const Fingerprint& fingerprint, Exchange exchange = Exchange::BothWays) {
     fingerprint_ = std::make_shared<const Fingerprint>(fingerprint);
     both_ways_ = exchange == Exchange::BothWays;
   }
@@ -106,6 +109,8 @@ class CollectiveOp : public Op {
   // Before reporting a lost peer: progress briefly so a fingerprint still in flight can turn the
   // error into the Mismatch that caused it.
   void settle_headers(Transport& t) const;
+  // "; also gone: rank 1 (its process exited)" for the group's other lost ranks, or "".
+  [[nodiscard]] std::string others_lost(Transport& t, int except) const;
 
   std::shared_ptr<const Group> group_;
   std::uint64_t seq_;

@@ -64,6 +64,10 @@ class Transport {
   // Prepare to sleep on event_fd(); false when events are already pending (progress instead).
   virtual bool arm() = 0;
 
+  // True when the ranks on this host are no more than its cores: a rank waiting for a peer may
+  // then poll for longer without taking a core the peer needs (ProgressEngine::drive).
+  [[nodiscard]] virtual bool core_per_local_rank() const noexcept { return false; }
+
   // Refresh what is known about peers' liveness (cheap; called after wake-ups and every few ms).
   virtual void check_peers() = 0;
   // Non-empty when world rank `peer` is known to be gone (process exited, connection broken):

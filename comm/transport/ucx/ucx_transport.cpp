@@ -131,15 +131,17 @@ UcxTransport::UcxTransport(Store& store, const std::string& prefix, int rank, in
   // Whether every rank runs on this host decides the transports, before UCX starts.
   const std::string host = host_identity();
   store.set(fmt::format("{}/host/{}", prefix, rank), Bytes(host.begin(), host.end()));
-  bool one_host = true;
+  int local_ranks = 1;
   for (int p = 0; p < size; ++p) {
     if (p == rank) continue;
     const Bytes theirs = peer_key(p, "host");
-    one_host = one_host && std::string(theirs.begin(), theirs.end()) == host;
+    if (std::string(theirs.begin(), theirs.end()) == host) ++local_ranks;
   }
+  const bool one_host = local_ranks == size;
   const bool force_peer_mode = force_peer_error_mode();
   cpu_set_t cpus;
   const int cores = ::sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
+  core_per_local_rank_ = local_ranks <= cores;
   const bool shm_only = one_host && size <= cores && !force_peer_mode;
 
   ucp_config_t* raw_config = nullptr;

@@ -50,6 +50,7 @@ class UcxTransport final : public Transport {
   bool arm() override;
   void check_peers() override;
   [[nodiscard]] const std::string& peer_lost(int peer) const override;
+  [[nodiscard]] bool core_per_local_rank() const noexcept override { return core_per_local_rank_; }
 
  private:
   struct InFlight;  // a posted UCX request, owned by in_flight_
@@ -83,6 +84,7 @@ class UcxTransport final : public Transport {
   std::vector<std::unique_ptr<Peer>> peers_;
   std::unordered_map<TransportRequest*, std::unique_ptr<InFlight>> in_flight_;
   Fd epoll_fd_;  // the worker's event fd, for the progress engine to sleep on
+  bool core_per_local_rank_ = false;
 };
 
 }  // namespace strait::comm
