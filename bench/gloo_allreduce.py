@@ -53,6 +53,12 @@ def worker(rank, args, port):
     n = dist.get_world_size()
     rows = []
     big = torch.empty(args.e // 4, dtype=torch.float32)
+    # As nccl-tests (and strait-bench) do: warm up at the largest size, then the smallest.
+    all_sizes = list(sizes(args.b, args.e, args.f))
+    big.fill_(1.0)
+    for nbytes in (all_sizes[-1], all_sizes[0]):
+        for _ in range(args.w):
+            dist.all_reduce(big[:nbytes // 4])
     for nbytes in sizes(args.b, args.e, args.f):
         count = nbytes // 4
         t = big[:count]

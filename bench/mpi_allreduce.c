@@ -63,6 +63,12 @@ int main(int argc, char** argv) {
     printf("# %10s %12s %10s %8s %8s %6s\n", "size (B)", "count", "time (us)", "algbw", "busbw", "#wrong");
     if (out) fprintf(out, "{\"peer\": \"Open MPI\", \"ranks\": %d, \"iters\": %d, \"warmup\": %d, \"rows\": [", n, iters, warmup);
   }
+  /* As nccl-tests (and strait-bench) do: warm up at the largest size, then the smallest. */
+  size_t largest = min_bytes;
+  while (largest * factor <= max_bytes) largest *= factor;
+  for (size_t i = 0; i < largest / sizeof(float); ++i) send[i] = 1.0f;
+  for (int i = 0; i < warmup; ++i) MPI_Allreduce(send, recv, (int)(largest / sizeof(float)), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+  for (int i = 0; i < warmup; ++i) MPI_Allreduce(send, recv, (int)(min_bytes / sizeof(float)), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
   int first = 1;
   for (size_t bytes = min_bytes; bytes <= max_bytes; bytes *= factor) {
     const size_t count = bytes / sizeof(float);

@@ -213,6 +213,22 @@ int run(const BenchOptions& o) {
                static_cast<int>(o.time_stat), bench::table_header());
     std::fflush(stdout);
   }
+  // As nccl-tests does: warm up at the largest size, then the smallest, before any row is timed,
+  // so the first row does not pay for first touches of buffers and the library's pools.
+  for (const std::size_t bytes : {sizes.back(), sizes.front()}) {
+    const bench::Shape shape = coll.shape(bytes, elem, n);
+    std::byte* send = buffers.send.empty() ? buffers.recv.data() : buffers.send.data();
+    bench::fill_inputs(o.dtype, o.op, comm->rank(), 0, send, shape.send_count);
+    const bench::Call call{.comm = *comm,
+                           .send = send,
+                           .recv = buffers.recv.data(),
+                           .count = shape.count,
+                           .dtype = o.dtype,
+                           .op = o.op,
+                           .root = o.root,
+                           .codec = o.codec};
+    for (int i = 0; i < o.warmup; ++i) coll.run(call);
+  }
   std::vector<bench::Row> rows;
   for (const std::size_t bytes : sizes) {
     const bench::Shape shape = coll.shape(bytes, elem, n);

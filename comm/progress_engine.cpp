@@ -45,14 +45,14 @@ Error errno_error(const char* what) {
 
 ProgressEngine::ProgressEngine(std::unique_ptr<Transport> transport)
     : transport_(std::move(transport)) {
-  // A caller waiting for a peer that has a core of its own polls for up to 5 ms, as MPI busy-polls:
-  // with 50 us (2 ranks, 2 cores), whenever the peer was descheduled a moment the wait fell back
-  // to the engine thread and a wake-up, and an 8-byte allreduce averaged 30-900 us instead of
-  // 1.6-2 us. With more local ranks than cores polling would take the core a peer needs.
+  // A waiting caller polls for up to 5 ms, as MPI busy-polls: with 50 us (2 ranks, 2 cores),
+  // whenever the peer was descheduled a moment the wait fell back to the engine thread and a
+  // wake-up, and an 8-byte allreduce averaged 30-900 us instead of 2-3 us. With more local ranks
+  // than cores it yields the core between polls, so the peer it waits for can run.
   const auto env = spin_from_env();
   spin_ = env.value_or(std::chrono::microseconds(50));
-  drive_spin_ = env.value_or(transport_->core_per_local_rank() ? std::chrono::microseconds(5000)
-                                                               : std::chrono::microseconds(50));
+  drive_spin_ = env.value_or(std::chrono::microseconds(5000));
+  yield_when_idle_ = !transport_->core_per_local_rank();
   wake_fd_.reset(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
   if (!wake_fd_) throw errno_error("eventfd");
   epoll_fd_.reset(::epoll_create1(EPOLL_CLOEXEC));
@@ -358,8 +358,15 @@ bool ProgressEngine::drive(const WorkState& work) {
       continue;
     }
     tls_progressing = true;
-    iterate(commands);
+    const bool moved = iterate(commands);
     tls_progressing = false;
+    // More ranks than cores: the peer this rank waits for may need this core. Yielding hands it
+    // over at once (as Open MPI's yield_when_idle does), where sleeping on an event fd would
+    // wait for a wake-up behind every other runnable thread.
+    if (!moved && yield_when_idle_) {
+      lock.unlock();
+      std::this_thread::yield();
+    }
   }
   // Not done within the spin, or other operations still pending: the engine thread (asleep, and
   // not on the transport's events while this thread drove) takes over.

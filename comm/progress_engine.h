@@ -8,10 +8,10 @@
 // core on small machines). Every operation has a deadline; one that passes it fails with Timeout
 // naming what it still waits for. A failed operation's receives are cancelled. While an operation
 // that needs polling (GPU work) is pending, the thread sleeps kPollInterval at a time instead.
-// A caller blocked in Work::wait() first drives the engine itself (drive()) for STRAIT_SPIN_US, or
-// by default 5 ms when this host has a core per local rank and 50 us otherwise, so short
-// operations finish without thread wake-ups; the transport is then used by one thread at a time
-// under progress_mutex_ (UCX's serialized thread mode). Meanwhile the engine thread sleeps.
+// A caller blocked in Work::wait() first drives the engine itself (drive()) for STRAIT_SPIN_US
+// (default 5 ms), yielding its core between polls when this host has more ranks than cores, so
+// short operations finish without thread wake-ups; the transport is then used by one thread at a
+// time under progress_mutex_ (UCX's serialized thread mode). Meanwhile the engine thread sleeps.
 // Thread-safety: submit(), fail(), abort() and drive() may be called from any thread.
 #pragma once
 
@@ -163,6 +163,7 @@ class ProgressEngine : public std::enable_shared_from_this<ProgressEngine> {
   Fd epoll_fd_;                                          // wake_fd_ and the transport's event fd
   std::chrono::microseconds spin_;                       // the engine thread's, before it sleeps
   std::chrono::microseconds drive_spin_;  // a caller's in drive(), before it hands over
+  bool yield_when_idle_ = false;          // more local ranks than cores: drive() yields
   std::thread thread_;
 };
 

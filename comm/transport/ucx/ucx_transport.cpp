@@ -142,7 +142,7 @@ UcxTransport::UcxTransport(Store& store, const std::string& prefix, int rank, in
   cpu_set_t cpus;
   const int cores = ::sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
   core_per_local_rank_ = local_ranks <= cores;
-  const bool shm_only = one_host && size <= cores && !force_peer_mode;
+  const bool shm_only = one_host && !force_peer_mode;
 
   ucp_config_t* raw_config = nullptr;
   if (auto st = ucp_config_read(nullptr, nullptr, &raw_config); st != UCS_OK) {
@@ -159,12 +159,12 @@ UcxTransport::UcxTransport(Store& store, const std::string& prefix, int rank, in
   // peer-failure mode and aborts the survivors with a backtrace. Without CMA a dead local peer is
   // an ordinary PeerLost (through its pidfd); large local messages then go through the shared
   // memory FIFO.
-  // When every rank is on this host, with no more ranks than cores (and peer-failure mode, which
-  // needs TCP, is not forced), TCP goes too: its interface costs an epoll_wait system call on
-  // every progress call (an 8-byte allreduce of 2 ranks on 2 cores: 25-45 us with it, 9-15 us
-  // without), and UCX would send large local messages over loopback TCP. With more ranks than
-  // cores TCP stays: a shared-memory FIFO moves only while its reader is scheduled, while a socket
-  // buffers the message (4 ranks on 2 cores: 0.5 GB/s with TCP, 0.1 without).
+  // When every rank is on this host (and peer-failure mode, which needs TCP, is not forced), TCP
+  // goes too: its interface costs an epoll_wait system call on every progress call (an 8-byte
+  // allreduce of 2 ranks on 2 cores: 25-45 us with it, 9-15 us without), and UCX would send large
+  // local messages over loopback TCP. With more ranks than cores this needs a waiting rank to give
+  // its core to the one it waits for (ProgressEngine::drive yields): 4 ranks on 2 cores, 8 B
+  // allreduce 64-73 us with TCP, 24-38 us without; 2 MiB 1.6-1.7 GB/s busbw with, 2.3-2.8 without.
   // Eager sends at every size (RNDV_THRESH=inf) unless RDMA devices are present, for two reasons.
   // Safety: a rendezvous send waits for the receiver to ask for the data, and a receiver that asks
   // after the sender's operation failed (a late rank) made UCX read the freed send buffer even

@@ -8,7 +8,7 @@
 // STRAIT_UCX_ERR_MODE=peer forces the latter for every peer (e.g. to exercise TCP on one box).
 // Unless UCX_TLS is set, CMA is left out: UCX aborts the process when a CMA read from a dead peer
 // fails (see the constructor), which would turn one lost rank into a crash of all. When every rank
-// is on this host and there are no more ranks than cores, UCX gets shared memory only. Sends are
+// is on this host, UCX gets shared memory only. Sends are
 // eager at every size unless RDMA devices are present (the constructor says why).
 // A failed operation's sends are withdrawn (withdraw()): the endpoint they wait on is
 // force-closed, and reconnected when the peer is on this host.
