@@ -36,9 +36,10 @@ strait_time() {
     -n "$iters" -w 1 -c 0 "$@" | awk '/^ +[0-9]/ { printf "%.4f", $6 / 1e6 }'
 }
 base=$(strait_time)
-row() {  # NAME SECONDS
-  awk -v n="$1" -v t="$2" -v b="$bound" -v base="$base" \
-    'BEGIN { printf "| %s | %.3f | %.1f%% | %.2fx |\n", n, t, 100 * b / t, base / t }'
+row() {  # NAME SECONDS [lossy]: the bound is for the uncompressed bytes, so only those rows get it
+  awk -v n="$1" -v t="$2" -v b="$bound" -v base="$base" -v lossy="${3:-}" 'BEGIN {
+    share = lossy == "" ? sprintf("%.1f%%", 100 * b / t) : "-"
+    printf "| %s | %.3f | %s | %.2fx |\n", n, t, share, base / t }'
 }
 row "strait, uncompressed" "$base"
 gloo=$(GLOO_SOCKET_IFNAME=wan0 "$strait" wan run --prefix "$prefix" -- /usr/bin/python3 \
@@ -46,5 +47,5 @@ gloo=$(GLOO_SOCKET_IFNAME=wan0 "$strait" wan run --prefix "$prefix" -- /usr/bin/
   awk '/^ +[0-9]/ { printf "%.4f", $3 / 1e6 }')
 row "torch $(/usr/bin/python3 -c 'import torch; print(torch.__version__)') gloo" "$gloo"
 for c in "${codecs[@]}"; do
-  row "strait, $c" "$(strait_time --codec "$c")"
+  row "strait, $c" "$(strait_time --codec "$c")" lossy
 done
