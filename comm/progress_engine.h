@@ -9,7 +9,8 @@
 // naming what it still waits for. A failed operation's receives are cancelled. While an operation
 // that needs polling (GPU work) is pending, the thread sleeps kPollInterval at a time instead.
 // A caller blocked in Work::wait() first drives the engine itself (drive()) for STRAIT_SPIN_US
-// (default 5 ms), yielding its core between polls when this host has more ranks than cores, so
+// (default: adaptive, 50 us - 5 ms, longer while waits end within it and shorter while they do
+// not), yielding its core between polls when this host has more ranks than cores, so
 // short operations finish without thread wake-ups; the transport is then used by one thread at a
 // time under progress_mutex_ (UCX's serialized thread mode). Meanwhile the engine thread sleeps.
 // Thread-safety: submit(), fail(), abort() and drive() may be called from any thread.
@@ -162,8 +163,13 @@ class ProgressEngine : public std::enable_shared_from_this<ProgressEngine> {
   Fd wake_fd_;                                           // eventfd: submissions and commands
   Fd epoll_fd_;                                          // wake_fd_ and the transport's event fd
   std::chrono::microseconds spin_;                       // the engine thread's, before it sleeps
-  std::chrono::microseconds drive_spin_;  // a caller's in drive(), before it hands over
-  bool yield_when_idle_ = false;          // more local ranks than cores: drive() yields
+  // A caller's polling budget in drive() before it hands over: STRAIT_SPIN_US, or adaptive
+  // between these bounds.
+  static constexpr std::chrono::microseconds kMinDriveSpin{50};
+  static constexpr std::chrono::microseconds kMaxDriveSpin{5000};
+  std::atomic<std::int64_t> drive_spin_us_{0};
+  bool adaptive_spin_ = true;
+  bool yield_when_idle_ = false;  // more local ranks than cores: drive() yields
   std::thread thread_;
 };
 
