@@ -99,6 +99,9 @@ class ProgressEngine : public std::enable_shared_from_this<ProgressEngine> {
   // meanwhile run on the caller's thread. Returns work.done(). A no-op on the engine thread and
   // inside a completion callback.
   bool drive(const WorkState& work);
+  // Called by Work::wait() when a wait that drive() did not finish has ended, with how long it
+  // took in all: adapts the polling budget (see the .cpp).
+  void wait_ended(std::chrono::steady_clock::duration waited);
   // Fails one pending operation (no-op when already finished).
   void fail(const std::shared_ptr<WorkState>& work, const Error& error);
   // Fails every pending operation of `stream` (0: all streams) with Aborted.
@@ -169,7 +172,8 @@ class ProgressEngine : public std::enable_shared_from_this<ProgressEngine> {
   static constexpr std::chrono::microseconds kMaxDriveSpin{5000};
   std::atomic<std::int64_t> drive_spin_us_{0};
   bool adaptive_spin_ = true;
-  bool yield_when_idle_ = false;  // more local ranks than cores: drive() yields
+  bool yield_when_idle_ = false;
+  void grow_spin();  // more local ranks than cores: drive() yields
   std::thread thread_;
 };
 

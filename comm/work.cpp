@@ -60,16 +60,23 @@ bool Work::test() const {
 void Work::wait() const {
   require_valid();
   if (state_->wait_timeout) return wait(*state_->wait_timeout);
-  if (auto engine = state_->engine.lock()) engine->drive(*state_);
-  // The engine fails every operation at its deadline, so this wait is bounded.
+  const auto start = std::chrono::steady_clock::now();
+  bool driven = false;
+  if (auto engine = state_->engine.lock()) driven = engine->drive(*state_);
+  // The engine fails every operation at its deadline, so this wait is bounded. No reference to the
+  // engine is held meanwhile: its destruction is what ends the waits of a destroyed communicator.
   state_->wait_until(std::chrono::steady_clock::time_point::max());
+  if (auto engine = state_->engine.lock(); engine && !driven) {
+    engine->wait_ended(std::chrono::steady_clock::now() - start);
+  }
   if (auto e = state_->error()) throw *e;
 }
 
 void Work::wait(std::chrono::milliseconds timeout) const {
   require_valid();
+  const auto start = std::chrono::steady_clock::now();
   if (auto engine = state_->engine.lock()) engine->drive(*state_);
-  if (!state_->wait_until(std::chrono::steady_clock::now() + timeout)) {
+  if (!state_->wait_until(start + timeout)) {
     const Error timed_out(ErrorCode::Timeout,
                           fmt::format("{} did not finish within {} ms of being waited for",
                                       state_->description(), timeout.count()));
