@@ -45,10 +45,10 @@ Error errno_error(const char* what) {
 
 ProgressEngine::ProgressEngine(std::unique_ptr<Transport> transport)
     : transport_(std::move(transport)) {
-  // A waiting caller polls for up to 5 ms, as MPI busy-polls: with 50 us (2 ranks, 2 cores),
-  // whenever the peer was descheduled a moment the wait fell back to the engine thread and a
-  // wake-up, and an 8-byte allreduce averaged 30-900 us instead of 2-3 us. With more local ranks
-  // than cores it yields the core between polls, so the peer it waits for can run.
+  // A waiting caller polls for up to 5 ms (adaptive, see wait_ended), as MPI busy-polls: with 50 us
+  // (2 ranks, 2 cores), whenever the peer was descheduled a moment the wait fell back to the
+  // engine thread and a wake-up, and an 8-byte allreduce averaged 30-900 us instead of 2-3 us.
+  // With more local ranks than cores it yields the core between polls, so the peer can run.
   const auto env = spin_from_env();
   spin_ = env.value_or(std::chrono::microseconds(50));
   adaptive_spin_ = !env.has_value();
