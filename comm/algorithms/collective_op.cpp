@@ -196,8 +196,9 @@ bool CollectiveOp::all_done(Transport& t) {
       if (const auto& lost = t.peer_lost(world); !lost.empty()) {
         settle_headers(t);
         throw Error(ErrorCode::PeerLost,
-                    fmt::format("{} {} cannot finish{}: {}{}", what, group_->describe_rank(p.peer),
-                                at_step(p.step), lost, others_lost(t, p.peer)));
+                    fmt::format("{} {} cannot finish{}: {}{}; this rank was still waiting for {}",
+                                what, group_->describe_rank(p.peer), at_step(p.step), lost,
+                                others_lost(t, p.peer), waiting_for()));
       }
     }
   }
