@@ -13,14 +13,8 @@ CompressedAllgatherAllreduce::CompressedAllgatherAllreduce(
     std::shared_ptr<const Group> group, std::uint64_t seq, std::atomic<std::uint64_t>* bytes_sent,
     const float* send, float* recv, std::size_t count, bool average,
     std::shared_ptr<CompressionState> state, std::string codec_spec, std::string key)
-    : CollectiveOp(std::move(group), seq, bytes_sent),
-      send_(send),
-      out_(recv),
-      count_(count),
-      average_(average),
-      state_(std::move(state)),
-      spec_(std::move(codec_spec)),
-      key_(std::move(key)),
+    : CompressedAllreduceOp(std::move(group), seq, bytes_sent, send, recv, count, average,
+                            std::move(state), std::move(codec_spec), std::move(key)),
       blobs_(std::make_shared<std::vector<std::byte>>()) {}
 
 void CompressedAllgatherAllreduce::start() {
@@ -62,7 +56,7 @@ bool CompressedAllgatherAllreduce::advance(Transport& t) {
     codec_->decode_add(std::span<const std::byte>(blob(i), blob_bytes_),
                        std::span<float>(out_, count_));
   }
-  if (average_ && count_ != 0) kernels::scale(kernels::DType::F32, out_, count_, 1.0 / p);
+  scale_if_average();
   return true;
 }
 

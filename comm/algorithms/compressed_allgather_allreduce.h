@@ -16,12 +16,11 @@
 #include <string>
 #include <vector>
 
-#include "comm/algorithms/collective_op.h"
-#include "comm/compress/compression_state.h"
+#include "comm/algorithms/compressed_allreduce_op.h"
 
 namespace strait::comm {
 
-class CompressedAllgatherAllreduce final : public CollectiveOp {
+class CompressedAllgatherAllreduce final : public CompressedAllreduceOp {
  public:
   // `key` empty: no error feedback. `average`: Avg instead of Sum.
   CompressedAllgatherAllreduce(std::shared_ptr<const Group> group, std::uint64_t seq,
@@ -34,14 +33,6 @@ class CompressedAllgatherAllreduce final : public CollectiveOp {
  private:
   void start();
 
-  const float* send_;
-  float* out_;
-  std::size_t count_;
-  bool average_;
-  std::shared_ptr<CompressionState> state_;
-  std::string spec_;
-  std::string key_;
-  Codec* codec_ = nullptr;
   bool started_ = false;
   bool posted_ = false;
   int step_ = 0;

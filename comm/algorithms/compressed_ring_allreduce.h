@@ -28,12 +28,11 @@
 #include <string>
 #include <vector>
 
-#include "comm/algorithms/collective_op.h"
-#include "comm/compress/compression_state.h"
+#include "comm/algorithms/compressed_allreduce_op.h"
 
 namespace strait::comm {
 
-class CompressedRingAllreduce final : public CollectiveOp {
+class CompressedRingAllreduce final : public CompressedAllreduceOp {
  public:
   // `key` empty: no error feedback. `average`: Avg instead of Sum.
   CompressedRingAllreduce(std::shared_ptr<const Group> group, std::uint64_t seq,
@@ -50,14 +49,6 @@ class CompressedRingAllreduce final : public CollectiveOp {
   // Encodes out_[chunk] into `bytes`, keeping the encoding error in the residual.
   void encode_chunk(std::size_t chunk, std::vector<std::byte>& bytes);
 
-  const float* send_;
-  float* out_;
-  std::size_t count_;
-  bool average_;
-  std::shared_ptr<CompressionState> state_;
-  std::string spec_;
-  std::string key_;
-  Codec* codec_ = nullptr;
   std::span<float> residual_;  // empty without error feedback
   bool started_ = false;
   bool posted_ = false;
