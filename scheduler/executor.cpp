@@ -149,7 +149,7 @@ StepStats PipelineExecutor::run_step(std::int64_t step, std::span<const std::int
       case ActionKind::AllreduceGrad:
         for (const auto& w : sends) w.wait();
         sends.clear();
-        all_reduce_gradients(stats);
+        all_reduce_gradients(step, stats);
         break;
       case ActionKind::Optim:
         stats.grad_norm = clip_gradients(grad_clip);
@@ -162,7 +162,7 @@ StepStats PipelineExecutor::run_step(std::int64_t step, std::span<const std::int
   return stats;
 }
 
-void PipelineExecutor::all_reduce_gradients(StepStats& stats) {
+void PipelineExecutor::all_reduce_gradients(std::int64_t step, StepStats& stats) {
   auto grads = model_.grads();
   const auto before = [](comm::Communicator* c) {
     return c != nullptr ? c->stats().allreduce_bytes : 0;
@@ -175,7 +175,14 @@ void PipelineExecutor::all_reduce_gradients(StepStats& stats) {
     }
   }
   if (comms_.data != nullptr && comms_.data->size() > 1) {
-    comms_.data->allreduce(grads.data(), grads.data(), grads.size(), DType::F32, ReduceOp::Avg);
+    if (!compression_.codec.empty() && step >= compression_.warmup_steps) {
+      comm::Compression c;
+      c.codec = compression_.codec;
+      c.key = fmt::format("grads/stage{}", stage_);
+      comms_.data->allreduce_compressed(grads.data(), grads.data(), grads.size(), ReduceOp::Avg, c);
+    } else {
+      comms_.data->allreduce(grads.data(), grads.data(), grads.size(), DType::F32, ReduceOp::Avg);
+    }
   }
   stats.allreduce_bytes = before(comms_.tied) + before(comms_.data) - sent0;
 }

@@ -19,6 +19,8 @@
 #include <cstdint>
 #include <functional>
 #include <span>
+#include <string>
+#include <utility>
 
 #include "comm/communicator.h"
 #include "scheduler/schedule.h"
@@ -31,6 +33,17 @@ struct PipelineComms {
   comm::Communicator* pipeline = nullptr;  // the stages of this replica, rank = stage
   comm::Communicator* data = nullptr;      // the replicas of this stage, rank = replica
   comm::Communicator* tied = nullptr;      // first and last stage of this replica (P > 1)
+};
+
+// How the data-parallel gradient average is compressed (comm/communicator.h's
+// allreduce_compressed, codecs in comm/compress/codec.h). Steps [0, warmup_steps) are averaged
+// uncompressed, as PowerSGD (Vogels et al., 2019) and 1-bit Adam (Tang et al., 2021) do: early
+// gradients are large and fast-changing, and a lossy start costs more accuracy than it saves time.
+// Error feedback is keyed per stage ("grads/stage<s>"), so it starts with the first compressed
+// step.
+struct GradientCompression {
+  std::string codec{};  // codec spec ("int8", "topk:fraction=0.01"); empty: uncompressed
+  std::int64_t warmup_steps = 0;
 };
 
 // Applies the update to params from grads (already averaged and clipped).
@@ -62,18 +75,25 @@ class PipelineExecutor {
   double forward_only(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets,
                       int batch, int length, std::uint64_t tag);
 
+  // Applies from the next run_step() on. Every replica of a stage must use the same setting
+  // (a different codec is a Mismatch error naming both ranks).
+  void set_gradient_compression(GradientCompression compression) {
+    compression_ = std::move(compression);
+  }
+
   [[nodiscard]] StageModel<float>& model() noexcept { return model_; }
   [[nodiscard]] bool first_stage() const noexcept { return stage_ == 0; }
   [[nodiscard]] bool last_stage() const noexcept { return stage_ == schedule_.stages - 1; }
 
  private:
-  void all_reduce_gradients(StepStats& stats);
+  void all_reduce_gradients(std::int64_t step, StepStats& stats);
   double clip_gradients(double max_norm);
 
   Schedule schedule_;
   int stage_;
   StageModel<float>& model_;
   PipelineComms comms_;
+  GradientCompression compression_;
   int batch_;
   int context_;
   std::size_t act_elems_;  // B * T * C

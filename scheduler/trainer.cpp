@@ -18,6 +18,7 @@
 
 #include "comm/bootstrap/launch_env.h"
 #include "comm/communicator.h"
+#include "comm/compress/codec.h"
 #include "core/error.h"
 #include "kernels/adamw.h"
 #include "kernels/gemm.h"
@@ -206,6 +207,7 @@ void Job::setup() {
   PipelineComms comms{pipe_.get(), data_.get(), tied_.get()};
   executor_ = std::make_unique<PipelineExecutor>(schedule, stage_, *model_, comms,
                                                  cfg_.microbatch_size, cfg_.ctx);
+  executor_->set_gradient_compression({cfg_.codec_spec(), cfg_.codec_warmup_steps});
   offload::AdamWStateFileOptions mopt;
   mopt.dir = cfg_.offload_dir;
   mopt.tag = fmt::format("rank{}", rank_);
@@ -318,6 +320,10 @@ void Job::run() {
       fmt::print("optimizer moments: a file per rank in {}, through pread/pwrite ({})\n",
                  cfg_.offload_dir.string(), moments_->engine_reason());
     }
+    if (!cfg_.codec.empty()) {
+      fmt::print("gradient average: {} after {} uncompressed, with error feedback per stage\n",
+                 cfg_.codec_spec(), plural(cfg_.codec_warmup_steps, "step"));
+    }
     std::fflush(stdout);
   }
 
@@ -399,6 +405,8 @@ void Job::run() {
           {"seconds", total_s},
           {"train_seconds", train_s},
           {"tokens_per_s", tps},
+          {"codec", cfg_.codec_spec()},
+          {"codec_warmup_steps", cfg_.codec_warmup_steps},
           {"sample", printable(sample)}});
   }
 }
@@ -445,6 +453,14 @@ void TrainConfig::validate() const {
     throw bad(fmt::format("--blas-threads {} must be >= 0 (0: cores / local ranks)", blas_threads));
   }
   if (log_every < 1) throw bad(fmt::format("--log-every {} must be at least 1", log_every));
+  if (codec.empty() && !codec_args.empty()) {
+    throw bad(fmt::format("--codec-args {} given without --codec: name the codec they are for",
+                          codec_args));
+  }
+  if (codec_warmup_steps < 0) {
+    throw bad(fmt::format("--codec-warmup {} must be >= 0", codec_warmup_steps));
+  }
+  if (!codec.empty()) (void)comm::make_codec(codec, codec_args);  // names the bad name or key
   (void)parse_schedule_kind(schedule);
   (void)comm::CommOptions::default_timeout();  // a bad STRAIT_TIMEOUT_S fails here, once
   check_memory(*this);
@@ -456,6 +472,11 @@ void TrainConfig::validate() const {
                             std::strerror(errno)));
     }
   }
+}
+
+std::string TrainConfig::codec_spec() const {
+  if (codec.empty() || codec_args.empty()) return codec;
+  return codec + ":" + codec_args;
 }
 
 double learning_rate(const TrainConfig& c, std::int64_t step) {

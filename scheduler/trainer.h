@@ -42,6 +42,10 @@ struct TrainConfig {
   double beta2 = 0.95;
   double grad_clip = 1.0;
   std::uint64_t seed = 1337;
+  // Compressed data-parallel gradient average (scheduler/executor.h's GradientCompression).
+  std::string codec;            // codec name ("int8", "topk", ...); empty: uncompressed
+  std::string codec_args;       // "key=value,..." for the codec ("fraction=0.01")
+  int codec_warmup_steps = 30;  // uncompressed steps before the codec takes over
   // Data and offload.
   std::filesystem::path data = "/usr/share/games/fortunes";
   std::filesystem::path offload_dir = "/var/tmp";
@@ -59,6 +63,8 @@ struct TrainConfig {
   // InvalidArgument with the fix.
   void validate() const;
   [[nodiscard]] int world_size() const { return stages * replicas; }
+  // The codec spec ("name" or "name:args"); empty when uncompressed.
+  [[nodiscard]] std::string codec_spec() const;
 };
 
 // Learning rate at `step` (0-based): linear warm-up, then cosine decay to min_lr_ratio * lr.

@@ -88,6 +88,18 @@ void add_train_command(CLI::App& app, const std::vector<std::string>& argv, int&
           },
           "UINT"))
       ->capture_default_str();
+  train
+      ->add_option("--codec", c->codec,
+                   "Compress the data-parallel gradient average with this codec (bf16, fp16, "
+                   "int8, int4, onebit, topk; default: uncompressed)")
+      ->capture_default_str();
+  train
+      ->add_option("--codec-args", c->codec_args, "Codec arguments, e.g. fraction=0.01 or block=64")
+      ->capture_default_str();
+  train
+      ->add_option("--codec-warmup", c->codec_warmup_steps,
+                   "Uncompressed steps before the codec takes over")
+      ->capture_default_str();
   train->add_option("--data", *data, "Text file or directory of text files")->capture_default_str();
   train->add_option("--offload-dir", *offload, "Directory for the per-rank optimizer-state files")
       ->capture_default_str();

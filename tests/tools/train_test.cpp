@@ -227,6 +227,50 @@ TEST(StraitTrain, FirstLossIsThatOfUniformPredictionsAndTrainingLowersIt) {
   EXPECT_EQ(m.summary.at("sample").get<std::string>().rfind("The ", 0), 0U) << m.summary.dump();
 }
 
+// --- Compressed gradient averages ----------------------------------------------------------------
+
+// --codec int8 after 4 uncompressed steps: those steps are the uncompressed run's exactly (same
+// losses, same bytes); afterwards each rank sends int8 blocks (1 byte per element plus a 4-byte
+// scale per 256), about a quarter of the fp32 bytes, and the loss follows the uncompressed run's
+// closely without being equal to it (so the codec was really used).
+TEST(StraitTrain, CodecTakesOverAfterItsWarmupSendsAQuarterOfTheBytesAndStillTrains) {
+  const Job job;
+  const std::vector<std::string> common = {"--stages", "1", "--replicas",     "2", "--steps", "16",
+                                           "--warmup", "2", "--microbatches", "4"};
+  auto with = [&](std::vector<std::string> args) {
+    args.insert(args.begin(), common.begin(), common.end());
+    return args;
+  };
+  const Metrics plain = train(job, "plain", with({}));
+  const Metrics int8 = train(job, "int8", with({"--codec", "int8", "--codec-warmup", "4"}));
+  ASSERT_EQ(plain.steps.size(), 16U);
+  ASSERT_EQ(int8.steps.size(), 16U);
+  EXPECT_EQ(int8.summary.at("codec").get<std::string>(), "int8");
+  EXPECT_EQ(plain.summary.at("codec").get<std::string>(), "");
+  const auto bytes = [](const Metrics& m, std::size_t s) {
+    return m.steps[s].at("allreduce_bytes").get<double>();
+  };
+  const auto loss = [](const Metrics& m, std::size_t s) {
+    return m.steps[s].at("loss").get<double>();
+  };
+  for (std::size_t s = 0; s < 4; ++s) {
+    EXPECT_EQ(bytes(int8, s), bytes(plain, s)) << "warm-up step " << s + 1;
+  }
+  // A step's loss comes before its gradient average: step 5's is still the uncompressed one's.
+  for (std::size_t s = 0; s < 5; ++s) {
+    EXPECT_EQ(loss(int8, s), loss(plain, s)) << "step " << s + 1;
+  }
+  for (std::size_t s = 4; s < 16; ++s) {
+    const double ratio = bytes(int8, s) / bytes(plain, s);
+    EXPECT_GT(ratio, 0.25) << "step " << s + 1;
+    EXPECT_LT(ratio, 0.26) << "step " << s + 1;
+  }
+  EXPECT_NE(loss(int8, 15), loss(plain, 15));
+  EXPECT_LT(relative_difference(int8.summary.at("eval_loss").get<double>(),
+                                plain.summary.at("eval_loss").get<double>()),
+            0.05);
+}
+
 // --- Bad input: a clear error, quickly -----------------------------------------------------------
 
 // The launching `strait train` checks before starting any rank: nothing of the form
@@ -305,6 +349,26 @@ TEST(StraitTrainErrors, WorldSizeThatIsNotStagesTimesReplicas) {
         << out;
     EXPECT_TRUE(contains(out, "strait run: rank " + std::to_string(r) + " (pid ")) << out;
   }
+}
+
+TEST(StraitTrainErrors, UnknownCodecListsTheCodecs) {
+  const Job job;
+  Strait run(job.train_args({"--steps", "1", "--codec", "int9"}), job.dir().path() / "out");
+  expect_rejected_before_launch(run, {"int9", "int8", "topk"});
+}
+
+TEST(StraitTrainErrors, CodecArgsWithoutCodec) {
+  const Job job;
+  Strait run(job.train_args({"--steps", "1", "--codec-args", "block=64"}),
+             job.dir().path() / "out");
+  expect_rejected_before_launch(run, {"--codec-args block=64 given without --codec"});
+}
+
+TEST(StraitTrainErrors, UnknownCodecArgumentNamesIt) {
+  const Job job;
+  Strait run(job.train_args({"--steps", "1", "--codec", "int8", "--codec-args", "blok=64"}),
+             job.dir().path() / "out");
+  expect_rejected_before_launch(run, {"blok", "block"});
 }
 
 // --- A rank killed mid-step ----------------------------------------------------------------------
