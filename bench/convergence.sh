@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Convergence with compressed gradient averages: trains the reference transformer (`strait train`,
-# 2 stages x 2 data-parallel replicas by default, 300 steps, one seed) once uncompressed and once
+# 1 stage x 2 data-parallel replicas, 300 steps, one seed) once uncompressed and once
 # per codec, then draws the loss curves side by side (tools/plot/plot_convergence.py) and judges
 # each run's final eval loss against the uncompressed one: within 2% for bf16 and int8, 5% for the
 # rest (issue 4's bars). Every run uses error feedback and the same uncompressed warm-up.
 #   bench/convergence.sh [OUT_DIR]           (default bench/results/<date>-convergence)
 # Environment: STEPS (300), WARMUP (30, uncompressed steps before the codec), RUNS (the codec list
 # below, "SPEC=TOLERANCE" each), TRAIN_ARGS (extra `strait train` arguments).
-# Exit status 1 when a run misses its bar. Takes about 2 minutes per run on 2 cores.
+# Exit status 1 when a run misses its bar. Takes about 3 minutes per run on 2 idle cores.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${STRAIT_BUILD_DIR:-$root/build}
@@ -23,8 +23,8 @@ mkdir -p "$out"
 train() {  # NAME [strait train arguments...]
   local name=$1
   shift
-  echo "== $name: $build/strait train --steps $steps --eval-every 50 --sample-bytes 0 $* ${extra[*]}"
-  "$build/strait" train --steps "$steps" --eval-every 50 --sample-bytes 0 --log-every 50 \
+  echo "== $name: $build/strait train --stages 1 --replicas 2 --steps $steps --eval-every 50 --sample-bytes 0 $* ${extra[*]}"
+  "$build/strait" train --stages 1 --replicas 2 --steps "$steps" --eval-every 50 --sample-bytes 0 --log-every 50 \
     --metrics "$out/$name.jsonl" "$@" "${extra[@]}" | tee "$out/$name.log" | grep -E '^(done|eval|step)'
 }
 train none

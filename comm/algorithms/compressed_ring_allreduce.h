@@ -8,6 +8,11 @@
 // Bytes sent per rank: 2 (P-1)/P * encoded_bytes(count) (about count * bits/8 * 2 (P-1)/P).
 // Cost: P-1 encodes and decodes of a chunk per rank in the reduce-scatter, one encode and P-1
 // decodes in the allgather.
+// Pipelining (as ring_allreduce.h's segmented ring): chunks larger than kSegmentElements are cut
+// into segments at multiples of the codec's granularity() (its block, so the values and the bytes
+// are those of the whole chunk), and segment s of step k is encoded and sent as soon as segment s
+// of step k-1 has arrived and been decoded, with up to kWindow segments in flight each way: the
+// link never idles while a rank encodes or decodes, and no step waits for a whole chunk.
 //
 // Error feedback (optional, keyed by a tensor key): every encode of a value v this rank makes
 // (its first send, each re-encoded partial sum, the owner's final encode) leaves an error
@@ -24,8 +29,11 @@
 #pragma once
 
 #include <cstddef>
+#include <deque>
+#include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "comm/algorithms/compressed_allreduce_op.h"
@@ -34,6 +42,13 @@ namespace strait::comm {
 
 class CompressedRingAllreduce final : public CompressedAllreduceOp {
  public:
+  // Elements (fp32) per pipeline segment, before rounding to the codec's granularity: 1 MiB of
+  // input, a few hundred KiB or less on the wire, large enough that a message's fixed costs do
+  // not show and small enough that encoding one segment hides behind sending the previous one.
+  static constexpr std::size_t kSegmentElements = std::size_t{1} << 18;
+  // Segments in flight each way.
+  static constexpr std::size_t kWindow = 4;
+
   // `key` empty: no error feedback. `average`: Avg instead of Sum.
   CompressedRingAllreduce(std::shared_ptr<const Group> group, std::uint64_t seq,
                           std::atomic<std::uint64_t>* bytes_sent, const float* send, float* recv,
@@ -42,21 +57,40 @@ class CompressedRingAllreduce final : public CompressedAllreduceOp {
   bool advance(Transport& t) override;
 
  private:
-  [[nodiscard]] std::size_t chunk_of(int step, bool outgoing) const;
+  using Bytes = std::shared_ptr<std::vector<std::byte>>;
+  // A unit of the pipeline is (step, segment), numbered step * segments_ + segment; a piece is
+  // the range of the output it covers.
+  struct Piece {
+    std::size_t offset = 0;  // elements, into out_
+    std::size_t count = 0;
+  };
+  [[nodiscard]] Piece piece(std::size_t unit, bool outgoing) const;
+  [[nodiscard]] int step_of(std::size_t unit) const { return static_cast<int>(unit / segments_); }
   void start();
-  bool post_step(Transport& t);
-  void finish_step();
-  // Encodes out_[chunk] into `bytes`, keeping the encoding error in the residual.
-  void encode_chunk(std::size_t chunk, std::vector<std::byte>& bytes);
+  // Encodes out_[piece] into a new buffer, keeping the encoding error in the residual.
+  Bytes encode(Piece piece);
+  // The buffer unit `unit` sends (encoding it, or the bytes unit - segments_ brought in).
+  Bytes outgoing(std::size_t unit);
+  // Decodes (adds, in the reduce-scatter) what unit `unit` brought in.
+  void take_in(std::size_t unit, const Bytes& bytes);
 
   std::span<float> residual_;  // empty without error feedback
   bool started_ = false;
-  bool posted_ = false;
-  int step_ = 0;
-  // Outgoing and incoming encoded chunks; shared with the requests, which may outlive a failed op.
-  std::shared_ptr<std::vector<std::byte>> sending_;
-  std::shared_ptr<std::vector<std::byte>> receiving_;
-  std::vector<float> decoded_;  // scratch for the owner's own decode
+  std::size_t segments_ = 1;       // per chunk
+  std::size_t segment_elems_ = 0;  // a multiple of the codec's granularity
+  std::size_t units_ = 0;          // 2 (P-1) * segments_
+  std::size_t window_ = 1;
+  std::size_t received_ = 0;  // units received and decoded, in order
+  std::size_t recv_posted_ = 0;
+  std::size_t sent_ = 0;  // units whose send completed, in order
+  std::size_t send_posted_ = 0;
+  // Requests in flight, oldest first; each request keeps its buffer alive (a failed op may go
+  // while UCX still reads or writes it).
+  std::deque<std::pair<RequestPtr, Bytes>> recvs_;
+  std::deque<RequestPtr> sends_;
+  std::map<std::size_t, Bytes>
+      to_forward_;              // allgather bytes received, by the unit that sends them
+  std::vector<float> decoded_;  // scratch of the error-feedback decode
 };
 
 }  // namespace strait::comm

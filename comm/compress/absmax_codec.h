@@ -19,6 +19,7 @@ class AbsmaxCodec : public Codec {
  public:
   [[nodiscard]] std::string spec() const override;
   [[nodiscard]] std::size_t encoded_bytes(std::size_t count) const override;
+  [[nodiscard]] std::size_t granularity() const noexcept override { return options_.block; }
   [[nodiscard]] const AbsmaxOptions& options() const noexcept { return options_; }
 
  protected:

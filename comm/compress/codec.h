@@ -50,6 +50,11 @@ class Codec {
   // Whether encoded buffers can be summed as they are, without decoding (only `none`: the others'
   // scales, nibbles, indices and signs do not add).
   [[nodiscard]] virtual bool summable() const noexcept { return false; }
+  // Elements per independent unit: a range cut at multiples of it encodes to the same values and
+  // the same total bytes as the whole range (the block of a blockwise codec, 1 for the casts), so
+  // a pipelined collective may send it in segments. 0: the encoding depends on the whole range
+  // (topk's global selection) and must not be cut.
+  [[nodiscard]] virtual std::size_t granularity() const noexcept { return 1; }
   // Whether the codec is biased and should run with error feedback (topk, onebit).
   [[nodiscard]] virtual bool needs_error_feedback() const noexcept { return false; }
 

@@ -20,6 +20,7 @@ class OneBitCodec final : public Codec {
   [[nodiscard]] std::string spec() const override;
   [[nodiscard]] std::size_t encoded_bytes(std::size_t count) const override;
   [[nodiscard]] bool needs_error_feedback() const noexcept override { return true; }
+  [[nodiscard]] std::size_t granularity() const noexcept override { return block_; }
   [[nodiscard]] std::size_t block() const noexcept { return block_; }
 
  private:

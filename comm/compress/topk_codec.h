@@ -16,6 +16,7 @@ class TopkCodec final : public Codec {
  public:
   explicit TopkCodec(double fraction = 0.01);
   [[nodiscard]] std::string_view name() const noexcept override { return "topk"; }
+  [[nodiscard]] std::size_t granularity() const noexcept override { return 0; }
   [[nodiscard]] std::string spec() const override;
   [[nodiscard]] std::size_t encoded_bytes(std::size_t count) const override;
   [[nodiscard]] bool needs_error_feedback() const noexcept override { return true; }

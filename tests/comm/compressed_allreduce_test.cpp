@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/algorithms/compressed_ring_allreduce.h"
 #include "comm/communicator.h"
 #include "comm/compress/codec.h"
 #include "core/error.h"
@@ -126,6 +127,55 @@ TEST_P(CompressedAllreduce, TopkAndOnebitAreBitIdenticalAndKeepTheLargestValues)
       for (std::size_t i = 0; i < count; ++i) {
         ASSERT_NEAR(results[0][i], expected[i], 1e-5) << "element " << i;
       }
+    }
+  }
+}
+
+// Chunks longer than the pipeline's segment are sent in segments cut at multiples of the codec's
+// block: the result must be bit for bit that of a naive, unsegmented simulation of the ring in
+// one process (chunk c starts at rank c, each hop decodes, adds its own values and re-encodes the
+// whole chunk, its owner c-1 encodes the sum once and everybody decodes those bytes).
+TEST_P(CompressedAllreduce, LongVectorsArePipelinedAndMatchTheUnsegmentedRingBitForBit) {
+  const int world = GetParam();
+  if (world == 1) GTEST_SKIP() << "one rank has no ring to pipeline";
+  const auto p = static_cast<std::size_t>(world);
+  // Chunks of 2.5 segments, and a count no block divides.
+  const std::size_t count = p * (CompressedRingAllreduce::kSegmentElements * 5 / 2) + 777;
+  for (const std::string codec : {"int8", "int4", "int8:block=100", "onebit", "bf16"}) {
+    std::vector<std::vector<float>> results(p);
+    run_ranks(world, [&](Communicator& comm) {
+      const auto x = input_of(comm.rank(), count, 4);
+      auto& out = results[static_cast<std::size_t>(comm.rank())];
+      out.assign(count, -1.0F);
+      comm.allreduce_compressed(x.data(), out.data(), count, ReduceOp::Sum, Compression{codec});
+    });
+    std::vector<std::vector<float>> inputs;
+    for (int r = 0; r < world; ++r) inputs.push_back(input_of(r, count, 4));
+    const auto c = make_codec_from_spec(codec);
+    std::vector<float> expected(count);
+    for (std::size_t chunk = 0; chunk < p; ++chunk) {
+      const std::size_t n = count / p + (chunk < count % p ? 1 : 0);
+      const std::size_t offset = chunk * (count / p) + std::min(chunk, count % p);
+      std::vector<float> acc(inputs[chunk].begin() + static_cast<std::ptrdiff_t>(offset),
+                             inputs[chunk].begin() + static_cast<std::ptrdiff_t>(offset + n));
+      std::vector<std::byte> bytes(c->encoded_bytes(n));
+      std::vector<float> decoded(n);
+      for (std::size_t hop = 1; hop < p; ++hop) {
+        c->encode(acc, bytes);
+        c->decode(bytes, decoded);
+        const auto& own = inputs[(chunk + hop) % p];
+        for (std::size_t i = 0; i < n; ++i) acc[i] = own[offset + i] + decoded[i];
+      }
+      c->encode(acc, bytes);
+      c->decode(bytes, std::span<float>(expected.data() + offset, n));
+    }
+    for (std::size_t r = 0; r < p; ++r) {
+      ASSERT_EQ(std::memcmp(results[r].data(), expected.data(), count * sizeof(float)), 0)
+          << codec << ": rank " << r << " differs from the unsegmented ring (first at element "
+          << std::distance(
+                 expected.begin(),
+                 std::mismatch(expected.begin(), expected.end(), results[r].begin()).first)
+          << ")";
     }
   }
 }
