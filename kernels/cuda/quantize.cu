@@ -62,14 +62,23 @@ __global__ void __launch_bounds__(kCodecThreads)
   if (first_bad != kNoIndex) report_index(status, first_bad);
 }
 
+// kernels::f16_to_f32: the hardware conversion for numbers (exact, subnormals included), the CPU's
+// bit layout for Inf and NaN (cvt.f32.f16 would give the canonical NaN, not the payload).
+__device__ __forceinline__ float f16_to_f32_exact(std::uint16_t h) {
+  if ((h & 0x7c00U) == 0x7c00U) {
+    return __uint_as_float(((h & 0x8000U) << 16) | 0x7f800000U | ((h & 0x3ffU) << 13));
+  }
+  return __half2float(__ushort_as_half(h));
+}
+
 template <HalfFormat kFormat>
 __global__ void __launch_bounds__(kCodecThreads)
     decode_half_kernel(const std::byte* __restrict__ in, std::size_t n, float* __restrict__ out,
                        bool add) {
   for (std::size_t i = global_thread(); i < n; i += grid_threads()) {
     const std::uint16_t h = load_wire_u16(in + 2 * i);
-    const float v = kFormat == HalfFormat::Bf16 ? __uint_as_float(std::uint32_t{h} << 16)
-                                                : __half2float(__ushort_as_half(h));
+    const float v =
+        kFormat == HalfFormat::Bf16 ? __uint_as_float(std::uint32_t{h} << 16) : f16_to_f32_exact(h);
     put(out, i, v, add);
   }
 }

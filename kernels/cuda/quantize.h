@@ -13,6 +13,10 @@
 // and falls back to the same double sum in index order when fp32 overflows; top-k finds the exact
 // k-th largest |bits| by radix select and keeps ties lowest index first, as the CPU does.
 //
+// One exception to bit-identity, outside what encoders produce: a NaN met by a decoder (an f16 NaN
+// pattern on the wire, or a NaN already in `out` for decode-add) stays NaN, but its payload may
+// differ (the GPU adds give the canonical NaN; the CPU's SIMD levels differ among themselves too).
+//
 // Memory: `in` and `out` spans hold device-accessible pointers (cudaMalloc, managed, or mapped
 // pinned memory); spans give sizes only and are never dereferenced on the host. Wire buffers need
 // no alignment (unaligned scales and pairs are stored byte by byte); f32 buffers are 4-aligned.
