@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -343,7 +344,8 @@ TEST_F(DeviceCodec, DecodesEveryHalfPattern) {
       std::size_t bad = 0;
       for (std::size_t i = 0; i < all.size(); ++i) {
         const bool same =
-            std::memcmp(&got[i], &want[i], 4) == 0 || (std::isnan(got[i]) && std::isnan(want[i]));
+            std::bit_cast<std::uint32_t>(got[i]) == std::bit_cast<std::uint32_t>(want[i]) ||
+            (std::isnan(got[i]) && std::isnan(want[i]));
         if (!same && bad++ < 5) {
           ADD_FAILURE() << "pattern " << i << ": GPU " << got[i] << ", CPU " << want[i];
         }
