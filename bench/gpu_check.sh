@@ -2,7 +2,8 @@
 # GPU check: on a machine with an NVIDIA GPU, configures a CUDA build, builds the GPU tests and runs
 # every test labelled "gpu" (ctest -L gpu), printing each result, then a device-buffer allreduce
 # bandwidth sweep (strait_device_busbw: Communicator's NCCL path next to raw NCCL, one rank per
-# GPU). STRAIT_REQUIRE_GPU=1 is set so a test that finds no usable device fails instead of
+# GPU), and the GPU codec throughput (strait_micro_bench's BM_DeviceCodec*: encode and decode-add
+# GB/s per codec). STRAIT_REQUIRE_GPU=1 is set so a test that finds no usable device fails instead of
 # skipping. Takes a few minutes once built.
 #
 # Usage: bench/gpu_check.sh [extra ctest args]
@@ -16,7 +17,8 @@ build=${STRAIT_GPU_BUILD_DIR:-$root/build-gpu}
 arch=${STRAIT_CUDA_ARCH:-native}
 jobs=${STRAIT_JOBS:-$(nproc)}
 # The test executables that carry the "gpu" label (tests/*/CMakeLists.txt).
-targets=(kernels_cuda_reduce_test comm_nccl_test comm_device_test strait_device_busbw)
+targets=(kernels_cuda_reduce_test kernels_cuda_quantize_test comm_nccl_test comm_device_test
+         strait_device_busbw strait_micro_bench)
 
 echo "== GPU"
 if command -v nvidia-smi >/dev/null; then
@@ -44,5 +46,10 @@ bw=0
 # shellcheck disable=SC2086  # the flags are meant to split
 timeout 600 "$build/bench/strait_device_busbw" ${STRAIT_BUSBW_ARGS:-} || bw=$?
 [ $rc -eq 0 ] && rc=$bw
+
+echo "== GPU codec throughput (strait_micro_bench --benchmark_filter=BM_DeviceCodec)"
+codec=0
+timeout 600 "$build/bench/strait_micro_bench" --benchmark_filter=BM_DeviceCodec || codec=$?
+[ $rc -eq 0 ] && rc=$codec
 echo "== gpu_check: $([ $rc -eq 0 ] && echo PASSED || echo "FAILED (exit $rc)")"
 exit $rc

@@ -1,6 +1,6 @@
 // Micro-benchmarks of the CPU building blocks (Google Benchmark): the reduction inner loop of the
-// collectives, the codecs of compressed collectives (per SIMD level), the AdamW kernel, and one
-// forward + backward of the reference transformer's stage.
+// collectives, the codecs of compressed collectives (per SIMD level, and on the GPU when built
+// with CUDA), the AdamW kernel, and one forward + backward of the reference transformer's stage.
 // Bytes/s and items/s are reported so the figures compare with memory bandwidth and FLOP rates.
 // Run: build/bench/strait_micro_bench [--benchmark_filter=...]
 #include <benchmark/benchmark.h>
@@ -18,6 +18,18 @@
 #include "kernels/gemm.h"
 #include "kernels/reduce.h"
 #include "scheduler/transformer.h"
+
+#if STRAIT_HAVE_CUDA
+#include <cuda_runtime_api.h>
+
+#include <memory>
+
+#include "kernels/cuda/cuda_error.h"
+#include "kernels/cuda/device_buffer.h"
+#include "kernels/cuda/quantize.h"
+#include "kernels/device_reduce.h"
+#include "kernels/topk.h"
+#endif
 
 namespace {
 
@@ -74,7 +86,8 @@ void codec_bench(benchmark::State& state, const char* spec, strait::kernels::Sim
   strait::kernels::set_simd_level_for_testing(strait::kernels::cpu_simd_level());
 }
 
-[[maybe_unused]] const bool codec_benchmarks_registered = [] {
+// Registered from main(): a throwing static initialiser could not be caught.
+void register_codec_benchmarks() {
   using strait::kernels::SimdLevel;
   for (const char* spec : {"int8", "int4", "onebit", "bf16"}) {
     for (const auto level : {SimdLevel::Scalar, SimdLevel::Avx2, SimdLevel::Avx512}) {
@@ -87,8 +100,150 @@ void codec_bench(benchmark::State& state, const char* spec, strait::kernels::Sim
       }
     }
   }
-  return true;
-}();
+}
+
+#if STRAIT_HAVE_CUDA
+// GPU codecs (kernels/cuda/quantize.h) over 256 MiB of f32 (64 Mi elements, far beyond the L2):
+// BM_DeviceCodecEncode/<codec> and BM_DeviceCodecDecodeAdd/<codec>, timed with CUDA events on the
+// legacy default stream (manual time: the kernels only, not the host's launch loop). Bytes/s counts
+// the f32 side only, as BM_Codec does, so the figures compare with the CPU's and with HBM
+// bandwidth. Without a device each reports the reason as an error. bench/gpu_check.sh runs them.
+constexpr std::size_t kDeviceCodecElements = std::size_t{64} << 20;
+
+enum class DeviceCodec : std::uint8_t { Bf16, F16, Int8, Int8Stochastic, Int4, Onebit, Topk };
+
+struct DeviceCodecCase {
+  const char* name;
+  DeviceCodec codec;
+};
+
+std::size_t device_wire_bytes(DeviceCodec c, std::size_t n) {
+  using namespace strait::kernels;
+  switch (c) {
+    case DeviceCodec::Bf16:
+    case DeviceCodec::F16: return 2 * n;
+    case DeviceCodec::Int8:
+    case DeviceCodec::Int8Stochastic: return absmax_encoded_bytes({8, 256}, n);
+    case DeviceCodec::Int4: return absmax_encoded_bytes({4, 64}, n);
+    case DeviceCodec::Onebit: return sign_encoded_bytes(256, n);
+    case DeviceCodec::Topk: return topk_count(0.01, n) * kTopkPairBytes;
+  }
+  return 0;
+}
+
+// The comm codecs' default formats (comm/compress/codec.h): int8 block 256, int4 block 64, onebit
+// block 256, topk fraction 0.01.
+void device_encode(DeviceCodec c, std::span<const float> x, std::span<std::byte> wire,
+                   std::uint64_t* status) {
+  using namespace strait::kernels;
+  switch (c) {
+    case DeviceCodec::Bf16: device_encode_bf16(x, wire, status, nullptr); break;
+    case DeviceCodec::F16: device_encode_f16(x, wire, status, nullptr); break;
+    case DeviceCodec::Int8:
+      device_absmax_encode({8, 256}, x, wire, Rounding::Nearest, 0, status, nullptr);
+      break;
+    case DeviceCodec::Int8Stochastic:
+      device_absmax_encode({8, 256}, x, wire, Rounding::Stochastic, 1, status, nullptr);
+      break;
+    case DeviceCodec::Int4:
+      device_absmax_encode({4, 64}, x, wire, Rounding::Nearest, 0, status, nullptr);
+      break;
+    case DeviceCodec::Onebit: device_sign_encode(256, x, wire, status, nullptr); break;
+    case DeviceCodec::Topk:
+      device_topk_encode(x, wire.size() / kTopkPairBytes, wire, status, nullptr);
+      break;
+  }
+}
+
+void device_decode_add(DeviceCodec c, std::span<const std::byte> wire, std::span<float> acc,
+                       std::uint64_t* status) {
+  using namespace strait::kernels;
+  switch (c) {
+    case DeviceCodec::Bf16: device_decode_bf16(wire, acc, Accumulate::Yes, nullptr); break;
+    case DeviceCodec::F16: device_decode_f16(wire, acc, Accumulate::Yes, nullptr); break;
+    case DeviceCodec::Int8:
+    case DeviceCodec::Int8Stochastic:
+      device_absmax_decode({8, 256}, wire, acc, Accumulate::Yes, nullptr);
+      break;
+    case DeviceCodec::Int4:
+      device_absmax_decode({4, 64}, wire, acc, Accumulate::Yes, nullptr);
+      break;
+    case DeviceCodec::Onebit: device_sign_decode(256, wire, acc, Accumulate::Yes, nullptr); break;
+    case DeviceCodec::Topk: device_topk_decode(wire, acc, Accumulate::Yes, status, nullptr); break;
+  }
+}
+
+struct EventDestroy {
+  void operator()(cudaEvent_t e) const noexcept { static_cast<void>(cudaEventDestroy(e)); }
+};
+using Event = std::unique_ptr<CUevent_st, EventDestroy>;
+
+Event make_event() {
+  cudaEvent_t e = nullptr;
+  strait::kernels::cuda_check(cudaEventCreate(&e), "cudaEventCreate");
+  return Event(e);
+}
+
+void device_codec_bench(benchmark::State& state, DeviceCodec codec, bool decode_add) {
+  using strait::kernels::cuda_check;
+  std::string why;
+  if (!strait::kernels::cuda_device_available(&why)) {
+    state.SkipWithError(("no CUDA device: " + why).c_str());
+    return;
+  }
+  const std::size_t n = kDeviceCodecElements;
+  const auto host = random_floats(n, 5);
+  strait::kernels::DeviceBuffer x(n * 4);
+  strait::kernels::DeviceBuffer acc(n * 4);
+  strait::kernels::DeviceBuffer wire(device_wire_bytes(codec, n));
+  strait::kernels::DeviceBuffer status(sizeof(std::uint64_t));
+  x.upload(std::span<const float>(host));
+  acc.upload(std::span<const float>(host));
+  const std::span<const float> xs(static_cast<const float*>(x.data()), n);
+  const std::span<float> accs(static_cast<float*>(acc.data()), n);
+  const std::span<std::byte> ws(static_cast<std::byte*>(wire.data()), wire.bytes());
+  auto* st = static_cast<std::uint64_t*>(status.data());
+  device_encode(codec, xs, ws, st);
+  cuda_check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+  const Event start = make_event();
+  const Event stop = make_event();
+  for ([[maybe_unused]] auto _ : state) {
+    cuda_check(cudaEventRecord(start.get(), nullptr), "cudaEventRecord");
+    if (decode_add) {
+      device_decode_add(codec, ws, accs, st);
+    } else {
+      device_encode(codec, xs, ws, st);
+    }
+    cuda_check(cudaEventRecord(stop.get(), nullptr), "cudaEventRecord");
+    cuda_check(cudaEventSynchronize(stop.get()), "cudaEventSynchronize");
+    float ms = 0.0F;
+    cuda_check(cudaEventElapsedTime(&ms, start.get(), stop.get()), "cudaEventElapsedTime");
+    state.SetIterationTime(static_cast<double>(ms) / 1e3);
+  }
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * n * 4));
+  state.counters["wire_bytes_per_element"] =
+      static_cast<double>(wire.bytes()) / static_cast<double>(n);
+}
+
+// Registered from main(): a throwing static initialiser could not be caught.
+void register_device_codec_benchmarks() {
+  const DeviceCodecCase cases[] = {
+      {"bf16", DeviceCodec::Bf16}, {"fp16", DeviceCodec::F16},
+      {"int8", DeviceCodec::Int8}, {"int8_stochastic", DeviceCodec::Int8Stochastic},
+      {"int4", DeviceCodec::Int4}, {"onebit", DeviceCodec::Onebit},
+      {"topk", DeviceCodec::Topk}};
+  for (const DeviceCodecCase& c : cases) {
+    for (const bool add : {false, true}) {
+      if (add && c.codec == DeviceCodec::Int8Stochastic) continue;  // decodes as int8
+      const auto name = fmt::format("BM_DeviceCodec{}/{}", add ? "DecodeAdd" : "Encode", c.name);
+      benchmark::RegisterBenchmark(name.c_str(), device_codec_bench, c.codec, add)
+          ->UseManualTime()
+          ->Unit(benchmark::kMillisecond);
+    }
+  }
+}
+#endif  // STRAIT_HAVE_CUDA
+
 // inout += in for one dtype on one SIMD path (BM_Reduce/<dtype>_<level>/<bytes per buffer>).
 // Bytes/s counts the memory traffic, 3 x the buffer size per call (read inout and in, write
 // inout), as BM_ReduceSumF32 does. The scalar path is the plain C++ loop at -O3 (what GCC
@@ -187,4 +342,14 @@ BENCHMARK(BM_TransformerMicrobatch)->Unit(benchmark::kMillisecond);
 
 }  // namespace
 
-BENCHMARK_MAIN();
+int main(int argc, char** argv) {
+  register_codec_benchmarks();
+#if STRAIT_HAVE_CUDA
+  register_device_codec_benchmarks();
+#endif
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

@@ -166,15 +166,6 @@ std::size_t payload_bytes(const AbsmaxFormat& f, std::size_t count) {
   return f.bits == 8 ? count : (count + 1) / 2;
 }
 
-detail::StochasticKey key_of(std::uint64_t seed) {
-  // splitmix64's output function, so nearby seeds give unrelated keys.
-  std::uint64_t z = seed + 0x9e3779b97f4a7c15ULL;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  z ^= z >> 31;
-  return {static_cast<std::uint32_t>(z), static_cast<std::uint32_t>(z >> 32)};
-}
-
 }  // namespace
 
 // --- casts ---------------------------------------------------------------------------------------
@@ -209,7 +200,7 @@ std::size_t absmax_encoded_bytes(const AbsmaxFormat& format, std::size_t count) 
 }
 
 float stochastic_uniform(std::uint64_t seed, std::size_t index) noexcept {
-  return detail::uniform_from_word(detail::random_word(key_of(seed), index));
+  return detail::uniform_from_word(detail::random_word(detail::stochastic_key(seed), index));
 }
 
 std::optional<std::size_t> absmax_encode(const AbsmaxFormat& format, std::span<const float> in,
@@ -221,7 +212,7 @@ std::optional<std::size_t> absmax_encode(const AbsmaxFormat& format, std::span<c
   const std::size_t nb = blocks(n, format.block);
   const float limit = format.bits == 8 ? 127.0F : 7.0F;
   const bool stochastic = rounding == Rounding::Stochastic;
-  const detail::StochasticKey key = key_of(seed);
+  const detail::StochasticKey key = detail::stochastic_key(seed);
   auto* quantize = format.bits == 8 ? k.quantize8 : k.quantize4;
   std::byte* payload = out.data() + 4 * nb;
   for (std::size_t b = 0; b < nb; ++b) {

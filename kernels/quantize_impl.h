@@ -1,7 +1,8 @@
-// Internal to kernels/quantize*.cpp: the per-SIMD-level primitives the codec drivers call, and the
-// scalar per-element operations every level's tail (and the scalar level) shares, so that the
-// paths are bit-identical by construction. The files including this are built with
-// -ffp-contract=off: a fused multiply-add in one path and not another would break that.
+// Internal to kernels/quantize*.cpp (and the host side of kernels/cuda/quantize.h): the
+// per-SIMD-level primitives the codec drivers call, and the scalar per-element operations every
+// level's tail (and the scalar level) shares, so that the paths are bit-identical by construction.
+// The files including this are built with -ffp-contract=off: a fused multiply-add in one path and
+// not another would break that.
 #pragma once
 
 #include <algorithm>
@@ -59,6 +60,16 @@ const CodecKernels& avx512_codec_kernels();
 
 inline std::uint32_t abs_bits(float x) {
   return std::bit_cast<std::uint32_t>(x) & kAbsMask;
+}
+
+// The stream's key for a seed: splitmix64's output function, so nearby seeds give unrelated keys.
+// Shared with the CUDA codecs (kernels/cuda/), which must draw the same stream.
+inline StochasticKey stochastic_key(std::uint64_t seed) {
+  std::uint64_t z = seed + 0x9e3779b97f4a7c15ULL;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  z ^= z >> 31;
+  return {static_cast<std::uint32_t>(z), static_cast<std::uint32_t>(z >> 32)};
 }
 
 // Chris Wellons' "lowbias32" integer hash (a bijection on 32 bits with low avalanche bias).
