@@ -49,6 +49,7 @@ struct TuneOptions {
   std::string output = "strait-tune.json";
   bool quick = false;
   double site_factor = 4;
+  double tolerance = 0.05;
 };
 
 std::vector<std::uint64_t> parse_sizes(const std::string& text, int step) {
@@ -136,7 +137,8 @@ void run_rank(const TuneOptions& o) {
       tune::measure_allreduce(*world, *store, candidates, mo, [&](const std::string& line) {
         if (leader) print(line + "\n");
       });
-  result.decision = tune::decide(result.measurements, level);
+  result.decision = tune::decide(result.measurements, level, o.tolerance);
+  result.tolerance = o.tolerance;
   if (leader) {
     print(tune::format_decision(result.measurements, result.decision, o.max_codec));
     const auto config = tune::config_json(result);
@@ -188,6 +190,12 @@ void add_tune_command(CLI::App& app, const std::vector<std::string>& argv, int& 
   tune->add_option("--site-factor", o->site_factor,
                    "Ranks whose link is within this factor of the fastest link share a site")
       ->check(CLI::Range(1.0, 1e9))
+      ->capture_default_str();
+
+  tune->add_option("--tolerance", o->tolerance,
+                   "Times within this fraction of the fastest are ties, which go to the less lossy "
+                   "codec, then the earlier candidate")
+      ->check(CLI::Range(0.0, 10.0))
       ->capture_default_str();
 
   tune->callback([o, sizes, iters, argv, &exit_code] {

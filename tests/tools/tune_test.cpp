@@ -192,6 +192,25 @@ TEST(TuneDecide, TiesGoToTheLessLossyCodecThenTheEarlierCandidate) {
   }
 }
 
+TEST(TuneDecide, TimesWithinTheToleranceAreTies) {
+  // ring@seg=8K (registered first) 3% slower than recursive doubling; int8 3% faster than the
+  // plain allreduce: within 5% both are noise, so the first algorithm and "none" stay.
+  const auto m = table({4 * K}, {{"ring@seg=8K", 0, 103},
+                                 {"recursive_doubling", 0, 100},
+                                 {"int8", 0, 100},
+                                 {"onebit", 0, 99}});
+  auto d = decide(m, codec_level("int8"), 0.05);
+  EXPECT_EQ(m.candidates[d.sizes[0].algorithm].label, "ring@seg=8K");
+  EXPECT_FALSE(d.sizes[0].codec);
+  EXPECT_FALSE(d.sizes[0].over_budget);  // onebit is not faster beyond the tolerance either
+  d = decide(m, codec_level("int8"), 0.0);
+  EXPECT_EQ(m.candidates[d.sizes[0].algorithm].label, "recursive_doubling");
+  EXPECT_FALSE(d.sizes[0].codec);  // int8 ties with the plain allreduce: less lossy wins
+  ASSERT_TRUE(d.sizes[0].over_budget);
+  EXPECT_EQ(m.candidates[*d.sizes[0].over_budget].label, "onebit");
+  EXPECT_THROW((void)decide(m, kLossiest, -1), Error);
+}
+
 TEST(TuneDecide, AdjacentEqualChoicesMergeIntoContiguousRanges) {
   const std::vector<std::uint64_t> sizes = {4 * K, 16 * K, 64 * K, 256 * K, 1 * M};
   const auto m = table(sizes, {{"recursive_doubling", 0, 1},

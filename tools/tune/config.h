@@ -11,7 +11,7 @@
 //             STRAIT_TOPOLOGY_FILE, so the file can serve as that too.
 //   "links":  {"latency_us": [[...]], "bandwidth_MBps": [[...]]}  per pair (links.h), 0 on the
 //             diagonal; MB = 10^6 bytes.
-//   "tuner":  {"world_size", "max_codec", "site_factor", "sizes_bytes": [...],
+//   "tuner":  {"world_size", "max_codec", "site_factor", "tolerance", "sizes_bytes": [...],
 //              "time_us": {"<candidate>": [per size, slowest rank's median]}}
 // Thread-safety: pure. Errors: write_config throws Io naming the path when it cannot write it.
 #pragma once
@@ -33,6 +33,7 @@ struct TuneResult {
   std::vector<std::vector<int>> sites{};
   std::string max_codec{};
   double site_factor = 0;
+  double tolerance = 0;
 };
 
 nlohmann::json config_json(const TuneResult& result);

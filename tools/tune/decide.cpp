@@ -4,9 +4,11 @@
 
 #include <bit>
 #include <cmath>
+#include <limits>
 #include <tuple>
 
 #include "core/error.h"
+#include "tools/tune/budget.h"
 
 namespace strait::tools::tune {
 namespace {
@@ -48,45 +50,57 @@ std::uint64_t range_border(std::uint64_t a, std::uint64_t b) {
   return border > b ? b : border;
 }
 
-Decision decide(const Measurements& m, int max_level) {
+Decision decide(const Measurements& m, int max_level, double tolerance) {
   check(m);
+  if (!(tolerance >= 0)) bad(fmt::format("tolerance {} is below 0", tolerance));
   Decision d;
-  for (std::size_t s = 0; s < m.sizes.size(); ++s) {
-    SizeChoice choice{.bytes = m.sizes[s]};
-    std::optional<std::size_t> best_algorithm;
-    for (std::size_t c = 0; c < m.candidates.size(); ++c) {
-      const double t = m.time_us[c][s];
-      if (m.candidates[c].is_codec() || !measured(t)) continue;
-      if (!best_algorithm || t < m.time_us[*best_algorithm][s]) best_algorithm = c;
-    }
-    if (!best_algorithm) {
-      bad(fmt::format("no algorithm was measured at {} bytes", m.sizes[s]));
-    }
-    choice.algorithm = *best_algorithm;
-    choice.algorithm_us = m.time_us[*best_algorithm][s];
-    choice.codec_us = choice.algorithm_us;
-    // (time, level, order) ranks the choices; "none" is (algorithm_us, lossless, 0), codec c is
-    // (its time, its level, c + 1): a codec must be strictly faster, or as fast and less lossy.
-    auto best = std::tuple(choice.algorithm_us, 0, std::size_t{0});
-    std::optional<std::tuple<double, int, std::size_t>> fastest_refused_key;
-    std::optional<std::size_t> fastest_refused;
-    for (std::size_t c = 0; c < m.candidates.size(); ++c) {
-      const double t = m.time_us[c][s];
-      if (!m.candidates[c].is_codec() || !measured(t)) continue;
-      const auto key = std::tuple(t, m.candidates[c].level, c + 1);
-      if (m.candidates[c].level > max_level) {
-        if (!fastest_refused_key || key < *fastest_refused_key) {
-          fastest_refused_key = key;
-          fastest_refused = c;
-        }
-      } else if (key < best) {
-        best = key;
-        choice.codec = c;
-        choice.codec_us = t;
+  // Among `pool`, the first by (level, order) of those within the tolerance of the fastest.
+  struct Entry {
+    double us = 0;
+    int level = 0;
+    std::size_t order = 0;  // 0: "none", else candidate index + 1
+  };
+  const auto pick = [&](const std::vector<Entry>& pool) {
+    double fastest = std::numeric_limits<double>::infinity();
+    for (const auto& e : pool) fastest = std::min(fastest, e.us);
+    const Entry* best = nullptr;
+    for (const auto& e : pool) {
+      if (e.us > fastest * (1 + tolerance)) continue;
+      if (best == nullptr || std::tie(e.level, e.order) < std::tie(best->level, best->order)) {
+        best = &e;
       }
     }
-    if (fastest_refused && m.time_us[*fastest_refused][s] < choice.codec_us) {
-      choice.over_budget = fastest_refused;
+    return *best;
+  };
+  for (std::size_t s = 0; s < m.sizes.size(); ++s) {
+    SizeChoice choice{.bytes = m.sizes[s]};
+    std::vector<Entry> algorithms;
+    std::vector<Entry> allowed;
+    std::optional<Entry> fastest_refused;
+    for (std::size_t c = 0; c < m.candidates.size(); ++c) {
+      const double t = m.time_us[c][s];
+      if (!measured(t)) continue;
+      const Entry e{t, m.candidates[c].level, c + 1};
+      if (!m.candidates[c].is_codec()) {
+        algorithms.push_back(e);
+      } else if (e.level <= max_level) {
+        allowed.push_back(e);
+      } else if (!fastest_refused || std::tie(e.us, e.level, e.order) <
+                                         std::tie(fastest_refused->us, fastest_refused->level,
+                                                  fastest_refused->order)) {
+        fastest_refused = e;
+      }
+    }
+    if (algorithms.empty()) bad(fmt::format("no algorithm was measured at {} bytes", m.sizes[s]));
+    const Entry algorithm = pick(algorithms);
+    choice.algorithm = algorithm.order - 1;
+    choice.algorithm_us = algorithm.us;
+    allowed.push_back(Entry{algorithm.us, kLossless, 0});  // "none": that algorithm
+    const Entry codec = pick(allowed);
+    if (codec.order != 0) choice.codec = codec.order - 1;
+    choice.codec_us = codec.us;
+    if (fastest_refused && fastest_refused->us * (1 + tolerance) < choice.codec_us) {
+      choice.over_budget = fastest_refused->order - 1;
     }
     d.sizes.push_back(choice);
   }

@@ -2,10 +2,11 @@
 // the measuring so that it can be tested on synthetic tables and rerun on a saved one.
 //
 // Per measured size: the fastest algorithm (plain allreduce), and the fastest codec within the
-// accuracy budget, where "none" is that fastest algorithm and a codec must be strictly faster to
-// replace it. Ties (equal times) go to the less lossy codec, then to the earlier candidate
-// (registration order), so every rank given the same table decides the same. The fastest codec
-// above the budget that would have beaten the choice is reported as well.
+// accuracy budget, where "none" is that fastest algorithm. Times within `tolerance` of the fastest
+// (t <= fastest * (1 + tolerance)) are ties, so that run-to-run noise does not pick a lossier codec
+// or flip between equivalent algorithms: ties go to the less lossy codec, then to the earlier
+// candidate (registration order; "none" first). Every rank given the same table decides the
+// same. The fastest codec above the budget that beats the choice beyond the tolerance is reported.
 // Rules: adjacent sizes with the same algorithm and codec merge into one byte range; the border
 // between two measured sizes a < b lies near their geometric mean (rounded down to 2 significant
 // binary digits: 4K|16K -> 8K, 4K|8K -> 5K); the first range starts at 0 and the last ends at inf,
@@ -49,8 +50,8 @@ struct Decision {
   std::vector<comm::SelectionRule> rules{};
 };
 
-// max_level: the budget (budget.h), codecs of a higher level are never chosen.
-Decision decide(const Measurements& m, int max_level);
+// max_level: the budget (budget.h), codecs of a higher level are never chosen. tolerance >= 0.
+Decision decide(const Measurements& m, int max_level, double tolerance = 0.05);
 
 // Where the range of size a ends and that of size b begins (a < b): a < result <= b.
 std::uint64_t range_border(std::uint64_t a, std::uint64_t b);
