@@ -63,14 +63,12 @@ Decision decide(const Measurements& m, int max_level, double tolerance) {
   const auto pick = [&](const std::vector<Entry>& pool) {
     double fastest = std::numeric_limits<double>::infinity();
     for (const auto& e : pool) fastest = std::min(fastest, e.us);
-    const Entry* best = nullptr;
+    std::optional<Entry> best;
     for (const auto& e : pool) {
       if (e.us > fastest * (1 + tolerance)) continue;
-      if (best == nullptr || std::tie(e.level, e.order) < std::tie(best->level, best->order)) {
-        best = &e;
-      }
+      if (!best || std::tie(e.level, e.order) < std::tie(best->level, best->order)) best = e;
     }
-    return *best;
+    return best.value();  // the pool is not empty: its fastest is within the tolerance
   };
   for (std::size_t s = 0; s < m.sizes.size(); ++s) {
     SizeChoice choice{.bytes = m.sizes[s]};
