@@ -15,6 +15,7 @@
 #include "comm/algorithms/binomial_gather.h"
 #include "comm/algorithms/binomial_reduce.h"
 #include "comm/algorithms/binomial_scatter.h"
+#include "comm/algorithms/codec_rules.h"
 #include "comm/algorithms/collective_op.h"
 #include "comm/algorithms/compressed_allgather_allreduce.h"
 #include "comm/algorithms/compressed_ring_allreduce.h"
@@ -143,6 +144,7 @@ std::unique_ptr<Communicator> Communicator::create(std::shared_ptr<Store> store,
       options.algorithms
           ? options.algorithms
           : std::make_shared<const AlgorithmTable>(AlgorithmTable::from_environment());
+  check_rule_codecs(*algorithms);
   auto transport =
       std::make_unique<UcxTransport>(*store, "strait/ucx", rank, size, options.timeout);
   auto shared = std::make_shared<Shared>();
@@ -354,8 +356,15 @@ Work Communicator::iallreduce_compressed(const float* send, float* recv, std::si
   }
   check_buffer("allreduce_compressed", "send", send, count * sizeof(float));
   check_buffer("allreduce_compressed", "recv", recv, count * sizeof(float));
+  // "auto": the codec the tuned rules give this size (a pure function of what every rank agrees
+  // on, like the algorithm; the fingerprint then checks the spec), "none" when no rule gives one.
+  const bool automatic = compression.codec == "auto";
+  const std::string codec =
+      automatic ? shared_->algorithms->choose_codec("allreduce", size(), count * sizeof(float))
+                      .value_or("none")
+                : compression.codec;
   // Refused here, before anything is sent: the canonical spec is what ranks must agree on.
-  const std::string spec = make_codec_from_spec(compression.codec)->spec();
+  const std::string spec = make_codec_from_spec(codec)->spec();
   for (std::size_t i = 0; i < count; ++i) {
     if (!std::isfinite(send[i])) {
       throw Error(ErrorCode::InvalidArgument,
@@ -365,6 +374,9 @@ Work Communicator::iallreduce_compressed(const float* send, float* recv, std::si
                               spec, i, send[i]));
     }
   }
+  // Uncompressed by choice of the tuner: the plain allreduce, whose algorithm the same rules
+  // tuned, is what `strait tune` measured for "none" (and is lossless, as the ring of `none`).
+  if (automatic && spec == "none") return iallreduce(send, recv, count, DType::F32, op);
   const auto seq = next_seq();
   const bool average = op == ReduceOp::Avg;
   const bool gathered = spec.starts_with("topk");

@@ -91,7 +91,10 @@ struct CommStats {
 
 // How a compressed allreduce encodes its messages (comm/compress/codec.h lists the codecs).
 struct Compression {
-  // A codec spec: "name" or "name:key=value,..." ("int8", "int4:block=32", "topk:fraction=0.01").
+  // A codec spec: "name" or "name:key=value,..." ("int8", "int4:block=32", "topk:fraction=0.01"),
+  // or "auto": the codec that the selection rules (STRAIT_TUNE_FILE, as `strait tune` writes it;
+  // comm/algorithms/selection.h) give this message size, "none" when no rule gives one. An "auto"
+  // that comes to "none" runs the plain allreduce with the rules' algorithm (lossless).
   std::string codec = "int8";
   // Error feedback's key: a stable name of the tensor (a parameter, a gradient bucket); empty:
   // no error feedback. One operation per key at a time; a key whose count changes starts again

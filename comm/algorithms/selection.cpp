@@ -96,6 +96,39 @@ std::string join_collectives() {
   return out;
 }
 
+struct BadSize {
+  std::string why;
+};
+
+// "4K", "1M", "123", "inf" (when allowed); throws BadSize saying what is wrong.
+std::uint64_t size_value(std::string_view token, bool allow_inf) {
+  const std::string t = lower(trim(token));
+  if (t == "inf") {
+    if (allow_inf) return SelectionRule::kInf;
+    throw BadSize{"inf is only allowed as the upper end of a range"};
+  }
+  std::uint64_t value = 0;
+  const auto [end, ec] = std::from_chars(t.data(), t.data() + t.size(), value);
+  if (ec != std::errc() || end == t.data()) {
+    throw BadSize{"expected a size such as 4096, 4K or 1M"};
+  }
+  const std::string_view suffix(end, static_cast<std::size_t>(t.data() + t.size() - end));
+  std::uint64_t unit = 0;
+  if (suffix.empty() || suffix == "b") {
+    unit = 1;
+  } else if (suffix == "k" || suffix == "kb" || suffix == "kib") {
+    unit = 1ULL << 10;
+  } else if (suffix == "m" || suffix == "mb" || suffix == "mib") {
+    unit = 1ULL << 20;
+  } else if (suffix == "g" || suffix == "gb" || suffix == "gib") {
+    unit = 1ULL << 30;
+  } else {
+    throw BadSize{fmt::format("unknown size suffix '{}' (use K, M or G)", suffix)};
+  }
+  if (value > SelectionRule::kInf / unit / 2) throw BadSize{"the size is too large"};
+  return value * unit;
+}
+
 // Errors name the source, the rule and the token.
 class RuleParser {
  public:
@@ -108,29 +141,11 @@ class RuleParser {
 
   // "4K", "1M", "123", "inf" (when allowed).
   std::uint64_t size(std::string_view token, bool allow_inf) const {
-    const std::string t = lower(trim(token));
-    if (t == "inf") {
-      if (allow_inf) return SelectionRule::kInf;
-      fail(token, "inf is only allowed as the upper end of a range");
+    try {
+      return size_value(token, allow_inf);
+    } catch (const BadSize& e) {
+      fail(token, e.why);
     }
-    std::uint64_t value = 0;
-    const auto [end, ec] = std::from_chars(t.data(), t.data() + t.size(), value);
-    if (ec != std::errc() || end == t.data()) fail(token, "expected a size such as 4096, 4K or 1M");
-    const std::string_view suffix(end, static_cast<std::size_t>(t.data() + t.size() - end));
-    std::uint64_t unit = 0;
-    if (suffix.empty() || suffix == "b") {
-      unit = 1;
-    } else if (suffix == "k" || suffix == "kb" || suffix == "kib") {
-      unit = 1ULL << 10;
-    } else if (suffix == "m" || suffix == "mb" || suffix == "mib") {
-      unit = 1ULL << 20;
-    } else if (suffix == "g" || suffix == "gb" || suffix == "gib") {
-      unit = 1ULL << 30;
-    } else {
-      fail(token, fmt::format("unknown size suffix '{}' (use K, M or G)", suffix));
-    }
-    if (value > SelectionRule::kInf / unit / 2) fail(token, "the size is too large");
-    return value * unit;
   }
 
   void bytes_range(std::string_view token, SelectionRule& rule) const {
@@ -277,7 +292,22 @@ std::string SelectionRule::describe() const {
   if (min_bytes != 0 || max_bytes != kInf) {
     out += fmt::format(":{}-{}", format_size(min_bytes), format_size(max_bytes));
   }
-  return out + ":" + selection.describe();
+  if (selection.algorithm != nullptr) out += ":" + selection.describe();
+  if (!codec.empty()) out += " codec=" + codec;
+  return out;
+}
+
+std::string format_rule_size(std::uint64_t bytes) {
+  return format_size(bytes);
+}
+
+std::uint64_t parse_rule_size(std::string_view token, std::string_view what) {
+  try {
+    return size_value(token, true);
+  } catch (const BadSize& e) {
+    throw Error(ErrorCode::InvalidArgument,
+                fmt::format("{}: '{}' is not a size: {}", what, token, e.why));
+  }
 }
 
 AlgorithmTable AlgorithmTable::defaults() {
@@ -306,8 +336,9 @@ AlgorithmTable AlgorithmTable::parse_json(std::string_view text, std::string_vie
   } catch (const nlohmann::json::parse_error& e) {
     throw bad(fmt::format("not valid JSON ({})", e.what()));
   }
-  if (!doc.is_object() || !doc.contains("rules") || !doc["rules"].is_array() || doc.size() != 1) {
-    throw bad("the document must be an object with one member, \"rules\", an array");
+  // Other top-level members (a tuner's "links", "sites", "tuner") are for other readers.
+  if (!doc.is_object() || !doc.contains("rules") || !doc["rules"].is_array()) {
+    throw bad("the document must be an object whose member \"rules\" is an array");
   }
   AlgorithmTable table;
   std::size_t index = 0;
@@ -320,7 +351,17 @@ AlgorithmTable AlgorithmTable::parse_json(std::string_view text, std::string_vie
     std::string ranks;
     std::string bytes;
     std::string seg;
+    std::string codec;
     for (const auto& [key, value] : item.items()) {
+      if (key == "codec") {
+        // A codec spec has its own ':' and ',' ("int4:block=32"), so it stays out of the rule
+        // string. check_rule_codecs (codec_rules.h) checks it: the codecs are not this file's.
+        if (!value.is_string() || value.get<std::string>().empty()) {
+          throw bad(fmt::format("{}.codec must be a codec spec such as \"int8\"", where));
+        }
+        codec = value.get<std::string>();
+        continue;
+      }
       std::string text_value;
       if (value.is_string()) {
         text_value = value.get<std::string>();
@@ -345,18 +386,36 @@ AlgorithmTable AlgorithmTable::parse_json(std::string_view text, std::string_vie
       } else {
         throw bad(
             fmt::format("{} has an unknown member \"{}\" (valid: collective, ranks, bytes, "
-                        "algorithm, seg)",
+                        "algorithm, seg, codec)",
                         where, key));
       }
     }
-    if (rule.empty() || algorithm.empty()) {
-      throw bad(fmt::format("{} needs \"collective\" and \"algorithm\"", where));
+    if (rule.empty() || (algorithm.empty() && codec.empty())) {
+      throw bad(fmt::format("{} needs \"collective\" and \"algorithm\" (or \"codec\")", where));
+    }
+    if (algorithm.empty() && !seg.empty()) {
+      throw bad(fmt::format("{} has \"seg\" but no \"algorithm\" it could apply to", where));
+    }
+    // A codec-only rule borrows the collective's first algorithm to get through the one parser,
+    // then drops it: such a rule must not change which algorithm plain collectives run.
+    const bool codec_only = algorithm.empty();
+    if (codec_only) {
+      for (const auto& a : kAlgorithms) {
+        if (a.collective == rule) {
+          algorithm = std::string(a.name);
+          break;
+        }
+      }
+      if (algorithm.empty()) algorithm = "?";  // the parser then names the unknown collective
     }
     if (!ranks.empty()) rule += ":ranks=" + ranks;
     if (!bytes.empty()) rule += ":" + bytes;
     rule += ":" + algorithm;
     if (!seg.empty()) rule += "@seg=" + seg;
-    table.add(parse_rule(fmt::format("{} {}", source, where), rule));
+    SelectionRule parsed = parse_rule(fmt::format("{} {}", source, where), rule);
+    if (codec_only) parsed.selection = Selection{};
+    parsed.codec = std::move(codec);
+    table.add(std::move(parsed));
   }
   return table;
 }
@@ -388,7 +447,9 @@ void AlgorithmTable::append(const AlgorithmTable& later) {
 Selection AlgorithmTable::choose(std::string_view collective, int world,
                                  std::uint64_t bytes) const {
   for (auto it = rules_.rbegin(); it != rules_.rend(); ++it) {
-    if (it->matches(collective, world, bytes)) return it->selection;
+    if (it->selection.algorithm != nullptr && it->matches(collective, world, bytes)) {
+      return it->selection;
+    }
   }
   for (const auto& a : kAlgorithms) {
     if (a.collective == collective) return Selection{&a, {}};
@@ -396,6 +457,14 @@ Selection AlgorithmTable::choose(std::string_view collective, int world,
   throw Error(ErrorCode::InvalidArgument,
               fmt::format("no algorithm is registered for the collective '{}' (registered: {})",
                           collective, join_collectives()));
+}
+
+std::optional<std::string> AlgorithmTable::choose_codec(std::string_view collective, int world,
+                                                        std::uint64_t bytes) const {
+  for (auto it = rules_.rbegin(); it != rules_.rend(); ++it) {
+    if (!it->codec.empty() && it->matches(collective, world, bytes)) return it->codec;
+  }
+  return std::nullopt;
 }
 
 std::string AlgorithmTable::describe() const {

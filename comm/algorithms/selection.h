@@ -20,6 +20,17 @@
 //              {"collective": "allreduce", "ranks": "2-8", "bytes": "1M-inf",
 //               "algorithm": "ring", "seg": "1M"}]}
 //
+// The JSON form also carries what the rule string cannot:
+//   - "codec" (optional, a codec spec such as "int8" or "int4:block=32", comm/compress/codec.h):
+//     the codec Communicator::allreduce_compressed uses for a message of this size when it is asked
+//     for Compression{.codec = "auto"}; a rule may give a codec and no algorithm. Plain allreduce
+//     never reads it, so lossy compression stays opt-in. "none" means: run uncompressed. The
+//     parser keeps the spec as written; check_rule_codecs (codec_rules.h) checks it.
+//   - other top-level members than "rules" are accepted and ignored, so one file can also hold a
+//     tuner's measurements ("links", "tuner") and the topology ("sites", read by whoever wants it).
+//     Unknown members inside a rule are still errors (a misspelt key must not be silently dropped).
+// `strait tune` (tools/tune/) writes such a file; its README section lists every member.
+//
 // Registering an algorithm is one line in selection.cpp's table (collective, name, id, whether it
 // takes seg=); the Communicator's entry point constructs it by id.
 // Errors: InvalidArgument naming the bad token (and where it came from) and listing what is valid.
@@ -28,6 +39,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -69,11 +81,20 @@ struct SelectionRule {
   int max_ranks = kAnyRanks;
   std::uint64_t min_bytes = 0;  // [min_bytes, max_bytes)
   std::uint64_t max_bytes = kInf;
-  Selection selection;
+  Selection selection;  // algorithm null: the rule only gives a codec
+  std::string
+      codec{};  // codec spec for allreduce_compressed's "auto" (JSON only); empty: none given
   [[nodiscard]] bool matches(std::string_view coll, int world, std::uint64_t bytes) const;
-  // The rule in STRAIT_TUNE syntax.
+  // The rule in STRAIT_TUNE syntax, with " codec=SPEC" appended when it gives a codec (which that
+  // syntax cannot express).
   [[nodiscard]] std::string describe() const;
 };
+
+// Sizes as rules write them: "4096", "4K", "1M", "1G" (binary), "inf" for the maximum.
+std::string format_rule_size(std::uint64_t bytes);
+// The inverse: "4K", "1MiB", "123" (K, M, G binary, KB/KiB and lower case too). InvalidArgument
+// naming `what` and the token when it is not such a size.
+std::uint64_t parse_rule_size(std::string_view token, std::string_view what);
 
 class AlgorithmTable {
  public:
@@ -93,10 +114,15 @@ class AlgorithmTable {
   // Appends `later`'s rules, which then take precedence.
   void append(const AlgorithmTable& later);
 
-  // The algorithm for a `bytes`-byte `collective` over `world` ranks: the last matching rule's,
+  // The algorithm for a `bytes`-byte `collective` over `world` ranks: the last matching rule's
+  // (among rules that name one),
   // else the collective's first registered algorithm. InvalidArgument for an unknown collective.
   [[nodiscard]] Selection choose(std::string_view collective, int world, std::uint64_t bytes) const;
   [[nodiscard]] const std::vector<SelectionRule>& rules() const noexcept { return rules_; }
+  // The codec of the last matching rule that gives one, nullopt when none does (what
+  // allreduce_compressed with codec "auto" runs; comm/communicator.h).
+  [[nodiscard]] std::optional<std::string> choose_codec(std::string_view collective, int world,
+                                                        std::uint64_t bytes) const;
   // All rules in STRAIT_TUNE syntax.
   [[nodiscard]] std::string describe() const;
 

@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 
+#include "comm/algorithms/codec_rules.h"
 #include "core/error.h"
 #include "tests/common/temp_dir.h"
 #include "tests/common/text.h"
@@ -198,7 +199,7 @@ TEST(SelectionJson, TheSameRulesAsJson) {
 TEST(SelectionJson, MalformedDocumentsAreInvalidArgumentSayingWhatIsWrong) {
   EXPECT_TRUE(contains(json_error("{\"rules\": ["), "not valid JSON"));
   EXPECT_TRUE(contains(json_error("[]"), "\"rules\""));
-  EXPECT_TRUE(contains(json_error(R"({"rules": [], "extra": 1})"), "\"rules\""));
+  EXPECT_TRUE(contains(json_error(R"({"rulez": []})"), "\"rules\""));
   EXPECT_TRUE(contains(json_error(R"({"rules": [3]})"), "rules[0] is not an object"));
   EXPECT_TRUE(contains(json_error(R"({"rules": [{"collective": "allreduce"}]})"),
                        "needs \"collective\" and \"algorithm\""));
@@ -216,6 +217,69 @@ TEST(SelectionJson, MalformedDocumentsAreInvalidArgumentSayingWhatIsWrong) {
                     {"collective": "allreduce", "bytes": "1Q-2K", "algorithm": "ring"}]})");
   EXPECT_TRUE(contains(msg, "tune.json rules[1]")) << msg;
   EXPECT_TRUE(contains(msg, "'1Q'")) << msg;
+}
+
+TEST(SelectionJson, OtherTopLevelMembersAreForOtherReaders) {
+  // A tuner's file also holds its measurements and the sites (tools/tune/config.h).
+  const auto t = AlgorithmTable::parse_json(
+      R"({"rules": [{"collective": "allreduce", "algorithm": "rabenseifner"}],
+          "sites": [[0, 1]], "links": {"latency_us": [[0, 1], [1, 0]]}, "tuner": {}})",
+      "tune.json");
+  EXPECT_EQ(t.describe(), "allreduce:rabenseifner");
+}
+
+TEST(SelectionJson, CodecsPerSizeRangeForAutoCompression) {
+  const auto t = AlgorithmTable::parse_json(R"({"rules": [
+      {"collective": "allreduce", "bytes": "0-64K", "algorithm": "recursive_doubling",
+       "codec": "none"},
+      {"collective": "allreduce", "ranks": "2", "bytes": "64K-inf", "codec": "int4:block=32"}]})",
+                                            "tune.json");
+  EXPECT_EQ(t.choose_codec("allreduce", 2, 4 * K), "none");
+  EXPECT_EQ(t.choose_codec("allreduce", 2, 64 * K), "int4:block=32");
+  EXPECT_FALSE(t.choose_codec("allreduce", 3, 64 * K).has_value());
+  // A codec-only rule leaves the algorithm alone: the built-in fallback, not a borrowed one.
+  EXPECT_EQ(chosen(t, 2, 4 * K), "recursive_doubling");
+  EXPECT_EQ(chosen(t, 2, 64 * K), AlgorithmTable().choose("allreduce", 2, 64 * K).describe());
+  EXPECT_EQ(t.describe(),
+            "allreduce:0-64K:recursive_doubling codec=none;allreduce:ranks=2-2:64K-inf "
+            "codec=int4:block=32");
+  // The later rule wins, as for algorithms.
+  auto later = t;
+  later.append(AlgorithmTable::parse_json(
+      R"({"rules": [{"collective": "allreduce", "bytes": "0-1M", "codec": "bf16"}]})", "b.json"));
+  EXPECT_EQ(later.choose_codec("allreduce", 2, 64 * K), "bf16");
+  EXPECT_EQ(later.choose_codec("allreduce", 2, 2 * M), "int4:block=32");
+  // No codec anywhere: nullopt (allreduce_compressed's "auto" then runs "none").
+  EXPECT_FALSE(AlgorithmTable::defaults().choose_codec("allreduce", 2, 1 * M).has_value());
+}
+
+// The codec a rule gives is checked apart from the parser (codec_rules.h), by Communicator::create.
+std::string codec_error(const std::string& text) {
+  const auto table = AlgorithmTable::parse_json(text, "tune.json");
+  try {
+    check_rule_codecs(table);
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::InvalidArgument) << e.what();
+    return e.what();
+  }
+  ADD_FAILURE() << text << " passed check_rule_codecs";
+  return {};
+}
+
+TEST(SelectionJson, BadCodecRulesAreInvalidArgumentNamingTheRule) {
+  std::string msg = codec_error(R"({"rules": [{"collective": "allreduce", "codec": "int7"}]})");
+  EXPECT_TRUE(contains(msg, "rule 'allreduce codec=int7'")) << msg;
+  EXPECT_TRUE(contains(msg, "unknown codec 'int7'")) << msg;
+  msg = codec_error(R"({"rules": [{"collective": "allreduce", "codec": "int8:bloc=3"}]})");
+  EXPECT_TRUE(contains(msg, "bloc")) << msg;
+  EXPECT_NO_THROW(check_rule_codecs(AlgorithmTable::parse_json(
+      R"({"rules": [{"collective": "allreduce", "codec": "int4:block=32"}]})", "ok.json")));
+  msg = json_error(R"({"rules": [{"collective": "allreduce", "codec": 8}]})");
+  EXPECT_TRUE(contains(msg, "rules[0].codec must be a codec spec")) << msg;
+  msg = json_error(R"({"rules": [{"collective": "allreduce", "codec": "int8", "seg": "8K"}]})");
+  EXPECT_TRUE(contains(msg, "\"seg\" but no \"algorithm\"")) << msg;
+  msg = json_error(R"({"rules": [{"collective": "allgather", "codec": "int8"}]})");
+  EXPECT_TRUE(contains(msg, "unknown collective")) << msg;
 }
 
 TEST(SelectionDefaults, EagerVectorsRecursiveDoublingThenThePipelinedRing) {
