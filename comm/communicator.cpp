@@ -21,6 +21,7 @@
 #include "comm/algorithms/dissemination_barrier.h"
 #include "comm/algorithms/pairwise_alltoall.h"
 #include "comm/algorithms/point_to_point.h"
+#include "comm/algorithms/powersgd_allreduce.h"
 #include "comm/algorithms/rabenseifner_allreduce.h"
 #include "comm/algorithms/recursive_doubling_allreduce.h"
 #include "comm/algorithms/ring_allgather.h"
@@ -196,9 +197,11 @@ int Communicator::size() const noexcept {
   return group_->size();
 }
 
-std::uint64_t Communicator::next_seq() {
+std::uint64_t Communicator::next_seq(std::uint64_t n) {
   const std::lock_guard lock(mutex_);
-  return seq_++;
+  const std::uint64_t first = seq_;
+  seq_ += n;
+  return first;
 }
 
 std::string Communicator::describe(const char* kind, std::uint64_t seq,
@@ -355,7 +358,20 @@ Work Communicator::iallreduce_compressed(const float* send, float* recv, std::si
   check_buffer("allreduce_compressed", "send", send, count * sizeof(float));
   check_buffer("allreduce_compressed", "recv", recv, count * sizeof(float));
   // Refused here, before anything is sent: the canonical spec is what ranks must agree on.
-  const std::string spec = make_codec_from_spec(compression.codec)->spec();
+  const bool powersgd = PowerSgdOptions::names_powersgd(compression.codec);
+  std::optional<PowerSgdOptions> powersgd_options;
+  std::string spec;
+  if (powersgd) {
+    powersgd_options = PowerSgdOptions::parse(compression.codec);
+    spec = powersgd_options->spec();
+  } else {
+    spec = make_codec_from_spec(compression.codec)->spec();
+  }
+  std::shared_ptr<const PowerSgdPlan> plan;
+  if (powersgd) {
+    plan = std::make_shared<const PowerSgdPlan>(
+        plan_powersgd(count, compression.matrices, *powersgd_options));
+  }
   for (std::size_t i = 0; i < count; ++i) {
     if (!std::isfinite(send[i])) {
       throw Error(ErrorCode::InvalidArgument,
@@ -365,11 +381,21 @@ Work Communicator::iallreduce_compressed(const float* send, float* recv, std::si
                               spec, i, send[i]));
     }
   }
-  const auto seq = next_seq();
+  const auto seq = next_seq(powersgd ? PowerSgdAllreduce::kSeqs : 1);
   const bool average = op == ReduceOp::Avg;
   const bool gathered = spec.starts_with("topk");
   std::unique_ptr<CollectiveOp> algo;
-  if (gathered) {
+  std::uint64_t spec_hash = codec_spec_hash(spec);
+  std::string detail;
+  if (powersgd) {
+    spec_hash = plan->hash(spec);
+    detail = fmt::format(
+        ", {} of {} matrices compressed, {} elements plain", plan->compressed.size(),
+        plan->layout_matrices == 0 ? std::size_t{1} : plan->layout_matrices, plan->plain_count);
+    algo = std::make_unique<PowerSgdAllreduce>(group_, seq, &counters_.allreduce, send, recv,
+                                               average, compression_, *powersgd_options, plan, spec,
+                                               compression.key);
+  } else if (gathered) {
     algo = std::make_unique<CompressedAllgatherAllreduce>(group_, seq, &counters_.allreduce, send,
                                                           recv, count, average, compression_, spec,
                                                           compression.key);
@@ -380,15 +406,16 @@ Work Communicator::iallreduce_compressed(const float* send, float* recv, std::si
   }
   algo->set_fingerprint(Fingerprint{.seq = seq,
                                     .count = count,
-                                    .counts = codec_spec_hash(spec),
+                                    .counts = spec_hash,
                                     .kind = Fingerprint::Kind::CompressedAllreduce,
                                     .dtype = static_cast<std::uint8_t>(DType::F32),
                                     .op = static_cast<std::uint8_t>(op)});
-  return submit(std::move(algo),
-                describe("allreduce_compressed", seq,
-                         fmt::format("(f32 x {}, {}, {}{})", count, kernels::reduce_op_name(op),
-                                     spec, compression.key.empty() ? "" : ", error feedback")),
-                true);
+  return submit(
+      std::move(algo),
+      describe("allreduce_compressed", seq,
+               fmt::format("(f32 x {}, {}, {}{}{})", count, kernels::reduce_op_name(op), spec,
+                           detail, compression.key.empty() ? "" : ", error feedback")),
+      true);
 }
 
 void Communicator::allreduce_compressed(const float* send, float* recv, std::size_t count,

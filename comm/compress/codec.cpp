@@ -91,10 +91,16 @@ std::unique_ptr<Codec> make_codec(std::string_view name, std::string_view args) 
     }
     return std::make_unique<OneBitCodec>(block);
   }
+  if (name == "powersgd") {
+    throw Error(ErrorCode::InvalidArgument,
+                "powersgd is not an elementwise codec: it approximates whole matrices, so it runs "
+                "inside Communicator::allreduce_compressed (comm/algorithms/powersgd_allreduce.h)");
+  }
   std::string names;
   for (const auto n : codec_names()) names += fmt::format("{}{}", names.empty() ? "" : ", ", n);
   throw Error(ErrorCode::InvalidArgument,
-              fmt::format("unknown codec '{}'; codecs: {}", name, names));
+              fmt::format("unknown codec '{}'; codecs: {}, and powersgd for allreduce_compressed",
+                          name, names));
 }
 
 std::unique_ptr<Codec> make_codec_from_spec(std::string_view spec) {
