@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -52,6 +53,27 @@ void check_reduce_op(const char* what, DType dtype, ReduceOp op) {
                             "floating-point dtype",
                             what, kernels::dtype_name(dtype)));
   }
+}
+
+// The index of the first NaN or Inf in x[0, count), or count. Blocks are checked with an integer
+// or-reduction of "exponent all ones", which vectorizes (a loop of std::isfinite does not): a 64
+// MiB gradient costs a few ms instead of tens.
+std::size_t first_non_finite(const float* x, std::size_t count) {
+  constexpr std::size_t kBlock = 4096;
+  constexpr std::uint32_t kExponent = 0x7f800000U;
+  for (std::size_t b = 0; b < count; b += kBlock) {
+    const std::size_t n = std::min(kBlock, count - b);
+    std::uint32_t bad = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      bad |= static_cast<std::uint32_t>((std::bit_cast<std::uint32_t>(x[b + i]) & kExponent) ==
+                                        kExponent);
+    }
+    if (bad == 0) continue;
+    for (std::size_t i = 0; i < n; ++i) {
+      if (!std::isfinite(x[b + i])) return b + i;
+    }
+  }
+  return count;
 }
 
 void check_buffer(const char* what, const char* name, const void* buf, std::size_t bytes) {
@@ -372,14 +394,12 @@ Work Communicator::iallreduce_compressed(const float* send, float* recv, std::si
     plan = std::make_shared<const PowerSgdPlan>(
         plan_powersgd(count, compression.matrices, *powersgd_options));
   }
-  for (std::size_t i = 0; i < count; ++i) {
-    if (!std::isfinite(send[i])) {
-      throw Error(ErrorCode::InvalidArgument,
-                  fmt::format("allreduce_compressed ({}): element {} of the input is {}: a "
-                              "non-finite gradient cannot be compressed; check the loss scale and "
-                              "learning rate",
-                              spec, i, send[i]));
-    }
+  if (const std::size_t i = first_non_finite(send, count); i != count) {
+    throw Error(ErrorCode::InvalidArgument,
+                fmt::format("allreduce_compressed ({}): element {} of the input is {}: a "
+                            "non-finite gradient cannot be compressed; check the loss scale and "
+                            "learning rate",
+                            spec, i, send[i]));
   }
   const auto seq = next_seq(powersgd ? PowerSgdAllreduce::kSeqs : 1);
   const bool average = op == ReduceOp::Avg;

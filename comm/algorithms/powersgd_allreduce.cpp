@@ -7,17 +7,9 @@
 
 #include "core/error.h"
 #include "kernels/dtype.h"
-#include "kernels/gemm.h"
 #include "kernels/reduce.h"
 
 namespace strait::comm {
-namespace {
-
-int as_int(std::size_t n) {
-  return static_cast<int>(n);  // plan_powersgd() keeps every side below 2^31
-}
-
-}  // namespace
 
 PowerSgdAllreduce::PowerSgdAllreduce(std::shared_ptr<const Group> group, std::uint64_t seq,
                                      std::atomic<std::uint64_t>* bytes_sent, const float* send,
@@ -81,9 +73,8 @@ void PowerSgdAllreduce::start() {
       orthogonalize_columns(q, m.cols, r);
     }
     // P = M Q, into the first allreduce's buffer.
-    kernels::gemm<float>(kernels::Trans::No, kernels::Trans::No, as_int(m.rows), as_int(r),
-                         as_int(m.cols), 1.0F, m_ + m.offset, as_int(m.cols), q, as_int(r), 0.0F,
-                         first_.data() + p_at, as_int(r));
+    matrix_times_factor(m_ + m.offset, m.rows, m.cols, m.cols, q, r, first_.data() + p_at,
+                        scratch_);
     q_at += m.cols * r;
     p_at += m.rows * r;
   }
@@ -112,9 +103,8 @@ void PowerSgdAllreduce::after_p() {
     float* p = first_.data() + p_at;
     orthogonalize_columns(p, m.rows, r);
     // Q = M^T P^, into the second allreduce's buffer.
-    kernels::gemm<float>(kernels::Trans::Yes, kernels::Trans::No, as_int(m.cols), as_int(r),
-                         as_int(m.rows), 1.0F, m_ + m.offset, as_int(m.cols), p, as_int(r), 0.0F,
-                         second_.data() + q_at, as_int(r));
+    matrix_transposed_times_factor(m_ + m.offset, m.rows, m.cols, m.cols, p, r,
+                                   second_.data() + q_at, scratch_);
     q_at += m.cols * r;
     p_at += m.rows * r;
   }

@@ -9,10 +9,10 @@
 //   M = grad + error                                (error: this rank's fp32 residual of the key)
 //   Q = orthogonalize(warm Q of the key, or N(0,1) from (seed, call) on the first call; the same
 //       on every rank); a warm Q that orthogonalizes to a zero column is drawn afresh
-//   P = M Q                                         (n x r, OpenBLAS)
+//   P = M Q                                         (n x r, one streaming pass over M)
 //   allreduce(sum) of [every uncompressed element | every P]   one allreduce, one round of latency
 //   P^ = orthogonalize(P)                           (identical on every rank: same input and code)
-//   Q = M^T P^                                      (m x r, OpenBLAS)
+//   Q = M^T P^                                      (m x r, one streaming pass over M)
 //   allreduce(sum) of [every Q]; Avg: Q /= P
 //   out = P^ Q^T                                    (fixed-order loop, not BLAS: identical bits)
 //   error = M - out (Avg) or M - out / P (Sum)      (so the ranks' residuals add up to what the

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 #include <numbers>
@@ -10,13 +11,20 @@
 #include "comm/compress/codec_args.h"
 #include "core/error.h"
 
+// The loops below run at the widest vector unit of the CPU (GCC's function multiversioning).
+// Without fused multiply-add (-ffp-contract=off for this file) every clone does the same IEEE
+// operations per element, so low_rank_product's bits do not depend on which one runs.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define STRAIT_VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define STRAIT_VECTOR_CLONES
+#endif
+
 namespace strait::comm {
 namespace {
 
 constexpr std::string_view kName = "powersgd";
 constexpr std::size_t kMaxRank = 65536;
-// The GEMM takes int sizes.
-constexpr auto kMaxSide = static_cast<std::size_t>(std::numeric_limits<int>::max());
 
 std::uint64_t splitmix(std::uint64_t x) noexcept {
   x += 0x9e3779b97f4a7c15ULL;
@@ -104,7 +112,7 @@ PowerSgdPlan plan_powersgd(std::size_t count, std::span<const MatrixShape> matri
     if (count != 0) {
       const std::size_t rows = near_square_rows(count);
       const std::size_t cols = count / rows;
-      if (cols <= kMaxSide && options.should_compress(rows, cols)) {
+      if (options.should_compress(rows, cols)) {
         plan.compressed.push_back(MatrixShape{0, rows, cols});
       }
     }
@@ -119,12 +127,6 @@ PowerSgdPlan plan_powersgd(std::size_t count, std::span<const MatrixShape> matri
                     fmt::format("allreduce_compressed ({}): {} reaches past the buffer of {} "
                                 "elements",
                                 kName, describe(i, m), count));
-      }
-      if (m.rows > kMaxSide || m.cols > kMaxSide) {
-        throw Error(ErrorCode::InvalidArgument,
-                    fmt::format("allreduce_compressed ({}): {} has a side of 2^31 or more "
-                                "elements, more than the GEMM takes",
-                                kName, describe(i, m)));
       }
       order[i] = i;
     }
@@ -195,22 +197,143 @@ std::size_t orthogonalize_columns(float* a, std::size_t rows, std::size_t cols) 
   return zeroed;
 }
 
-void low_rank_product(const float* p, const float* q, std::size_t rows, std::size_t cols,
-                      std::size_t r, float* out, std::size_t ld, std::vector<float>& qt) {
-  // q^T, r x cols, so the inner loop runs along a row of out.
+// Blocks of the loops below: kLanes partial sums or outputs stay in vector registers, kGroup
+// factor columns share one read of a row of m.
+constexpr std::size_t kLanes = 16;
+constexpr std::size_t kGroup = 4;
+
+STRAIT_VECTOR_CLONES void matrix_times_factor(const float* m, std::size_t rows, std::size_t cols,
+                                              std::size_t ld, const float* q, std::size_t r,
+                                              float* p, std::vector<float>& scratch) {
+  // q^T, so that each dot product runs along a row of m and a row of q^T.
+  scratch.resize(r * cols);
+  for (std::size_t j = 0; j < cols; ++j) {
+    for (std::size_t k = 0; k < r; ++k) scratch[k * cols + j] = q[j * r + k];
+  }
+  const std::size_t whole = cols - cols % kLanes;
+  std::size_t i = 0;
+  if (r == kGroup) {
+    // r = 4 (the default) on kGroup rows at once: q^T is read once per kGroup rows of m.
+    for (; i + kGroup <= rows; i += kGroup) {
+      std::array<std::array<std::array<float, kLanes>, kGroup>, kGroup> acc{};
+      for (std::size_t j = 0; j < whole; j += kLanes) {
+        for (std::size_t rr = 0; rr < kGroup; ++rr) {
+          const float* row = m + (i + rr) * ld + j;
+          for (std::size_t g = 0; g < kGroup; ++g) {
+            const float* qk = scratch.data() + g * cols + j;
+            for (std::size_t l = 0; l < kLanes; ++l) acc[rr][g][l] += row[l] * qk[l];
+          }
+        }
+      }
+      for (std::size_t rr = 0; rr < kGroup; ++rr) {
+        const float* row = m + (i + rr) * ld;
+        for (std::size_t g = 0; g < kGroup; ++g) {
+          float sum = 0.0F;
+          for (const float a : acc[rr][g]) sum += a;
+          for (std::size_t j = whole; j < cols; ++j) sum += row[j] * scratch[g * cols + j];
+          p[(i + rr) * r + g] = sum;
+        }
+      }
+    }
+  }
+  for (; i < rows; ++i) {
+    const float* row = m + i * ld;
+    std::size_t k = 0;
+    for (; k + kGroup <= r; k += kGroup) {
+      std::array<std::array<float, kLanes>, kGroup> acc{};
+      const float* qk = scratch.data() + k * cols;
+      for (std::size_t j = 0; j < whole; j += kLanes) {
+        for (std::size_t g = 0; g < kGroup; ++g) {
+          for (std::size_t l = 0; l < kLanes; ++l) {
+            acc[g][l] += row[j + l] * qk[g * cols + j + l];
+          }
+        }
+      }
+      for (std::size_t g = 0; g < kGroup; ++g) {
+        float sum = 0.0F;
+        for (const float a : acc[g]) sum += a;
+        for (std::size_t j = whole; j < cols; ++j) sum += row[j] * qk[g * cols + j];
+        p[i * r + k + g] = sum;
+      }
+    }
+    for (; k < r; ++k) {
+      const float* qk = scratch.data() + k * cols;
+      std::array<float, kLanes> acc{};
+      for (std::size_t j = 0; j < whole; j += kLanes) {
+        for (std::size_t l = 0; l < kLanes; ++l) acc[l] += row[j + l] * qk[j + l];
+      }
+      float sum = 0.0F;
+      for (const float a : acc) sum += a;
+      for (std::size_t j = whole; j < cols; ++j) sum += row[j] * qk[j];
+      p[i * r + k] = sum;
+    }
+  }
+}
+
+STRAIT_VECTOR_CLONES void matrix_transposed_times_factor(const float* m, std::size_t rows,
+                                                         std::size_t cols, std::size_t ld,
+                                                         const float* p, std::size_t r, float* q,
+                                                         std::vector<float>& scratch) {
+  // q^T (r x cols) accumulated over kGroup rows of m at a time: each row of m is read once, and
+  // q^T (in cache) is updated once per kGroup rows.
+  scratch.assign(r * cols, 0.0F);
+  std::size_t i = 0;
+  for (; i + kGroup <= rows; i += kGroup) {
+    const float* r0 = m + i * ld;
+    const float* r1 = r0 + ld;
+    const float* r2 = r1 + ld;
+    const float* r3 = r2 + ld;
+    for (std::size_t k = 0; k < r; ++k) {
+      const float p0 = p[i * r + k];
+      const float p1 = p[(i + 1) * r + k];
+      const float p2 = p[(i + 2) * r + k];
+      const float p3 = p[(i + 3) * r + k];
+      float* qk = scratch.data() + k * cols;
+      for (std::size_t j = 0; j < cols; ++j) {
+        qk[j] += ((p0 * r0[j] + p1 * r1[j]) + (p2 * r2[j] + p3 * r3[j]));
+      }
+    }
+  }
+  for (; i < rows; ++i) {
+    const float* row = m + i * ld;
+    for (std::size_t k = 0; k < r; ++k) {
+      const float pik = p[i * r + k];
+      float* qk = scratch.data() + k * cols;
+      for (std::size_t j = 0; j < cols; ++j) qk[j] += pik * row[j];
+    }
+  }
+  for (std::size_t j = 0; j < cols; ++j) {
+    for (std::size_t k = 0; k < r; ++k) q[j * r + k] = scratch[k * cols + j];
+  }
+}
+
+STRAIT_VECTOR_CLONES void low_rank_product(const float* p, const float* q, std::size_t rows,
+                                           std::size_t cols, std::size_t r, float* out,
+                                           std::size_t ld, std::vector<float>& qt) {
+  // q^T, r x cols, so the inner loops run along a row of out.
   qt.resize(r * cols);
   for (std::size_t j = 0; j < cols; ++j) {
     for (std::size_t k = 0; k < r; ++k) qt[k * cols + j] = q[j * r + k];
   }
+  // Every element is p[i][0] q[j][0] + p[i][1] q[j][1] + ..., added in that order (kLanes of them
+  // at a time in registers, then stored once).
+  const std::size_t whole = cols - cols % kLanes;
   for (std::size_t i = 0; i < rows; ++i) {
     float* row = out + i * ld;
     const float* pi = p + i * r;
-    const float p0 = r == 0 ? 0.0F : pi[0];
-    for (std::size_t j = 0; j < cols; ++j) row[j] = r == 0 ? 0.0F : p0 * qt[j];
-    for (std::size_t k = 1; k < r; ++k) {
-      const float pk = pi[k];
-      const float* qk = qt.data() + k * cols;
-      for (std::size_t j = 0; j < cols; ++j) row[j] += pk * qk[j];
+    for (std::size_t j = 0; j < whole; j += kLanes) {
+      std::array<float, kLanes> acc{};
+      for (std::size_t l = 0; l < kLanes; ++l) acc[l] = pi[0] * qt[j + l];
+      for (std::size_t k = 1; k < r; ++k) {
+        const float* qk = qt.data() + k * cols + j;
+        for (std::size_t l = 0; l < kLanes; ++l) acc[l] += pi[k] * qk[l];
+      }
+      for (std::size_t l = 0; l < kLanes; ++l) row[j + l] = acc[l];
+    }
+    for (std::size_t j = whole; j < cols; ++j) {
+      float acc = pi[0] * qt[j];
+      for (std::size_t k = 1; k < r; ++k) acc += pi[k] * qt[k * cols + j];
+      row[j] = acc;
     }
   }
 }

@@ -68,8 +68,8 @@ struct PowerSgdPlan {
 // The plan of a `count`-element buffer for `matrices` (elements, row-major; the order does not
 // matter). Empty `matrices`: the buffer viewed as one rows x cols matrix, rows the largest divisor
 // of count <= sqrt(count) (4096 x 4096 for 16M), compressed if it gains (a prime count does not).
-// Throws InvalidArgument naming the matrix for one that reaches past the buffer or is too large for
-// the GEMM (a side >= 2^31), and naming both for two that overlap.
+// Throws InvalidArgument naming the matrix for one that reaches past the buffer, and naming both
+// for two that overlap.
 PowerSgdPlan plan_powersgd(std::size_t count, std::span<const MatrixShape> matrices,
                            const PowerSgdOptions& options);
 
@@ -87,9 +87,21 @@ void powersgd_random_normal(std::uint64_t seed, std::uint64_t call, std::size_t 
 // how many columns became zero.
 std::size_t orthogonalize_columns(float* a, std::size_t rows, std::size_t cols);
 
+// The two products of the power iteration, streaming over m (rows x cols, row-major, leading
+// dimension ld) once each: a BLAS GEMM would first copy (pack) all of m for a product only r
+// columns wide. p (rows x r) = m q (q: cols x r); q (cols x r) = m^T p (p: rows x r). fp32 sums
+// in an order the CPU's vector width decides, so not bit-identical across machines: PowerSGD
+// allreduces both results, and only the allreduced values must agree. `scratch` is resized.
+void matrix_times_factor(const float* m, std::size_t rows, std::size_t cols, std::size_t ld,
+                         const float* q, std::size_t r, float* p, std::vector<float>& scratch);
+void matrix_transposed_times_factor(const float* m, std::size_t rows, std::size_t cols,
+                                    std::size_t ld, const float* p, std::size_t r, float* q,
+                                    std::vector<float>& scratch);
+
 // out (rows x cols, row-major, leading dimension ld) = p (rows x r) * q^T (q: cols x r), in fp32
-// with a fixed order of operations (k ascending, no BLAS), so equal p and q give equal bits on
-// every rank, whatever BLAS kernel or thread count. `qt` is scratch (resized to r * cols).
+// with a fixed order of operations (k ascending, no BLAS, no fused multiply-add: the file is built
+// with -ffp-contract=off), so equal p and q give equal bits on every rank and every CPU, whichever
+// vector width runs it. r >= 1; `qt` is scratch (resized to r * cols).
 void low_rank_product(const float* p, const float* q, std::size_t rows, std::size_t cols,
                       std::size_t r, float* out, std::size_t ld, std::vector<float>& qt);
 
