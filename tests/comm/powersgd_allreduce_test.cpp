@@ -8,10 +8,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
-#include <cstring>
 #include <limits>
 #include <random>
 #include <string>
@@ -177,15 +177,18 @@ class Reference {
 // Two matrices worth compressing at rank 4, a 4 x 6 one that is not ((4 + 6) * 4 * 2 >= 24), and
 // loose elements before, between and after them; given out of order.
 constexpr std::size_t kRank = 4;
-const std::vector<MatrixShape> kMatrices = {
-    {.offset = 3110, .rows = 40, .cols = 96},  // ends at 6950
-    {.offset = 5, .rows = 64, .cols = 48},     // ends at 3077
-    {.offset = 3080, .rows = 4, .cols = 6},    // ends at 3104: not compressed
-};
+std::vector<MatrixShape> layout() {
+  return {
+      {.offset = 3110, .rows = 40, .cols = 96},  // ends at 6950
+      {.offset = 5, .rows = 64, .cols = 48},     // ends at 3077
+      {.offset = 3080, .rows = 4, .cols = 6},    // ends at 3104: not compressed
+  };
+}
 constexpr std::size_t kCount = 6961;
 // What the reference compresses: (rows + cols) * 4 * 2 < rows * cols, sorted by offset.
-const std::vector<MatrixShape> kCompressed = {{.offset = 5, .rows = 64, .cols = 48},
-                                              {.offset = 3110, .rows = 40, .cols = 96}};
+std::vector<MatrixShape> compressed_part() {
+  return {{.offset = 5, .rows = 64, .cols = 48}, {.offset = 3110, .rows = 40, .cols = 96}};
+}
 
 std::vector<float> input_of(int rank, int call, std::size_t count) {
   return gaussian(static_cast<std::uint32_t>(1000 * call + rank + 1), count);
@@ -212,7 +215,7 @@ TEST_P(PowerSgd, MatchesTheDoublePrecisionReferenceAndIsBitIdenticalOnEveryRank)
           auto x = input_of(comm.rank(), c, kCount);
           auto& out = results[static_cast<std::size_t>(c)][static_cast<std::size_t>(comm.rank())];
           out.assign(kCount, -1.0F);
-          Compression z{"powersgd:rank=4", keyed ? "bucket0" : "", kMatrices};
+          Compression z{"powersgd:rank=4", keyed ? "bucket0" : "", layout()};
           if (c % 2 == 1) {  // in place on odd calls
             comm.allreduce_compressed(x.data(), x.data(), kCount, op, z);
             out = x;
@@ -221,9 +224,10 @@ TEST_P(PowerSgd, MatchesTheDoublePrecisionReferenceAndIsBitIdenticalOnEveryRank)
           }
         }
       });
-      Reference ref(world, kCount, kCompressed, kRank, op == ReduceOp::Avg, keyed);
+      Reference ref(world, kCount, compressed_part(), kRank, op == ReduceOp::Avg, keyed);
       for (int c = 0; c < kCalls; ++c) {
         std::vector<std::vector<float>> inputs;
+        inputs.reserve(static_cast<std::size_t>(world));
         for (int r = 0; r < world; ++r) inputs.push_back(input_of(r, c, kCount));
         const auto expected = ref.step(inputs);
         const auto& got = results[static_cast<std::size_t>(c)];
@@ -398,7 +402,7 @@ TEST(PowerSgdPlain, UncompressedElementsEqualAPlainAllreduceExactly) {
           comm.allreduce_compressed(
               x.data(), a.data(), count, op,
               Compression{"powersgd", "p",
-                          count == kCount ? kMatrices : std::vector<MatrixShape>{}});
+                          count == kCount ? layout() : std::vector<MatrixShape>{}});
           comm.allreduce(x.data(), b.data(), count, kernels::DType::F32, op);
           if (comm.rank() == 0) {
             compressed_out = a;
@@ -407,7 +411,7 @@ TEST(PowerSgdPlain, UncompressedElementsEqualAPlainAllreduceExactly) {
         });
         std::vector<bool> in_compressed(count, false);
         if (count == kCount) {
-          for (const auto& m : kCompressed) {
+          for (const auto& m : compressed_part()) {
             for (std::size_t i = 0; i < m.rows * m.cols; ++i) in_compressed[m.offset + i] = true;
           }
         }
@@ -415,7 +419,8 @@ TEST(PowerSgdPlain, UncompressedElementsEqualAPlainAllreduceExactly) {
         for (std::size_t i = 0; i < count; ++i) {
           if (in_compressed[i]) continue;
           ++checked;
-          ASSERT_EQ(std::memcmp(&compressed_out[i], &plain_out[i], sizeof(float)), 0)
+          ASSERT_EQ(std::bit_cast<std::uint32_t>(compressed_out[i]),
+                    std::bit_cast<std::uint32_t>(plain_out[i]))
               << "world " << world << " count " << count << " element " << i << ": "
               << compressed_out[i] << " vs " << plain_out[i];
         }
@@ -438,16 +443,16 @@ TEST(PowerSgdLayout, DefaultIsOneNearSquareMatrixAndPlansAreChecked) {
   plan = plan_powersgd(10'007, {}, o);  // prime: 1 x 10007 does not gain
   EXPECT_TRUE(plan.compressed.empty());
   EXPECT_EQ(plan.plain_count, 10'007U);
-  plan = plan_powersgd(kCount, kMatrices, o);
-  EXPECT_EQ(plan.compressed, kCompressed);
+  plan = plan_powersgd(kCount, layout(), o);
+  EXPECT_EQ(plan.compressed, compressed_part());
   EXPECT_EQ(plan.plain_count, kCount - 64 * 48 - 40 * 96);
   EXPECT_EQ(plan.p_count, (64U + 40U) * 4);
   EXPECT_EQ(plan.q_count, (48U + 96U) * 4);
   // min_compression moves the line: at rank 4, 40 x 96 gains 7.06x, 64 x 48 6.86x.
-  plan = plan_powersgd(kCount, kMatrices, PowerSgdOptions::parse("powersgd:min_compression=7"));
+  plan = plan_powersgd(kCount, layout(), PowerSgdOptions::parse("powersgd:min_compression=7"));
   ASSERT_EQ(plan.compressed.size(), 1U);
-  EXPECT_EQ(plan.compressed[0], kCompressed[1]);
-  plan = plan_powersgd(kCount, kMatrices, o);
+  EXPECT_EQ(plan.compressed[0], compressed_part()[1]);
+  plan = plan_powersgd(kCount, layout(), o);
   // The plan's hash sees the layout and the spec.
   const std::vector<MatrixShape> moved = {{5, 48, 64}};
   const auto other = plan_powersgd(kCount, moved, o);
@@ -498,17 +503,17 @@ TEST(PowerSgdKeyState, ALayoutChangeResetsTheKeysErrorAndWarmStart) {
       comm.allreduce_compressed(x.data(), out.data(), kN, ReduceOp::Avg,
                                 Compression{"powersgd", key, layout});
     };
-    call(kMatrices, "k", 0);
-    call(kMatrices, "k", 1);
+    call(layout(), "k", 0);
+    call(layout(), "k", 1);
     call(other, "k", 2);
     if (comm.rank() == 0) last[0] = out;
     call(other, "fresh", 2);
     if (comm.rank() == 0) last[1] = out;
-    call(kMatrices, "k2", 0);
-    call(kMatrices, "k2", 1);
-    call(kMatrices, "k2", 2);
+    call(layout(), "k2", 0);
+    call(layout(), "k2", 1);
+    call(layout(), "k2", 2);
     if (comm.rank() == 0) last[2] = out;
-    call(kMatrices, "fresh2", 2);
+    call(layout(), "fresh2", 2);
     if (comm.rank() == 0) last[3] = out;
   });
   EXPECT_EQ(bits_hash(last[0]), bits_hash(last[1])) << "the layout change did not reset the key";
@@ -523,7 +528,7 @@ TEST(PowerSgdWire, SendsTheFactorsAndTheUncompressedElementsOnly) {
       std::vector<float> out(kCount);
       const auto before = comm.stats().allreduce_bytes;
       comm.allreduce_compressed(x.data(), out.data(), kCount, ReduceOp::Avg,
-                                Compression{"powersgd:rank=4", "wire", kMatrices});
+                                Compression{"powersgd:rank=4", "wire", layout()});
       sent[static_cast<std::size_t>(comm.rank())] = comm.stats().allreduce_bytes - before;
     });
     // A 2-rank ring sends each vector once: 4 bytes per uncompressed element, (n + m) r 4 bytes
@@ -554,7 +559,7 @@ TEST(PowerSgdFailure, DifferentLayoutsAreAMismatchOnBothRanks) {
       comm.allreduce_compressed(
           x.data(), x.data(), x.size(), ReduceOp::Sum,
           Compression{"powersgd", "k",
-                      comm.rank() == 0 ? kMatrices : std::vector<MatrixShape>{{0, 64, 48}}});
+                      comm.rank() == 0 ? layout() : std::vector<MatrixShape>{{0, 64, 48}}});
     });
     ASSERT_TRUE(e.has_value());
     EXPECT_EQ(e->code(), ErrorCode::Mismatch) << e->what();
@@ -574,7 +579,7 @@ TEST(PowerSgdFailure, NonFiniteInputBadArgumentsAndBadLayoutsAreRefusedBeforeSen
       EXPECT_EQ(e->code(), ErrorCode::InvalidArgument) << e->what();
       EXPECT_TRUE(contains(e->what(), what)) << e->what();
     };
-    refused(Compression{"powersgd", "k", kMatrices}, kCount, "element 4000");
+    refused(Compression{"powersgd", "k", layout()}, kCount, "element 4000");
     refused(Compression{"powersgd:rank=0"}, 10, "rank=0");
     refused(Compression{"powersgd:rnak=2"}, 10,
             "unknown argument 'rnak'; valid keys: rank, min_compression, warm_start, seed");
@@ -586,7 +591,7 @@ TEST(PowerSgdFailure, NonFiniteInputBadArgumentsAndBadLayoutsAreRefusedBeforeSen
     // Nothing was sent: the communicator still works.
     std::vector<float> y(kCount, 2.0F);
     comm.allreduce_compressed(y.data(), y.data(), kCount, ReduceOp::Sum,
-                              Compression{"powersgd", "k", kMatrices});
+                              Compression{"powersgd", "k", layout()});
     EXPECT_EQ(y[3], 2.0F);           // uncompressed
     EXPECT_NEAR(y[10], 2.0F, 1e-5);  // a constant matrix has rank 1
   });
