@@ -4,8 +4,7 @@
 // Algorithm 1; as PyTorch's ddp_comm_hooks/powerSGD_hook.py). Options, plan and numerics:
 // comm/compress/powersgd.h; per-key state: comm/compress/powersgd_state.h.
 //
-// Per call, for each compressed matrix (rows x cols = n x m, row-major; r the rank; P = world
-// size):
+// Per call, for each compressed matrix (rows x cols = n x m, row-major; r the rank; W ranks):
 //   M = grad + error                                (error: this rank's fp32 residual of the key)
 //   Q = orthogonalize(warm Q of the key, or N(0,1) from (seed, call) on the first call; the same
 //       on every rank); a warm Q that orthogonalizes to a zero column is drawn afresh
@@ -13,11 +12,11 @@
 //   allreduce(sum) of [every uncompressed element | every P]   one allreduce, one round of latency
 //   P^ = orthogonalize(P)                           (identical on every rank: same input and code)
 //   Q = M^T P^                                      (m x r, one streaming pass over M)
-//   allreduce(sum) of [every Q]; Avg: Q /= P
+//   allreduce(sum) of [every Q]; Avg: Q /= W
 //   out = P^ Q^T                                    (fixed-order loop, not BLAS: identical bits)
-//   error = M - out (Avg) or M - out / P (Sum)      (so the ranks' residuals add up to what the
+//   error = M - out (Avg) or M - out / W (Sum)      (so the ranks' residuals add up to what the
 //                                                    sum of their M lost)
-// Uncompressed elements end as a plain fp32 ring allreduce of them (Avg: then * 1/P) and keep no
+// Uncompressed elements end as a plain fp32 ring allreduce of them (Avg: then * 1/W) and keep no
 // residual (PyTorch keeps local - mean there, which sums to zero over the ranks). Both allreduces
 // are RingAllreduce (comm/algorithms/ring_allreduce.h) over the op's own buffers, pipelined in the
 // segments of the built-in table (8 KiB under 1 MiB, else 1 MiB), on their own sequence numbers:
@@ -25,7 +24,7 @@
 // same P and Q, and everything after them is deterministic fp32 code.
 //
 // Wire bytes per rank: the two rings over (plain_count + sum n r) and (sum m r) f32 elements, i.e.
-// 2 (P-1)/P * 4 * (plain_count + sum (n + m) r): with 2 ranks exactly 4 bytes per uncompressed
+// 2 (W-1)/W * 4 * (plain_count + sum (n + m) r): with 2 ranks exactly 4 bytes per uncompressed
 // element plus (n + m) * r * 4 per matrix (4096 x 4096, r 4: 128 KiB instead of 64 MiB).
 // Key: empty means no error feedback and no warm start (every call starts from the seed's Q).
 // One operation per key at a time (the next call of a key reads what this one leaves).
