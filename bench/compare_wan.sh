@@ -6,14 +6,15 @@
 # each codec's speed-up over uncompressed strait. Needs root (namespaces, tc), the peers
 # (bench/setup-peers.sh) and a built tree. Latency is not emulated (no netem on these kernels).
 #   sudo bench/compare_wan.sh [SIZE]          (default 64M: 16M f32)
-# Environment: RATE (100mbit), ITERS (3), CODECS (bf16 int8 int4 onebit topk:fraction=0.01).
+# Environment: RATE (100mbit), ITERS (3),
+# CODECS (bf16 int8 int4 onebit topk:fraction=0.01 powersgd:rank=4).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${STRAIT_BUILD_DIR:-$root/build}
 size=${1:-64M}
 rate=${RATE:-100mbit}
 iters=${ITERS:-3}
-read -r -a codecs <<< "${CODECS:-bf16 int8 int4 onebit topk:fraction=0.01}"
+read -r -a codecs <<< "${CODECS:-bf16 int8 int4 onebit topk:fraction=0.01 powersgd:rank=4}"
 prefix=stw$$
 strait=$build/strait
 

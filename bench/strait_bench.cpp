@@ -325,7 +325,8 @@ int main(int argc, char** argv) {
   app.add_option("--json", o.json_path, "Also write the rows to this file (rank 0)");
   app.add_option("--codec", o.codec,
                  "allreduce: run allreduce_compressed with this codec spec (int8, int4, "
-                 "topk:fraction=0.01, ...; f32 sum/avg, -c 0)");
+                 "topk:fraction=0.01, powersgd:rank=4 (the buffer as one near-square matrix), "
+                 "...; f32 sum/avg, -c 0)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

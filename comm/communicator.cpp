@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -22,6 +23,7 @@
 #include "comm/algorithms/dissemination_barrier.h"
 #include "comm/algorithms/pairwise_alltoall.h"
 #include "comm/algorithms/point_to_point.h"
+#include "comm/algorithms/powersgd_allreduce.h"
 #include "comm/algorithms/rabenseifner_allreduce.h"
 #include "comm/algorithms/recursive_doubling_allreduce.h"
 #include "comm/algorithms/ring_allgather.h"
@@ -52,6 +54,27 @@ void check_reduce_op(const char* what, DType dtype, ReduceOp op) {
                             "floating-point dtype",
                             what, kernels::dtype_name(dtype)));
   }
+}
+
+// The index of the first NaN or Inf in x[0, count), or count. Blocks are checked with an integer
+// or-reduction of "exponent all ones", which vectorizes (a loop of std::isfinite does not): a 64
+// MiB gradient costs a few ms instead of tens.
+std::size_t first_non_finite(const float* x, std::size_t count) {
+  constexpr std::size_t kBlock = 4096;
+  constexpr std::uint32_t kExponent = 0x7f800000U;
+  for (std::size_t b = 0; b < count; b += kBlock) {
+    const std::size_t n = std::min(kBlock, count - b);
+    std::uint32_t bad = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      bad |= static_cast<std::uint32_t>((std::bit_cast<std::uint32_t>(x[b + i]) & kExponent) ==
+                                        kExponent);
+    }
+    if (bad == 0) continue;
+    for (std::size_t i = 0; i < n; ++i) {
+      if (!std::isfinite(x[b + i])) return b + i;
+    }
+  }
+  return count;
 }
 
 void check_buffer(const char* what, const char* name, const void* buf, std::size_t bytes) {
@@ -198,9 +221,11 @@ int Communicator::size() const noexcept {
   return group_->size();
 }
 
-std::uint64_t Communicator::next_seq() {
+std::uint64_t Communicator::next_seq(std::uint64_t n) {
   const std::lock_guard lock(mutex_);
-  return seq_++;
+  const std::uint64_t first = seq_;
+  seq_ += n;
+  return first;
 }
 
 std::string Communicator::describe(const char* kind, std::uint64_t seq,
@@ -364,24 +389,45 @@ Work Communicator::iallreduce_compressed(const float* send, float* recv, std::si
                       .value_or("none")
                 : compression.codec;
   // Refused here, before anything is sent: the canonical spec is what ranks must agree on.
-  const std::string spec = make_codec_from_spec(codec)->spec();
-  for (std::size_t i = 0; i < count; ++i) {
-    if (!std::isfinite(send[i])) {
-      throw Error(ErrorCode::InvalidArgument,
-                  fmt::format("allreduce_compressed ({}): element {} of the input is {}: a "
-                              "non-finite gradient cannot be compressed; check the loss scale and "
-                              "learning rate",
-                              spec, i, send[i]));
-    }
+  const bool powersgd = PowerSgdOptions::names_powersgd(codec);
+  std::optional<PowerSgdOptions> powersgd_options;
+  std::string spec;
+  if (powersgd) {
+    powersgd_options = PowerSgdOptions::parse(codec);
+    spec = powersgd_options->spec();
+  } else {
+    spec = make_codec_from_spec(codec)->spec();
+  }
+  std::shared_ptr<const PowerSgdPlan> plan;
+  if (powersgd) {
+    plan = std::make_shared<const PowerSgdPlan>(
+        plan_powersgd(count, compression.matrices, *powersgd_options));
+  }
+  if (const std::size_t i = first_non_finite(send, count); i != count) {
+    throw Error(ErrorCode::InvalidArgument,
+                fmt::format("allreduce_compressed ({}): element {} of the input is {}: a "
+                            "non-finite gradient cannot be compressed; check the loss scale and "
+                            "learning rate",
+                            spec, i, send[i]));
   }
   // Uncompressed by choice of the tuner: the plain allreduce, whose algorithm the same rules
   // tuned, is what `strait tune` measured for "none" (and is lossless, as the ring of `none`).
   if (automatic && spec == "none") return iallreduce(send, recv, count, DType::F32, op);
-  const auto seq = next_seq();
+  const auto seq = next_seq(powersgd ? PowerSgdAllreduce::kSeqs : 1);
   const bool average = op == ReduceOp::Avg;
   const bool gathered = spec.starts_with("topk");
   std::unique_ptr<CollectiveOp> algo;
-  if (gathered) {
+  std::uint64_t spec_hash = codec_spec_hash(spec);
+  std::string detail;
+  if (powersgd) {
+    spec_hash = plan->hash(spec);
+    detail = fmt::format(
+        ", {} of {} matrices compressed, {} elements plain", plan->compressed.size(),
+        plan->layout_matrices == 0 ? std::size_t{1} : plan->layout_matrices, plan->plain_count);
+    algo = std::make_unique<PowerSgdAllreduce>(group_, seq, &counters_.allreduce, send, recv,
+                                               average, compression_, *powersgd_options, plan, spec,
+                                               compression.key);
+  } else if (gathered) {
     algo = std::make_unique<CompressedAllgatherAllreduce>(group_, seq, &counters_.allreduce, send,
                                                           recv, count, average, compression_, spec,
                                                           compression.key);
@@ -392,15 +438,16 @@ Work Communicator::iallreduce_compressed(const float* send, float* recv, std::si
   }
   algo->set_fingerprint(Fingerprint{.seq = seq,
                                     .count = count,
-                                    .counts = codec_spec_hash(spec),
+                                    .counts = spec_hash,
                                     .kind = Fingerprint::Kind::CompressedAllreduce,
                                     .dtype = static_cast<std::uint8_t>(DType::F32),
                                     .op = static_cast<std::uint8_t>(op)});
-  return submit(std::move(algo),
-                describe("allreduce_compressed", seq,
-                         fmt::format("(f32 x {}, {}, {}{})", count, kernels::reduce_op_name(op),
-                                     spec, compression.key.empty() ? "" : ", error feedback")),
-                true);
+  return submit(
+      std::move(algo),
+      describe("allreduce_compressed", seq,
+               fmt::format("(f32 x {}, {}, {}{}{})", count, kernels::reduce_op_name(op), spec,
+                           detail, compression.key.empty() ? "" : ", error feedback")),
+      true);
 }
 
 void Communicator::allreduce_compressed(const float* send, float* recv, std::size_t count,

@@ -47,8 +47,10 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "comm/bootstrap/store.h"
+#include "comm/compress/matrix_shape.h"
 #include "comm/work.h"
 #include "kernels/cuda_stream.h"
 #include "kernels/dtype.h"
@@ -91,15 +93,21 @@ struct CommStats {
 
 // How a compressed allreduce encodes its messages (comm/compress/codec.h lists the codecs).
 struct Compression {
-  // A codec spec: "name" or "name:key=value,..." ("int8", "int4:block=32", "topk:fraction=0.01"),
-  // or "auto": the codec that the selection rules (STRAIT_TUNE_FILE, as `strait tune` writes it;
-  // comm/algorithms/selection.h) give this message size, "none" when no rule gives one. An "auto"
-  // that comes to "none" runs the plain allreduce with the rules' algorithm (lossless).
+  // A codec spec: "name" or "name:key=value,..." ("int8", "int4:block=32", "topk:fraction=0.01",
+  // "powersgd:rank=4"), or "auto": the codec that the selection rules (STRAIT_TUNE_FILE, as
+  // `strait tune` writes it; comm/algorithms/selection.h) give this message size, "none" when no
+  // rule gives one. An "auto" that comes to "none" runs the plain allreduce with the rules'
+  // algorithm (lossless).
   std::string codec = "int8";
   // Error feedback's key: a stable name of the tensor (a parameter, a gradient bucket); empty:
   // no error feedback. One operation per key at a time; a key whose count changes starts again
-  // from zeros.
+  // from zeros (PowerSGD: whose count, layout or spec changes; its key also keeps the warm start).
   std::string key{};
+  // PowerSGD only (the elementwise codecs ignore it): the weight matrices of the buffer, one per
+  // gradient matrix (elements, row-major; disjoint, inside the buffer; any order). Elements outside
+  // every matrix, and matrices too small to gain (comm/compress/powersgd.h), go uncompressed.
+  // Empty: the whole buffer as one near-square matrix (4096 x 4096 for 16M elements).
+  std::vector<MatrixShape> matrices{};
 };
 
 class Communicator {
@@ -170,11 +178,14 @@ class Communicator {
 
   // Compressed allreduce of f32 (Sum or Avg) for bandwidth-bound links: a ring that encodes every
   // message and reduces in fp32 (comm/algorithms/compressed_ring_allreduce.h) for bf16, fp16,
-  // int8, int4 and onebit, an allgather of encodings (compressed_allgather_allreduce.h) for topk.
+  // int8, int4 and onebit, an allgather of encodings (compressed_allgather_allreduce.h) for topk,
+  // and for powersgd a rank-r approximation through two allreduces of low-rank factors
+  // (comm/algorithms/powersgd_allreduce.h; it takes three sequence numbers).
   // The result is lossy but bit-identical on every rank. Every rank must pass the same codec spec
-  // (Mismatch otherwise). Errors: InvalidArgument for an op other than Sum or Avg, an unknown codec
-  // or argument, or a NaN / Inf in send (found before anything is sent; the other ranks then time
-  // out naming this rank).
+  // (and for powersgd a layout giving the same plan: Mismatch otherwise). Errors: InvalidArgument
+  // for an op other than Sum or Avg, an unknown codec or argument, a powersgd layout whose
+  // matrices overlap or reach past the buffer, or a NaN / Inf in send (found before anything is
+  // sent; the other ranks then time out naming this rank).
   Work iallreduce_compressed(const float* send, float* recv, std::size_t count,
                              kernels::ReduceOp op, const Compression& compression);
   void allreduce_compressed(const float* send, float* recv, std::size_t count, kernels::ReduceOp op,
@@ -257,7 +268,8 @@ class Communicator {
     std::atomic<std::uint64_t> allreduce{0}, broadcast{0}, allgather{0}, send{0};
     std::atomic<std::uint64_t> reduce_scatter{0}, reduce{0}, gather{0}, scatter{0}, alltoall{0};
   };
-  std::uint64_t next_seq();
+  // The first of n consecutive sequence numbers (an operation made of several takes more than one).
+  std::uint64_t next_seq(std::uint64_t n = 1);
   [[nodiscard]] std::string describe(const char* kind, std::uint64_t seq,
                                      const std::string& detail) const;
   void check_peer(int peer, const char* what) const;

@@ -179,6 +179,14 @@ void PipelineExecutor::all_reduce_gradients(std::int64_t step, StepStats& stats)
       comm::Compression c;
       c.codec = compression_.codec;
       c.key = fmt::format("grads/stage{}", stage_);
+      // PowerSGD approximates each weight matrix (rows = output features); the elementwise codecs
+      // ignore the layout.
+      for (const auto& t : model_.tensors()) {
+        if (t.shape.size() == 2) {
+          c.matrices.push_back({t.offset, static_cast<std::size_t>(t.shape[0]),
+                                static_cast<std::size_t>(t.shape[1])});
+        }
+      }
       comms_.data->allreduce_compressed(grads.data(), grads.data(), grads.size(), ReduceOp::Avg, c);
     } else {
       comms_.data->allreduce(grads.data(), grads.data(), grads.size(), DType::F32, ReduceOp::Avg);

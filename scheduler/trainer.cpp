@@ -460,7 +460,8 @@ void TrainConfig::validate() const {
   if (codec_warmup_steps < 0) {
     throw bad(fmt::format("--codec-warmup {} must be >= 0", codec_warmup_steps));
   }
-  if (!codec.empty()) (void)comm::make_codec(codec, codec_args);  // names the bad name or key
+  // "auto": the codec of the STRAIT_TUNE_FILE rules (`strait tune`), checked when they are read.
+  if (!codec.empty() && codec != "auto") (void)comm::canonical_codec_spec(codec_spec());
   (void)parse_schedule_kind(schedule);
   (void)comm::CommOptions::default_timeout();  // a bad STRAIT_TIMEOUT_S fails here, once
   check_memory(*this);

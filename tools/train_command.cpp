@@ -91,7 +91,8 @@ void add_train_command(CLI::App& app, const std::vector<std::string>& argv, int&
   train
       ->add_option("--codec", c->codec,
                    "Compress the data-parallel gradient average with this codec (bf16, fp16, "
-                   "int8, int4, onebit, topk; default: uncompressed)")
+                   "int8, int4, onebit, topk, powersgd, or auto: the one STRAIT_TUNE_FILE's "
+                   "rules give; default: uncompressed)")
       ->capture_default_str();
   train
       ->add_option("--codec-args", c->codec_args, "Codec arguments, e.g. fraction=0.01 or block=64")

@@ -11,7 +11,7 @@ void check_rule_codecs(const AlgorithmTable& table) {
   for (const auto& rule : table.rules()) {
     if (rule.codec.empty()) continue;
     try {
-      (void)make_codec_from_spec(rule.codec);
+      (void)canonical_codec_spec(rule.codec);
     } catch (const Error& e) {
       throw Error(ErrorCode::InvalidArgument,
                   fmt::format("selection rule '{}' (STRAIT_TUNE_FILE or CommOptions::algorithms): "

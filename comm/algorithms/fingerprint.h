@@ -29,7 +29,7 @@ std::uint64_t codec_spec_hash(std::string_view spec) noexcept;
 // receiver; counts is counts_hash() of a v-form's counts, and for alltoall_v what the header's
 // sender expects back (CollectiveOp::set_pair_counts); root is also reduce's, gather's and
 // scatter's, op also reduce_scatter's and reduce's; a compressed allreduce's counts is the
-// codec_spec_hash() of its codec spec.
+// codec_spec_hash() of its codec spec (PowerSGD's: PowerSgdPlan::hash(), spec and layout).
 struct Fingerprint {
   enum class Kind : std::uint8_t {
     Allreduce = 1,

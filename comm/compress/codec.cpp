@@ -9,6 +9,7 @@
 #include "comm/compress/int8_codec.h"
 #include "comm/compress/none_codec.h"
 #include "comm/compress/onebit_codec.h"
+#include "comm/compress/powersgd.h"
 #include "comm/compress/topk_codec.h"
 #include "core/error.h"
 
@@ -91,16 +92,27 @@ std::unique_ptr<Codec> make_codec(std::string_view name, std::string_view args) 
     }
     return std::make_unique<OneBitCodec>(block);
   }
+  if (name == "powersgd") {
+    throw Error(ErrorCode::InvalidArgument,
+                "powersgd is not an elementwise codec: it approximates whole matrices, so it runs "
+                "inside Communicator::allreduce_compressed (comm/algorithms/powersgd_allreduce.h)");
+  }
   std::string names;
   for (const auto n : codec_names()) names += fmt::format("{}{}", names.empty() ? "" : ", ", n);
   throw Error(ErrorCode::InvalidArgument,
-              fmt::format("unknown codec '{}'; codecs: {}", name, names));
+              fmt::format("unknown codec '{}'; codecs: {}, and powersgd for allreduce_compressed",
+                          name, names));
 }
 
 std::unique_ptr<Codec> make_codec_from_spec(std::string_view spec) {
   const auto colon = spec.find(':');
   if (colon == std::string_view::npos) return make_codec(spec);
   return make_codec(spec.substr(0, colon), spec.substr(colon + 1));
+}
+
+std::string canonical_codec_spec(std::string_view spec) {
+  if (PowerSgdOptions::names_powersgd(spec)) return PowerSgdOptions::parse(spec).spec();
+  return make_codec_from_spec(spec)->spec();
 }
 
 }  // namespace strait::comm

@@ -12,6 +12,9 @@
 //   int4    1/2 + 4/block            blockwise absmax, block=64              int4_codec.h
 //   topk    8 * fraction             k largest |x|, fraction=0.01, with EF   topk_codec.h
 //   onebit  1/8 + 4/block            sign x mean |x| per block, with EF      onebit_codec.h
+//   powersgd 4 (n + m) r per n x m    rank-r power iteration, EF, warm start  powersgd.h
+//            matrix                   (not a Codec: whole matrices, two allreduces of factors;
+//                                      comm/algorithms/powersgd_allreduce.h; make_codec refuses it)
 // Error feedback (error_feedback.h) keeps what a lossy encoding dropped and adds it to the next
 // gradient of the same tensor; the biased codecs (topk, onebit) need it to converge.
 //
@@ -84,6 +87,10 @@ class Codec {
 std::unique_ptr<Codec> make_codec(std::string_view name, std::string_view args = {});
 // The same from "name" or "name:args" (what Codec::spec() returns).
 std::unique_ptr<Codec> make_codec_from_spec(std::string_view spec);
+// The canonical spec of anything allreduce_compressed takes as a codec: an elementwise codec's
+// (make_codec_from_spec(spec)->spec()) or PowerSGD's (comm/compress/powersgd.h). Throws
+// InvalidArgument as those do, naming the bad name, key or value.
+std::string canonical_codec_spec(std::string_view spec);
 // Every name make_codec() knows.
 const std::vector<std::string_view>& codec_names();
 

@@ -1,6 +1,6 @@
 // CompressionState: what a communicator's compressed collectives keep between calls: one codec
-// per spec (a codec with stochastic rounding carries its random stream from call to call) and the
-// error-feedback residuals per tensor key.
+// per spec (a codec with stochastic rounding carries its random stream from call to call), the
+// error-feedback residuals per tensor key, and PowerSGD's residuals and warm-start Qs per key.
 // Thread-safety: none. A communicator's operations run one at a time under its progress engine's
 // lock (comm/progress_engine.h), which is the only place this is used.
 #pragma once
@@ -12,6 +12,7 @@
 
 #include "comm/compress/codec.h"
 #include "comm/compress/error_feedback.h"
+#include "comm/compress/powersgd_state.h"
 
 namespace strait::comm {
 
@@ -27,10 +28,12 @@ class CompressionState {
     return *it->second;
   }
   ErrorFeedback& error_feedback() noexcept { return error_feedback_; }
+  PowerSgdState& powersgd() noexcept { return powersgd_; }
 
  private:
   std::map<std::string, std::unique_ptr<Codec>, std::less<>> codecs_;
   ErrorFeedback error_feedback_;
+  PowerSgdState powersgd_;
 };
 
 }  // namespace strait::comm

@@ -36,6 +36,7 @@ int codec_level(std::string_view codec_name) {
 std::vector<std::string> codecs_by_accuracy() {
   std::vector<std::string> names;
   for (const auto n : comm::codec_names()) names.emplace_back(n);
+  names.emplace_back("powersgd");  // not an elementwise codec, but allreduce_compressed runs it
   std::stable_sort(names.begin(), names.end(), [](const std::string& a, const std::string& b) {
     return std::pair(codec_level(a), a) < std::pair(codec_level(b), b);
   });

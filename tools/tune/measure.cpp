@@ -11,6 +11,7 @@
 #include "comm/algorithms/selection.h"
 #include "comm/bootstrap/prefix_store.h"
 #include "comm/compress/codec.h"
+#include "comm/compress/powersgd.h"
 
 namespace strait::tools::tune {
 namespace {
@@ -88,8 +89,10 @@ Measurements measure_allreduce(comm::Communicator& comm, comm::Store& store,
           comm::Communicator::create(std::make_shared<comm::PrefixStore>("tune/" + c.label, store),
                                      comm.rank(), comm.size(), co);
     }
+    // PowerSGD keeps its warm start and error under the key, like the biased codecs.
     const bool feedback =
-        c.is_codec() && comm::make_codec_from_spec(c.codec)->needs_error_feedback();
+        c.is_codec() && (comm::PowerSgdOptions::names_powersgd(c.codec) ||
+                         comm::make_codec_from_spec(c.codec)->needs_error_feedback());
     for (std::size_t s = 0; s < options.sizes.size(); ++s) {
       const std::size_t count = options.sizes[s] / sizeof(float);
       double t = 0;
