@@ -94,6 +94,65 @@ std::string tbf_burst(std::uint64_t bits_per_s) {
   return fmt::format("{}b", bytes);
 }
 
+// Per-flow limits without fq (these kernels have no fq, fq_codel, sfq or flow classifier; htb
+// and u32 are there): htb with the link's rate at the top, and under it kFlowBuckets leaf classes
+// of `flow_rate` each. A u32 hash table sends each TCP segment to the bucket of the low bits of
+// its source port (at IP offset 20: the header has no options here). Connections a host opens
+// get consecutive ephemeral ports, so each gets a bucket of its own; connections that share a
+// bucket (ports kFlowBuckets apart, or accepted connections, whose source port is the listener's)
+// share its rate. Anything else (ARP, non-TCP) goes to a leaf at the link rate.
+constexpr int kFlowBuckets = 32;
+
+void shape_flows(const std::string& ns, const std::string& dev, const std::string& rate,
+                 const std::string& flow_rate) {
+  const auto tc = [&](std::vector<std::string> args) {
+    args.insert(args.begin(), {"tc", "-n", ns});
+    run_checked(args);
+  };
+  // r2q 1000: class quanta of rate / 1000 bytes stay within what htb accepts at 100mbit.
+  tc({"qdisc", "add", "dev", dev, "root", "handle", "1:", "htb", "default", "2", "r2q", "1000"});
+  tc({"class", "add", "dev", dev, "parent", "1:", "classid", "1:1", "htb", "rate", rate, "ceil",
+      rate});
+  tc({"class", "add", "dev", dev, "parent", "1:1", "classid", "1:2", "htb", "rate", rate, "ceil",
+      rate});
+  tc({"filter", "add", "dev", dev, "parent", "1:", "prio", "1", "handle", "2:", "protocol", "ip",
+      "u32", "divisor", std::to_string(kFlowBuckets)});
+  for (int i = 0; i < kFlowBuckets; ++i) {
+    const std::string cls = fmt::format("1:{:x}", 0x100 + i);
+    tc({"class", "add", "dev", dev, "parent", "1:1", "classid", cls, "htb", "rate", flow_rate,
+        "ceil", flow_rate});
+    tc({"filter",
+        "add",
+        "dev",
+        dev,
+        "parent",
+        "1:",
+        "prio",
+        "1",
+        "protocol",
+        "ip",
+        "u32",
+        "ht",
+        fmt::format("2:{:x}:", i),
+        "match",
+        "ip",
+        "protocol",
+        "6",
+        "0xff",
+        "flowid",
+        cls});
+  }
+  tc({"filter",   "add",    "dev",
+      dev,        "parent", "1:",
+      "prio",     "1",      "protocol",
+      "ip",       "u32",    "ht",
+      "800::",    "match",  "ip",
+      "protocol", "6",      "0xff",
+      "hashkey",  "mask",   fmt::format("0x{:08x}", (kFlowBuckets - 1) << 16),
+      "at",       "20",     "link",
+      "2:"});
+}
+
 }  // namespace
 
 std::uint64_t parse_rate_bits(const std::string& rate) {
@@ -123,6 +182,7 @@ std::vector<Site> wan_up(const WanOptions& o) {
                 fmt::format("wan: {} sites: a testbed has 2 to 200", o.sites));
   }
   const std::uint64_t bits = parse_rate_bits(o.rate);
+  if (!o.flow_rate.empty()) (void)parse_rate_bits(o.flow_rate);
   static const std::regex subnet_form(
       R"((25[0-5]|2[0-4][0-9]|1?[0-9]?[0-9])(\.(25[0-5]|2[0-4][0-9]|1?[0-9]?[0-9])){2})");
   if (!std::regex_match(o.subnet, subnet_form)) {
@@ -143,8 +203,12 @@ std::vector<Site> wan_up(const WanOptions& o) {
     const std::string wan = hub(o.prefix);
     const std::string burst = tbf_burst(bits);
     const auto shape = [&](const std::string& ns, const std::string& dev) {
-      run_checked({"tc", "-n", ns, "qdisc", "add", "dev", dev, "root", "tbf", "rate", o.rate,
-                   "burst", burst, "latency", "100ms"});
+      if (o.flow_rate.empty()) {
+        run_checked({"tc", "-n", ns, "qdisc", "add", "dev", dev, "root", "tbf", "rate", o.rate,
+                     "burst", burst, "latency", "100ms"});
+        return;
+      }
+      shape_flows(ns, dev, o.rate, o.flow_rate);
     };
     const auto step = [&] {
       if (held.arrived()) throw Error(ErrorCode::Aborted, "wan up: interrupted");
