@@ -257,8 +257,14 @@ void Communicator::setup_sites(std::optional<Sites> mine, const std::string& err
   }
   hierarchy_ = Hierarchy::build(sites, rank(), static_cast<int>(base), static_cast<int>(base) + 1);
   sites_ = std::move(sites);
-  // The caller's operations are numbered from 0. Safe to reuse: each of the operations above has
-  // consumed every message sent to this rank under its number before it completed.
+  // The caller's operations are numbered from 0, and its statistics start at 0. Safe to reuse
+  // the numbers: each of the operations above has consumed every message sent to this rank under
+  // its number before it completed.
+  for (auto* c : {&counters_.allreduce, &counters_.broadcast, &counters_.allgather, &counters_.send,
+                  &counters_.reduce_scatter, &counters_.reduce, &counters_.gather,
+                  &counters_.scatter, &counters_.alltoall}) {
+    c->store(0, std::memory_order_relaxed);
+  }
   const std::lock_guard lock(mutex_);
   seq_ = 0;
 }
