@@ -17,9 +17,10 @@
 // recursive doubling (short vectors) or a ring pipelined in segments (longer ones), chosen by size
 // and world size through comm/algorithms/selection.h, which also offers Rabenseifner's
 // reduce-scatter + allgather and the unsegmented ring (STRAIT_TUNE / STRAIT_TUNE_FILE or
-// CommOptions::algorithms); reduce_scatter and allgather(_v) are rings, broadcast, reduce, gather
-// and scatter binomial trees, alltoall(_v) a pairwise exchange, barrier the dissemination
-// algorithm.
+// CommOptions::algorithms), and with several sites (sites(), comm/sites.h) the hierarchical
+// allreduce (comm/algorithms/hierarchical_allreduce.h); reduce_scatter and allgather(_v) are rings,
+// broadcast, reduce, gather and scatter binomial trees, alltoall(_v) a pairwise exchange, barrier
+// the dissemination algorithm.
 //
 // Device buffers (CUDA builds with NCCL): when an operation's buffers are GPU memory
 // (cudaMalloc; see kernels/device_memory.h), the same call goes to NCCL instead
