@@ -10,7 +10,7 @@
 # Needs root (namespaces, tc) and a built tree. Latency is not emulated (no netem on these
 # kernels); the machine's cores are shared, so CPU-bound figures (codecs) are pessimistic.
 #   sudo bench/compare_hier.sh [SIZE]          (default 64M: 16M f32)
-# Environment: RATE (100mbit), FLOW_RATE (25mbit), ITERS (2).
+# Environment: RATE (100mbit), FLOW_RATE (25mbit), ITERS (2), STREAMS_ONLY=1 (the stream demo only).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${STRAIT_BUILD_DIR:-$root/build}
@@ -42,6 +42,7 @@ row() {  # NAME SECONDS BOUND BASE: BOUND "-" for lossy rows
     printf "| %s | %.3f | %s | %.2fx |\n", n, t, share, base / t }'
 }
 
+if [ -z "${STREAMS_ONLY:-}" ]; then
 "$strait" wan up --prefix "$prefix" --rate "$rate" >/dev/null
 echo "# $(date -u '+%Y-%m-%d %H:%M UTC'): allreduce f32 sum of $size, 2 sites x 2 ranks, $rate each way per site,"
 echo "# $iters timed calls after 1 warm-up, time: max over ranks; link bound flat $bound_flat s, hierarchical $bound_hier s"
@@ -53,18 +54,20 @@ row "hierarchical, uncompressed" "$(strait_time)" "$bound_hier" "$flat"
 row "flat compressed ring, int8" "$(SITES=0,0,0,0 strait_time --codec int8)" - "$flat"
 row "hierarchical, int8 between sites" "$(strait_time --codec int8)" - "$flat"
 "$strait" wan down --prefix "$prefix" >/dev/null
+fi
 
 # Streams: each TCP flow limited to flow_rate, the link to rate.
 "$strait" wan up --prefix "$prefix" --rate "$rate" --flow-rate "$flow_rate" >/dev/null
 echo
-echo "# per-flow limit $flow_rate (htb class per TCP flow) under the $rate link; hierarchical, uncompressed"
+echo "# $(date -u '+%Y-%m-%d %H:%M UTC'): per-flow limit $flow_rate (htb class per TCP flow) under the $rate link;"
+echo "# hierarchical, uncompressed, $size, 2 sites x 2 ranks, $iters timed calls after 1 warm-up"
 echo "| setting | time (s) | of the link bound | speed-up vs 1 stream |"
 echo "|---|---:|---:|---:|"
 one=$(STREAMS=1 strait_time)
 row "1 stream per inter-site peer" "$one" "$bound_hier" "$one"
 four=$(STREAMS=4 strait_time)
 row "4 streams per inter-site peer" "$four" "$bound_hier" "$one"
-# Which flow classes carried the bytes that left site 0 (htb class 1:1xx per source-port bucket).
+# Which flow classes carried the bytes that left site 0 (htb class 1:1xx per port-bucket pair).
 echo
 echo "# flow classes of site 0's shaper that sent more than 1 MB (class: bytes), after both runs:"
 ip netns exec "$prefix-site0" tc -s class show dev wan0 |

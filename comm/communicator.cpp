@@ -245,7 +245,8 @@ void Communicator::setup_sites(std::optional<Sites> mine, const std::string& err
   // Ids for the site groups (one: sites are disjoint) and for each shard's inter-site group.
   int shards = 1;
   for (const auto& m : sites.members()) shards = std::max(shards, static_cast<int>(m.size()));
-  const int needed = 1 + shards;
+  // One site needs no shard groups (nothing crosses sites): one id, whatever the world size.
+  const int needed = sites.count() > 1 ? 1 + shards : 1;
   std::int64_t base = 0;
   if (rank() == 0) base = shared_->store->add("strait/comm_ids", needed) - needed + 1;
   broadcast(&base, 1, DType::I64, 0);

@@ -43,7 +43,7 @@ std::shared_ptr<const Hierarchy> Hierarchy::build(Sites sites, int world_rank, i
   h->site = std::move(site);
   h->first_shard = shard_begin(h->site_rank, site_size, h->shards);
   h->end_shard = shard_begin(h->site_rank + 1, site_size, h->shards);
-  for (int j = h->first_shard; j < h->end_shard; ++j) {
+  for (int j = h->first_shard; j < h->end_shard && members.size() > 1; ++j) {
     auto g = std::make_shared<Group>();
     g->comm_id = shard_comm_base + j;
     g->rank = h->my_site;

@@ -53,7 +53,7 @@ struct Hierarchy {
   int end_shard = 1;
   std::shared_ptr<const Group> site;  // this rank's site (comm id: site_comm_id)
   // Per owned shard (index j - first_shard): its owners in every site, in site order; this rank
-  // is rank my_site. Comm id shard_comm_base + j.
+  // is rank my_site. Comm id shard_comm_base + j. Empty with one site (nothing crosses sites).
   std::vector<std::shared_ptr<const Group>> shard_groups;
   // Elements of shard range [first, end) of every site rank, for a vector of `count` elements.
   [[nodiscard]] std::vector<std::size_t> site_block_counts(std::size_t count) const;

@@ -5,11 +5,14 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <regex>
 #include <sstream>
 
 #include "core/error.h"
+#include "core/fd.h"
 #include "tools/wan/subprocess.h"
 
 namespace strait::tools {
@@ -95,62 +98,64 @@ std::string tbf_burst(std::uint64_t bits_per_s) {
 }
 
 // Per-flow limits without fq (these kernels have no fq, fq_codel, sfq or flow classifier; htb
-// and u32 are there): htb with the link's rate at the top, and under it kFlowBuckets leaf classes
-// of `flow_rate` each. A u32 hash table sends each TCP segment to the bucket of the low bits of
-// its source port (at IP offset 20: the header has no options here). Connections a host opens
-// get consecutive ephemeral ports, so each gets a bucket of its own; connections that share a
-// bucket (ports kFlowBuckets apart, or accepted connections, whose source port is the listener's)
-// share its rate. Anything else (ARP, non-TCP) goes to a leaf at the link rate.
-constexpr int kFlowBuckets = 32;
+// and u32 are there): htb with the link's rate at the top, and under it kBuckets x kBuckets leaf
+// classes of `flow_rate` each, one per (source port, destination port) bucket pair: u32 hashes
+// the low 4 bits of the source port (IP offset 20: these headers have no options) into a table
+// that hashes the low 4 bits of the destination port into a class. Both ports, because UCX
+// carries both directions of a peer pair on connections one side opened: one way the flows differ
+// in source port, the other way (all from the peer's listening port) in destination port. Flows
+// whose ports agree in those bits share a class (about 1 in 256 per pair). Anything else (ARP,
+// non-TCP) goes to a leaf at the link rate. One `tc -batch` per device: ~800 commands.
+constexpr int kBuckets = 16;
 
 void shape_flows(const std::string& ns, const std::string& dev, const std::string& rate,
                  const std::string& flow_rate) {
-  const auto tc = [&](std::vector<std::string> args) {
-    args.insert(args.begin(), {"tc", "-n", ns});
-    run_checked(args);
-  };
+  std::string batch;
+  const auto add = [&](const std::string& line) { batch += line + "\n"; };
   // r2q 1000: class quanta of rate / 1000 bytes stay within what htb accepts at 100mbit.
-  tc({"qdisc", "add", "dev", dev, "root", "handle", "1:", "htb", "default", "2", "r2q", "1000"});
-  tc({"class", "add", "dev", dev, "parent", "1:", "classid", "1:1", "htb", "rate", rate, "ceil",
-      rate});
-  tc({"class", "add", "dev", dev, "parent", "1:1", "classid", "1:2", "htb", "rate", rate, "ceil",
-      rate});
-  tc({"filter", "add", "dev", dev, "parent", "1:", "prio", "1", "handle", "2:", "protocol", "ip",
-      "u32", "divisor", std::to_string(kFlowBuckets)});
-  for (int i = 0; i < kFlowBuckets; ++i) {
-    const std::string cls = fmt::format("1:{:x}", 0x100 + i);
-    tc({"class", "add", "dev", dev, "parent", "1:1", "classid", cls, "htb", "rate", flow_rate,
-        "ceil", flow_rate});
-    tc({"filter",
-        "add",
-        "dev",
-        dev,
-        "parent",
-        "1:",
-        "prio",
-        "1",
-        "protocol",
-        "ip",
-        "u32",
-        "ht",
-        fmt::format("2:{:x}:", i),
-        "match",
-        "ip",
-        "protocol",
-        "6",
-        "0xff",
-        "flowid",
-        cls});
+  add(fmt::format("qdisc add dev {} root handle 1: htb default 2 r2q 1000", dev));
+  add(fmt::format("class add dev {} parent 1: classid 1:1 htb rate {} ceil {}", dev, rate, rate));
+  add(fmt::format("class add dev {} parent 1:1 classid 1:2 htb rate {} ceil {}", dev, rate, rate));
+  const std::string tcp = "protocol ip u32";
+  const std::string is_tcp = "match ip protocol 6 0xff";
+  for (int i = 0; i < kBuckets; ++i) {
+    add(fmt::format("filter add dev {} parent 1: prio 1 handle {:x}: {} divisor {}", dev, 0x10 + i,
+                    tcp, kBuckets));
   }
-  tc({"filter",   "add",    "dev",
-      dev,        "parent", "1:",
-      "prio",     "1",      "protocol",
-      "ip",       "u32",    "ht",
-      "800::",    "match",  "ip",
-      "protocol", "6",      "0xff",
-      "hashkey",  "mask",   fmt::format("0x{:08x}", (kFlowBuckets - 1) << 16),
-      "at",       "20",     "link",
-      "2:"});
+  add(fmt::format("filter add dev {} parent 1: prio 1 handle 2: {} divisor {}", dev, tcp,
+                  kBuckets));
+  for (int i = 0; i < kBuckets; ++i) {
+    for (int j = 0; j < kBuckets; ++j) {
+      const int cls = 0x100 + i * kBuckets + j;
+      add(fmt::format("class add dev {} parent 1:1 classid 1:{:x} htb rate {} ceil {}", dev, cls,
+                      flow_rate, flow_rate));
+      add(fmt::format("filter add dev {} parent 1: prio 1 {} ht {:x}:{:x}: {} flowid 1:{:x}", dev,
+                      tcp, 0x10 + i, j, is_tcp, cls));
+    }
+    add(
+        fmt::format("filter add dev {} parent 1: prio 1 {} ht 2:{:x}: {} hashkey mask 0x{:08x} at "
+                    "20 link {:x}:",
+                    dev, tcp, i, is_tcp, kBuckets - 1, 0x10 + i));
+  }
+  add(
+      fmt::format("filter add dev {} parent 1: prio 1 {} ht 800:: {} hashkey mask 0x{:08x} at 20 "
+                  "link 2:",
+                  dev, tcp, is_tcp, (kBuckets - 1) << 16));
+  char path[] = "/tmp/strait-wan-tc-XXXXXX";
+  const Fd fd(::mkstemp(path));
+  if (!fd) throw Error(ErrorCode::Io, fmt::format("wan: mkstemp: {}", std::strerror(errno)));
+  struct Unlink {
+    explicit Unlink(const char* p) : path(p) {}
+    Unlink(const Unlink&) = delete;
+    Unlink& operator=(const Unlink&) = delete;
+    ~Unlink() { ::unlink(path); }
+    const char* path;
+  };
+  const Unlink unlink_later(path);
+  if (::write(fd.get(), batch.data(), batch.size()) != static_cast<ssize_t>(batch.size())) {
+    throw Error(ErrorCode::Io, fmt::format("wan: writing {}: {}", path, std::strerror(errno)));
+  }
+  run_checked({"tc", "-n", ns, "-batch", path});
 }
 
 }  // namespace
