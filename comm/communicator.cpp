@@ -2,9 +2,11 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <bit>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -21,6 +23,7 @@
 #include "comm/algorithms/compressed_allgather_allreduce.h"
 #include "comm/algorithms/compressed_ring_allreduce.h"
 #include "comm/algorithms/dissemination_barrier.h"
+#include "comm/algorithms/hierarchical_allreduce.h"
 #include "comm/algorithms/pairwise_alltoall.h"
 #include "comm/algorithms/point_to_point.h"
 #include "comm/algorithms/powersgd_allreduce.h"
@@ -153,6 +156,21 @@ std::chrono::milliseconds CommOptions::default_timeout() {
   return std::chrono::milliseconds(static_cast<std::int64_t>(s * 1000));
 }
 
+int CommOptions::default_streams() {
+  const char* v = std::getenv("STRAIT_STREAMS");
+  if (v == nullptr || *v == '\0') return 1;
+  char* end = nullptr;
+  const long n = std::strtol(v, &end, 10);
+  if (*end != '\0' || n < 1 || n > kMaxLanes) {
+    throw Error(ErrorCode::InvalidArgument,
+                fmt::format("STRAIT_STREAMS={} is not a whole number from 1 to {}: it is how many "
+                            "connections carry the messages to each peer on another host "
+                            "(default 1)",
+                            v, kMaxLanes));
+  }
+  return static_cast<int>(n);
+}
+
 std::unique_ptr<Communicator> Communicator::create(std::shared_ptr<Store> store, int rank, int size,
                                                    const CommOptions& options) {
   if (!store) throw Error(ErrorCode::InvalidArgument, "Communicator::create: the store is null");
@@ -162,14 +180,29 @@ std::unique_ptr<Communicator> Communicator::create(std::shared_ptr<Store> store,
                             "sizes 1..{})",
                             rank, size, kMaxRanks));
   }
+  if (options.streams < 1 || options.streams > kMaxLanes) {
+    throw Error(ErrorCode::InvalidArgument,
+                fmt::format("Communicator::create: CommOptions::streams is {}; 1 .. {} are "
+                            "possible",
+                            options.streams, kMaxLanes));
+  }
+  // Read before connecting; a malformed value is reported after the ranks have compared their
+  // readings (setup_sites), so that the others fail too instead of waiting for this rank.
+  std::optional<Sites> sites;
+  std::string sites_error;
+  try {
+    sites = Sites::from_environment(size, options.sites);
+  } catch (const Error& e) {
+    sites_error = e.what();
+  }
   // Read before connecting, so that a malformed STRAIT_TUNE fails at once.
   auto algorithms =
       options.algorithms
           ? options.algorithms
           : std::make_shared<const AlgorithmTable>(AlgorithmTable::from_environment());
   check_rule_codecs(*algorithms);
-  auto transport =
-      std::make_unique<UcxTransport>(*store, "strait/ucx", rank, size, options.timeout);
+  auto transport = std::make_unique<UcxTransport>(*store, "strait/ucx", rank, size, options.timeout,
+                                                  options.streams);
   auto shared = std::make_shared<Shared>();
   shared->algorithms = std::move(algorithms);
   shared->store = std::move(store);
@@ -188,7 +221,119 @@ std::unique_ptr<Communicator> Communicator::create(std::shared_ptr<Store> store,
   auto op = std::make_unique<DisseminationBarrier>(world->group_, kSeqMask);
   op->set_fingerprint(Fingerprint{.seq = kSeqMask, .kind = Fingerprint::Kind::Barrier});
   world->submit(std::move(op), world->describe("connection barrier", kSeqMask, ""), true).wait();
+  world->setup_sites(std::move(sites), sites_error, options.streams);
   return world;
+}
+
+void Communicator::setup_sites(std::optional<Sites> mine, const std::string& error, int streams) {
+  // Every rank learns every rank's reading (status: 0 read, 1 failed, 2 measure; its hash; its
+  // stream count), so that a rank with a bad or different setting makes all of them fail at once.
+  const bool measure = !mine && error.empty();
+  const std::int64_t status = !error.empty() ? 1 : (measure ? 2 : 0);
+  const std::int64_t words[3] = {status, mine ? static_cast<std::int64_t>(mine->hash()) : 0,
+                                 streams};
+  std::vector<std::int64_t> all(static_cast<std::size_t>(3 * size()));
+  allgather(words, all.data(), 3, DType::I64);
+  if (!error.empty()) throw Error(ErrorCode::InvalidArgument, error);
+  std::vector<int> failed;
+  std::vector<int> differ;
+  std::vector<int> other_streams;
+  for (int r = 0; r < size(); ++r) {
+    const auto at = 3 * static_cast<std::size_t>(r);
+    if (all[at] == 1) failed.push_back(r);
+    if (all[at] != words[0] || all[at + 1] != words[1]) differ.push_back(r);
+    if (all[at + 2] != streams) other_streams.push_back(r);
+  }
+  if (!failed.empty()) {
+    throw Error(ErrorCode::InvalidArgument,
+                fmt::format("rank(s) {} could not read their sites (CommOptions::sites, "
+                            "STRAIT_SITES, STRAIT_TOPOLOGY_FILE); their errors say why",
+                            fmt::join(failed, ", ")));
+  }
+  if (!other_streams.empty()) {
+    throw Error(ErrorCode::Mismatch,
+                fmt::format("rank {} uses {} stream(s) per remote peer, but rank(s) {} use "
+                            "another count: set the same STRAIT_STREAMS (CommOptions::streams) on "
+                            "every rank",
+                            rank(), streams, fmt::join(other_streams, ", ")));
+  }
+  if (!differ.empty()) {
+    throw Error(ErrorCode::Mismatch,
+                fmt::format("rank {} has the sites {}, but rank(s) {} have other sites: every rank "
+                            "must see the same CommOptions::sites, STRAIT_SITES and "
+                            "STRAIT_TOPOLOGY_FILE",
+                            rank(), mine ? mine->describe() : "STRAIT_SITES=measure",
+                            fmt::join(differ, ", ")));
+  }
+  Sites sites = measure ? cluster_by_bandwidth(measure_bandwidth(), size()) : std::move(*mine);
+  if (measure && rank() == 0) spdlog::info("strait: sites {}", sites.describe());
+  // Ids for the site groups (one: sites are disjoint) and for each shard's inter-site group.
+  int shards = 1;
+  for (const auto& m : sites.members()) shards = std::max(shards, static_cast<int>(m.size()));
+  // One site needs no shard groups (nothing crosses sites): one id, whatever the world size.
+  const int needed = sites.count() > 1 ? 1 + shards : 1;
+  std::int64_t base = 0;
+  if (rank() == 0) base = shared_->store->add("strait/comm_ids", needed) - needed + 1;
+  broadcast(&base, 1, DType::I64, 0);
+  if (base + needed > kMaxComms) {
+    throw Error(ErrorCode::InvalidArgument,
+                fmt::format("the hierarchical allreduce of {} needs {} communicator ids, but "
+                            "only {} of {} are left (comm/tag.h)",
+                            sites.describe(), needed, kMaxComms - base, kMaxComms));
+  }
+  hierarchy_ = Hierarchy::build(sites, rank(), static_cast<int>(base), static_cast<int>(base) + 1);
+  sites_ = std::move(sites);
+  // The caller's operations are numbered from 0, and its statistics start at 0. Safe to reuse
+  // the numbers: each of the operations above has consumed every message sent to this rank under
+  // its number before it completed.
+  for (auto* c : {&counters_.allreduce, &counters_.broadcast, &counters_.allgather, &counters_.send,
+                  &counters_.reduce_scatter, &counters_.reduce, &counters_.gather,
+                  &counters_.scatter, &counters_.alltoall}) {
+    c->store(0, std::memory_order_relaxed);
+  }
+  const std::lock_guard lock(mutex_);
+  seq_ = 0;
+}
+
+std::vector<double> Communicator::measure_bandwidth() {
+  // One pair at a time (a barrier between pairs), so that two transfers never share a link: a
+  // 64 KiB warm-up round trip (connection set-up), then 4 MiB one way and a 1-byte answer.
+  constexpr std::size_t kWarm = 64 << 10;
+  constexpr std::size_t kBytes = 4 << 20;
+  constexpr std::uint64_t kTag = kMaxUserTag;
+  const auto p = static_cast<std::size_t>(size());
+  const auto me = static_cast<std::size_t>(rank());
+  std::vector<std::byte> buf(kBytes);
+  std::byte ack{};
+  std::vector<double> row(p, 0.0);
+  for (std::size_t i = 0; i < p; ++i) {
+    for (std::size_t j = i + 1; j < p; ++j) {
+      const int pi = static_cast<int>(i);
+      const int pj = static_cast<int>(j);
+      if (me == i) {
+        send(buf.data(), kWarm, pj, kTag);
+        recv(&ack, 1, pj, kTag);
+        const auto t0 = std::chrono::steady_clock::now();
+        send(buf.data(), kBytes, pj, kTag);
+        recv(&ack, 1, pj, kTag);
+        const std::chrono::duration<double> took = std::chrono::steady_clock::now() - t0;
+        row[j] = static_cast<double>(kBytes) / std::max(took.count(), 1e-9);
+      } else if (me == j) {
+        recv(buf.data(), kWarm, pi, kTag);
+        send(&ack, 1, pi, kTag);
+        recv(buf.data(), kBytes, pi, kTag);
+        send(&ack, 1, pi, kTag);
+      }
+      barrier();
+    }
+  }
+  std::vector<double> all(p * p);
+  allgather(row.data(), all.data(), p, DType::F64);
+  // Row i holds what rank i measured to j > i; mirror it, so every rank has the same matrix.
+  for (std::size_t i = 0; i < p; ++i) {
+    for (std::size_t j = 0; j < i; ++j) all[i * p + j] = all[j * p + i];
+  }
+  return all;
 }
 
 std::unique_ptr<Communicator> Communicator::from_env(const CommOptions& options) {
@@ -204,7 +349,8 @@ Communicator::Communicator(Key /*key*/, std::shared_ptr<Shared> shared,
       timeout_ms_(timeout.count()),
       device_(std::make_unique<DeviceComm>(shared_->store, group_->comm_id, group_->rank,
                                            group_->size())),
-      compression_(std::make_shared<CompressionState>()) {}
+      compression_(std::make_shared<CompressionState>()),
+      sites_(Sites::single(group_->size())) {}
 
 Communicator::~Communicator() {
   // Pending operations of this communicator cannot outlive it: their buffers may go with it, and
@@ -219,6 +365,9 @@ int Communicator::rank() const noexcept {
 }
 int Communicator::size() const noexcept {
   return group_->size();
+}
+const Sites& Communicator::sites() const noexcept {
+  return sites_;
 }
 
 std::uint64_t Communicator::next_seq(std::uint64_t n) {
@@ -334,14 +483,29 @@ Work Communicator::iallreduce(const void* send, void* recv, std::size_t count, D
   check_buffer("allreduce", "recv", recv, count * kernels::dtype_size(dtype));
   const auto seq = next_seq();
   // A pure function of what every rank agrees on (the fingerprint then checks the table too).
-  const Selection chosen =
-      shared_->algorithms->choose("allreduce", size(), count * kernels::dtype_size(dtype));
+  Selection chosen = shared_->algorithms->choose(
+      "allreduce", size(), count * kernels::dtype_size(dtype), sites_.count());
   std::unique_ptr<CollectiveOp> algo;
-  const auto id = chosen.algorithm->id;
   // Looked up once: the registry is fixed at build time.
   static const auto kRecursiveDoubling = find_algorithm("allreduce", "recursive_doubling")->id;
   static const auto kRabenseifner = find_algorithm("allreduce", "rabenseifner")->id;
-  if (id == kRecursiveDoubling) {
+  static const AlgorithmInfo* const kRing = find_algorithm("allreduce", "ring");
+  static const auto kHierarchical = find_algorithm("allreduce", "hierarchical")->id;
+  // Without a hierarchy (a split communicator: one site), hierarchical is the ring.
+  if (chosen.algorithm->id == kHierarchical && !hierarchy_) chosen.algorithm = kRing;
+  const auto id = chosen.algorithm->id;
+  const Fingerprint fingerprint{.seq = seq,
+                                .count = count,
+                                .kind = Fingerprint::Kind::Allreduce,
+                                .dtype = static_cast<std::uint8_t>(dtype),
+                                .op = static_cast<std::uint8_t>(op),
+                                .algorithm = id,
+                                .segment_bytes = chosen.params.segment_bytes};
+  if (id == kHierarchical) {
+    algo = std::make_unique<HierarchicalAllreduce>(
+        group_, hierarchy_, seq, &counters_.allreduce, send, recv, count, dtype, op,
+        InterSite{.segment_bytes = chosen.params.segment_bytes}, fingerprint);
+  } else if (id == kRecursiveDoubling) {
     algo = std::make_unique<RecursiveDoublingAllreduce>(group_, seq, &counters_.allreduce, send,
                                                         recv, count, dtype, op);
   } else if (id == kRabenseifner) {
@@ -351,13 +515,7 @@ Work Communicator::iallreduce(const void* send, void* recv, std::size_t count, D
     algo = std::make_unique<RingAllreduce>(group_, seq, &counters_.allreduce, send, recv, count,
                                            dtype, op, chosen.params.segment_bytes);
   }
-  algo->set_fingerprint(Fingerprint{.seq = seq,
-                                    .count = count,
-                                    .kind = Fingerprint::Kind::Allreduce,
-                                    .dtype = static_cast<std::uint8_t>(dtype),
-                                    .op = static_cast<std::uint8_t>(op),
-                                    .algorithm = id,
-                                    .segment_bytes = chosen.params.segment_bytes});
+  algo->set_fingerprint(fingerprint);
   return submit(std::move(algo),
                 describe("allreduce", seq,
                          fmt::format("({} x {}, {}, {})", kernels::dtype_name(dtype), count,
@@ -419,14 +577,30 @@ Work Communicator::iallreduce_compressed(const float* send, float* recv, std::si
   std::unique_ptr<CollectiveOp> algo;
   std::uint64_t spec_hash = codec_spec_hash(spec);
   std::string detail;
+  // Several sites: compress only between them (the sites' own networks are fast).
+  const bool hierarchical = !powersgd && hierarchy_ && hierarchy_->multi_site();
+  static const auto kHierarchical = find_algorithm("allreduce", "hierarchical")->id;
   if (powersgd) {
     spec_hash = plan->hash(spec);
     detail = fmt::format(
         ", {} of {} matrices compressed, {} elements plain", plan->compressed.size(),
         plan->layout_matrices == 0 ? std::size_t{1} : plan->layout_matrices, plan->plain_count);
+  }
+  const Fingerprint fingerprint{.seq = seq,
+                                .count = count,
+                                .counts = spec_hash,
+                                .kind = Fingerprint::Kind::CompressedAllreduce,
+                                .dtype = static_cast<std::uint8_t>(DType::F32),
+                                .op = static_cast<std::uint8_t>(op),
+                                .algorithm = hierarchical ? kHierarchical : std::uint8_t{0}};
+  if (powersgd) {
     algo = std::make_unique<PowerSgdAllreduce>(group_, seq, &counters_.allreduce, send, recv,
                                                average, compression_, *powersgd_options, plan, spec,
                                                compression.key);
+  } else if (hierarchical) {
+    algo = std::make_unique<HierarchicalAllreduce>(
+        group_, hierarchy_, seq, &counters_.allreduce, send, recv, count, DType::F32, op,
+        InterSite{.codec_spec = spec, .key = compression.key, .state = compression_}, fingerprint);
   } else if (gathered) {
     algo = std::make_unique<CompressedAllgatherAllreduce>(group_, seq, &counters_.allreduce, send,
                                                           recv, count, average, compression_, spec,
@@ -436,18 +610,13 @@ Work Communicator::iallreduce_compressed(const float* send, float* recv, std::si
                                                      count, average, compression_, spec,
                                                      compression.key);
   }
-  algo->set_fingerprint(Fingerprint{.seq = seq,
-                                    .count = count,
-                                    .counts = spec_hash,
-                                    .kind = Fingerprint::Kind::CompressedAllreduce,
-                                    .dtype = static_cast<std::uint8_t>(DType::F32),
-                                    .op = static_cast<std::uint8_t>(op)});
-  return submit(
-      std::move(algo),
-      describe("allreduce_compressed", seq,
-               fmt::format("(f32 x {}, {}, {}{}{})", count, kernels::reduce_op_name(op), spec,
-                           detail, compression.key.empty() ? "" : ", error feedback")),
-      true);
+  algo->set_fingerprint(fingerprint);
+  return submit(std::move(algo),
+                describe("allreduce_compressed", seq,
+                         fmt::format("(f32 x {}, {}, {}{}{}{})", count, kernels::reduce_op_name(op),
+                                     spec, detail, compression.key.empty() ? "" : ", error feedback",
+                                     hierarchical ? ", hierarchical" : "")),
+                true);
 }
 
 void Communicator::allreduce_compressed(const float* send, float* recv, std::size_t count,

@@ -17,9 +17,10 @@
 // recursive doubling (short vectors) or a ring pipelined in segments (longer ones), chosen by size
 // and world size through comm/algorithms/selection.h, which also offers Rabenseifner's
 // reduce-scatter + allgather and the unsegmented ring (STRAIT_TUNE / STRAIT_TUNE_FILE or
-// CommOptions::algorithms); reduce_scatter and allgather(_v) are rings, broadcast, reduce, gather
-// and scatter binomial trees, alltoall(_v) a pairwise exchange, barrier the dissemination
-// algorithm.
+// CommOptions::algorithms), and with several sites (sites(), comm/sites.h) the hierarchical
+// allreduce (comm/algorithms/hierarchical_allreduce.h); reduce_scatter and allgather(_v) are rings,
+// broadcast, reduce, gather and scatter binomial trees, alltoall(_v) a pairwise exchange, barrier
+// the dissemination algorithm.
 //
 // Device buffers (CUDA builds with NCCL): when an operation's buffers are GPU memory
 // (cudaMalloc; see kernels/device_memory.h), the same call goes to NCCL instead
@@ -51,6 +52,7 @@
 
 #include "comm/bootstrap/store.h"
 #include "comm/compress/matrix_shape.h"
+#include "comm/sites.h"
 #include "comm/work.h"
 #include "kernels/cuda_stream.h"
 #include "kernels/dtype.h"
@@ -64,6 +66,7 @@ struct Group;
 class ProgressEngine;
 class AlgorithmTable;
 class CompressionState;
+struct Hierarchy;
 
 struct CommOptions {
   // Deadline of every operation, and of connecting to peers. Default: STRAIT_TIMEOUT_S or 300 s.
@@ -72,8 +75,17 @@ struct CommOptions {
   // (comm/algorithms/selection.h). Null: AlgorithmTable::from_environment() (the built-in table,
   // then STRAIT_TUNE_FILE, then STRAIT_TUNE), read by create().
   std::shared_ptr<const AlgorithmTable> algorithms;
+  // The site (0, 1, ...) of each world rank, for the hierarchical allreduce; overrides
+  // STRAIT_SITES and STRAIT_TOPOLOGY_FILE (comm/sites.h). Unset: from the environment.
+  std::optional<std::vector<int>> sites{};
+  // Connections per peer on another host, each large message striped over them
+  // (transport/ucx/ucx_transport.h): for links that limit each TCP flow. 1 .. 8, the same on every
+  // rank (Mismatch otherwise). Default: STRAIT_STREAMS or 1.
+  int streams = default_streams();
   // Throws InvalidArgument when STRAIT_TIMEOUT_S is set to anything but 0.001 .. 1e6 seconds.
   static std::chrono::milliseconds default_timeout();
+  // Throws InvalidArgument when STRAIT_STREAMS is set to anything but 1 .. 8.
+  static int default_streams();
 };
 
 // Payload bytes this rank has sent, by operation kind, since the communicator was created (the
@@ -135,6 +147,9 @@ class Communicator {
 
   [[nodiscard]] int rank() const noexcept;
   [[nodiscard]] int size() const noexcept;
+  // The sites of this communicator's ranks (comm/sites.h): read (or measured) by create() and
+  // checked to be the same on every rank. Communicators from split() have one site.
+  [[nodiscard]] const Sites& sites() const noexcept;
   [[nodiscard]] std::chrono::milliseconds timeout() const noexcept {
     return std::chrono::milliseconds(timeout_ms_.load(std::memory_order_relaxed));
   }
@@ -171,6 +186,8 @@ class Communicator {
   void broadcast(void* buf, std::size_t count, kernels::DType dtype, int root);
 
   // recv[i] = op over ranks of send[i], i < count. Avg is defined for floating-point dtypes.
+  // With several sites, vectors of 8249 bytes and more run the hierarchical allreduce
+  // (comm/algorithms/hierarchical_allreduce.h; the selection table's default, see selection.cpp).
   Work iallreduce(const void* send, void* recv, std::size_t count, kernels::DType dtype,
                   kernels::ReduceOp op);
   void allreduce(const void* send, void* recv, std::size_t count, kernels::DType dtype,
@@ -182,10 +199,13 @@ class Communicator {
   // and for powersgd a rank-r approximation through two allreduces of low-rank factors
   // (comm/algorithms/powersgd_allreduce.h; it takes three sequence numbers).
   // The result is lossy but bit-identical on every rank. Every rank must pass the same codec spec
-  // (and for powersgd a layout giving the same plan: Mismatch otherwise). Errors: InvalidArgument
-  // for an op other than Sum or Avg, an unknown codec or argument, a powersgd layout whose
-  // matrices overlap or reach past the buffer, or a NaN / Inf in send (found before anything is
-  // sent; the other ranks then time out naming this rank).
+  // (and for powersgd a layout giving the same plan: Mismatch otherwise). With several sites
+  // (sites()), the elementwise codecs run hierarchically: uncompressed inside each site,
+  // compressed only between sites (comm/algorithms/hierarchical_allreduce.h); the result is then
+  // bit-identical on every rank too. PowerSGD runs over all ranks alike.
+  // Errors: InvalidArgument for an op other than Sum or Avg, an unknown codec or argument, a
+  // powersgd layout whose matrices overlap or reach past the buffer, or a NaN / Inf in send (found
+  // before anything is sent; the other ranks then time out naming this rank).
   Work iallreduce_compressed(const float* send, float* recv, std::size_t count,
                              kernels::ReduceOp op, const Compression& compression);
   void allreduce_compressed(const float* send, float* recv, std::size_t count, kernels::ReduceOp op,
@@ -286,6 +306,11 @@ class Communicator {
   // the call on NCCL when its buffers are device memory, nullopt when they are host memory.
   std::optional<Work> try_device(const DeviceCall& call,
                                  DeadlineStart start = DeadlineStart::AtSubmit);
+  // create(): agree on the sites (`mine`: this rank's reading, or nullopt to measure them; `error`:
+  // why it could not read them) and build the hierarchy. Collective over the world.
+  void setup_sites(std::optional<Sites> mine, const std::string& error, int streams);
+  // STRAIT_SITES=measure: pairwise bandwidth (bytes/s, world x world), the same on every rank.
+  std::vector<double> measure_bandwidth();
 
   std::shared_ptr<Shared> shared_;
   std::shared_ptr<const Group> group_;
@@ -298,6 +323,9 @@ class Communicator {
   // Codecs and error-feedback residuals of this communicator's compressed collectives; used only
   // by its operations, which run one at a time under the progress engine's lock.
   std::shared_ptr<CompressionState> compression_;
+  // The sites and the groups of the hierarchical allreduce (world communicators only).
+  Sites sites_;
+  std::shared_ptr<const Hierarchy> hierarchy_;
 };
 
 }  // namespace strait::comm

@@ -25,7 +25,10 @@ kernels. Needs root.
 
 `wan run` uses the testbed of --prefix when it is up, and otherwise brings one up for the job
 and removes it afterwards (also after Ctrl-C). Ranks of site i run in namespace PREFIX-site<i>
-with MASTER_ADDR = site 0's address, GROUP_RANK = i and UCX_NET_DEVICES=wan0 (unless set).)";
+with MASTER_ADDR = site 0's address, GROUP_RANK = i, UCX_NET_DEVICES=wan0 and STRAIT_SITES
+listing each rank's site (unless set, or STRAIT_TOPOLOGY_FILE is), so that allreduces run
+hierarchically. --flow-rate R limits each TCP flow (htb classes under each shaper): with
+STRAIT_STREAMS=N, a job's N connections per peer then share the link.)";
 
 struct RunOptions {
   WanOptions wan;
@@ -65,10 +68,20 @@ int run_job(const RunOptions& r) {
   o.master_addr = sites.front().address;
   o.master_port = static_cast<std::uint16_t>(r.master_port);
   o.command = r.command;
+  std::string sites_list;  // "0,0,1,1": rank r is in site r / ranks_per_site
+  for (std::size_t i = 0; i < sites.size(); ++i) {
+    for (int k = 0; k < r.ranks_per_site; ++k) {
+      sites_list += fmt::format("{}{}", sites_list.empty() ? "" : ",", i);
+    }
+  }
   for (const auto& s : sites) {
     o.node_netns.push_back(s.netns);
     std::vector<std::string> env;
     if (std::getenv("UCX_NET_DEVICES") == nullptr) env.emplace_back("UCX_NET_DEVICES=wan0");
+    // The job's sites are the testbed's (comm/sites.h), unless the user says otherwise.
+    if (std::getenv("STRAIT_SITES") == nullptr && std::getenv("STRAIT_TOPOLOGY_FILE") == nullptr) {
+      env.push_back("STRAIT_SITES=" + sites_list);
+    }
     o.node_env.push_back(std::move(env));
   }
   return launch(o);
@@ -87,6 +100,9 @@ void add_wan_options(CLI::App* cmd, WanOptions& o, bool shape) {
       ->capture_default_str();
   cmd->add_option("--subnet", o.subnet, "First three octets of the sites' /24")
       ->capture_default_str();
+  cmd->add_option("--flow-rate", o.flow_rate,
+                  "Also limit each flow (TCP connection) to this rate (htb classes per flow under "
+                  "the shaper), as per-flow policing does; default: no per-flow limit");
 }
 
 }  // namespace
@@ -106,7 +122,10 @@ void add_wan_command(CLI::App& app, int& exit_code) {
     for (const auto& s : sites) {
       fmt::print("site {}: namespace {}, address {}\n", s.index, s.netns, s.address);
     }
-    fmt::print("each site's link: {} each way (tc tbf); no latency emulation\n", up_opts->rate);
+    fmt::print("each site's link: {} each way (tc tbf){}; no latency emulation\n", up_opts->rate,
+               up_opts->flow_rate.empty()
+                   ? std::string()
+                   : fmt::format(", each TCP flow at most {} (htb)", up_opts->flow_rate));
   });
 
   auto down_opts = std::make_shared<WanOptions>();

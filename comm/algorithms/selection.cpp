@@ -26,6 +26,8 @@ constexpr std::array kAlgorithms = {
     AlgorithmInfo{"allreduce", "ring", 1, true},
     AlgorithmInfo{"allreduce", "recursive_doubling", 2, false},
     AlgorithmInfo{"allreduce", "rabenseifner", 3, false},
+    // comm/algorithms/hierarchical_allreduce.h; seg= pipelines its inter-site ring.
+    AlgorithmInfo{"allreduce", "hierarchical", 4, true},
 };
 
 // The built-in choices, from f32 sum allreduces timed with `strait run -n 2` and `-n 4` on the
@@ -40,13 +42,20 @@ constexpr std::array kAlgorithms = {
 // MiB stall UCX's rendezvous. The machine was shared (load 4-12), so medians moved 2-5x between
 // runs; only differences larger than that decided. Other machines may want other rules:
 // STRAIT_TUNE.
+// With several sites (comm/sites.h), vectors the ring would take go hierarchical: inside a site
+// the ring's bytes cross the fast network, and between sites every rank sends only its shard, so
+// the slow links carry the vector once per site pair instead of once per rank pair crossing them.
+// (With singleton sites it is the ring over sites, as fast as the flat ring.) Short vectors stay
+// on recursive doubling, whose log2(P) whole-vector messages beat 2 (L-1) + 2 (S-1) steps.
 constexpr std::string_view kDefaultRules =
     "allreduce:0-8249:recursive_doubling;"
     "allreduce:8249-1M:ring@seg=8K;"
-    "allreduce:1M-inf:ring@seg=1M";
+    "allreduce:1M-inf:ring@seg=1M;"
+    "allreduce:sites=2-inf:8249-inf:hierarchical@seg=1M";
 
 constexpr std::string_view kSyntax =
-    "rules look like collective[:ranks=LO-HI][:LO-HI]:algorithm[@seg=SIZE], separated by ';', "
+    "rules look like collective[:ranks=LO-HI][:sites=LO-HI][:LO-HI]:algorithm[@seg=SIZE], "
+    "separated by ';', "
     "with sizes in bytes (suffixes K, M, G; inf), e.g. "
     "allreduce:0-4K:recursive_doubling;allreduce:4K-inf:ring@seg=1M";
 
@@ -158,7 +167,8 @@ class RuleParser {
     if (rule.min_bytes >= rule.max_bytes) fail(token, "the range is empty (LO must be below HI)");
   }
 
-  void ranks_range(std::string_view token, SelectionRule& rule) const {
+  // ranks=LO-HI (world sizes) or sites=LO-HI (site counts): inclusive, HI may be inf.
+  void count_range(std::string_view token, int& lo, int& hi) const {
     const auto value = token.substr(token.find('=') + 1);
     const auto dash = value.find('-');
     const auto number = [&](std::string_view v, bool allow_inf) {
@@ -167,14 +177,13 @@ class RuleParser {
       int n = 0;
       const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
       if (ec != std::errc() || end != v.data() + v.size() || n < 1) {
-        fail(token, "ranks= takes world sizes >= 1: ranks=N or ranks=LO-HI (HI may be inf)");
+        fail(token, "ranks= and sites= take counts >= 1: N or LO-HI (HI may be inf)");
       }
       return n;
     };
-    rule.min_ranks = number(value.substr(0, dash), false);
-    rule.max_ranks =
-        dash == std::string_view::npos ? rule.min_ranks : number(value.substr(dash + 1), true);
-    if (rule.min_ranks > rule.max_ranks) fail(token, "the rank range is empty");
+    lo = number(value.substr(0, dash), false);
+    hi = dash == std::string_view::npos ? lo : number(value.substr(dash + 1), true);
+    if (lo > hi) fail(token, "the range is empty");
   }
 
   void collective(std::string_view token, SelectionRule& rule) const {
@@ -221,19 +230,24 @@ class RuleParser {
 SelectionRule parse_rule(std::string_view source, std::string_view text) {
   const RuleParser p(source, text);
   const auto tokens = split(text, ':');
-  if (tokens.size() < 2 || tokens.size() > 4) {
-    p.fail(text, "a rule has 2 to 4 ':'-separated parts");
+  if (tokens.size() < 2 || tokens.size() > 5) {
+    p.fail(text, "a rule has 2 to 5 ':'-separated parts");
   }
   SelectionRule rule;
   p.collective(tokens.front(), rule);
   bool have_ranks = false;
+  bool have_sites = false;
   bool have_bytes = false;
   for (std::size_t i = 1; i + 1 < tokens.size(); ++i) {
     const auto t = tokens[i];
     if (lower(t).starts_with("ranks=")) {
       if (have_ranks) p.fail(t, "a second rank range");
-      p.ranks_range(t, rule);
+      p.count_range(t, rule.min_ranks, rule.max_ranks);
       have_ranks = true;
+    } else if (lower(t).starts_with("sites=")) {
+      if (have_sites) p.fail(t, "a second site range");
+      p.count_range(t, rule.min_sites, rule.max_sites);
+      have_sites = true;
     } else {
       if (have_bytes) p.fail(t, "a second byte range");
       p.bytes_range(t, rule);
@@ -278,9 +292,10 @@ std::string Selection::describe() const {
   return fmt::format("{}@seg={}", algorithm->name, format_size(params.segment_bytes));
 }
 
-bool SelectionRule::matches(std::string_view coll, int world, std::uint64_t bytes) const {
-  return coll == collective && world >= min_ranks && world <= max_ranks && bytes >= min_bytes &&
-         bytes < max_bytes;
+bool SelectionRule::matches(std::string_view coll, int world, std::uint64_t bytes,
+                            int sites) const {
+  return coll == collective && world >= min_ranks && world <= max_ranks && sites >= min_sites &&
+         sites <= max_sites && bytes >= min_bytes && bytes < max_bytes;
 }
 
 std::string SelectionRule::describe() const {
@@ -288,6 +303,10 @@ std::string SelectionRule::describe() const {
   if (min_ranks != 1 || max_ranks != kAnyRanks) {
     out += fmt::format(":ranks={}-{}", min_ranks,
                        max_ranks == kAnyRanks ? std::string("inf") : std::to_string(max_ranks));
+  }
+  if (min_sites != 1 || max_sites != kAnyRanks) {
+    out += fmt::format(":sites={}-{}", min_sites,
+                       max_sites == kAnyRanks ? std::string("inf") : std::to_string(max_sites));
   }
   if (min_bytes != 0 || max_bytes != kInf) {
     out += fmt::format(":{}-{}", format_size(min_bytes), format_size(max_bytes));
@@ -349,6 +368,7 @@ AlgorithmTable AlgorithmTable::parse_json(std::string_view text, std::string_vie
     std::string rule;
     std::string algorithm;
     std::string ranks;
+    std::string sites;
     std::string bytes;
     std::string seg;
     std::string codec;
@@ -379,14 +399,16 @@ AlgorithmTable AlgorithmTable::parse_json(std::string_view text, std::string_vie
         algorithm = text_value;
       } else if (key == "ranks") {
         ranks = text_value;
+      } else if (key == "sites") {
+        sites = text_value;
       } else if (key == "bytes") {
         bytes = text_value;
       } else if (key == "seg") {
         seg = text_value;
       } else {
         throw bad(
-            fmt::format("{} has an unknown member \"{}\" (valid: collective, ranks, bytes, "
-                        "algorithm, seg, codec)",
+            fmt::format("{} has an unknown member \"{}\" (valid: collective, ranks, sites, "
+                        "bytes, algorithm, seg, codec)",
                         where, key));
       }
     }
@@ -409,6 +431,7 @@ AlgorithmTable AlgorithmTable::parse_json(std::string_view text, std::string_vie
       if (algorithm.empty()) algorithm = "?";  // the parser then names the unknown collective
     }
     if (!ranks.empty()) rule += ":ranks=" + ranks;
+    if (!sites.empty()) rule += ":sites=" + sites;
     if (!bytes.empty()) rule += ":" + bytes;
     rule += ":" + algorithm;
     if (!seg.empty()) rule += "@seg=" + seg;
@@ -444,10 +467,10 @@ void AlgorithmTable::append(const AlgorithmTable& later) {
   rules_.insert(rules_.end(), later.rules_.begin(), later.rules_.end());
 }
 
-Selection AlgorithmTable::choose(std::string_view collective, int world,
-                                 std::uint64_t bytes) const {
+Selection AlgorithmTable::choose(std::string_view collective, int world, std::uint64_t bytes,
+                                 int sites) const {
   for (auto it = rules_.rbegin(); it != rules_.rend(); ++it) {
-    if (it->selection.algorithm != nullptr && it->matches(collective, world, bytes)) {
+    if (it->selection.algorithm != nullptr && it->matches(collective, world, bytes, sites)) {
       return it->selection;
     }
   }

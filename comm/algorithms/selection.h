@@ -6,13 +6,14 @@
 //
 // Rules, separated by ';' (the STRAIT_TUNE environment variable):
 //
-//   collective[:ranks=LO-HI][:LO-HI]:algorithm[@seg=SIZE]
+//   collective[:ranks=LO-HI][:sites=LO-HI][:LO-HI]:algorithm[@seg=SIZE]
 //   e.g.
 //   allreduce:0-4K:recursive_doubling;allreduce:4K-1M:rabenseifner;allreduce:1M-inf:ring@seg=1M
 //
 // Byte ranges are half-open [LO, HI) in bytes of the whole vector (count * size(dtype)), with
 // suffixes K, M, G (binary: 1K = 1024; KiB, KB and lower case too) and HI = inf; rank ranges are
-// inclusive, HI = inf allowed; an omitted range matches everything. seg= sets the segment size of
+// inclusive, HI = inf allowed, and so are site ranges (sites=: how many sites the communicator's
+// ranks form, comm/sites.h); an omitted range matches everything. seg= sets the segment size of
 // a pipelined algorithm (0: unsegmented). A later rule wins over an earlier one; a collective no
 // rule matches runs its first registered algorithm. The same rules as JSON (STRAIT_TUNE_FILE):
 //
@@ -79,12 +80,15 @@ struct SelectionRule {
   std::string collective;
   int min_ranks = 1;  // inclusive
   int max_ranks = kAnyRanks;
+  int min_sites = 1;  // inclusive
+  int max_sites = kAnyRanks;
   std::uint64_t min_bytes = 0;  // [min_bytes, max_bytes)
   std::uint64_t max_bytes = kInf;
   Selection selection;  // algorithm null: the rule only gives a codec
   std::string
       codec{};  // codec spec for allreduce_compressed's "auto" (JSON only); empty: none given
-  [[nodiscard]] bool matches(std::string_view coll, int world, std::uint64_t bytes) const;
+  [[nodiscard]] bool matches(std::string_view coll, int world, std::uint64_t bytes,
+                             int sites = 1) const;
   // The rule in STRAIT_TUNE syntax, with " codec=SPEC" appended when it gives a codec (which that
   // syntax cannot express).
   [[nodiscard]] std::string describe() const;
@@ -114,10 +118,11 @@ class AlgorithmTable {
   // Appends `later`'s rules, which then take precedence.
   void append(const AlgorithmTable& later);
 
-  // The algorithm for a `bytes`-byte `collective` over `world` ranks: the last matching rule's
-  // (among rules that name one),
-  // else the collective's first registered algorithm. InvalidArgument for an unknown collective.
-  [[nodiscard]] Selection choose(std::string_view collective, int world, std::uint64_t bytes) const;
+  // The algorithm for a `bytes`-byte `collective` over `world` ranks in `sites` sites: the last
+  // matching rule's (among rules that name one), else the collective's first registered
+  // algorithm. InvalidArgument for an unknown collective.
+  [[nodiscard]] Selection choose(std::string_view collective, int world, std::uint64_t bytes,
+                                 int sites = 1) const;
   [[nodiscard]] const std::vector<SelectionRule>& rules() const noexcept { return rules_; }
   // The codec of the last matching rule that gives one, nullopt when none does (what
   // allreduce_compressed with codec "auto" runs; comm/communicator.h).

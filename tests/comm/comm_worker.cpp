@@ -12,6 +12,10 @@
 //   comm_worker sleep       rank 1 never calls the allreduce (it sleeps); the others must fail
 //                           with Timeout after STRAIT_TIMEOUT_S.
 //   comm_worker mismatch    rank 1 allreduces one element more than the others.
+//   comm_worker hierarchical  prints the sites (STRAIT_SITES, set by `strait wan run`), fails
+//                           unless there are GROUP_WORLD_SIZE of them, then the allreduce scenario
+//                           (which the sites make hierarchical) and an int8 allreduce_compressed
+//                           of kLarge f32, bit-identical on all ranks and within int8's bound.
 //
 // A failing collective prints one line "rank R: failed after N ms: <Error::what()>" and exits with
 // the error's status below, so the test can tell the failure modes apart from the outside.
@@ -19,9 +23,12 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <csignal>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <string>
 #include <thread>
 #include <vector>
@@ -180,11 +187,59 @@ int mismatch_scenario(Communicator& world) {
   return kWrong;
 }
 
+int hierarchical_scenario(Communicator& world) {
+  const int me = world.rank();
+  const char* groups = std::getenv("GROUP_WORLD_SIZE");
+  say(me, "sites {}", world.sites().describe());
+  if (groups == nullptr || world.sites().count() != std::atoi(groups)) {
+    say(me, "WRONG {} sites, but GROUP_WORLD_SIZE is {}", world.sites().count(),
+        groups == nullptr ? "unset" : groups);
+    return kWrong;
+  }
+  if (const int status = allreduce_scenario(world); status != kOk) return status;
+  // Inputs every rank can recompute: x_r[i] = sin(i * (r + 1)).
+  const auto input = [](int rank, std::size_t i) {
+    return static_cast<float>(std::sin(static_cast<double>(i) * (rank + 1)));
+  };
+  std::vector<float> x(kLarge);
+  for (std::size_t i = 0; i < kLarge; ++i) x[i] = input(me, i);
+  std::vector<float> out(kLarge);
+  world.allreduce_compressed(x.data(), out.data(), kLarge, ReduceOp::Sum,
+                             strait::comm::Compression{"int8", ""});
+  std::vector<std::byte> bytes(kLarge * sizeof(float));
+  std::memcpy(bytes.data(), out.data(), bytes.size());
+  const std::int64_t mine = hash_of(bytes);
+  std::vector<std::int64_t> all(static_cast<std::size_t>(world.size()));
+  world.allgather(&mine, all.data(), 1, DType::I64);
+  int problems = 0;
+  for (int r = 0; r < world.size(); ++r) {
+    if (all[static_cast<std::size_t>(r)] != mine) {
+      say(me, "WRONG compressed: rank {} ended with different bytes", r);
+      ++problems;
+    }
+  }
+  // int8: each of the S encodes of a shard errs by at most absmax/254 of a partial sum (<= P).
+  const double bound = world.sites().count() * world.size() / 254.0 + 1e-5;
+  for (std::size_t i = 0; i < kLarge; ++i) {
+    double exact = 0;
+    for (int r = 0; r < world.size(); ++r) exact += input(r, i);
+    if (std::fabs(out[i] - exact) > bound) {
+      say(me, "WRONG compressed: element {} is {}, the sum is {}", i, out[i], exact);
+      ++problems;
+      break;
+    }
+  }
+  world.barrier();
+  if (problems != 0) return kWrong;
+  say(me, "ok (hierarchical, compressed int8 between {} sites)", world.sites().count());
+  return kOk;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc != 2) {
-    fmt::print(stderr, "usage: comm_worker allreduce|kill|sleep|mismatch\n");
+    fmt::print(stderr, "usage: comm_worker allreduce|kill|sleep|mismatch|hierarchical\n");
     return kUsage;
   }
   const std::string scenario = argv[1];
@@ -202,6 +257,7 @@ int main(int argc, char** argv) {
       return one_rank_absent(*world, [] { std::this_thread::sleep_for(120s); });
     }
     if (scenario == "mismatch") return mismatch_scenario(*world);
+    if (scenario == "hierarchical") return hierarchical_scenario(*world);
     fmt::print(stderr, "comm_worker: unknown scenario {}\n", scenario);
     return kUsage;
   } catch (const Error& e) {

@@ -1,5 +1,6 @@
 // The WAN testbed (tools/wan/testbed.h): namespaces, shaping, a real job across sites, cleanup.
 // Needs root and iproute2; skips with the reason otherwise.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -82,6 +83,30 @@ TEST_F(Wan, UpMakesShapedSitesThatAJobCrossesAndDownRemovesThem) {
   EXPECT_TRUE(has(wan_status(prefix_), "no testbed"));
 }
 
+// 2 sites x 2 ranks: `wan run` tells the ranks their sites (STRAIT_SITES), so the allreduces run
+// hierarchically (comm_worker checks values, bit-identity and the site count), and with a per-flow
+// limit (--flow-rate) and 2 streams per peer the job still passes.
+TEST_F(Wan, TwoSitesOfTwoRanksRunTheHierarchicalAllreduce) {
+  WanOptions o;
+  o.prefix = prefix_;
+  o.sites = 2;
+  o.rate = "1gbit";
+  o.flow_rate = "500mbit";
+  ASSERT_EQ(wan_up(o).size(), 2U);
+  const std::string status = wan_status(prefix_);
+  EXPECT_TRUE(has(status, "htb")) << status;
+  const std::uint64_t before = wan_bytes_sent(prefix_, 0);
+  const CommandResult job =
+      run_capture({"env", "STRAIT_STREAMS=2", STRAIT_BIN, "wan", "run", "--prefix", prefix_,
+                   "--ranks-per-site", "2", "--", COMM_WORKER_BIN, "hierarchical"});
+  EXPECT_EQ(job.status, 0) << job.output;
+  EXPECT_TRUE(has(job.output, "[[0, 1], [2, 3]] (from STRAIT_SITES=0,0,1,1)")) << job.output;
+  for (int r = 0; r < 4; ++r) {
+    EXPECT_TRUE(has(job.output, fmt::format("rank {}: ok (hierarchical", r))) << job.output;
+  }
+  EXPECT_GT(wan_bytes_sent(prefix_, 0) - before, 4'000'000U);
+}
+
 TEST_F(Wan, BadOptionsAndASecondUpAreRefusedAndLeaveNothingBehind) {
   WanOptions o;
   o.prefix = prefix_;
@@ -107,6 +132,11 @@ TEST_F(Wan, BadOptionsAndASecondUpAreRefusedAndLeaveNothingBehind) {
   WanOptions bad_name;
   bad_name.prefix = "Bad Name";
   EXPECT_THROW(wan_up(bad_name), Error);
+  WanOptions bad_flow;
+  bad_flow.prefix = prefix_ + "f";
+  bad_flow.flow_rate = "25mbps";
+  EXPECT_THROW(wan_up(bad_flow), Error);
+  EXPECT_TRUE(wan_sites(bad_flow.prefix).empty());
 }
 
 }  // namespace

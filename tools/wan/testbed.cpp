@@ -5,11 +5,14 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <regex>
 #include <sstream>
 
 #include "core/error.h"
+#include "core/fd.h"
 #include "tools/wan/subprocess.h"
 
 namespace strait::tools {
@@ -94,6 +97,67 @@ std::string tbf_burst(std::uint64_t bits_per_s) {
   return fmt::format("{}b", bytes);
 }
 
+// Per-flow limits without fq (these kernels have no fq, fq_codel, sfq or flow classifier; htb
+// and u32 are there): htb with the link's rate at the top, and under it kBuckets x kBuckets leaf
+// classes of `flow_rate` each, one per (source port, destination port) bucket pair: u32 hashes
+// the low 4 bits of the source port (IP offset 20: these headers have no options) into a table
+// that hashes the low 4 bits of the destination port into a class. Both ports, because UCX
+// carries both directions of a peer pair on connections one side opened: one way the flows differ
+// in source port, the other way (all from the peer's listening port) in destination port. Flows
+// whose ports agree in those bits share a class (about 1 in 256 per pair). Anything else (ARP,
+// non-TCP) goes to a leaf at the link rate. One `tc -batch` per device: ~800 commands.
+constexpr int kBuckets = 16;
+
+void shape_flows(const std::string& ns, const std::string& dev, const std::string& rate,
+                 const std::string& flow_rate) {
+  std::string batch;
+  const auto add = [&](const std::string& line) { batch += line + "\n"; };
+  // r2q 1000: class quanta of rate / 1000 bytes stay within what htb accepts at 100mbit.
+  add(fmt::format("qdisc add dev {} root handle 1: htb default 2 r2q 1000", dev));
+  add(fmt::format("class add dev {} parent 1: classid 1:1 htb rate {} ceil {}", dev, rate, rate));
+  add(fmt::format("class add dev {} parent 1:1 classid 1:2 htb rate {} ceil {}", dev, rate, rate));
+  const std::string tcp = "protocol ip u32";
+  const std::string is_tcp = "match ip protocol 6 0xff";
+  for (int i = 0; i < kBuckets; ++i) {
+    add(fmt::format("filter add dev {} parent 1: prio 1 handle {:x}: {} divisor {}", dev, 0x10 + i,
+                    tcp, kBuckets));
+  }
+  add(fmt::format("filter add dev {} parent 1: prio 1 handle 2: {} divisor {}", dev, tcp,
+                  kBuckets));
+  for (int i = 0; i < kBuckets; ++i) {
+    for (int j = 0; j < kBuckets; ++j) {
+      const int cls = 0x100 + i * kBuckets + j;
+      add(fmt::format("class add dev {} parent 1:1 classid 1:{:x} htb rate {} ceil {}", dev, cls,
+                      flow_rate, flow_rate));
+      add(fmt::format("filter add dev {} parent 1: prio 1 {} ht {:x}:{:x}: {} flowid 1:{:x}", dev,
+                      tcp, 0x10 + i, j, is_tcp, cls));
+    }
+    add(
+        fmt::format("filter add dev {} parent 1: prio 1 {} ht 2:{:x}: {} hashkey mask 0x{:08x} at "
+                    "20 link {:x}:",
+                    dev, tcp, i, is_tcp, kBuckets - 1, 0x10 + i));
+  }
+  add(
+      fmt::format("filter add dev {} parent 1: prio 1 {} ht 800:: {} hashkey mask 0x{:08x} at 20 "
+                  "link 2:",
+                  dev, tcp, is_tcp, (kBuckets - 1) << 16));
+  char path[] = "/tmp/strait-wan-tc-XXXXXX";
+  const Fd fd(::mkstemp(path));
+  if (!fd) throw Error(ErrorCode::Io, fmt::format("wan: mkstemp: {}", std::strerror(errno)));
+  struct Unlink {
+    explicit Unlink(const char* p) : path(p) {}
+    Unlink(const Unlink&) = delete;
+    Unlink& operator=(const Unlink&) = delete;
+    ~Unlink() { ::unlink(path); }
+    const char* path;
+  };
+  const Unlink unlink_later(path);
+  if (::write(fd.get(), batch.data(), batch.size()) != static_cast<ssize_t>(batch.size())) {
+    throw Error(ErrorCode::Io, fmt::format("wan: writing {}: {}", path, std::strerror(errno)));
+  }
+  run_checked({"tc", "-n", ns, "-batch", path});
+}
+
 }  // namespace
 
 std::uint64_t parse_rate_bits(const std::string& rate) {
@@ -123,6 +187,7 @@ std::vector<Site> wan_up(const WanOptions& o) {
                 fmt::format("wan: {} sites: a testbed has 2 to 200", o.sites));
   }
   const std::uint64_t bits = parse_rate_bits(o.rate);
+  if (!o.flow_rate.empty()) (void)parse_rate_bits(o.flow_rate);
   static const std::regex subnet_form(
       R"((25[0-5]|2[0-4][0-9]|1?[0-9]?[0-9])(\.(25[0-5]|2[0-4][0-9]|1?[0-9]?[0-9])){2})");
   if (!std::regex_match(o.subnet, subnet_form)) {
@@ -143,8 +208,12 @@ std::vector<Site> wan_up(const WanOptions& o) {
     const std::string wan = hub(o.prefix);
     const std::string burst = tbf_burst(bits);
     const auto shape = [&](const std::string& ns, const std::string& dev) {
-      run_checked({"tc", "-n", ns, "qdisc", "add", "dev", dev, "root", "tbf", "rate", o.rate,
-                   "burst", burst, "latency", "100ms"});
+      if (o.flow_rate.empty()) {
+        run_checked({"tc", "-n", ns, "qdisc", "add", "dev", dev, "root", "tbf", "rate", o.rate,
+                     "burst", burst, "latency", "100ms"});
+        return;
+      }
+      shape_flows(ns, dev, o.rate, o.flow_rate);
     };
     const auto step = [&] {
       if (held.arrived()) throw Error(ErrorCode::Aborted, "wan up: interrupted");

@@ -10,6 +10,10 @@
 // Each site's link is shaped in both directions with tc's token bucket filter (tbf): egress of
 // wan0 (traffic leaving the site) and egress of site<i> (traffic entering it), each at `rate`.
 // Traffic between two sites therefore crosses two shapers of the same rate.
+// With a flow rate (--flow-rate), each shaper is htb instead: the link at `rate` with a class of
+// flow_rate per TCP flow (a u32 hash of both ports into 256 classes; testbed.cpp says how, and
+// why not fq, which these kernels lack), as providers police single flows: one connection then
+// gets flow_rate, several together up to `rate`. `tc -s class show` shows each class's bytes.
 // Latency is NOT emulated: netem (the qdisc that adds delay) is not available on these kernels.
 // Runs here see the bandwidth of a WAN link but the round-trip time of a veth pair (~tens of
 // microseconds), so latency-bound settings (small messages) look better than on a real WAN.
@@ -32,6 +36,7 @@ struct WanOptions {
   int sites = 2;                   // 2 .. 200
   std::string rate = "100mbit";    // per site and direction, in tc's units: bit, kbit, mbit, gbit
   std::string subnet = "10.77.0";  // the first three octets of the sites' /24
+  std::string flow_rate{};         // empty: none; else each flow's limit (fq maxrate), tc units
 };
 
 struct Site {

@@ -17,6 +17,7 @@
 #include <fstream>
 #include <iterator>
 
+#include "comm/algorithms/partition.h"
 #include "core/error.h"
 
 namespace strait::comm {
@@ -107,14 +108,20 @@ Record decode_record(const Bytes& in, int peer) {
 }  // namespace
 
 UcxTransport::UcxTransport(Store& store, const std::string& prefix, int rank, int size,
-                           std::chrono::milliseconds timeout)
+                           std::chrono::milliseconds timeout, int streams)
     : rank_(rank),
       size_(size),
       context_(nullptr, ucp_cleanup),
-      worker_(nullptr, ucp_worker_destroy) {
+      worker_(nullptr, ucp_worker_destroy),
+      streams_(streams) {
   if (size < 1 || rank < 0 || rank >= size) {
     throw Error(ErrorCode::InvalidArgument,
                 fmt::format("UcxTransport: rank {} is not in a world of size {}", rank, size));
+  }
+  if (streams < 1 || streams > kMaxLanes) {
+    throw Error(
+        ErrorCode::InvalidArgument,
+        fmt::format("UcxTransport: {} streams per peer; 1 .. {} are possible", streams, kMaxLanes));
   }
   const auto peer_key = [&](int p, const char* what) {
     try {
@@ -235,6 +242,8 @@ UcxTransport::UcxTransport(Store& store, const std::string& prefix, int rank, in
     const Record rec =
         p == rank ? decode_record(mine, p) : decode_record(peer_key(p, "address"), p);
     peer->same_host = rec.host == host && !force_peer_mode;
+    // Shared memory has no flows to police: one endpoint suffices.
+    peer->lanes = peer->same_host || p == rank ? 1 : streams_;
     peer->address = rec.address;
     if (peer->same_host && p != rank) {
       peer->pidfd.reset(pidfd_open(rec.pid));
@@ -279,6 +288,26 @@ void UcxTransport::connect(Peer& peer) {
     peer.ep = nullptr;
     throw ucx_error(fmt::format("ucp_ep_create to rank {}", peer.rank).c_str(), st);
   }
+  // Each endpoint to the same worker is a connection of its own (over TCP, a socket).
+  peer.extra_lanes.clear();
+  for (int lane = 1; lane < peer.lanes; ++lane) {
+    ucp_ep_h ep = nullptr;
+    if (auto st = ucp_ep_create(worker_.get(), &ep_params, &ep); st != UCS_OK) {
+      throw ucx_error(fmt::format("ucp_ep_create (stream {}) to rank {}", lane, peer.rank).c_str(),
+                      st);
+    }
+    peer.extra_lanes.push_back(ep);
+  }
+}
+
+void UcxTransport::close_endpoint(ucp_ep_h& ep, unsigned flags, std::vector<void*>& closing) {
+  if (ep == nullptr) return;
+  ucp_request_param_t p{};
+  p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+  p.flags = flags;
+  void* r = ucp_ep_close_nbx(ep, &p);
+  if (r != nullptr && !UCS_PTR_IS_ERR(r)) closing.push_back(r);
+  ep = nullptr;
 }
 
 UcxTransport::~UcxTransport() {
@@ -308,13 +337,10 @@ void UcxTransport::close_endpoints() {
   // left behind.
   std::vector<void*> closing;
   for (auto& peer : peers_) {
-    if (peer->ep == nullptr) continue;
-    ucp_request_param_t p{};
-    p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-    p.flags = peer->lost.empty() && !peer->same_host ? 0 : UCP_EP_CLOSE_FLAG_FORCE;
-    void* r = ucp_ep_close_nbx(peer->ep, &p);
-    if (r != nullptr && !UCS_PTR_IS_ERR(r)) closing.push_back(r);
-    peer->ep = nullptr;
+    const unsigned flags = peer->lost.empty() && !peer->same_host ? 0 : UCP_EP_CLOSE_FLAG_FORCE;
+    close_endpoint(peer->ep, flags, closing);
+    for (auto& ep : peer->extra_lanes) close_endpoint(ep, flags, closing);
+    peer->extra_lanes.clear();
   }
   const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
   for (void* r : closing) {
@@ -361,9 +387,12 @@ void UcxTransport::on_ep_error(void* arg, ucp_ep_h /*ep*/, ucs_status_t status) 
 }
 
 RequestPtr UcxTransport::post(bool is_send, int peer, Tag tag, const void* send_buf, void* recv_buf,
-                              std::size_t len) {
+                              std::size_t len, int lane) {
   auto req = std::make_shared<TransportRequest>();
-  if (is_send && peers_.at(static_cast<std::size_t>(peer))->ep == nullptr) {
+  Peer& to = *peers_.at(static_cast<std::size_t>(peer));
+  const auto extra = static_cast<std::size_t>(lane - 1);
+  ucp_ep_h ep = lane == 0 ? to.ep : extra < to.extra_lanes.size() ? to.extra_lanes[extra] : nullptr;
+  if (is_send && ep == nullptr) {
     req->state = TransportRequest::State::Failed;  // closed by withdraw(): peer_lost() says why
     req->error = peers_[static_cast<std::size_t>(peer)]->lost;
     return req;
@@ -382,7 +411,7 @@ RequestPtr UcxTransport::post(bool is_send, int peer, Tag tag, const void* send_
   void* r = nullptr;
   if (is_send) {
     p.cb.send = &UcxTransport::on_send;
-    r = ucp_tag_send_nbx(peers_.at(static_cast<std::size_t>(peer))->ep, send_buf, len, tag, &p);
+    r = ucp_tag_send_nbx(ep, send_buf, len, tag, &p);
   } else {
     // Receives always complete through the callback, which is where UCX reports the length.
     p.op_attr_mask |= UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
@@ -404,16 +433,66 @@ RequestPtr UcxTransport::post(bool is_send, int peer, Tag tag, const void* send_
 }
 
 RequestPtr UcxTransport::isend(int peer, Tag tag, const void* buf, std::size_t len) {
+  const Peer& to = *peers_.at(static_cast<std::size_t>(peer));
+  if (to.lanes > 1 && to.ep != nullptr && len >= kStripeMin && is_collective_tag(tag)) {
+    return post_striped(true, peer, tag, buf, nullptr, len);
+  }
   return post(true, peer, tag, buf, nullptr, len);
 }
 
-RequestPtr UcxTransport::irecv(int /*peer: encoded in the tag, comm/tag.h*/, Tag tag, void* buf,
-                               std::size_t len) {
-  return post(false, 0, tag, nullptr, buf, len);
+RequestPtr UcxTransport::irecv(int peer, Tag tag, void* buf, std::size_t len) {
+  // The sender stripes by the same rule (its lanes to us equal ours to it), so a receive of the
+  // size it sends expects the same parts.
+  if (peers_.at(static_cast<std::size_t>(peer))->lanes > 1 && len >= kStripeMin &&
+      is_collective_tag(tag)) {
+    return post_striped(false, peer, tag, nullptr, buf, len);
+  }
+  return post(false, peer, tag, nullptr, buf, len);
 }
 
-void UcxTransport::withdraw(std::span<const RequestPtr> requests,
+RequestPtr UcxTransport::post_striped(bool is_send, int peer, Tag tag, const void* send_buf,
+                                      void* recv_buf, std::size_t len) {
+  const int lanes = peers_.at(static_cast<std::size_t>(peer))->lanes;
+  Stripe s{std::make_shared<TransportRequest>(), {}};
+  for (int lane = 0; lane < lanes; ++lane) {
+    const Part c = part(len, static_cast<std::size_t>(lanes), static_cast<std::size_t>(lane));
+    s.parts.push_back(post(is_send, peer, with_lane(tag, lane),
+                           is_send ? static_cast<const std::byte*>(send_buf) + c.offset : nullptr,
+                           is_send ? nullptr : static_cast<std::byte*>(recv_buf) + c.offset,
+                           c.count, lane));
+  }
+  RequestPtr whole = s.whole;
+  if (!settle(s)) stripes_.push_back(std::move(s));
+  return whole;
+}
+
+bool UcxTransport::settle(Stripe& s) {
+  for (const auto& p : s.parts) {
+    if (p->pending()) return false;
+  }
+  auto& w = *s.whole;
+  w.state = TransportRequest::State::Done;
+  for (const auto& p : s.parts) {
+    w.bytes += p->bytes;
+    if (p->state == TransportRequest::State::Failed && w.state != TransportRequest::State::Failed) {
+      w.state = TransportRequest::State::Failed;
+      w.error = p->error;
+    }
+    w.truncated = w.truncated || p->truncated;
+  }
+  return true;
+}
+
+void UcxTransport::withdraw(std::span<const RequestPtr> whole_requests,
                             std::chrono::milliseconds budget) {
+  // A striped message is withdrawn through its parts.
+  std::vector<RequestPtr> expanded(whole_requests.begin(), whole_requests.end());
+  for (const auto& r : whole_requests) {
+    for (const auto& s : stripes_) {
+      if (s.whole == r) expanded.insert(expanded.end(), s.parts.begin(), s.parts.end());
+    }
+  }
+  const std::span<const RequestPtr> requests(expanded);
   const auto find = [this](const RequestPtr& r) {
     return r && r->pending() ? in_flight_.find(r.get()) : in_flight_.end();
   };
@@ -463,14 +542,13 @@ void UcxTransport::withdraw(std::span<const RequestPtr> requests,
 
 void UcxTransport::reset_endpoint(Peer& peer, const std::string& why) {
   spdlog::debug("strait: rank {} force-closes its endpoint to rank {}: {}", rank_, peer.rank, why);
-  if (peer.ep != nullptr) {
-    ucp_request_param_t p{};
-    p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-    p.flags = UCP_EP_CLOSE_FLAG_FORCE;
-    void* r = ucp_ep_close_nbx(peer.ep, &p);
-    peer.ep = nullptr;
+  {
+    std::vector<void*> closing;
+    close_endpoint(peer.ep, UCP_EP_CLOSE_FLAG_FORCE, closing);
+    for (auto& ep : peer.extra_lanes) close_endpoint(ep, UCP_EP_CLOSE_FLAG_FORCE, closing);
+    peer.extra_lanes.clear();
     const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(1);
-    if (r != nullptr && !UCS_PTR_IS_ERR(r)) {
+    for (void* r : closing) {
       while (ucp_request_check_status(r) == UCS_INPROGRESS &&
              std::chrono::steady_clock::now() < until) {
         ucp_worker_progress(worker_.get());
@@ -495,7 +573,9 @@ void UcxTransport::reset_endpoint(Peer& peer, const std::string& why) {
 }
 
 bool UcxTransport::progress() {
-  return ucp_worker_progress(worker_.get()) != 0;
+  const bool any = ucp_worker_progress(worker_.get()) != 0;
+  if (!stripes_.empty()) std::erase_if(stripes_, [](Stripe& s) { return settle(s); });
+  return any;
 }
 
 bool UcxTransport::arm() {

@@ -13,6 +13,14 @@
 // A failed operation's sends are withdrawn (withdraw()): the endpoint they wait on is
 // force-closed, and reconnected when the peer is on this host.
 //
+// Streams: with `streams` > 1, every peer on another host gets that many endpoints (UCX's TCP
+// transport gives each endpoint its own TCP connection), and each collective message of at least
+// kStripeMin bytes to or from it is cut into `streams` near-equal parts sent at once, part i on
+// endpoint i with lane i in its tag (comm/tag.h), so one message fills a link that polices or
+// paces each flow (a long fat pipe one TCP window cannot fill, per-flow rate limits). The parts
+// complete as one request. Peers on this host (shared memory) get one endpoint; point-to-point
+// messages are never striped. Every rank must use the same count (Communicator::create checks).
+//
 // Construction is collective over the job: each rank publishes its host identity under
 // "<prefix>/host/<rank>", then its worker address and pid under "<prefix>/address/<rank>", and
 // connects to every rank (itself included).
@@ -36,8 +44,12 @@ namespace strait::comm {
 
 class UcxTransport final : public Transport {
  public:
+  // Messages shorter than this go whole: striping them would only add per-message costs.
+  static constexpr std::size_t kStripeMin = 64 << 10;
+
+  // `streams`: 1 .. kMaxLanes connections per peer on another host (see above).
   UcxTransport(Store& store, const std::string& prefix, int rank, int size,
-               std::chrono::milliseconds timeout);
+               std::chrono::milliseconds timeout, int streams = 1);
   ~UcxTransport() override;
 
   [[nodiscard]] int rank() const noexcept override { return rank_; }
@@ -57,7 +69,9 @@ class UcxTransport final : public Transport {
   struct Peer {
     UcxTransport* self = nullptr;
     int rank = 0;
-    ucp_ep_h ep = nullptr;
+    ucp_ep_h ep = nullptr;                // lane 0
+    std::vector<ucp_ep_h> extra_lanes{};  // lanes 1 .. streams-1 (peers on other hosts)
+    int lanes = 1;
     bool same_host = false;
     Bytes address;     // its worker's, to reconnect after a forced close (withdraw)
     Fd pidfd;          // same-host peers: readable when the process has exited
@@ -74,7 +88,17 @@ class UcxTransport final : public Transport {
   // peer on this host, connects again.
   void reset_endpoint(Peer& peer, const std::string& why);
   RequestPtr post(bool is_send, int peer, Tag tag, const void* send_buf, void* recv_buf,
-                  std::size_t len);
+                  std::size_t len, int lane = 0);
+  // A message cut into peer.lanes parts (see above), completing as the request returned.
+  RequestPtr post_striped(bool is_send, int peer, Tag tag, const void* send_buf, void* recv_buf,
+                          std::size_t len);
+  // Completes a striped message's request once its parts have; true then.
+  struct Stripe {
+    RequestPtr whole;
+    std::vector<RequestPtr> parts;
+  };
+  static bool settle(Stripe& s);
+  void close_endpoint(ucp_ep_h& ep, unsigned flags, std::vector<void*>& closing);
   void retire(InFlight* done, ucs_status_t status, std::size_t bytes);
 
   int rank_;
@@ -83,6 +107,8 @@ class UcxTransport final : public Transport {
   std::unique_ptr<ucp_worker, void (*)(ucp_worker_h)> worker_;
   std::vector<std::unique_ptr<Peer>> peers_;
   std::unordered_map<TransportRequest*, std::unique_ptr<InFlight>> in_flight_;
+  std::vector<Stripe> stripes_;  // striped messages whose parts are not all complete
+  int streams_ = 1;
   Fd epoll_fd_;  // the worker's event fd, for the progress engine to sleep on
   bool core_per_local_rank_ = false;
 };
