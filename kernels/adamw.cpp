@@ -94,10 +94,18 @@ void run(SimdLevel level, const detail::AdamWScalars& s, const detail::AdamWRang
 
 namespace detail {
 
-// GCC vectorises this loop for baseline x86-64 (SSE2; sqrt needs -fno-math-errno, set for this
-// file in kernels/CMakeLists.txt): SSE lanes round exactly like scalar instructions.
-void adamw_scalar(const AdamWScalars& s, const AdamWRange& r) noexcept {
-  for (std::size_t i = 0; i < r.n; ++i) adamw_element(s, r, i);
+// GCC vectorises these loops for baseline x86-64 (SSE2; sqrt needs -fno-math-errno, set for this
+// file in kernels/CMakeLists.txt): SSE lanes round exactly like scalar instructions. The operands
+// are copied to locals first: a store through r.p could otherwise change r itself as far as the
+// compiler knows, which forces a reload per element and keeps the loop scalar (4x slower).
+void adamw_scalar(const AdamWScalars& scalars, const AdamWRange& range) noexcept {
+  const AdamWScalars s = scalars;
+  const AdamWRange r = range;
+  if (r.bf16 == nullptr) {
+    for (std::size_t i = 0; i < r.n; ++i) adamw_element<false>(s, r, i);
+  } else {
+    for (std::size_t i = 0; i < r.n; ++i) adamw_element<true>(s, r, i);
+  }
 }
 
 }  // namespace detail

@@ -43,6 +43,7 @@ struct AdamWRange {
 
 // The update of element i, in the order every SIMD path follows lane by lane (torch's order:
 // p *= decay; m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g g; p += -step_size m / denom).
+template <bool kBf16>
 inline void adamw_element(const AdamWScalars& s, const AdamWRange& r, std::size_t i) {
   const float g = r.g[i];
   const float m = s.b1 * r.m[i] + s.one_minus_b1 * g;
@@ -52,7 +53,7 @@ inline void adamw_element(const AdamWScalars& s, const AdamWRange& r, std::size_
   r.p[i] = p;
   r.m[i] = m;
   r.v[i] = v;
-  if (r.bf16 != nullptr) r.bf16[i] = f32_to_bf16(p);
+  if constexpr (kBf16) r.bf16[i] = f32_to_bf16(p);
 }
 
 // The portable loop (any CPU; the tail of the AVX2 path).
