@@ -4,9 +4,10 @@
 //
 // AdamW moves 28 bytes per parameter and step (reads p, g, m, v; writes p, m, v; +2 with --bf16).
 // The triad counts 12 bytes per element as STREAM does (two reads, one write; the write-allocate
-// read is not counted), over arrays as large as AdamW's four. The bound is triad GB/s / 28 B.
-// Prints one JSON object per line: {"kind": "strait_adamw" | "triad", ...}; times are the median
-// and the best of --reps runs after one warm-up.
+// read is not counted), over arrays as large as AdamW's four; "stream28" runs AdamW's own pattern
+// (read p, g, m, v; write p, m, v in place) without the arithmetic. The bound is GB/s / 28 B.
+// Prints one JSON object per line: {"kind": "strait_adamw" | "triad" | "stream28", ...}; times are
+// the median and the best of --reps runs after one warm-up.
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
@@ -53,6 +54,16 @@ std::vector<float> random_floats(std::size_t n, std::uint32_t seed, float scale)
   return v;
 }
 
+// Calls f(lo, hi) over [0, n) in AdamW's tiles on the pool.
+template <class F>
+void opt_free_pool_run(strait::kernels::TilePool& pool, std::size_t n, F&& f) {
+  constexpr std::size_t kTile = strait::kernels::ParallelAdamW::kTileParams;
+  pool.for_each_tile((n + kTile - 1) / kTile, [&](std::size_t tile) {
+    const std::size_t lo = tile * kTile;
+    f(lo, std::min(n, lo + kTile));
+  });
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -64,7 +75,9 @@ int main(int argc, char** argv) {
   app.add_option("-n,--params", sizes, "parameter counts")->delimiter(',');
   app.add_option("-t,--threads", threads, "threads (0: hardware concurrency)");
   app.add_option("-r,--reps", reps, "timed runs per figure")->check(CLI::Range(1, 100000));
+  bool no_bandwidth = false;
   app.add_flag("--bf16", bf16, "also write a bf16 copy of the weights");
+  app.add_flag("--no-bandwidth", no_bandwidth, "AdamW only: no triad or stream28");
   CLI11_PARSE(app, argc, argv);
 
   strait::kernels::ParallelAdamW opt(threads);
@@ -86,6 +99,7 @@ int main(int argc, char** argv) {
         n, opt.threads(), simd, bf16, reps, at.median, at.best, n / at.median, n / at.best,
         bytes / at.median / 1e9);
     std::fflush(stdout);
+    if (no_bandwidth) continue;
 
     // Triad over 28/12 as many elements as AdamW has parameters: the same bytes in flight.
     const std::size_t tn = n * 28 / 12;
@@ -109,6 +123,32 @@ int main(int argc, char** argv) {
         "\"adamw_bound_params_per_s\": {:.4e}}}\n",
         tn, pool.threads(), reps, tt.median, tt.best, triad_gbs, 12.0 * tn / tt.best / 1e9,
         triad_gbs * 1e9 / 28.0);
+    std::fflush(stdout);
+
+    // AdamW's own access pattern without its arithmetic: read p, g, m, v, write p, m, v in place
+    // (28 B per element, no write-allocate traffic since every written line was just read). The
+    // tighter bound of the two: what memory gives this exact mix of streams.
+    const Times st = time_runs(reps, [&] {
+      opt_free_pool_run(pool, n, [&](std::size_t lo, std::size_t hi) {
+        float* const pp = p.data();
+        float* const mp = m.data();
+        float* const vp = v.data();
+        const float* const gp = g.data();
+        for (std::size_t i = lo; i < hi; ++i) {
+          const float gi = gp[i];
+          pp[i] += gi;
+          mp[i] += gi;
+          vp[i] += gi;
+        }
+      });
+    });
+    const double stream_gbs = 28.0 * static_cast<double>(n) / st.median / 1e9;
+    fmt::print(
+        "{{\"kind\": \"stream28\", \"elements\": {}, \"threads\": {}, \"reps\": {}, "
+        "\"median_s\": {:.6f}, \"best_s\": {:.6f}, \"gb_per_s\": {:.2f}, \"best_gb_per_s\": "
+        "{:.2f}, \"adamw_bound_params_per_s\": {:.4e}}}\n",
+        n, pool.threads(), reps, st.median, st.best, stream_gbs, 28.0 * n / st.best / 1e9,
+        stream_gbs * 1e9 / 28.0);
     std::fflush(stdout);
   }
   return 0;
