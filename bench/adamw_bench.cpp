@@ -15,6 +15,8 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
+#include <exception>
 #include <random>
 #include <span>
 #include <string>
@@ -66,7 +68,7 @@ void opt_free_pool_run(strait::kernels::TilePool& pool, std::size_t n, F&& f) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int main(int argc, char** argv) try {
   CLI::App app{"strait_adamw_bench: CPU AdamW params/s and a triad for the bandwidth bound"};
   std::vector<std::size_t> sizes{std::size_t{1} << 24};
   unsigned threads = 0;
@@ -152,4 +154,7 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
   }
   return 0;
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "strait_adamw_bench: %s\n", e.what());
+  return 1;
 }

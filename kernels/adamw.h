@@ -28,6 +28,7 @@
 // argument and its value; nothing is modified then.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -58,6 +59,7 @@ void adamw_step(std::span<float> params, std::span<const float> grads, std::span
 // vector alignment), handed out dynamically; ranges of one tile or less run on the calling thread
 // alone. Results are bit-identical to adamw_step() whatever the thread count.
 // Thread-safety: step() may be called from several threads; calls on one object take turns.
+// A moved-from object may only be destroyed or assigned to.
 class ParallelAdamW {
  public:
   // 64 KiB of each fp32 array per tile: p, g, m and v of a tile (256 KiB) stay within one core's

@@ -396,8 +396,9 @@ TEST(AdamW, RejectsBadArguments) {
       {AdamWHyper{1e-3, 0.9, 0.999, 1e-8, nan}, "weight_decay = nan"},
       {AdamWHyper{1e-3, 0.9, 0.999, 1e-8, -0.5}, "weight_decay = -0.5"},
   };
-  for (const auto& [hyper, name] : bad) {
-    expect_named([&] { adamw_step(p, g, m, v, hyper, 1); }, name);
+  for (const auto& item : bad) {  // not a structured binding: lambdas cannot capture one in clang
+    const AdamWHyper& hyper = item.first;
+    expect_named([&] { adamw_step(p, g, m, v, hyper, 1); }, item.second);
   }
   adamw_step(std::span<float>{}, {}, {}, {}, ok, 1);  // empty range: nothing to do
 }
