@@ -319,6 +319,24 @@ void BM_AdamW(benchmark::State& state) {
 }
 BENCHMARK(BM_AdamW)->Arg(1 << 20)->Arg(1 << 24);
 
+// The same over a persistent pool (kernels::ParallelAdamW): range(0) parameters, range(1) threads.
+void BM_AdamWThreads(benchmark::State& state) {
+  const auto n = static_cast<std::size_t>(state.range(0));
+  auto p = random_floats(n, 3);
+  const auto g = random_floats(n, 4);
+  std::vector<float> m(n, 0.0F), v(n, 0.0F);
+  strait::kernels::ParallelAdamW opt(static_cast<unsigned>(state.range(1)));
+  strait::kernels::AdamWHyper h;
+  std::int64_t t = 0;
+  for ([[maybe_unused]] auto _ : state) {
+    opt.step(p, g, m, v, h, ++t);
+    benchmark::ClobberMemory();
+  }
+  state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * n));
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * n * 28));
+}
+BENCHMARK(BM_AdamWThreads)->Args({1 << 24, 1})->Args({1 << 24, 2})->UseRealTime();
+
 // Forward + backward of one microbatch (B = 4 sequences of 128 bytes) through the default
 // 4-layer, 128-wide model on one stage and one OpenBLAS thread: the unit of work of `strait train`.
 void BM_TransformerMicrobatch(benchmark::State& state) {

@@ -1,0 +1,70 @@
+// Internal to kernels/adamw*.cpp (and its tests): the per-SIMD-level AdamW loops behind
+// kernels/adamw.h. Callers use adamw_step() or ParallelAdamW, which pick a path through
+// simd_level() (kernels/cpu_features.h).
+//
+// Bit-identical by construction: every path computes each element with the same IEEE operations
+// in the same order (adamw_element below), and SIMD multiply, add, divide and square root round
+// exactly as their scalar forms do. The files are built with -ffp-contract=off so that no path
+// fuses a multiply and an add the others round twice (GCC contracts even intrinsics by default).
+// The bf16 copy is f32_to_bf16 (kernels/dtype.h) in every path: round to nearest even, NaN kept
+// quiet, subnormals kept (VCVTNEPS2BF16 would flush them, so it is not used).
+#pragma once
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/dtype.h"
+
+namespace strait::kernels::detail {
+
+// One step's fp32 scalars, formed in double from the hyperparameters and rounded once
+// (adamw_scalars() in adamw.cpp), as torch.optim.AdamW does.
+struct AdamWScalars {
+  float decay = 1.0F;         // 1 - lr * weight_decay
+  float b1 = 0.0F;            // beta1
+  float one_minus_b1 = 0.0F;  // 1 - beta1
+  float b2 = 0.0F;            // beta2
+  float one_minus_b2 = 0.0F;  // 1 - beta2
+  float bias2_sqrt = 1.0F;    // sqrt(1 - beta2^t)
+  float step_size = 0.0F;     // lr / (1 - beta1^t)
+  float eps = 0.0F;
+};
+
+// The operands of one call: n elements from each pointer; bf16 is null when no copy is wanted.
+struct AdamWRange {
+  float* p = nullptr;
+  const float* g = nullptr;
+  float* m = nullptr;
+  float* v = nullptr;
+  std::uint16_t* bf16 = nullptr;
+  std::size_t n = 0;
+};
+
+// The update of element i, in the order every SIMD path follows lane by lane (torch's order:
+// p *= decay; m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g g; p += -step_size m / denom).
+template <bool kBf16>
+inline void adamw_element(const AdamWScalars& s, const AdamWRange& r, std::size_t i) {
+  const float g = r.g[i];
+  const float m = s.b1 * r.m[i] + s.one_minus_b1 * g;
+  const float v = s.b2 * r.v[i] + s.one_minus_b2 * (g * g);
+  const float denom = std::sqrt(v) / s.bias2_sqrt + s.eps;
+  const float p = r.p[i] * s.decay - s.step_size * (m / denom);
+  r.p[i] = p;
+  r.m[i] = m;
+  r.v[i] = v;
+  if constexpr (kBf16) r.bf16[i] = f32_to_bf16(p);
+}
+
+// The portable loop (any CPU; the tail of the AVX2 path).
+void adamw_scalar(const AdamWScalars& s, const AdamWRange& r) noexcept;
+
+// Each returns how many leading elements it updated; the caller finishes the rest with the scalar
+// loop. AVX-512 does them all (masked tail); AVX2 stops at the last whole group of 8.
+// Calling a path the CPU lacks is an illegal instruction: check cpu_simd_level() first.
+#if defined(__x86_64__)
+std::size_t adamw_avx2(const AdamWScalars& s, const AdamWRange& r) noexcept;
+std::size_t adamw_avx512(const AdamWScalars& s, const AdamWRange& r) noexcept;
+#endif
+
+}  // namespace strait::kernels::detail
