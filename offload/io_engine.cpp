@@ -40,7 +40,7 @@ std::size_t piece_bytes(const IoFile& file, std::size_t block_size) noexcept {
   std::size_t piece = block_size == 0 ? kMaxTransferBytes : std::min(block_size, kMaxTransferBytes);
   if (file.direct()) {
     const IoAlignment a = file.alignment();
-    const std::size_t unit = std::lcm(a.offset, a.memory);
+    const std::size_t unit = std::max<std::size_t>(1, std::lcm(a.offset, a.memory));
     piece = std::max(unit, piece / unit * unit);
   }
   return piece;
