@@ -135,8 +135,8 @@ void create_file(const std::string& path, std::size_t bytes) {
   std::vector<IoRequest> writes;
   for (std::size_t off = 0; off < bytes; off += block) {
     const std::size_t len = std::min(block, bytes - off);
-    writes.push_back(IoRequest::write(file, off, buffer.bytes().subspan(writes.size() % 4 * block,
-                                                                        len)));
+    writes.push_back(
+        IoRequest::write(file, off, buffer.bytes().subspan(writes.size() % 4 * block, len)));
     if (writes.size() == 64 || off + len >= bytes) {
       engine.run(writes);
       writes.clear();
@@ -168,8 +168,8 @@ struct Point {
   bool fixed_files = false;
 };
 
-Point run_point(const Options& o, const std::string& path, const std::string& engine_name,
-                IoOp op, std::size_t block, unsigned depth) {
+Point run_point(const Options& o, const std::string& path, const std::string& engine_name, IoOp op,
+                std::size_t block, unsigned depth) {
   IoEngineOptions io;
   io.queue_depth = depth;
   io.threads = depth;
@@ -182,9 +182,9 @@ Point run_point(const Options& o, const std::string& path, const std::string& en
   const IoFile file = engine.open(path, OpenMode::Existing);
   const std::uint64_t file_size = file.size() / block * block;
   if (file_size == 0) {
-    throw Error(ErrorCode::InvalidArgument,
-                fmt::format("{} ({} bytes) is smaller than one block of {}", path, file.size(),
-                            block));
+    throw Error(
+        ErrorCode::InvalidArgument,
+        fmt::format("{} ({} bytes) is smaller than one block of {}", path, file.size(), block));
   }
   // One buffer per request in flight, each registered on its own (io_uring caps a registered
   // buffer at 1 GiB). Requests k and k + depth share one: the content is not checked here.
@@ -343,8 +343,9 @@ int run(const Options& o) {
   fmt::print("# O_DIRECT alignment: {}\n", alignment);
   fmt::print("# host: {} CPUs, load average {}\n", std::thread::hardware_concurrency(),
              load_average());
-  fmt::print("# posix: buffered; reads start with the file's pages dropped, writes are timed to "
-             "fdatasync\n#\n");
+  fmt::print(
+      "# posix: buffered; reads start with the file's pages dropped, writes are timed to "
+      "fdatasync\n#\n");
   fmt::print("{:>12} {:>6} {:>9} {:>5} {:>10} {:>9} {:>8}\n", "engine", "op", "block", "qd",
              "bytes", "time_s", "GB/s");
   std::fflush(stdout);
@@ -354,8 +355,8 @@ int run(const Options& o) {
       for (const std::size_t block : blocks) {
         for (const unsigned depth : o.depths) {
           for (const auto& engine : o.engines) {
-            const Point p = run_point(o, path, engine, op == "read" ? IoOp::Read : IoOp::Write,
-                                      block, depth);
+            const Point p =
+                run_point(o, path, engine, op == "read" ? IoOp::Read : IoOp::Write, block, depth);
             fmt::print("{:>12} {:>6} {:>8}K {:>5} {:>10} {:>9.3f} {:>8.3f}\n", p.engine, p.op,
                        p.block >> 10, p.depth, p.bytes, p.seconds, p.gbs);
             std::fflush(stdout);
@@ -377,11 +378,15 @@ int run(const Options& o) {
   nlohmann::json adamw = nullptr;
   if (o.adamw_params > 0) {
     const AdamWResult a = time_adamw(o.adamw_params, o.adamw_steps);
-    fmt::print("#\n# CPU AdamW (kernels::adamw_step, one thread): {} params, {:.2f} ms per step, "
-               "{:.1f} Mparams/s, {:.2f} GB/s of fp32 traffic (28 bytes per parameter)\n",
-               a.params, a.seconds * 1e3, a.params_per_s / 1e6, a.gbs);
-    adamw = {{"params", a.params},         {"steps", a.steps}, {"seconds_per_step", a.seconds},
-             {"params_per_s", a.params_per_s}, {"gbs", a.gbs}};
+    fmt::print(
+        "#\n# CPU AdamW (kernels::adamw_step, one thread): {} params, {:.2f} ms per step, "
+        "{:.1f} Mparams/s, {:.2f} GB/s of fp32 traffic (28 bytes per parameter)\n",
+        a.params, a.seconds * 1e3, a.params_per_s / 1e6, a.gbs);
+    adamw = {{"params", a.params},
+             {"steps", a.steps},
+             {"seconds_per_step", a.seconds},
+             {"params_per_s", a.params_per_s},
+             {"gbs", a.gbs}};
   }
   fmt::print("# load average after: {}\n", load_average());
   if (json.is_open()) {
