@@ -120,6 +120,12 @@ std::uint64_t IoFile::size() const {
 void preallocate(const IoFile& file, std::uint64_t bytes) {
   if (bytes == 0) return;
   const auto len = static_cast<off_t>(bytes);
+  // Free space before the attempt: a failed fallocate may hold what it got until the file goes.
+  struct statvfs vfs {};
+  std::string free_text = "an unknown number of";
+  if (::statvfs(file.path().parent_path().c_str(), &vfs) == 0) {
+    free_text = fmt::format("{}", static_cast<std::uint64_t>(vfs.f_bavail) * vfs.f_frsize);
+  }
   int err = 0;
   do {
     err = ::fallocate(file.fd(), 0, 0, len) == 0 ? 0 : errno;
@@ -132,11 +138,6 @@ void preallocate(const IoFile& file, std::uint64_t bytes) {
   }
   if (err == 0) return;
   if (err == ENOSPC || err == EDQUOT || err == EFBIG) {
-    struct statvfs vfs {};
-    std::string free_text = "an unknown number of";
-    if (::statvfs(file.path().parent_path().c_str(), &vfs) == 0) {
-      free_text = fmt::format("{}", static_cast<std::uint64_t>(vfs.f_bavail) * vfs.f_frsize);
-    }
     throw Error(ErrorCode::Io,
                 fmt::format("cannot preallocate {}: it needs {} bytes ({:.1f} MiB) but its file "
                             "system has {} bytes free ({}); free space or pass --offload-dir on a "
