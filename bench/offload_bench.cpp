@@ -22,6 +22,7 @@
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <optional>
+#include <span>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -406,9 +407,7 @@ int run(const Options& o) {
   return 0;
 }
 
-}  // namespace
-
-int offload_main(std::span<char*> args) {
+int run_cli(std::span<char*> args) {
   CLI::App app{
       "strait-bench offload: sequential read/write GB/s of the offload I/O engines over block "
       "sizes and queue depths, and CPU AdamW throughput (see bench/offload_bench.h)"};
@@ -473,6 +472,17 @@ int offload_main(std::span<char*> args) {
   } catch (const Error& e) {
     fmt::print(stderr, "strait-bench offload: {}\n", e.what());
     return e.code() == ErrorCode::InvalidArgument ? 2 : 1;
+  }
+}
+
+}  // namespace
+
+int offload_main(int argc, char** argv) noexcept {
+  try {
+    return run_cli(std::span(argv, static_cast<std::size_t>(argc)));
+  } catch (const std::exception& e) {  // anything but strait::Error (run_cli reports those)
+    std::fprintf(stderr, "strait-bench offload: %s\n", e.what());
+    return 1;
   }
 }
 

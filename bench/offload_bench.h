@@ -11,11 +11,10 @@
 // flight, after an untimed warm-up of `depth` requests. GB/s = 1e9 bytes per second.
 #pragma once
 
-#include <span>
-
 namespace strait::bench {
 
-// argv[0] is "offload". Returns the process exit status; prints errors itself.
-int offload_main(std::span<char*> args);
+// argv[0] is "offload". Returns the process exit status (0, 1 on failure, 2 for bad arguments);
+// prints errors itself and throws nothing.
+int offload_main(int argc, char** argv) noexcept;
 
 }  // namespace strait::bench

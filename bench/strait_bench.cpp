@@ -294,7 +294,7 @@ int run(const BenchOptions& o) {
 
 int main(int argc, char** argv) {
   if (argc > 1 && std::strcmp(argv[1], "offload") == 0) {
-    return strait::bench::offload_main(std::span(argv + 1, static_cast<std::size_t>(argc - 1)));
+    return strait::bench::offload_main(argc - 1, argv + 1);
   }
   CLI::App app{"strait-bench: nccl-tests-style benchmark of strait's collectives"};
   app.footer(kFooter);
