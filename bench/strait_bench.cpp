@@ -1,5 +1,6 @@
 // strait-bench: nccl-tests for strait's collectives over host memory.
 //   strait run -n N -- strait-bench allreduce -b 8 -e 256M -f 2 -d f32 -o sum -n 20 -w 5 -c 1
+// `strait-bench offload ...` measures the offload I/O engines instead (bench/offload_bench.h).
 // Each rank allocates its buffers once for the largest size, then for each size runs WARMUP
 // calls, a barrier, and ITERS timed blocking calls, out of place and in place (where strait has
 // the form). The time of a rank is the mean of its ITERS calls; the table shows the maximum over
@@ -27,6 +28,7 @@
 #include "bench/bench_options.h"
 #include "bench/bench_report.h"
 #include "bench/collectives.h"
+#include "bench/offload_bench.h"
 #include "comm/bootstrap/hash_store.h"
 #include "comm/communicator.h"
 #include "core/error.h"
@@ -291,6 +293,9 @@ int run(const BenchOptions& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc > 1 && std::strcmp(argv[1], "offload") == 0) {
+    return strait::bench::offload_main(argc - 1, argv + 1);
+  }
   CLI::App app{"strait-bench: nccl-tests-style benchmark of strait's collectives"};
   app.footer(kFooter);
   BenchOptions o;
@@ -303,6 +308,7 @@ int main(int argc, char** argv) {
   std::string names;
   for (const auto& c : bench::collectives())
     names += fmt::format("{}{}", names.empty() ? "" : "|", c.name);
+  names += "|offload (I/O engines; strait-bench offload --help)";
   app.add_option("collective", o.collective, names)->required();
   app.add_option("-b,--minbytes", min_text, "Smallest size in bytes (K, M, G suffixes)")
       ->capture_default_str();

@@ -611,12 +611,13 @@ Work Communicator::iallreduce_compressed(const float* send, float* recv, std::si
                                                      compression.key);
   }
   algo->set_fingerprint(fingerprint);
-  return submit(std::move(algo),
-                describe("allreduce_compressed", seq,
-                         fmt::format("(f32 x {}, {}, {}{}{}{})", count, kernels::reduce_op_name(op),
-                                     spec, detail, compression.key.empty() ? "" : ", error feedback",
-                                     hierarchical ? ", hierarchical" : "")),
-                true);
+  return submit(
+      std::move(algo),
+      describe("allreduce_compressed", seq,
+               fmt::format("(f32 x {}, {}, {}{}{}{})", count, kernels::reduce_op_name(op), spec,
+                           detail, compression.key.empty() ? "" : ", error feedback",
+                           hierarchical ? ", hierarchical" : "")),
+      true);
 }
 
 void Communicator::allreduce_compressed(const float* send, float* recv, std::size_t count,

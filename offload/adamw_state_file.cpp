@@ -134,6 +134,8 @@ struct AdamWStateFile::Impl {
       spans.push_back(buffers.back().bytes());
     }
     engine->register_buffers(spans);
+    const IoFile* const files[] = {&file};
+    engine->register_files(files);
     spdlog::debug(
         "offload: AdamW moments of {} parameters in {} ({} bytes, {} chunks of {}; {} "
         "engine: {})",

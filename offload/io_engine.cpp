@@ -2,7 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <bit>
+#include <numeric>
 
 #include "core/error.h"
 
@@ -32,6 +34,16 @@ void validate(const IoRequest& r) {
                             "PinnedBuffer and pad lengths to the alignment",
                             describe(r), a.offset, a.memory, address));
   }
+}
+
+std::size_t piece_bytes(const IoFile& file, std::size_t block_size) noexcept {
+  std::size_t piece = block_size == 0 ? kMaxTransferBytes : std::min(block_size, kMaxTransferBytes);
+  if (file.direct()) {
+    const IoAlignment a = file.alignment();
+    const std::size_t unit = std::max<std::size_t>(1, std::lcm(a.offset, a.memory));
+    piece = std::max(unit, piece / unit * unit);
+  }
+  return piece;
 }
 
 std::string_view to_string(IoEngineKind kind) noexcept {

@@ -4,9 +4,13 @@
 #include <fmt/format.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <bit>
 #include <cerrno>
+#include <fstream>
 
 #include "core/error.h"
 #include "offload/errno_text.h"
@@ -16,20 +20,56 @@ namespace {
 
 constexpr std::size_t kFallbackDirectAlignment = 4096;
 
+std::optional<std::size_t> read_block_size(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  std::size_t value = 0;
+  if (!(in >> value) || value == 0 || !std::has_single_bit(value)) return std::nullopt;
+  return value;
+}
+
 IoAlignment query_direct_alignment(int fd) {
 #ifdef STATX_DIOALIGN
   struct statx stx {};
   if (::statx(fd, "", AT_EMPTY_PATH, STATX_DIOALIGN, &stx) == 0 &&
       (stx.stx_mask & STATX_DIOALIGN) != 0U && stx.stx_dio_offset_align != 0U &&
       stx.stx_dio_mem_align != 0U) {
-    return {stx.stx_dio_offset_align, stx.stx_dio_mem_align};
+    return {stx.stx_dio_offset_align, stx.stx_dio_mem_align, AlignmentSource::Statx};
   }
 #endif
-  (void)fd;
-  return {kFallbackDirectAlignment, kFallbackDirectAlignment};
+  // Before statx reported it, the rule was the device's logical block size for both offsets and
+  // addresses.
+  struct stat st {};
+  if (::fstat(fd, &st) == 0) {
+    if (const auto lbs = logical_block_size(st.st_dev)) {
+      return {*lbs, *lbs, AlignmentSource::LogicalBlockSize};
+    }
+  }
+  return {kFallbackDirectAlignment, kFallbackDirectAlignment, AlignmentSource::Default};
 }
 
 }  // namespace
+
+std::string_view to_string(AlignmentSource source) noexcept {
+  switch (source) {
+    case AlignmentSource::None: return "none (buffered)";
+    case AlignmentSource::Statx: return "statx(STATX_DIOALIGN)";
+    case AlignmentSource::LogicalBlockSize: return "the device's logical block size";
+    case AlignmentSource::Default: return "the 4096-byte default";
+  }
+  return "?";
+}
+
+std::optional<std::size_t> logical_block_size(dev_t device) {
+  if (major(device) == 0) return std::nullopt;  // anonymous: tmpfs, NFS, FUSE, overlay
+  std::error_code ec;
+  // /sys/dev/block/M:m links to the device's directory; a partition's directory sits inside its
+  // disk's, which holds the queue limits.
+  const std::filesystem::path dir = std::filesystem::canonical(
+      fmt::format("/sys/dev/block/{}:{}", major(device), minor(device)), ec);
+  if (ec) return std::nullopt;
+  if (auto size = read_block_size(dir / "queue" / "logical_block_size")) return size;
+  return read_block_size(dir.parent_path() / "queue" / "logical_block_size");
+}
 
 IoFile::IoFile(const std::filesystem::path& path, OpenMode mode, bool direct)
     : path_(path), direct_(direct) {
@@ -63,6 +103,8 @@ IoFile::IoFile(const std::filesystem::path& path, OpenMode mode, bool direct)
                                            direct ? " with O_DIRECT" : "", errno_text(err)));
   }
   fd_.reset(fd);
+  static std::atomic<std::uint64_t> next_id{1};
+  id_ = next_id++;
   if (direct) alignment_ = query_direct_alignment(fd);
 }
 
@@ -78,6 +120,12 @@ std::uint64_t IoFile::size() const {
 void preallocate(const IoFile& file, std::uint64_t bytes) {
   if (bytes == 0) return;
   const auto len = static_cast<off_t>(bytes);
+  // Free space before the attempt: a failed fallocate may hold what it got until the file goes.
+  struct statvfs vfs {};
+  std::string free_text = "an unknown number of";
+  if (::statvfs(file.path().parent_path().c_str(), &vfs) == 0) {
+    free_text = fmt::format("{}", static_cast<std::uint64_t>(vfs.f_bavail) * vfs.f_frsize);
+  }
   int err = 0;
   do {
     err = ::fallocate(file.fd(), 0, 0, len) == 0 ? 0 : errno;
@@ -90,11 +138,6 @@ void preallocate(const IoFile& file, std::uint64_t bytes) {
   }
   if (err == 0) return;
   if (err == ENOSPC || err == EDQUOT || err == EFBIG) {
-    struct statvfs vfs {};
-    std::string free_text = "an unknown number of";
-    if (::statvfs(file.path().parent_path().c_str(), &vfs) == 0) {
-      free_text = fmt::format("{}", static_cast<std::uint64_t>(vfs.f_bavail) * vfs.f_frsize);
-    }
     throw Error(ErrorCode::Io,
                 fmt::format("cannot preallocate {}: it needs {} bytes ({:.1f} MiB) but its file "
                             "system has {} bytes free ({}); free space or pass --offload-dir on a "

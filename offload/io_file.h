@@ -1,26 +1,43 @@
 // IoFile: an open file as the I/O engines use it: descriptor, path (for error messages), whether
 // it was opened with O_DIRECT, and the alignment that O_DIRECT demands there.
 //
-// Alignment comes from statx(STATX_DIOALIGN) (Linux >= 6.1) and falls back to 4096 bytes, which
-// satisfies every logical block size up to 4 KiB, when the kernel or file system does not say.
+// Alignment comes from statx(STATX_DIOALIGN) (Linux >= 6.1); where the kernel or file system does
+// not report it, from the logical block size of the block device under the file system (sysfs),
+// and where there is none (network and memory file systems), 4096 bytes, which satisfies every
+// logical block size up to 4 KiB.
 // Thread-safety: immutable after opening; the descriptor may be shared by concurrent requests.
 // Errors: InvalidArgument when a file cannot be created because its directory is missing or not
 // writable; Unavailable when the file system refuses O_DIRECT (EINVAL, e.g. ramfs, old tmpfs);
 // Io for anything else, naming the path and the errno.
 #pragma once
 
+#include <sys/types.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <optional>
+#include <string_view>
 
 #include "core/fd.h"
 
 namespace strait::offload {
 
+// Where an O_DIRECT alignment came from (for logs and benchmark reports).
+enum class AlignmentSource : std::uint8_t { None, Statx, LogicalBlockSize, Default };
+
+std::string_view to_string(AlignmentSource source) noexcept;
+
 struct IoAlignment {
   std::size_t offset = 1;  // bytes: file offsets and lengths must be multiples of this
   std::size_t memory = 1;  // bytes: buffer addresses must be multiples of this
+  AlignmentSource source = AlignmentSource::None;  // None: not an O_DIRECT file
 };
+
+// The logical block size in bytes of the block device `device` (a file system's st_dev; for a
+// partition, its disk's), from /sys/dev/block; nullopt where the file system has no block device
+// (tmpfs, NFS, FUSE) or sysfs does not say.
+std::optional<std::size_t> logical_block_size(dev_t device);
 
 enum class OpenMode : std::uint8_t {
   Existing,         // open a file that exists, read-write
@@ -38,9 +55,13 @@ class IoFile {
   [[nodiscard]] bool direct() const noexcept { return direct_; }
   [[nodiscard]] IoAlignment alignment() const noexcept { return alignment_; }
   [[nodiscard]] std::uint64_t size() const;  // bytes, from fstat
+  // Unique per opened file in this process (never reused, kept by moves): engines key
+  // registrations by it, since descriptors and addresses are reused after a close.
+  [[nodiscard]] std::uint64_t id() const noexcept { return id_; }
 
  private:
   Fd fd_;
+  std::uint64_t id_ = 0;
   std::filesystem::path path_;
   bool direct_ = false;
   IoAlignment alignment_;

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <condition_variable>
 #include <deque>
@@ -131,9 +132,15 @@ IoEngine::Ticket PosixEngine::submit(std::span<const IoRequest> requests) {
     Impl::Batch& batch = im.batches[ticket];
     batch.size = requests.size();
     for (const IoRequest& r : requests) {
-      if (r.length == 0) continue;
-      im.queue.push_back({ticket, r});
-      ++queued;
+      const std::size_t piece = piece_bytes(*r.file, im.options.block_size);
+      for (std::size_t done = 0; done < r.length; done += piece) {
+        IoRequest part = r;
+        part.offset += done;
+        part.data += done;
+        part.length = std::min(piece, r.length - done);
+        im.queue.push_back({ticket, part});
+        ++queued;
+      }
     }
     batch.remaining = queued;
   }

@@ -18,10 +18,11 @@
 namespace strait::offload {
 namespace {
 
-// io_uring reports a transfer's byte count in a 32-bit int: larger requests go in pieces.
-constexpr std::size_t kMaxTransfer = std::size_t{1} << 30;
-
 using Clock = std::chrono::steady_clock;
+
+void warn_once(std::atomic<bool>& warned, const std::string& text) {
+  if (!warned.exchange(true)) spdlog::warn("{} Warning shown once.", text);
+}
 
 }  // namespace
 
@@ -31,6 +32,7 @@ struct UringEngine::Impl {
     std::size_t done = 0;  // bytes transferred so far
     Ticket ticket = 0;
     int fixed_index = -1;  // registered buffer holding the request, or -1
+    int file_index = -1;   // registered file of the request, or -1
   };
   struct Batch {
     std::size_t remaining = 0;  // requests not yet finished
@@ -45,10 +47,14 @@ struct UringEngine::Impl {
   std::deque<std::pair<Ticket, IoRequest>> pending;  // submitted by the caller, not to the kernel
   std::unordered_map<Ticket, Batch> batches;
   Ticket next_ticket = 1;
-  unsigned in_flight = 0;    // slots owned by the kernel or about to be
-  unsigned unsubmitted = 0;  // SQEs prepared but not yet handed to io_uring_submit
-  std::vector<iovec> registered;
+  unsigned in_flight = 0;         // slots owned by the kernel or about to be
+  unsigned unsubmitted = 0;       // SQEs prepared but not yet handed to io_uring_submit
+  std::vector<iovec> registered;  // sorted by address
   bool fixed = false;
+  std::unordered_map<std::uint64_t, int> file_slots;  // IoFile::id -> fixed file index
+  bool sqpoll = false;
+  Stats stats;
+  Faults faults;
 
   explicit Impl(const IoEngineOptions& opts) : options(opts) {
     if (options.queue_depth == 0 || options.timeout.count() <= 0) {
@@ -56,7 +62,29 @@ struct UringEngine::Impl {
                   fmt::format("io_uring: queue_depth ({}) and timeout ({} ms) must be positive",
                               options.queue_depth, options.timeout.count()));
     }
-    const int rc = io_uring_queue_init(options.queue_depth, &ring, 0);
+    int rc = 0;
+    if (options.sqpoll) {
+      io_uring_params params{};
+      params.flags = IORING_SETUP_SQPOLL;
+      params.sq_thread_idle = options.sqpoll_idle_ms;
+      rc = io_uring_queue_init_params(options.queue_depth, &ring, &params);
+      sqpoll = rc == 0;
+      if (rc < 0 && rc != -ENOSYS) {
+        static std::atomic<bool> warned{false};
+        warn_once(warned, fmt::format("io_uring: the kernel refuses SQPOLL ({}); using a ring "
+                                      "without a polling thread.",
+                                      errno_text(-rc)));
+      }
+    }
+    if (!sqpoll) {
+      // COOP_TASKRUN (Linux >= 5.19): completions are posted when this thread next enters the
+      // kernel (it always does, to wait) instead of interrupting it with an IPI, as fio does.
+      // Older kernels reject the flag with EINVAL: then a plain ring.
+      io_uring_params params{};
+      params.flags = IORING_SETUP_COOP_TASKRUN;
+      rc = io_uring_queue_init_params(options.queue_depth, &ring, &params);
+      if (rc == -EINVAL) rc = io_uring_queue_init(options.queue_depth, &ring, 0);
+    }
     if (rc < 0) {
       const char* why = "";
       if (rc == -ENOSYS) why = ": the kernel is built without io_uring";
@@ -94,16 +122,25 @@ struct UringEngine::Impl {
     io_uring_queue_exit(&ring);
   }
 
+  // The registered buffer that holds all of r's bytes, or -1 (binary search: the buffers are
+  // sorted by address and do not overlap).
   int find_fixed(const IoRequest& r) const {
     if (!fixed) return -1;
     const auto begin = std::bit_cast<std::uintptr_t>(r.data);
-    for (std::size_t i = 0; i < registered.size(); ++i) {
-      const auto base = std::bit_cast<std::uintptr_t>(registered[i].iov_base);
-      if (begin >= base && begin + r.length <= base + registered[i].iov_len) {
-        return static_cast<int>(i);
-      }
-    }
-    return -1;
+    auto it = std::upper_bound(registered.begin(), registered.end(), begin,
+                               [](std::uintptr_t a, const iovec& v) {
+                                 return a < std::bit_cast<std::uintptr_t>(v.iov_base);
+                               });
+    if (it == registered.begin()) return -1;
+    --it;
+    const auto base = std::bit_cast<std::uintptr_t>(it->iov_base);
+    if (begin + r.length > base + it->iov_len) return -1;
+    return static_cast<int>(it - registered.begin());
+  }
+
+  int find_file(const IoRequest& r) const {
+    const auto it = file_slots.find(r.file->id());
+    return it == file_slots.end() ? -1 : it->second;
   }
 
   // Prepares the SQE for the rest of slot i's transfer. The bound in_flight <= queue_depth <= SQ
@@ -114,10 +151,12 @@ struct UringEngine::Impl {
     if (sqe == nullptr) {
       throw Error(ErrorCode::Internal, "io_uring: no free SQE although a slot is free");
     }
-    const std::size_t len = std::min(s.request.length - s.done, kMaxTransfer);
+    // Pieces are at most kMaxTransferBytes (submit cuts them), so the count fits 32 bits.
+    std::size_t len = s.request.length - s.done;
+    if (faults.short_transfer > 0) len = std::min(len, faults.short_transfer);
     std::byte* addr = s.request.data + s.done;
     const std::uint64_t off = s.request.offset + s.done;
-    const int fd = s.request.file->fd();
+    const int fd = s.file_index >= 0 ? s.file_index : s.request.file->fd();
     const auto n = static_cast<unsigned>(len);
     if (s.request.op == IoOp::Read) {
       if (s.fixed_index >= 0) {
@@ -130,8 +169,15 @@ struct UringEngine::Impl {
     } else {
       io_uring_prep_write(sqe, fd, addr, n, off);
     }
+    if (s.file_index >= 0) {
+      sqe->flags |= IOSQE_FIXED_FILE;
+      ++stats.fixed_file_sqes;
+    }
+    if (s.fixed_index >= 0) ++stats.fixed_buffer_sqes;
     io_uring_sqe_set_data64(sqe, i);
     ++unsubmitted;
+    ++stats.sqes;
+    if (options.submit_batch > 0 && unsubmitted >= options.submit_batch) flush();
   }
 
   void fill() {
@@ -140,7 +186,7 @@ struct UringEngine::Impl {
       free_slots.pop_back();
       auto [ticket, request] = pending.front();
       pending.pop_front();
-      slots[i] = Slot{request, 0, ticket, find_fixed(request)};
+      slots[i] = Slot{request, 0, ticket, find_fixed(request), find_file(request)};
       ++in_flight;
       prepare(i);
     }
@@ -172,7 +218,12 @@ struct UringEngine::Impl {
   void complete(unsigned i, int res) {
     Slot& s = slots[i];
     const IoRequest& r = s.request;
+    if (faults.eagain > 0) {
+      --faults.eagain;
+      res = -EAGAIN;  // the transfer happened; repeating it moves the same bytes again
+    }
     if (res == -EINTR || res == -EAGAIN) {
+      ++stats.retries;
       prepare(i);  // retried as is
       return;
     }
@@ -207,6 +258,7 @@ struct UringEngine::Impl {
       finish(i, fmt::format("io_uring {} made no progress after {} bytes", describe(r), s.done));
       return;
     }
+    ++stats.short_transfers;
     prepare(i);  // the remainder
   }
 
@@ -247,6 +299,56 @@ bool UringEngine::buffers_registered() const noexcept {
   return impl_->fixed;
 }
 
+bool UringEngine::files_registered() const noexcept {
+  return !impl_->file_slots.empty();
+}
+
+bool UringEngine::sqpoll() const noexcept {
+  return impl_->sqpoll;
+}
+
+UringEngine::Stats UringEngine::stats() const noexcept {
+  return impl_->stats;
+}
+
+void UringEngine::inject_faults_for_testing(const Faults& faults) {
+  impl_->faults = faults;
+}
+
+void UringEngine::register_files(std::span<const IoFile* const> files) {
+  Impl& im = *impl_;
+  if (im.in_flight > 0 || !im.pending.empty()) {
+    throw Error(ErrorCode::InvalidArgument,
+                "io_uring: register_files while transfers are in flight; wait for every batch "
+                "first");
+  }
+  if (!im.file_slots.empty()) {
+    io_uring_unregister_files(&im.ring);
+    im.file_slots.clear();
+  }
+  if (!im.options.register_files || files.empty()) return;
+  std::vector<int> fds;
+  for (const IoFile* f : files) {
+    if (f == nullptr || f->fd() < 0) {
+      throw Error(ErrorCode::InvalidArgument,
+                  "io_uring: register_files given a file that is not "
+                  "open");
+    }
+    fds.push_back(f->fd());
+  }
+  const int rc = io_uring_register_files(&im.ring, fds.data(), static_cast<unsigned>(fds.size()));
+  if (rc != 0) {
+    static std::atomic<bool> warned{false};
+    warn_once(warned, fmt::format("io_uring: cannot register {} files ({}); requests name their "
+                                  "descriptors instead, which costs a lookup each.",
+                                  fds.size(), errno_text(-rc)));
+    return;
+  }
+  for (std::size_t i = 0; i < files.size(); ++i) {
+    im.file_slots[files[i]->id()] = static_cast<int>(i);
+  }
+}
+
 void UringEngine::register_buffers(std::span<const std::span<std::byte>> buffers) {
   Impl& im = *impl_;
   if (im.in_flight > 0 || !im.pending.empty()) {
@@ -265,6 +367,10 @@ void UringEngine::register_buffers(std::span<const std::span<std::byte>> buffers
     im.registered.push_back(iovec{b.data(), b.size()});
     total += b.size();
   }
+  // Sorted, so find_fixed can search; indices are positions in this order.
+  std::sort(im.registered.begin(), im.registered.end(), [](const iovec& a, const iovec& b) {
+    return std::bit_cast<std::uintptr_t>(a.iov_base) < std::bit_cast<std::uintptr_t>(b.iov_base);
+  });
   const int rc = io_uring_register_buffers(&im.ring, im.registered.data(),
                                            static_cast<unsigned>(im.registered.size()));
   if (rc == 0) {
@@ -273,13 +379,11 @@ void UringEngine::register_buffers(std::span<const std::span<std::byte>> buffers
   }
   im.registered.clear();
   static std::atomic<bool> warned{false};
-  if (!warned.exchange(true)) {
-    spdlog::warn(
-        "io_uring: cannot register {} bytes of fixed buffers ({}); using plain reads and "
-        "writes, which pin pages per request. Raise RLIMIT_MEMLOCK (ulimit -l) to allow "
-        "it. Warning shown once.",
-        total, errno_text(-rc));
-  }
+  warn_once(warned, fmt::format("io_uring: cannot register {} bytes in {} fixed buffers ({}); "
+                                "using plain reads and writes, which pin pages per request. "
+                                "Raise RLIMIT_MEMLOCK (ulimit -l) to allow it; each buffer "
+                                "must be at most 1 GiB.",
+                                total, buffers.size(), errno_text(-rc)));
 }
 
 IoEngine::Ticket UringEngine::submit(std::span<const IoRequest> requests) {
@@ -289,9 +393,15 @@ IoEngine::Ticket UringEngine::submit(std::span<const IoRequest> requests) {
   Impl::Batch& batch = im.batches[ticket];
   batch.size = requests.size();
   for (const IoRequest& r : requests) {
-    if (r.length == 0) continue;
-    im.pending.emplace_back(ticket, r);
-    ++batch.remaining;
+    const std::size_t piece = piece_bytes(*r.file, im.options.block_size);
+    for (std::size_t done = 0; done < r.length; done += piece) {
+      IoRequest part = r;
+      part.offset += done;
+      part.data += done;
+      part.length = std::min(piece, r.length - done);
+      im.pending.emplace_back(ticket, part);
+      ++batch.remaining;
+    }
   }
   im.fill();
   im.flush();

@@ -354,6 +354,8 @@ TEST(StateFileDirectory, FullDiskFailsUpFrontNamingTheBytes) {
   EXPECT_EQ(create_error(small.path(), n, what), ErrorCode::Io);
   EXPECT_TRUE(contains(what, "ENOSPC")) << what;
   EXPECT_TRUE(contains(what, std::to_string(n * 8) + " bytes")) << what;
+  // The free space as it was before the attempt (a partial allocation is not subtracted).
+  EXPECT_TRUE(contains(what, "has 1048576 bytes free")) << what;
   EXPECT_TRUE(contains(what, small.path().string())) << what;
   EXPECT_TRUE(std::filesystem::is_empty(small.path())) << "the failed file must be removed";
 }

@@ -6,6 +6,8 @@
 #include <linux/filter.h>
 #include <linux/io_uring.h>
 #include <linux/seccomp.h>
+#include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/spdlog.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -13,6 +15,10 @@
 #include <cstddef>
 #include <fstream>
 #include <iostream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
 
 #include "core/error.h"
 #include "offload/remove_on_exit.h"
@@ -55,6 +61,33 @@ ErrorCode code_of(const std::function<void()>& fn, std::string* what = nullptr) 
   return ErrorCode::Internal;  // nothing thrown
 }
 
+// Collects what spdlog logs while it lives (the default logger is swapped and restored).
+class LogCapture {
+ public:
+  LogCapture() : old_(spdlog::default_logger()) {
+    auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(text_);
+    sink->set_pattern("%l: %v");
+    spdlog::set_default_logger(std::make_shared<spdlog::logger>("capture", sink));
+  }
+  LogCapture(const LogCapture&) = delete;
+  LogCapture& operator=(const LogCapture&) = delete;
+  ~LogCapture() { spdlog::set_default_logger(old_); }
+  [[nodiscard]] std::string text() const { return text_.str(); }
+  // Lines logged at warning level.
+  [[nodiscard]] std::vector<std::string> warnings() const {
+    std::vector<std::string> out;
+    std::istringstream in(text_.str());
+    for (std::string line; std::getline(in, line);) {
+      if (line.rfind("warning: ", 0) == 0) out.push_back(line);
+    }
+    return out;
+  }
+
+ private:
+  std::ostringstream text_;
+  std::shared_ptr<spdlog::logger> old_;
+};
+
 class FactoryTest : public ::testing::Test {
  protected:
   testing::EnvGuard env_{"STRAIT_IO_ENGINE", std::nullopt};  // the automatic choice by default
@@ -94,6 +127,33 @@ TEST_F(FactoryTest, FollowsODirectSupportOnTmpfs) {
     EXPECT_EQ(choice.engine->kind(), IoEngineKind::Posix);
     EXPECT_TRUE(contains(choice.reason, direct ? "io_uring" : "O_DIRECT")) << choice.reason;
   }
+}
+
+TEST_F(FactoryTest, FallbackWarnsOnceSayingWhyAndWhatToDo) {
+  ScratchMount ramfs("ramfs", 0, "");
+  if (!ramfs.ok()) GTEST_SKIP() << ramfs.error();
+  const LogCapture log;
+  const IoEngineChoice first = make_io_engine(ramfs.path());
+  const IoEngineChoice second = make_io_engine(ramfs.path());
+  ASSERT_EQ(first.engine->kind(), IoEngineKind::Posix);
+  ASSERT_EQ(second.engine->kind(), IoEngineKind::Posix);
+  const std::vector<std::string> warnings = log.warnings();
+  ASSERT_EQ(warnings.size(), 1U) << log.text();  // once per reason, not per engine
+  const std::string& w = warnings[0];
+  EXPECT_TRUE(contains(w, "using the posix (pread/pwrite) I/O engine instead of io_uring")) << w;
+  EXPECT_TRUE(contains(w, ramfs.path().string())) << w;  // where
+  EXPECT_TRUE(contains(w, "refuses O_DIRECT (")) << w;   // why, with the errno
+  EXPECT_TRUE(contains(w, "EINVAL")) << w;
+  EXPECT_TRUE(contains(w, "STRAIT_IO_ENGINE=posix")) << w;  // what to do
+  EXPECT_EQ(w, "warning: offload: using the posix (pread/pwrite) I/O engine instead of io_uring: " +
+                   first.reason);
+}
+
+TEST_F(FactoryTest, ForcedPosixDoesNotWarn) {
+  const testing::EnvGuard force("STRAIT_IO_ENGINE", "posix");
+  const LogCapture log;
+  EXPECT_EQ(make_io_engine(dir_.path()).engine->kind(), IoEngineKind::Posix);
+  EXPECT_TRUE(log.warnings().empty()) << log.text();
 }
 
 TEST_F(FactoryTest, EnvironmentForcesPosix) {
@@ -169,11 +229,18 @@ TEST_F(FactoryTest, FallsBackToPosixWhenSeccompRefusesIoUring) {
     if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) return 77;
     if (::prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &program) != 0) return 77;
     if (kernel_allows_io_uring()) return 10;  // the filter did not take
+    const LogCapture log;
     const IoEngineChoice choice = make_io_engine(dir);
     if (choice.engine->kind() != IoEngineKind::Posix) return 1;
     if (!contains(choice.reason, "EPERM") || !contains(choice.reason, "seccomp")) {
       std::cerr << "reason: " << choice.reason << "\n";
       return 2;
+    }
+    const std::vector<std::string> warnings = log.warnings();
+    if (warnings.size() != 1 || !contains(warnings[0], "instead of io_uring") ||
+        !contains(warnings[0], "io_uring_disabled") || !contains(warnings[0], "EPERM")) {
+      std::cerr << "log: " << log.text() << "\n";
+      return 4;
     }
     IoEngineOptions forced;
     forced.force = IoEngineKind::Uring;
@@ -182,7 +249,7 @@ TEST_F(FactoryTest, FallsBackToPosixWhenSeccompRefusesIoUring) {
   });
   if (code == 77) GTEST_SKIP() << "cannot install a seccomp filter here";
   EXPECT_EQ(code, 0) << "1: not posix, 2: reason does not say why, 3: forced uring did not "
-                        "fail, 10: filter ineffective";
+                        "fail, 4: not one warning saying why, 10: filter ineffective";
 }
 
 }  // namespace

@@ -1,12 +1,21 @@
 #include "offload/io_engine.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <linux/fs.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <bit>
 #include <cstdint>
 #include <fstream>
+#include <iostream>
 #include <iterator>
 #include <memory>
+#include <numeric>
+#include <optional>
 #include <vector>
 
 #include "core/error.h"
@@ -241,6 +250,241 @@ TEST(UringEngine, RegisteredBuffersRoundTrip) {
   const IoRequest read = IoRequest::read(file, 4096, registered.bytes().subspan(4096, 8192));
   engine.run({&read, 1});
   for (std::size_t i = 4096; i < 4096 + 8192; ++i) ASSERT_EQ(registered.data()[i], pattern(i, 3));
+}
+
+TEST_P(IoEngineTest, BlockSizeCutsRequestsIntoPiecesThatRunConcurrently) {
+  IoEngineOptions options;
+  options.queue_depth = 4;
+  options.threads = 3;
+  options.block_size = 3 * 4096 + 100;  // not aligned: rounded down to the file's alignment
+  auto engine = make(GetParam(), options);
+  const IoFile file = engine->open(dir_.path() / "pieces", OpenMode::CreateExclusive);
+  const std::size_t piece = piece_bytes(file, options.block_size);
+  EXPECT_EQ(piece, file.direct() ? 3 * 4096 : 3 * 4096 + 100);
+  // One request of 10 pieces and a bit (a short last piece), at an offset.
+  const std::size_t u = unit(file);
+  const std::size_t length = 10 * piece + 2 * u;
+  const std::uint64_t offset = 16 * u;
+  PinnedBuffer out(length);
+  PinnedBuffer in(length);
+  for (std::size_t i = 0; i < length; ++i) out.data()[i] = pattern(offset + i, 4);
+  const IoRequest write = IoRequest::write(file, offset, out.bytes().first(length));
+  engine->run({&write, 1});
+  const std::vector<std::byte> disk = file_bytes(file.path());
+  ASSERT_EQ(disk.size(), offset + length);
+  for (std::size_t i = 0; i < length; ++i) ASSERT_EQ(disk[offset + i], pattern(offset + i, 4)) << i;
+  const IoRequest read = IoRequest::read(file, offset, in.bytes().first(length));
+  engine->run({&read, 1});
+  EXPECT_TRUE(std::equal(in.data(), in.data() + length, out.data()));
+  if (auto* uring = dynamic_cast<UringEngine*>(engine.get())) {
+    EXPECT_EQ(uring->stats().sqes, 2 * 11U);  // 11 pieces each way, nothing short or retried
+  }
+}
+
+TEST(PieceBytes, CapsAtOneGibSoTransfersAbove2GibAreSplit) {
+  TempDir dir;
+  const IoFile buffered(dir.path() / "b", OpenMode::CreateExclusive, /*direct=*/false);
+  EXPECT_EQ(piece_bytes(buffered, 0), kMaxTransferBytes);
+  EXPECT_EQ(piece_bytes(buffered, 5000), 5000U);
+  EXPECT_EQ(piece_bytes(buffered, std::size_t{5} << 30), kMaxTransferBytes);
+  // Linux moves at most 2 GiB - 4 KiB per call and io_uring's result is an int.
+  EXPECT_LT(kMaxTransferBytes, (std::size_t{2} << 30) - 4096);
+  // A 5 GiB + 1 request is cut into 6 pieces, none above the cap.
+  const std::size_t big = (std::size_t{5} << 30) + 1;
+  const std::size_t piece = piece_bytes(buffered, 0);
+  EXPECT_EQ((big + piece - 1) / piece, 6U);
+  std::optional<IoFile> direct;
+  try {
+    direct.emplace(dir.path() / "d", OpenMode::CreateExclusive, /*direct=*/true);
+  } catch (const Error& e) {
+    GTEST_SKIP() << "no O_DIRECT here: " << e.what();
+  }
+  const IoAlignment a = direct->alignment();
+  EXPECT_EQ(piece_bytes(*direct, 1), std::lcm(a.offset, a.memory));  // at least one unit
+  EXPECT_EQ(piece_bytes(*direct, 0) % a.offset, 0U);
+  EXPECT_EQ(piece_bytes(*direct, 0), kMaxTransferBytes);
+}
+
+// The device node in /dev whose device number is dev, or empty.
+std::filesystem::path device_node(dev_t dev) {
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/dev", ec)) {
+    struct stat st {};
+    if (::stat(entry.path().c_str(), &st) == 0 && S_ISBLK(st.st_mode) && st.st_rdev == dev) {
+      return entry.path();
+    }
+  }
+  return {};
+}
+
+TEST(Alignment, LogicalBlockSizeMatchesTheDevicesOwnAnswer) {
+  TempDir dir;
+  struct stat st {};
+  ASSERT_EQ(::stat(dir.path().c_str(), &st), 0);
+  const std::optional<std::size_t> lbs = logical_block_size(st.st_dev);
+  const std::filesystem::path node = device_node(st.st_dev);
+  if (!node.empty()) {
+    const int fd = ::open(node.c_str(), O_RDONLY | O_CLOEXEC);
+    int size = 0;
+    if (fd >= 0 && ::ioctl(fd, BLKSSZGET, &size) == 0) {  // independent of sysfs
+      ASSERT_TRUE(lbs.has_value()) << node;
+      EXPECT_EQ(*lbs, static_cast<std::size_t>(size)) << node;
+    }
+    if (fd >= 0) ::close(fd);
+  }
+  if (lbs) {
+    EXPECT_TRUE(*lbs >= 512 && std::has_single_bit(*lbs)) << *lbs;
+  }
+  // Memory file systems have no block device.
+  struct stat shm {};
+  if (::stat("/dev/shm", &shm) == 0) {
+    EXPECT_FALSE(logical_block_size(shm.st_dev).has_value());
+  }
+  // An O_DIRECT file says where its alignment came from; without statx, the device's block.
+  try {
+    const IoFile f(dir.path() / "d", OpenMode::CreateExclusive, /*direct=*/true);
+    const IoAlignment a = f.alignment();
+    EXPECT_NE(a.source, AlignmentSource::None);
+    if (a.source == AlignmentSource::LogicalBlockSize) {
+      EXPECT_EQ(a.offset, lbs.value_or(0));
+    }
+    if (a.source == AlignmentSource::Default) {
+      EXPECT_FALSE(lbs.has_value());
+    }
+    std::cout << "alignment " << a.offset << "/" << a.memory << " from " << to_string(a.source)
+              << "\n";
+  } catch (const Error& e) {
+    if (e.code() != ErrorCode::Unavailable) throw;
+  }
+  const IoFile buffered(dir.path() / "b", OpenMode::CreateExclusive, /*direct=*/false);
+  EXPECT_EQ(buffered.alignment().source, AlignmentSource::None);
+}
+
+class UringFaultTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (auto why = testing::uring_unavailable(dir_.path())) GTEST_SKIP() << *why;
+  }
+  TempDir dir_;
+};
+
+TEST_F(UringFaultTest, ShortTransfersAreResubmittedForTheRemainder) {
+  UringEngine engine;
+  const IoFile file = engine.open(dir_.path() / "short", OpenMode::CreateExclusive);
+  const std::size_t step = std::max<std::size_t>(file.alignment().offset, 4096);
+  const std::size_t length = 16 * step;
+  PinnedBuffer out(length);
+  PinnedBuffer in(length);
+  for (std::size_t i = 0; i < length; ++i) out.data()[i] = pattern(i, 5);
+  engine.inject_faults_for_testing({.short_transfer = step, .eagain = 0});
+  const IoRequest write = IoRequest::write(file, 0, out.bytes().first(length));
+  engine.run({&write, 1});
+  EXPECT_EQ(engine.stats().short_transfers, 15U);  // each SQE moved one step: 15 remainders
+  EXPECT_EQ(engine.stats().sqes, 16U);
+  ASSERT_TRUE(file_bytes(file.path()) == std::vector<std::byte>(out.data(), out.data() + length));
+  const IoRequest read = IoRequest::read(file, 0, in.bytes().first(length));
+  engine.run({&read, 1});
+  EXPECT_EQ(engine.stats().short_transfers, 30U);
+  EXPECT_TRUE(std::equal(in.data(), in.data() + length, out.data()));
+}
+
+TEST_F(UringFaultTest, EagainIsRetried) {
+  IoEngineOptions options;
+  options.queue_depth = 2;
+  UringEngine engine(options);
+  const IoFile file = engine.open(dir_.path() / "eagain", OpenMode::CreateExclusive);
+  const std::size_t block = std::max<std::size_t>(file.alignment().offset, 4096);
+  PinnedBuffer out(4 * block);
+  PinnedBuffer in(4 * block);
+  for (std::size_t i = 0; i < out.size(); ++i) out.data()[i] = pattern(i, 6);
+  std::vector<IoRequest> writes;
+  for (std::size_t k = 0; k < 4; ++k) {
+    writes.push_back(IoRequest::write(file, k * block, out.bytes().subspan(k * block, block)));
+  }
+  engine.inject_faults_for_testing({.short_transfer = 0, .eagain = 3});
+  engine.run(writes);
+  EXPECT_EQ(engine.stats().retries, 3U);
+  EXPECT_EQ(engine.stats().sqes, 4U + 3U);
+  const IoRequest read = IoRequest::read(file, 0, in.bytes().first(4 * block));
+  engine.run({&read, 1});
+  EXPECT_TRUE(std::equal(in.data(), in.data() + 4 * block, out.data()));
+}
+
+TEST_F(UringFaultTest, RegisteredBuffersAndFilesAreUsedForEveryRequestInThem) {
+  UringEngine engine;
+  const IoFile a = engine.open(dir_.path() / "a", OpenMode::CreateExclusive);
+  const IoFile b = engine.open(dir_.path() / "b", OpenMode::CreateExclusive);
+  const IoFile other = engine.open(dir_.path() / "other", OpenMode::CreateExclusive);
+  const std::size_t block = std::max<std::size_t>(a.alignment().offset, 4096);
+  // Two registered buffers, given in descending address order on purpose.
+  PinnedBuffer first(8 * block);
+  PinnedBuffer second(8 * block);
+  std::vector<std::span<std::byte>> spans = {first.bytes(), second.bytes()};
+  if (first.data() < second.data()) std::swap(spans[0], spans[1]);
+  engine.register_buffers(spans);
+  const IoFile* const files[] = {&a, &b};
+  engine.register_files(files);
+  if (!engine.buffers_registered() || !engine.files_registered()) {
+    GTEST_SKIP() << "the kernel refused fixed buffers or files here";
+  }
+  for (std::size_t i = 0; i < first.size(); ++i) first.data()[i] = pattern(i, 7);
+  for (std::size_t i = 0; i < second.size(); ++i) second.data()[i] = pattern(i, 8);
+  PinnedBuffer plain(block);
+  std::fill(plain.data(), plain.data() + block, std::byte{0x5a});
+  const std::vector<IoRequest> writes = {IoRequest::write(a, 0, first.bytes()),
+                                         IoRequest::write(b, 0, second.bytes()),
+                                         IoRequest::write(other, 0, plain.bytes())};
+  engine.run(writes);
+  UringEngine::Stats st = engine.stats();
+  EXPECT_EQ(st.sqes, 3U);
+  EXPECT_EQ(st.fixed_buffer_sqes, 2U);  // not the plain buffer
+  EXPECT_EQ(st.fixed_file_sqes, 2U);    // not the unregistered file
+  ASSERT_TRUE(file_bytes(a.path()) ==
+              std::vector<std::byte>(first.data(), first.data() + first.size()));
+  ASSERT_TRUE(file_bytes(b.path()) ==
+              std::vector<std::byte>(second.data(), second.data() + second.size()));
+  // A read into the middle of a registered buffer, and one straddling past its end (not fixed).
+  std::fill(second.data(), second.data() + second.size(), std::byte{0});
+  const IoRequest middle =
+      IoRequest::read(b, 2 * block, second.bytes().subspan(2 * block, 3 * block));
+  engine.run({&middle, 1});
+  for (std::size_t i = 2 * block; i < 5 * block; ++i)
+    ASSERT_EQ(second.data()[i], pattern(i, 8)) << i;
+  st = engine.stats();
+  EXPECT_EQ(st.fixed_buffer_sqes, 3U);
+  EXPECT_EQ(st.fixed_file_sqes, 3U);
+  // Re-registering with no files drops them: plain descriptors again.
+  engine.register_files({});
+  EXPECT_FALSE(engine.files_registered());
+  engine.run({&middle, 1});
+  EXPECT_EQ(engine.stats().fixed_file_sqes, 3U);
+}
+
+TEST_F(UringFaultTest, SqpollAndSubmitBatchingRoundTrip) {
+  for (const bool poll : {false, true}) {
+    IoEngineOptions options;
+    options.sqpoll = poll;
+    options.sqpoll_idle_ms = 10;
+    options.submit_batch = 3;  // 3 SQEs per io_uring_submit
+    options.queue_depth = 8;
+    UringEngine engine(options);
+    if (poll && !engine.sqpoll()) std::cout << "note: the kernel refused SQPOLL here\n";
+    const IoFile file =
+        engine.open(dir_.path() / (poll ? "poll" : "batch"), OpenMode::CreateExclusive);
+    const std::size_t block = std::max<std::size_t>(file.alignment().offset, 4096);
+    const std::size_t n = 20;
+    PinnedBuffer out(n * block);
+    PinnedBuffer in(n * block);
+    for (std::size_t i = 0; i < out.size(); ++i) out.data()[i] = pattern(i, poll ? 9 : 10);
+    std::vector<IoRequest> writes, reads;
+    for (std::size_t k = 0; k < n; ++k) {
+      writes.push_back(IoRequest::write(file, k * block, out.bytes().subspan(k * block, block)));
+      reads.push_back(IoRequest::read(file, k * block, in.bytes().subspan(k * block, block)));
+    }
+    engine.run(writes);
+    engine.run(reads);
+    EXPECT_TRUE(std::equal(in.data(), in.data() + n * block, out.data())) << "sqpoll " << poll;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Engines, IoEngineTest,
