@@ -179,8 +179,8 @@ void PipelineExecutor::all_reduce_gradients(std::int64_t step, StepStats& stats)
       comm::Compression c;
       c.codec = compression_.codec;
       c.key = fmt::format("grads/stage{}", stage_);
-      // PowerSGD approximates each weight matrix (rows = output features); the elementwise codecs
-      // ignore the layout.
+      // PowerSGD approximates each 2-D weight as shape[0] x shape[1] (PyTorch's hook views a
+      // tensor as (shape[0], -1)); the elementwise codecs ignore the layout.
       for (const auto& t : model_.tensors()) {
         if (t.shape.size() == 2) {
           c.matrices.push_back({t.offset, static_cast<std::size_t>(t.shape[0]),
