@@ -21,6 +21,7 @@
 #include <limits>
 #include <optional>
 #include <ostream>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -315,6 +316,15 @@ inline std::optional<std::string> check_allreduce(DType t, ReduceOp op, std::uin
                                                   int world, const std::byte* result,
                                                   std::size_t count) {
   return check_reduced("allreduce", t, op, seed, world, result, 0, count);
+}
+
+// Rank `rank`'s input of a float collective: count N(0, 1) draws, a stream per (seed, rank).
+inline std::vector<float> input_of(int rank, std::size_t count, std::uint32_t seed) {
+  std::mt19937 gen(seed * 7919U + static_cast<std::uint32_t>(rank));
+  std::normal_distribution<float> dist(0.0F, 1.0F);
+  std::vector<float> x(count);
+  for (auto& v : x) v = dist(gen);
+  return x;
 }
 
 }  // namespace strait::comm::testing

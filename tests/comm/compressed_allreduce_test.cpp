@@ -18,6 +18,7 @@
 #include "comm/communicator.h"
 #include "comm/compress/codec.h"
 #include "core/error.h"
+#include "tests/comm/comm_test_data.h"
 #include "tests/comm/comm_test_ranks.h"
 #include "tests/common/text.h"
 
@@ -31,13 +32,7 @@ using testing::error_of;
 using testing::run_ranks;
 using testing::run_ranks_with;
 
-std::vector<float> input_of(int rank, std::size_t count, std::uint32_t seed) {
-  std::mt19937 gen(seed * 7919U + static_cast<std::uint32_t>(rank));
-  std::normal_distribution<float> dist(0.0F, 1.0F);
-  std::vector<float> x(count);
-  for (auto& v : x) v = dist(gen);
-  return x;
-}
+using testing::input_of;
 
 struct Case {
   std::string codec;

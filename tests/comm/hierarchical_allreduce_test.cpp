@@ -24,7 +24,9 @@
 #include "comm/communicator.h"
 #include "comm/sites.h"
 #include "core/error.h"
+#include "tests/comm/comm_test_data.h"
 #include "tests/comm/comm_test_ranks.h"
+#include "tests/common/scoped_env.h"
 #include "tests/common/temp_dir.h"
 #include "tests/common/text.h"
 
@@ -38,35 +40,9 @@ using strait::test::contains;
 using testing::error_of;
 using testing::run_ranks_with;
 
-// Sets an environment variable for one scope (each test runs in its own process).
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const std::string& value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    ::setenv(name, value.c_str(), 1);
-  }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-  ~ScopedEnv() {
-    if (old_) {
-      ::setenv(name_, old_->c_str(), 1);
-    } else {
-      ::unsetenv(name_);
-    }
-  }
+using strait::test::ScopedEnv;
 
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
-
-std::vector<float> input_of(int rank, std::size_t count, std::uint32_t seed) {
-  std::mt19937 gen(seed * 7919U + static_cast<std::uint32_t>(rank));
-  std::normal_distribution<float> dist(0.0F, 1.0F);
-  std::vector<float> x(count);
-  for (auto& v : x) v = dist(gen);
-  return x;
-}
+using testing::input_of;
 
 struct Layout {
   std::string name;

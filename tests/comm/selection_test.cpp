@@ -12,6 +12,7 @@
 
 #include "comm/algorithms/codec_rules.h"
 #include "core/error.h"
+#include "tests/common/scoped_env.h"
 #include "tests/common/temp_dir.h"
 #include "tests/common/text.h"
 
@@ -50,27 +51,7 @@ std::string json_error(const std::string& text) {
   return {};
 }
 
-// Sets an environment variable for one scope (each test runs in its own process).
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const std::string& value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    ::setenv(name, value.c_str(), 1);
-  }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-  ~ScopedEnv() {
-    if (old_) {
-      ::setenv(name_, old_->c_str(), 1);
-    } else {
-      ::unsetenv(name_);
-    }
-  }
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
+using strait::test::ScopedEnv;
 
 TEST(SelectionParse, TheExampleRulesSelectByMessageSize) {
   const auto t = AlgorithmTable::parse(
