@@ -71,12 +71,16 @@ ncclRedOp_t to_nccl(ReduceOp op) {
   throw Error(ErrorCode::InvalidArgument, "NcclComm: unknown reduce op");
 }
 
-// The NCCL op, after refusing Avg of integers (as kernels::scale does).
-ncclRedOp_t checked_op(ReduceOp op, DType dtype, const std::string& what) {
+// The NCCL op for a communicator of `size` ranks, after refusing Avg of integers (as
+// kernels::scale does). With one rank, Avg goes as Sum, which gives the same values: NCCL before
+// 2.29.7 leaves the last count % blocks elements of a one-rank Avg unwritten (NVIDIA/nccl#1950,
+// seen here on an H200 with NCCL 2.28 by DeviceCollectives.AllreduceEveryDtypeOpAndCount).
+ncclRedOp_t checked_op(ReduceOp op, DType dtype, int size, const std::string& what) {
   if (op == ReduceOp::Avg && !kernels::dtype_is_float(dtype)) {
     throw Error(ErrorCode::InvalidArgument,
                 fmt::format("NcclComm: {}: avg is defined for floating-point dtypes only", what));
   }
+  if (op == ReduceOp::Avg && size == 1) return ncclSum;
   return to_nccl(op);
 }
 
@@ -334,7 +338,7 @@ std::string describe_call(std::string_view name, std::size_t count, DType dtype,
 void NcclComm::allreduce(const void* send, void* recv, std::size_t count, DType dtype, ReduceOp op,
                          kernels::CudaStream stream) {
   const std::string what = describe_call("ncclAllReduce", count, dtype, op);
-  const ncclRedOp_t nccl_op = checked_op(op, dtype, what);
+  const ncclRedOp_t nccl_op = checked_op(op, dtype, size_, what);
   const ncclDataType_t t = to_nccl(dtype);
   check_buffer(send, count, "send", what);
   check_buffer(recv, count, "recv", what);
@@ -347,7 +351,7 @@ void NcclComm::allreduce(const void* send, void* recv, std::size_t count, DType 
 void NcclComm::reduce_scatter(const void* send, void* recv, std::size_t recv_count, DType dtype,
                               ReduceOp op, kernels::CudaStream stream) {
   const std::string what = describe_call("ncclReduceScatter", recv_count, dtype, op);
-  const ncclRedOp_t nccl_op = checked_op(op, dtype, what);
+  const ncclRedOp_t nccl_op = checked_op(op, dtype, size_, what);
   const ncclDataType_t t = to_nccl(dtype);
   check_buffer(send, recv_count, "send", what);
   check_buffer(recv, recv_count, "recv", what);
@@ -388,7 +392,7 @@ void NcclComm::reduce(const void* send, void* recv, std::size_t count, DType dty
   const std::string what =
       describe_call("ncclReduce", count, dtype, op) + fmt::format(" to {}", root);
   check_rank(root, "root", what);
-  const ncclRedOp_t nccl_op = checked_op(op, dtype, what);
+  const ncclRedOp_t nccl_op = checked_op(op, dtype, size_, what);
   const ncclDataType_t t = to_nccl(dtype);
   check_buffer(send, count, "send", what);
   if (rank_ == root) check_buffer(recv, count, "recv", what);
