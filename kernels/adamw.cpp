@@ -51,9 +51,11 @@ detail::AdamWScalars prepare(std::span<float> params, std::span<const float> gra
   s.decay = static_cast<float>(1.0 - hyper.lr * hyper.weight_decay);
   s.b1 = static_cast<float>(hyper.beta1);
   s.one_minus_b1 = static_cast<float>(1.0 - hyper.beta1);
-  s.b2 = static_cast<float>(hyper.beta2);
-  s.one_minus_b2 = static_cast<float>(1.0 - hyper.beta2);
-  s.bias2_sqrt = static_cast<float>(std::sqrt(1.0 - std::pow(hyper.beta2, t)));
+  const bool frozen = hyper.freeze_variance_after > 0 && step > hyper.freeze_variance_after;
+  s.b2 = frozen ? 1.0F : static_cast<float>(hyper.beta2);
+  s.one_minus_b2 = frozen ? 0.0F : static_cast<float>(1.0 - hyper.beta2);
+  const double t2 = frozen ? static_cast<double>(hyper.freeze_variance_after) : t;
+  s.bias2_sqrt = static_cast<float>(std::sqrt(1.0 - std::pow(hyper.beta2, t2)));
   s.step_size = static_cast<float>(hyper.lr / (1.0 - std::pow(hyper.beta1, t)));
   s.eps = static_cast<float>(hyper.eps);
   return s;
@@ -119,6 +121,8 @@ void validate(const AdamWHyper& h) {
   check(h.eps >= 0.0 && std::isfinite(h.eps), "eps", h.eps, "finite and >= 0");
   check(h.weight_decay >= 0.0 && std::isfinite(h.weight_decay), "weight_decay", h.weight_decay,
         "finite and >= 0");
+  check(h.freeze_variance_after >= 0, "freeze_variance_after",
+        static_cast<double>(h.freeze_variance_after), ">= 0 (0: never)");
 }
 
 void adamw_step(std::span<float> params, std::span<const float> grads, std::span<float> m,

@@ -43,6 +43,13 @@ struct AdamWHyper {
   double beta2 = 0.999;
   double eps = 1e-8;
   double weight_decay = 1e-2;
+  // > 0: from step freeze_variance_after + 1 on, v stops updating (v = 1 * v + 0 * g^2, bit for
+  // bit the stored v while g is finite) and its bias correction stays at 1 - b2^freeze. This is
+  // 1-bit Adam's compression stage (Tang et al., "1-bit Adam", ICML 2021, section 3): with the
+  // preconditioner fixed, the update is linear in the gradient, so the error-feedback sum of
+  // compressed gradients reaches the weights in full instead of being damped by a v that the
+  // compressed bursts inflate. 0: never (plain AdamW).
+  std::int64_t freeze_variance_after = 0;
 };
 
 // Throws InvalidArgument naming the first hyperparameter out of range.

@@ -36,9 +36,12 @@ struct Reference {
     for (std::size_t i = 0; i < p.size(); ++i) {
       p[i] -= h.lr * h.weight_decay * p[i];
       m[i] = h.beta1 * m[i] + (1 - h.beta1) * g[i];
-      v[i] = h.beta2 * v[i] + (1 - h.beta2) * g[i] * g[i];
+      // 1-bit Adam's frozen preconditioner: v and its bias correction stop at the freeze step.
+      const bool frozen = h.freeze_variance_after > 0 && t > h.freeze_variance_after;
+      if (!frozen) v[i] = h.beta2 * v[i] + (1 - h.beta2) * g[i] * g[i];
+      const double t2 = frozen ? static_cast<double>(h.freeze_variance_after) : t;
       const double m_hat = m[i] / (1 - std::pow(h.beta1, t));
-      const double v_hat = v[i] / (1 - std::pow(h.beta2, t));
+      const double v_hat = v[i] / (1 - std::pow(h.beta2, t2));
       p[i] -= h.lr * m_hat / (std::sqrt(v_hat) + h.eps);
     }
   }
@@ -120,6 +123,43 @@ TEST(AdamW, MatchesDoubleReferenceOnEveryLevelAndSize) {
       });
     }
   }
+}
+
+// With freeze_variance_after = 5, steps 6.. leave v bit for bit as step 5 left it and keep its
+// bias correction at step 5's, on every SIMD level, and p still follows the double reference.
+TEST(AdamW, FrozenVarianceStopsUpdatingVAfterTheFreezeStep) {
+  const std::size_t n = 1037;
+  AdamWHyper h{1e-2, 0.9, 0.95, 1e-8, 0.1};
+  h.freeze_variance_after = 5;
+  strait::test::for_each_simd_level([&](SimdLevel level) {
+    SCOPED_TRACE(simd_level_name(level));
+    std::mt19937 rng(5);
+    std::vector<float> p = random_vector(n, rng, 1.0F);
+    std::vector<float> m(n, 0.0F), v(n, 0.0F);
+    Reference ref{{p.begin(), p.end()}, std::vector<double>(n), std::vector<double>(n)};
+    std::vector<float> v_at_freeze;
+    for (int t = 1; t <= 12; ++t) {
+      const std::vector<float> g = gradients(n, rng, t);
+      adamw_step(p, g, m, v, h, t);
+      ref.step(g, h, t);
+      if (t == 5) v_at_freeze = v;
+      if (t > 5) {
+        ASSERT_TRUE(BitIdentical(v, v_at_freeze)) << "t=" << t;
+      }
+      for (std::size_t i = 0; i < n; ++i) {
+        ASSERT_NEAR(p[i], ref.p[i], 4e-7 * t * (1.0 + std::fabs(ref.p[i]))) << "t=" << t;
+      }
+    }
+    // The frozen v is not the one plain AdamW reaches: the freeze did something.
+    std::mt19937 rng2(5);
+    std::vector<float> p2 = random_vector(n, rng2, 1.0F);
+    std::vector<float> m2(n, 0.0F), v2(n, 0.0F);
+    AdamWHyper plain = h;
+    plain.freeze_variance_after = 0;
+    for (int t = 1; t <= 12; ++t) adamw_step(p2, gradients(n, rng2, t), m2, v2, plain, t);
+    EXPECT_FALSE(BitIdentical(v2, v));
+    EXPECT_FALSE(BitIdentical(p2, p));
+  });
 }
 
 // Inputs that take every branch of the arithmetic and of the bf16 rounding: zeros of both signs,
@@ -395,6 +435,7 @@ TEST(AdamW, RejectsBadArguments) {
       {AdamWHyper{1e-3, 0.9, 0.999, -1.0}, "eps = -1"},
       {AdamWHyper{1e-3, 0.9, 0.999, 1e-8, nan}, "weight_decay = nan"},
       {AdamWHyper{1e-3, 0.9, 0.999, 1e-8, -0.5}, "weight_decay = -0.5"},
+      {AdamWHyper{1e-3, 0.9, 0.999, 1e-8, 0.0, -2}, "freeze_variance_after = -2"},
   };
   for (const auto& item : bad) {  // not a structured binding: lambdas cannot capture one in clang
     const AdamWHyper& hyper = item.first;
