@@ -11,8 +11,8 @@ set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${1:-$root/build}
 bins=(tests/kernels/kernels_cuda_reduce_test tests/kernels/kernels_cuda_quantize_test
-      tests/comm/comm_nccl_test tests/comm/comm_device_test bench/strait_device_busbw
-      bench/strait_micro_bench)
+      tests/comm/comm_nccl_test tests/comm/comm_device_test tests/offload/offload_pinned_pool_test
+      bench/strait_device_busbw bench/strait_micro_bench)
 cmake --build "$build" --target "${bins[@]##*/}" >/dev/null
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT

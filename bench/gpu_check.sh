@@ -18,6 +18,7 @@ arch=${STRAIT_CUDA_ARCH:-native}
 jobs=${STRAIT_JOBS:-$(nproc)}
 # The test executables that carry the "gpu" label (tests/*/CMakeLists.txt).
 targets=(kernels_cuda_reduce_test kernels_cuda_quantize_test comm_nccl_test comm_device_test
+         offload_pinned_pool_test
          strait_device_busbw strait_micro_bench)
 
 echo "== GPU"

@@ -20,7 +20,8 @@ ldd "$g/bin/comm_nccl_test" | grep "not found" && exit 1
 nvidia-smi --query-gpu=index,name,driver_version,memory.total,compute_cap --format=csv
 export STRAIT_REQUIRE_GPU=1
 rc=0
-for t in kernels_cuda_reduce_test kernels_cuda_quantize_test comm_nccl_test comm_device_test; do
+for t in kernels_cuda_reduce_test kernels_cuda_quantize_test comm_nccl_test comm_device_test \
+         offload_pinned_pool_test; do
   echo "== $t"
   timeout 300 "$g/bin/$t" --gtest_brief=1 >"$out/$t.log" 2>&1 || rc=1
   grep -v -E '^\[ +(RUN|OK) ' "$out/$t.log" | tail -40

@@ -4,12 +4,17 @@
 // can use any prefix of it). The pages are locked with mlock so they cannot be swapped out under
 // an in-flight transfer; when the kernel refuses (RLIMIT_MEMLOCK too small and no CAP_IPC_LOCK)
 // the buffer stays usable but unlocked, and the process logs one warning (spdlog) saying how to
-// raise the limit. A later issue adds cudaHostRegister and NUMA placement (DESIGN.md PinnedPool).
+// raise the limit. Options: bind the pages to a NUMA node before they are first touched (hwloc;
+// a refusal, e.g. mbind without CAP_SYS_NICE in a container, leaves them unbound with one
+// warning), and register them with CUDA (cudaHostRegister; a no-op without CUDA or a device, one
+// warning when the runtime refuses). PinnedPool (pinned_pool.h) caches these buffers by size.
 // Thread-safety: a value type; concurrent use of the bytes is up to the caller.
-// Errors: Io when the kernel has no memory for the mapping.
+// Errors: Io when the kernel has no memory for the mapping; InvalidArgument for a NUMA node this
+// machine does not have.
 #pragma once
 
 #include <cstddef>
+#include <optional>
 #include <span>
 
 namespace strait::offload {
@@ -17,10 +22,16 @@ namespace strait::offload {
 // The system page size in bytes (sysconf(_SC_PAGESIZE)).
 std::size_t page_size() noexcept;
 
+struct PinnedBufferOptions {
+  std::optional<unsigned> numa_node;  // OS index of the node to bind to; nullopt: no binding
+  bool register_with_cuda = false;    // cudaHostRegister when a CUDA device is present
+};
+
 class PinnedBuffer {
  public:
   PinnedBuffer() = default;  // empty: data() is null, size() is 0
-  explicit PinnedBuffer(std::size_t bytes);
+  explicit PinnedBuffer(std::size_t bytes) : PinnedBuffer(bytes, PinnedBufferOptions{}) {}
+  PinnedBuffer(std::size_t bytes, const PinnedBufferOptions& options);
   PinnedBuffer(PinnedBuffer&& other) noexcept;
   PinnedBuffer& operator=(PinnedBuffer&& other) noexcept;
   PinnedBuffer(const PinnedBuffer&) = delete;
@@ -30,6 +41,9 @@ class PinnedBuffer {
   [[nodiscard]] std::byte* data() const noexcept { return data_; }
   [[nodiscard]] std::size_t size() const noexcept { return size_; }  // bytes, a page multiple
   [[nodiscard]] bool locked() const noexcept { return locked_; }
+  // The node the pages are bound to; nullopt when no node was asked for or the kernel refused.
+  [[nodiscard]] std::optional<unsigned> numa_node() const noexcept { return numa_node_; }
+  [[nodiscard]] bool cuda_registered() const noexcept { return cuda_registered_; }
   [[nodiscard]] std::span<std::byte> bytes() const noexcept { return {data_, size_}; }
 
  private:
@@ -38,6 +52,8 @@ class PinnedBuffer {
   std::byte* data_ = nullptr;
   std::size_t size_ = 0;
   bool locked_ = false;
+  std::optional<unsigned> numa_node_;
+  bool cuda_registered_ = false;
 };
 
 }  // namespace strait::offload

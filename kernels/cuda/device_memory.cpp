@@ -1,6 +1,9 @@
 #include "kernels/device_memory.h"
 
 #include <cuda_runtime_api.h>
+#include <fmt/format.h>
+
+#include <exception>
 
 namespace strait::kernels {
 namespace {
@@ -30,6 +33,26 @@ std::optional<int> pointer_device(const void* p) noexcept {
   }
   if (attr.type != cudaMemoryTypeDevice) return std::nullopt;  // host, pinned, managed
   return attr.device;
+}
+
+HostRegistration host_register(void* p, std::size_t bytes, std::string* why) noexcept {
+  if (p == nullptr || bytes == 0 || !have_device()) return HostRegistration::NoDevice;
+  const cudaError_t err = cudaHostRegister(p, bytes, cudaHostRegisterPortable);
+  if (err == cudaSuccess) return HostRegistration::Registered;
+  static_cast<void>(cudaGetLastError());
+  if (why != nullptr) {
+    try {
+      *why = fmt::format("cudaHostRegister of {} bytes: {} ({})", bytes, cudaGetErrorName(err),
+                         cudaGetErrorString(err));
+    } catch (const std::exception&) {  // no memory for the text: the result still says Failed
+    }
+  }
+  return HostRegistration::Failed;
+}
+
+void host_unregister(void* p) noexcept {
+  if (p == nullptr) return;
+  if (cudaHostUnregister(p) != cudaSuccess) static_cast<void>(cudaGetLastError());
 }
 
 }  // namespace strait::kernels

@@ -28,6 +28,12 @@ std::optional<int> pointer_device(const void* /*p*/) noexcept {
   return std::nullopt;
 }
 
+HostRegistration host_register(void* /*p*/, std::size_t /*bytes*/, std::string* /*why*/) noexcept {
+  return HostRegistration::NoDevice;
+}
+
+void host_unregister(void* /*p*/) noexcept {}
+
 bool cuda_device_available(std::string* why) {
   if (why != nullptr) *why = kReason;
   return false;
