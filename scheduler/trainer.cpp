@@ -321,8 +321,9 @@ void Job::run() {
                  cfg_.offload_dir.string(), moments_->engine_reason());
     }
     if (!cfg_.codec.empty()) {
-      fmt::print("gradient average: {} after {} uncompressed, with error feedback per stage\n",
-                 cfg_.codec_spec(), plural(cfg_.codec_warmup_steps, "step"));
+      fmt::print("gradient average: {} after {} uncompressed, with error feedback per stage{}\n",
+                 cfg_.codec_spec(), plural(cfg_.codec_warmup_steps, "step"),
+                 cfg_.freeze_variance_after() > 0 ? "; AdamW's variance frozen from then on" : "");
     }
     std::fflush(stdout);
   }
@@ -346,6 +347,7 @@ void Job::run() {
     hyper.beta1 = cfg_.beta1;
     hyper.beta2 = cfg_.beta2;
     hyper.weight_decay = cfg_.weight_decay;
+    hyper.freeze_variance_after = cfg_.freeze_variance_after();
     const StepStats st =
         executor_->run_step(step, tokens, targets, cfg_.grad_clip,
                             [&](std::span<float> params, std::span<const float> grads) {
@@ -407,6 +409,7 @@ void Job::run() {
           {"tokens_per_s", tps},
           {"codec", cfg_.codec_spec()},
           {"codec_warmup_steps", cfg_.codec_warmup_steps},
+          {"freeze_variance_after", cfg_.freeze_variance_after()},
           {"sample", printable(sample)}});
   }
 }
@@ -460,6 +463,17 @@ void TrainConfig::validate() const {
   if (codec_warmup_steps < 0) {
     throw bad(fmt::format("--codec-warmup {} must be >= 0", codec_warmup_steps));
   }
+  if (freeze_variance != "auto" && freeze_variance != "on" && freeze_variance != "off") {
+    throw bad(fmt::format("--freeze-variance {} is not one of auto, on, off", freeze_variance));
+  }
+  if (freeze_variance == "on" && codec.empty()) {
+    throw bad("--freeze-variance on needs --codec: the variance freezes when the codec takes over");
+  }
+  if (freeze_variance == "on" && codec_warmup_steps < 1) {
+    throw bad(
+        "--freeze-variance on needs --codec-warmup >= 1: AdamW's second moment must be estimated "
+        "from uncompressed steps before it is frozen");
+  }
   // "auto": the codec of the STRAIT_TUNE_FILE rules (`strait tune`), checked when they are read.
   if (!codec.empty() && codec != "auto") (void)comm::canonical_codec_spec(codec_spec());
   (void)parse_schedule_kind(schedule);
@@ -473,6 +487,14 @@ void TrainConfig::validate() const {
                             std::strerror(errno)));
     }
   }
+}
+
+std::int64_t TrainConfig::freeze_variance_after() const {
+  if (codec.empty() || codec_warmup_steps < 1 || freeze_variance == "off") return 0;
+  if (freeze_variance == "on") return codec_warmup_steps;
+  const std::string name = codec.substr(0, codec.find(':'));
+  const bool bursty = name == "topk" || name == "onebit" || name == "powersgd";
+  return bursty ? codec_warmup_steps : 0;
 }
 
 std::string TrainConfig::codec_spec() const {

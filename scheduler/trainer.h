@@ -46,6 +46,11 @@ struct TrainConfig {
   std::string codec;            // codec name ("int8", "topk", ...); empty: uncompressed
   std::string codec_args;       // "key=value,..." for the codec ("fraction=0.01")
   int codec_warmup_steps = 30;  // uncompressed steps before the codec takes over
+  // "on": AdamW's second moment stops updating when the codec takes over (kernels::AdamWHyper::
+  // freeze_variance_after; 1-bit Adam's compression stage). "auto": on for the codecs whose
+  // error-feedback output is sparse or low-rank bursts (topk, onebit, powersgd), where an updating
+  // v damps the bursts and training falls behind; off for casts and quantizers. "off": never.
+  std::string freeze_variance = "auto";
   // Data and offload.
   std::filesystem::path data = "/usr/share/games/fortunes";
   std::filesystem::path offload_dir = "/var/tmp";
@@ -65,6 +70,8 @@ struct TrainConfig {
   [[nodiscard]] int world_size() const { return stages * replicas; }
   // The codec spec ("name" or "name:args"); empty when uncompressed.
   [[nodiscard]] std::string codec_spec() const;
+  // The step after which AdamW's v is frozen (AdamWHyper::freeze_variance_after); 0: never.
+  [[nodiscard]] std::int64_t freeze_variance_after() const;
 };
 
 // Learning rate at `step` (0-based): linear warm-up, then cosine decay to min_lr_ratio * lr.

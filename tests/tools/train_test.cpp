@@ -271,6 +271,43 @@ TEST(StraitTrain, CodecTakesOverAfterItsWarmupSendsAQuarterOfTheBytesAndStillTra
             0.05);
 }
 
+// --freeze-variance: auto freezes AdamW's v when top-k takes over and not for int8; on and off
+// give the same steps up to the codec's first update and different ones after it.
+TEST(StraitTrain, FreezeVarianceAppliesFromTheCodecsFirstStep) {
+  const Job job;
+  const std::vector<std::string> common = {
+      "--stages", "1",    "--replicas",     "2", "--steps",      "10",           "--warmup", "2",
+      "--codec",  "topk", "--codec-warmup", "4", "--codec-args", "fraction=0.05"};
+  auto with = [&](std::vector<std::string> args) {
+    args.insert(args.begin(), common.begin(), common.end());
+    return args;
+  };
+  const Metrics automatic = train(job, "auto", with({}));
+  const Metrics on = train(job, "on", with({"--freeze-variance", "on"}));
+  const Metrics off = train(job, "off", with({"--freeze-variance", "off"}));
+  EXPECT_EQ(automatic.summary.at("freeze_variance_after").get<int>(), 4);
+  EXPECT_EQ(on.summary.at("freeze_variance_after").get<int>(), 4);
+  EXPECT_EQ(off.summary.at("freeze_variance_after").get<int>(), 0);
+  const auto loss = [](const Metrics& m, std::size_t s) {
+    return m.steps[s].at("loss").get<double>();
+  };
+  ASSERT_EQ(on.steps.size(), 10U);
+  ASSERT_EQ(off.steps.size(), 10U);
+  // Step 5 is the first with a compressed average and a frozen v; its loss comes before either,
+  // step 6's after.
+  for (std::size_t s = 0; s < 5; ++s) {
+    EXPECT_EQ(loss(on, s), loss(off, s)) << "step " << s + 1;
+    EXPECT_EQ(loss(on, s), loss(automatic, s)) << "step " << s + 1;
+  }
+  EXPECT_NE(loss(on, 5), loss(off, 5));
+  EXPECT_EQ(loss(on, 9), loss(automatic, 9));
+
+  const Metrics int8 = train(job, "int8",
+                             {"--stages", "1", "--replicas", "2", "--steps", "2", "--codec", "int8",
+                              "--codec-warmup", "1"});
+  EXPECT_EQ(int8.summary.at("freeze_variance_after").get<int>(), 0);
+}
+
 // --- Bad input: a clear error, quickly -----------------------------------------------------------
 
 // The launching `strait train` checks before starting any rank: nothing of the form
@@ -369,6 +406,17 @@ TEST(StraitTrainErrors, UnknownCodecArgumentNamesIt) {
   Strait run(job.train_args({"--steps", "1", "--codec", "int8", "--codec-args", "blok=64"}),
              job.dir().path() / "out");
   expect_rejected_before_launch(run, {"blok", "block"});
+}
+
+TEST(StraitTrainErrors, FreezeVarianceWithoutACodecOrWarmup) {
+  const Job job;
+  Strait no_codec(job.train_args({"--steps", "1", "--freeze-variance", "on"}),
+                  job.dir().path() / "out1");
+  expect_rejected_before_launch(no_codec, {"--freeze-variance on needs --codec"});
+  Strait no_warmup(job.train_args({"--steps", "1", "--codec", "onebit", "--codec-warmup", "0",
+                                   "--freeze-variance", "on"}),
+                   job.dir().path() / "out2");
+  expect_rejected_before_launch(no_warmup, {"--freeze-variance on needs --codec-warmup >= 1"});
 }
 
 // --- A rank killed mid-step ----------------------------------------------------------------------
