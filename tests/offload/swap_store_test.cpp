@@ -6,10 +6,13 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include <array>
 #include <chrono>
 #include <cstring>
 #include <functional>
+#include <iostream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/error.h"
@@ -94,7 +97,7 @@ SwapStoreOptions options_for(const std::filesystem::path& dir, std::optional<IoE
   return o;
 }
 
-const std::vector<std::size_t> kSizes = {0, 1, 4095, 4096, 4097, 28824000};
+constexpr std::array<std::size_t, 6> kSizes = {0, 1, 4095, 4096, 4097, 28824000};
 
 // Stores a key of every size from aligned and unaligned buffers, then reads each back (without
 // waiting for the swap_outs first: the queue keeps call order) into buffers of the other kind.
@@ -305,6 +308,7 @@ TEST_P(SwapStoreTest, ManyThreadsUseOneStore) {
   constexpr int kThreads = 4;
   constexpr int kRounds = 20;
   std::vector<std::thread> threads;
+  threads.reserve(kThreads);
   std::vector<std::size_t> bad(kThreads, 0);
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&, t] {
@@ -313,7 +317,7 @@ TEST_P(SwapStoreTest, ManyThreadsUseOneStore) {
       TestBuffer in(size, t % 2 != 0);
       for (int r = 0; r < kRounds; ++r) {
         const std::string key = fmt::format("t{}", t);
-        const auto seed = static_cast<std::size_t>(t * 1000 + r);
+        const std::size_t seed = static_cast<std::size_t>(t) * 1000 + static_cast<std::size_t>(r);
         fill(out.bytes(), seed);
         auto w = store.swap_out(key, out.bytes());
         auto p = store.prefetch(key);
@@ -328,6 +332,30 @@ TEST_P(SwapStoreTest, ManyThreadsUseOneStore) {
   }
   for (auto& th : threads) th.join();
   for (int t = 0; t < kThreads; ++t) EXPECT_EQ(bad[static_cast<std::size_t>(t)], 0U) << t;
+}
+
+TEST_P(SwapStoreTest, DestroyingTheStoreFinishesOrAbortsEveryOperation) {
+  TestBuffer data(kMiB + 1, true);
+  fill(data.bytes(), 30);
+  std::vector<std::future<void>> futures;
+  {
+    SwapStore store(options());
+    for (int i = 0; i < 32; ++i)
+      futures.push_back(store.swap_out(fmt::format("k{}", i), data.bytes()));
+  }
+  int aborted = 0;
+  for (auto& f : futures) {
+    // Ready at once: the destructor ran or failed every one of them.
+    ASSERT_EQ(f.wait_for(std::chrono::seconds(0)), std::future_status::ready);
+    try {
+      f.get();
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::Aborted) << e.what();
+      EXPECT_TRUE(contains(e.what(), "destroyed before the swap_out of key 'k")) << e.what();
+      ++aborted;
+    }
+  }
+  std::cout << aborted << " of 32 queued swap_outs were aborted\n";
 }
 
 INSTANTIATE_TEST_SUITE_P(Engines, SwapStoreTest,
