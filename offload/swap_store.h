@@ -131,7 +131,7 @@ class SwapStore {
 
   [[nodiscard]] const std::filesystem::path& path() const noexcept;  // the swap file
   [[nodiscard]] std::size_t unit() const noexcept;  // bytes: extent offsets and lengths
-  // Bytes the file spans now (the end of its last extent ever allocated).
+  // Bytes the file spans now: the end of the highest extent ever reserved (a multiple of unit()).
   [[nodiscard]] std::uint64_t file_bytes() const;
   [[nodiscard]] IoEngineKind engine_kind() const noexcept;
   [[nodiscard]] std::string_view engine_reason() const noexcept;  // why that engine
