@@ -16,6 +16,12 @@ find_package(benchmark REQUIRED)
 pkg_check_modules(UCX REQUIRED IMPORTED_TARGET ucx)
 pkg_check_modules(URING REQUIRED IMPORTED_TARGET liburing)
 pkg_check_modules(HWLOC REQUIRED IMPORTED_TARGET hwloc)
+# xxHash (XXH3_64bits): SwapStore's per-extent checksum.
+pkg_check_modules(XXHASH QUIET IMPORTED_TARGET libxxhash)
+if(NOT XXHASH_FOUND)
+  message(FATAL_ERROR "xxHash (libxxhash.pc) not found: SwapStore checksums its extents with "
+                      "XXH3_64bits. Install Debian's libxxhash-dev (scripts/setup.sh does).")
+endif()
 
 # OpenBLAS (not the reference BLAS): we want its sgemm and openblas_set_num_threads.
 find_path(OPENBLAS_INCLUDE_DIR cblas.h PATH_SUFFIXES openblas-pthread openblas REQUIRED)

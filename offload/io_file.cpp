@@ -118,7 +118,12 @@ std::uint64_t IoFile::size() const {
 }
 
 void preallocate(const IoFile& file, std::uint64_t bytes) {
+  preallocate(file, 0, bytes);
+}
+
+void preallocate(const IoFile& file, std::uint64_t offset, std::uint64_t bytes) {
   if (bytes == 0) return;
+  const auto off = static_cast<off_t>(offset);
   const auto len = static_cast<off_t>(bytes);
   // Free space before the attempt: a failed fallocate may hold what it got until the file goes.
   struct statvfs vfs {};
@@ -128,25 +133,45 @@ void preallocate(const IoFile& file, std::uint64_t bytes) {
   }
   int err = 0;
   do {
-    err = ::fallocate(file.fd(), 0, 0, len) == 0 ? 0 : errno;
+    err = ::fallocate(file.fd(), 0, off, len) == 0 ? 0 : errno;
   } while (err == EINTR);
   if (err == EOPNOTSUPP) {
-    // No native fallocate (some network and FUSE file systems): glibc writes zeros instead,
-    // which needs a buffered descriptor because O_DIRECT rejects its small writes.
-    const IoFile buffered(file.path(), OpenMode::Existing, /*direct=*/false);
-    err = ::posix_fallocate(buffered.fd(), 0, len);
+    // No native fallocate (ramfs, some network and FUSE file systems): glibc writes zeros
+    // instead, which needs a buffered descriptor because O_DIRECT rejects its small writes. The
+    // file is reopened through /proc/self/fd, which also works once its name is unlinked.
+    if (file.direct()) {
+      const IoFile buffered(fmt::format("/proc/self/fd/{}", file.fd()), OpenMode::Existing,
+                            /*direct=*/false);
+      err = ::posix_fallocate(buffered.fd(), off, len);
+    } else {
+      err = ::posix_fallocate(file.fd(), off, len);
+    }
   }
   if (err == 0) return;
+  const std::string range =
+      offset == 0 ? std::string() : fmt::format(" (bytes [{}, {}))", offset, offset + bytes);
   if (err == ENOSPC || err == EDQUOT || err == EFBIG) {
     throw Error(ErrorCode::Io,
-                fmt::format("cannot preallocate {}: it needs {} bytes ({:.1f} MiB) but its file "
+                fmt::format("cannot preallocate {}{}: it needs {} bytes ({:.1f} MiB) but its file "
                             "system has {} bytes free ({}); free space or pass --offload-dir on a "
                             "larger disk",
-                            file.path().string(), bytes, static_cast<double>(bytes) / (1 << 20),
-                            free_text, errno_text(err)));
+                            file.path().string(), range, bytes,
+                            static_cast<double>(bytes) / (1 << 20), free_text, errno_text(err)));
   }
-  throw Error(ErrorCode::Io, fmt::format("cannot preallocate {} bytes for {}: {}", bytes,
-                                         file.path().string(), errno_text(err)));
+  throw Error(ErrorCode::Io, fmt::format("cannot preallocate {} bytes for {}{}: {}", bytes,
+                                         file.path().string(), range, errno_text(err)));
+}
+
+bool release_blocks(const IoFile& file, std::uint64_t offset, std::uint64_t bytes) noexcept {
+  if (bytes == 0) return true;
+  int err = 0;
+  do {
+    err = ::fallocate(file.fd(), FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+                      static_cast<off_t>(offset), static_cast<off_t>(bytes)) == 0
+              ? 0
+              : errno;
+  } while (err == EINTR);
+  return err == 0;
 }
 
 }  // namespace strait::offload

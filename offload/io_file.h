@@ -73,4 +73,13 @@ class IoFile {
 // Errors: Io naming the file, the bytes needed and the bytes free (ENOSPC) or the errno.
 void preallocate(const IoFile& file, std::uint64_t bytes);
 
+// The same for the byte range [offset, offset + bytes) (the file grows to cover it; blocks
+// already there are kept). The ENOSPC message names the range as well.
+void preallocate(const IoFile& file, std::uint64_t offset, std::uint64_t bytes);
+
+// Gives the blocks of [offset, offset + bytes) back to the file system (fallocate with
+// FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE: the size stays, the range reads as zeros).
+// Returns false, changing nothing, where the file system cannot punch holes. Never throws.
+bool release_blocks(const IoFile& file, std::uint64_t offset, std::uint64_t bytes) noexcept;
+
 }  // namespace strait::offload

@@ -7,7 +7,7 @@ set -euo pipefail
 
 packages=(
   build-essential cmake ninja-build pkg-config git
-  libucx-dev ucx-utils libhwloc-dev liburing-dev
+  libucx-dev ucx-utils libhwloc-dev liburing-dev libxxhash-dev
   libgtest-dev libgmock-dev libbenchmark-dev libopenblas-dev
   libcli11-dev libfmt-dev libspdlog-dev nlohmann-json3-dev
   clang-format clang-tidy clang libclang-rt-14-dev
