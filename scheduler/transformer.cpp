@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <numbers>
 #include <random>
@@ -222,12 +223,13 @@ StageModel<F>::StageModel(const GptConfig& config, LayerRange layers, int max_ba
   h.size = off;
   blocks_base_ = bt * c;
   head_base_ = blocks_base_ + blocks_.size() * a.size;
+  ids_base_ = head_base_ + h.size;
+  const std::size_t id_bytes =
+      ((is_first() ? bt : 0) + (is_last() ? bt : 0)) * sizeof(std::int32_t);
+  stash_elems_ = ids_base_ + (id_bytes + sizeof(F) - 1) / sizeof(F);
   slots_.resize(sz(slots));
-  for (Slot& s : slots_) {
-    s.acts.assign(head_base_ + h.size, F(0));
-    if (is_first()) s.tokens.assign(bt, 0);
-    if (is_last()) s.targets.assign(bt, 0);
-  }
+  for (Slot& s : slots_) s.acts.assign(stash_elems_, F(0));
+  ids_.assign(bt, 0);
   dres_.assign(bt * c, F(0));
   dln_.assign(bt * c, F(0));
   datty_.assign(bt * c, F(0));
@@ -375,7 +377,7 @@ double StageModel<F>::run_forward(int slot, const std::int32_t* tokens, const F*
   F* x = acts;  // the stage input, x0
   if (is_first()) {
     k::encoder_forward(x, tokens, P + *wte_, P + wpe_, B, T, C, V);
-    std::copy_n(tokens, N, s.tokens.begin());
+    put_ids(s, 0, tokens, N);
   } else {
     std::copy_n(in_acts, nc, x);
   }
@@ -414,7 +416,7 @@ double StageModel<F>::run_forward(int slot, const std::int32_t* tokens, const F*
   if (targets == nullptr) return std::numeric_limits<double>::quiet_NaN();
   const double loss =
       k::crossentropy_forward(head + h.losses, head + h.probs, head + h.logits, targets, N, V);
-  std::copy_n(targets, N, s.targets.begin());
+  put_ids(s, is_first() ? max_ids() : 0, targets, N);
   s.backwardable = true;
   s.has_loss = true;
   return loss;
@@ -449,7 +451,8 @@ void StageModel<F>::backward(int slot, const F* dout_acts, F loss_scale, F* din_
     const HeadActs& h = head_acts_;
     F* head = acts + head_base_;
     std::fill_n(dlogits_.begin(), static_cast<std::ptrdiff_t>(N) * V, F(0));
-    k::crossentropy_backward(dlogits_.data(), head + h.probs, s.targets.data(),
+    get_ids(s, is_first() ? max_ids() : 0, N);
+    k::crossentropy_backward(dlogits_.data(), head + h.probs, ids_.data(),
                              loss_scale / static_cast<F>(N), N, V);
     std::fill_n(dln_.begin(), nc, F(0));
     k::matmul_backward<F>(dln_.data(), G + *wte_, nullptr, dlogits_.data(), head + h.lnf, P + *wte_,
@@ -491,11 +494,66 @@ void StageModel<F>::backward(int slot, const F* dout_acts, F loss_scale, F* din_
                           a + o.ln1_mean, a + o.ln1_rstd, N, C);
   }
   if (is_first()) {
-    k::encoder_backward(G + *wte_, G + wpe_, dres, s.tokens.data(), B, T, C, V);
+    get_ids(s, 0, N);
+    k::encoder_backward(G + *wte_, G + wpe_, dres, ids_.data(), B, T, C, V);
   } else {
     std::copy_n(dres, nc, din_acts);
   }
   s.backwardable = false;
+}
+
+template <class F>
+void StageModel<F>::put_ids(Slot& s, std::size_t at, const std::int32_t* ids, int n) {
+  // Bytes into the float storage: memcpy is how the object representation may be written.
+  std::memcpy(reinterpret_cast<std::byte*>(s.acts.data() + ids_base_) + at * sizeof(std::int32_t),
+              ids, sz(n) * sizeof(std::int32_t));
+}
+
+template <class F>
+void StageModel<F>::get_ids(const Slot& s, std::size_t at, int n) {
+  std::memcpy(
+      ids_.data(),
+      reinterpret_cast<const std::byte*>(s.acts.data() + ids_base_) + at * sizeof(std::int32_t),
+      sz(n) * sizeof(std::int32_t));
+}
+
+template <class F>
+std::span<std::byte> StageModel<F>::stash(int slot) {
+  check_slot(slot, "stash");
+  return std::as_writable_bytes(std::span<F>(slots_[sz(slot)].acts));
+}
+
+template <class F>
+typename StageModel<F>::StashInfo StageModel<F>::release_stash(int slot) {
+  check_slot(slot, "release_stash");
+  Slot& s = slots_[sz(slot)];
+  if (!s.backwardable) {
+    invalid(
+        fmt::format("StageModel::release_stash: slot {} holds no forward to backpropagate: only "
+                    "a stash that backward would take can leave the model",
+                    slot));
+  }
+  const StashInfo info{s.B, s.T, s.has_loss};
+  s.forwarded = false;
+  s.backwardable = false;
+  s.has_loss = false;
+  return info;
+}
+
+template <class F>
+void StageModel<F>::restore_stash(int slot, const StashInfo& info) {
+  check_slot(slot, "restore_stash");
+  check_batch(info.B, info.T, "restore_stash");
+  if (info.has_loss != is_last()) {
+    invalid(fmt::format("StageModel::restore_stash: has_loss = {} does not fit a {} stage",
+                        info.has_loss, is_last() ? "last" : "non-last"));
+  }
+  Slot& s = slots_[sz(slot)];
+  s.B = info.B;
+  s.T = info.T;
+  s.forwarded = true;
+  s.backwardable = true;
+  s.has_loss = info.has_loss;
 }
 
 template <class F>

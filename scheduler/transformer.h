@@ -30,7 +30,10 @@
 // Activations: the model stashes what backward needs for up to `slots` microbatches in flight
 // (GPipe, 1F1B). forward(slot, ...) fills a slot; backward(slot, ...) consumes it. Buffers are
 // allocated once at construction for max_batch x ctx; B <= max_batch and T <= ctx may vary per
-// call (greedy generation runs B = 1 with a growing T).
+// call (greedy generation runs B = 1 with a growing T). A slot's stash (activations, and the
+// tokens / targets its backward reads) is one contiguous range of bytes, so activation offload can
+// move it out of the model and back into any slot verbatim (stash / release_stash /
+// restore_stash).
 //
 // Thread-safety: none; one thread drives a StageModel. No threads of its own (OpenBLAS may use
 // its own; the caller sets their number).
@@ -139,6 +142,26 @@ class StageModel {
   // null.
   void backward(int slot, const F* dout_acts, F loss_scale, F* din_acts);
 
+  // Activation offload. A slot's stash is stash_bytes() bytes: the [max_batch x ctx]-sized
+  // activation layout, then the tokens (first stage) and targets (last stage) as int32. stash(slot)
+  // is its address, fixed for the model's lifetime.
+  struct StashInfo {  // what the bytes do not say: the microbatch's shape and whether it has a loss
+    int B = 0;
+    int T = 0;
+    bool has_loss = false;
+  };
+  [[nodiscard]] std::size_t stash_bytes() const noexcept { return stash_elems_ * sizeof(F); }
+  std::span<std::byte> stash(int slot);
+  // Takes the forward held in `slot` off the model's books: the slot holds nothing afterwards
+  // (backward, logits and losses on it fail) but its bytes stay untouched until the next forward or
+  // restore into it, so a copy of stash(slot) may still be in flight. Throws InvalidArgument when
+  // the slot holds no forward to backpropagate.
+  StashInfo release_stash(int slot);
+  // Declares that stash(slot) holds, again, the bytes of a stash released earlier (from this slot
+  // or another) with `info`: backward(slot) then computes exactly (bit for bit) what it would have
+  // computed on the original slot. Throws InvalidArgument for a shape outside the model's limits.
+  void restore_stash(int slot, const StashInfo& info);
+
   // Last stage: logits [B, T, V] of the slot's latest forward; the row of sequence b, position t
   // starts at (b * T + t) * V (greedy generation reads t = T - 1). Throws on other stages.
   [[nodiscard]] std::span<const F> logits(int slot) const;
@@ -160,9 +183,9 @@ class StageModel {
     std::size_t lnf, lnf_mean, lnf_rstd, logits, probs, losses, size;
   };
   struct Slot {
+    // The stash: activations [0, ids_base_), then the tokens (first stage: for the embedding
+    // backward) and the targets (last stage: for the loss backward) as int32 bytes.
     std::vector<F> acts;
-    std::vector<std::int32_t> tokens;   // first stage: for the embedding backward
-    std::vector<std::int32_t> targets;  // last stage: for the loss backward
     int B = 0;
     int T = 0;
     bool forwarded = false;     // holds a forward (logits/losses readable)
@@ -175,6 +198,13 @@ class StageModel {
   void check_slot(int slot, const char* op) const;
   void check_batch(int B, int T, const char* op) const;
   void require_role(bool ok, const char* op, const char* what) const;
+  // Tokens / targets in a slot's stash: `at` is in int32s from the start of that region; the
+  // targets start at max_ids() on a stage that also holds tokens, else at 0.
+  [[nodiscard]] std::size_t max_ids() const {
+    return static_cast<std::size_t>(max_batch_) * static_cast<std::size_t>(config_.ctx);
+  }
+  void put_ids(Slot& s, std::size_t at, const std::int32_t* ids, int n);
+  void get_ids(const Slot& s, std::size_t at, int n);  // into ids_
   double run_forward(int slot, const std::int32_t* tokens, const F* in_acts,
                      const std::int32_t* targets, int B, int T, F* out_acts);
 
@@ -193,7 +223,11 @@ class StageModel {
   HeadActs head_acts_{};
   std::size_t blocks_base_ = 0;  // after the stage input x0 [B, T, C]
   std::size_t head_base_ = 0;
+  std::size_t ids_base_ = 0;     // elements: where the tokens / targets start
+  std::size_t stash_elems_ = 0;  // elements of Slot::acts
   std::vector<Slot> slots_;
+  std::vector<std::int32_t>
+      ids_;  // backward's copy of a slot's tokens or targets [max_batch x ctx]
   // Backward scratch, shared by all slots (one backward runs at a time).
   std::vector<F> dres_, dln_, datty_, dqkv_, dfch_, dfch_gelu_, dlogits_, datt_scratch_;
 };

@@ -576,6 +576,70 @@ TEST(StageModel, MisuseIsRejected) {
   EXPECT_THROW(StageModel<double>(cfg, {0, 2}, 1, 0, 0), Error);
 }
 
+// Activation offload moves a stash out of its slot and back into another: backward must compute
+// the same bits as on the original slot, for every stage role (tokens and targets travel too).
+TEST(StageModel, StashMovedToAnotherSlotBackpropagatesBitForBit) {
+  const GptConfig cfg = tiny(3);
+  const int B = 2, T = 5;
+  const std::size_t acts = static_cast<std::size_t>(B) * T * cfg.dim;
+  std::mt19937_64 rng(12);
+  const auto tokens = random_tokens(rng, B * T, cfg.vocab);
+  const auto targets = random_tokens(rng, B * T, cfg.vocab);
+  std::vector<float> in(acts), dout(acts);
+  std::normal_distribution<float> normal(0.0F, 1.0F);
+  for (float& x : in) x = normal(rng);
+  for (float& x : dout) x = normal(rng);
+  for (const LayerRange range :
+       {LayerRange{0, 3}, LayerRange{0, 1}, LayerRange{1, 2}, LayerRange{2, 3}}) {
+    SCOPED_TRACE("layers [" + std::to_string(range.first) + ", " + std::to_string(range.last) +
+                 ")");
+    StageModel<float> ref(cfg, range, B, 2, 3);
+    StageModel<float> moved(cfg, range, B, 2, 3);
+    std::vector<float> out(acts), din_ref(acts), din_moved(acts);
+    auto forward = [&](StageModel<float>& m, int slot) {
+      if (m.is_first() && m.is_last()) {
+        m.forward(slot, tokens.data(), targets.data(), B, T);
+      } else if (m.is_first()) {
+        m.forward(slot, tokens.data(), B, T, out.data());
+      } else if (m.is_last()) {
+        m.forward(slot, in.data(), targets.data(), B, T);
+      } else {
+        m.forward(slot, in.data(), B, T, out.data());
+      }
+    };
+    auto backward = [&](StageModel<float>& m, int slot, std::vector<float>& din) {
+      m.backward(slot, m.is_last() ? nullptr : dout.data(), 0.5F,
+                 m.is_first() ? nullptr : din.data());
+    };
+    forward(ref, 0);
+    backward(ref, 0, din_ref);
+
+    forward(moved, 0);
+    const auto info = moved.release_stash(0);
+    EXPECT_EQ(info.B, B);
+    EXPECT_EQ(info.T, T);
+    EXPECT_EQ(info.has_loss, moved.is_last());
+    EXPECT_THROW(backward(moved, 0, din_moved), Error);  // released: the slot holds nothing
+    ASSERT_EQ(moved.stash(0).size(), moved.stash_bytes());
+    const std::vector<std::byte> saved(moved.stash(0).begin(), moved.stash(0).end());
+    // Slot 0 is reused and slot 1 holds junk before the stash comes back into it.
+    forward(moved, 0);
+    std::fill(moved.stash(1).begin(), moved.stash(1).end(), std::byte{0x5a});
+    std::copy(saved.begin(), saved.end(), moved.stash(1).begin());
+    moved.restore_stash(1, info);
+    backward(moved, 1, din_moved);
+    EXPECT_TRUE(std::equal(moved.grads().begin(), moved.grads().end(), ref.grads().begin()));
+    if (!moved.is_first()) {
+      EXPECT_EQ(din_moved, din_ref);
+    }
+    // Shapes the model cannot hold, and a slot that holds nothing to release.
+    EXPECT_THROW(moved.restore_stash(1, {B + 1, T, info.has_loss}), Error);
+    EXPECT_THROW(moved.restore_stash(1, {B, T, !info.has_loss}), Error);
+    EXPECT_THROW((void)moved.release_stash(1), Error);  // backpropagated already
+    EXPECT_THROW((void)moved.stash(2), Error);
+  }
+}
+
 // ---- The float instantiation at training size ----
 
 TEST(StageModel, FloatAgreesWithDoubleAtTrainingSize) {
