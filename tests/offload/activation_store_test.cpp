@@ -1,0 +1,129 @@
+#include "offload/activation_store.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <future>
+#include <memory>
+#include <vector>
+
+#include "core/error.h"
+#include "tests/common/expect_error.h"
+
+namespace strait::offload {
+namespace {
+
+using strait::test::expect_error;
+
+std::vector<std::byte> pattern(std::size_t n, std::uint8_t seed) {
+  std::vector<std::byte> v(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    v[i] = static_cast<std::byte>(static_cast<std::uint8_t>(i * 131 + seed));
+  }
+  return v;
+}
+
+bool ready(const std::future<void>& f) {
+  return f.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+}
+
+TEST(HostActivationStore, StashesComeBackBitForBitInAnyOrder) {
+  auto store = make_host_activation_store();
+  EXPECT_EQ(store->kind(), "cpu");
+  constexpr std::size_t kBytes = 100'003;  // not a page multiple
+  std::vector<std::vector<std::byte>> stashes;
+  std::vector<std::future<void>> out;
+  for (int k = 0; k < 4; ++k) {
+    stashes.push_back(pattern(kBytes, static_cast<std::uint8_t>(k)));
+    out.push_back(store->offload(k, stashes.back()));
+  }
+  for (auto& f : out) f.get();
+  for (const int k : {2, 0, 3, 1}) {
+    std::vector<std::byte> back(kBytes);
+    store->reload(k, back).get();
+    EXPECT_EQ(back, stashes[static_cast<std::size_t>(k)]) << "key " << k;
+  }
+  // The caller may overwrite its range once the offload future is ready: the store has a copy.
+  std::vector<std::byte> mine = pattern(kBytes, 9);
+  store->offload(7, mine).get();
+  std::fill(mine.begin(), mine.end(), std::byte{0});
+  std::vector<std::byte> back(kBytes);
+  store->reload(7, back).get();
+  EXPECT_EQ(back, pattern(kBytes, 9));
+}
+
+TEST(HostActivationStore, AReloadQueuedBeforeItsOffloadFinishedStillGetsTheData) {
+  auto store = make_host_activation_store();
+  const auto data = pattern(8 << 20, 3);
+  std::vector<std::byte> back(data.size());
+  auto out = store->offload(0, data);
+  auto in = store->reload(0, back);  // not waiting for `out` first
+  in.get();
+  EXPECT_TRUE(ready(out));
+  EXPECT_EQ(back, data);
+}
+
+TEST(HostActivationStore, BuffersAreReusedAndComeFromTheGivenAllocator) {
+  int allocations = 0;
+  auto store = make_host_activation_store([&](std::size_t bytes) {
+    ++allocations;
+    return allocate_pinned_block(bytes);
+  });
+  const auto a = pattern(5000, 1), b = pattern(5000, 2);
+  std::vector<std::byte> back(5000);
+  for (int round = 0; round < 10; ++round) {
+    // Two stashes out at once, then both back.
+    store->offload(0, a).get();
+    store->offload(1, b).get();
+    store->reload(0, back).get();
+    ASSERT_EQ(back, a);
+    store->reload(1, back).get();
+    ASSERT_EQ(back, b);
+  }
+  EXPECT_EQ(allocations, 2);
+  EXPECT_GE(store->allocated_bytes(), 2 * a.size());
+  EXPECT_LT(store->allocated_bytes(), 2 * a.size() + 2 * 65536);  // page rounding only
+}
+
+TEST(HostActivationStore, AllocatorFailureIsReportedThroughTheFuture) {
+  auto store = make_host_activation_store([](std::size_t) -> HostBlock {
+    throw Error(ErrorCode::Io, "no memory left for pinned buffers");
+  });
+  const auto data = pattern(64, 0);
+  auto f = store->offload(0, data);
+  expect_error(ErrorCode::Io, [&] { f.get(); });
+  // Nothing was stored under the key.
+  std::vector<std::byte> back(64);
+  expect_error(ErrorCode::InvalidArgument, [&] { (void)store->reload(0, back); });
+}
+
+TEST(HostActivationStore, MisuseIsRejectedAtOnce) {
+  auto store = make_host_activation_store();
+  const auto data = pattern(64, 0);
+  std::vector<std::byte> back(64), small(63);
+  expect_error(ErrorCode::InvalidArgument, [&] { (void)store->offload(-1, data); });
+  expect_error(ErrorCode::InvalidArgument, [&] { (void)store->reload(3, back); });  // never out
+  store->offload(3, data).get();
+  expect_error(ErrorCode::InvalidArgument, [&] { (void)store->offload(3, data); });  // held
+  expect_error(ErrorCode::InvalidArgument, [&] { (void)store->reload(3, small); });  // size
+  store->reload(3, back).get();
+  expect_error(ErrorCode::InvalidArgument, [&] { (void)store->reload(3, back); });  // back already
+}
+
+TEST(HostActivationStore, DestructionFinishesTheCopiesInFlight) {
+  const auto data = pattern(4 << 20, 5);
+  std::vector<std::future<void>> out;
+  {
+    auto store = make_host_activation_store();
+    for (int k = 0; k < 8; ++k) out.push_back(store->offload(k, data));
+  }
+  for (auto& f : out) {
+    EXPECT_TRUE(ready(f));
+    EXPECT_NO_THROW(f.get());
+  }
+}
+
+}  // namespace
+}  // namespace strait::offload
