@@ -2,7 +2,11 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <deque>
+#include <exception>
 #include <limits>
 #include <vector>
 
@@ -23,6 +27,22 @@ std::uint64_t step_tag(std::int64_t step, int microbatch, bool backward) {
 }
 
 constexpr std::uint64_t kForwardOnlyTag = 1ULL << 36;
+
+// The activation copies of a step, per microbatch. However the step ends, none may still touch the
+// model's slots afterwards: the destructor waits for those in flight.
+struct StepCopies {
+  explicit StepCopies(std::size_t m) : offloading(m), reloading(m) {}
+  StepCopies(const StepCopies&) = delete;
+  StepCopies& operator=(const StepCopies&) = delete;
+  ~StepCopies() {
+    for (auto* list : {&offloading, &reloading}) {
+      for (auto& f : *list) {
+        if (f.valid()) f.wait();
+      }
+    }
+  }
+  std::vector<std::future<void>> offloading, reloading;
+};
 
 }  // namespace
 
@@ -48,6 +68,13 @@ PipelineExecutor::PipelineExecutor(Schedule schedule, int stage, StageModel<floa
   }
   if (schedule_.microbatches >= (1 << 15)) {
     throw Error(ErrorCode::InvalidArgument, "executor: at most 32767 microbatches per step");
+  }
+  slots_ = peak_stashed_microbatches(schedule_, stage_);
+  if (model_.slots() < slots_) {
+    throw Error(ErrorCode::InvalidArgument,
+                fmt::format("executor: stage {} needs {} activation slots for this schedule but "
+                            "the model has {}",
+                            stage_, slots_, model_.slots()));
   }
   act_elems_ = static_cast<std::size_t>(batch_) * static_cast<std::size_t>(context_) *
                static_cast<std::size_t>(model_.config().dim);
@@ -96,26 +123,56 @@ StepStats PipelineExecutor::run_step(std::int64_t step, std::span<const std::int
     }
   }
   std::vector<comm::Work> sends;
+  // Activation slots and offload state per microbatch. `draining`: offloaded microbatches whose
+  // copy out may still read their old slot (oldest first); the slot is free once it is done.
   std::vector<int> slot_of(static_cast<std::size_t>(m), -1);
   std::vector<int> free_slots;
-  for (int s = peak_stashed_microbatches(schedule_, stage_) - 1; s >= 0; --s)
-    free_slots.push_back(s);
+  for (int s = slots_ - 1; s >= 0; --s) free_slots.push_back(s);
+  StepCopies copies(static_cast<std::size_t>(m));
+  auto& offloading = copies.offloading;
+  auto& reloading = copies.reloading;
+  std::vector<StageModel<float>::StashInfo> stash_info(static_cast<std::size_t>(m));
+  std::deque<int> draining;
+  const auto& actions = schedule_.ranks[static_cast<std::size_t>(stage_)];
+  if (store_ == nullptr && std::any_of(actions.begin(), actions.end(), [](const Action& a) {
+        return a.kind == ActionKind::Offload;
+      })) {
+    throw Error(ErrorCode::InvalidArgument,
+                fmt::format("executor: stage {}'s schedule offloads activations but no activation "
+                            "store was set (set_activation_store)",
+                            stage_));
+  }
 
   StepStats stats;
+  // The slot of the oldest offload still copying becomes free once its copy is done.
+  auto drain_one = [&] {
+    const int mb = draining.front();
+    draining.pop_front();
+    const auto j = static_cast<std::size_t>(mb);
+    wait_copy(offloading[j], "offload", mb, stats);
+    free_slots.push_back(slot_of[j]);
+    slot_of[j] = -1;
+  };
+  auto take_slot = [&](const Action& a) {
+    if (free_slots.empty() && !draining.empty()) drain_one();
+    if (free_slots.empty()) {
+      throw Error(ErrorCode::Internal,
+                  fmt::format("executor: stage {} ran out of activation slots at {}", stage_,
+                              to_string(a)));
+    }
+    const int slot = free_slots.back();
+    free_slots.pop_back();
+    return slot;
+  };
+
   double loss_sum = 0;
-  for (const Action& a : schedule_.ranks[static_cast<std::size_t>(stage_)]) {
+  for (const Action& a : actions) {
     const auto i = static_cast<std::size_t>(a.microbatch < 0 ? 0 : a.microbatch);
     switch (a.kind) {
       case ActionKind::RecvF: recv_f[i].wait(); break;
       case ActionKind::RecvB: recv_b[i].wait(); break;
       case ActionKind::F: {
-        if (free_slots.empty()) {
-          throw Error(ErrorCode::Internal,
-                      fmt::format("executor: stage {} ran out of activation slots at F{}", stage_,
-                                  a.microbatch));
-        }
-        const int slot = free_slots.back();
-        free_slots.pop_back();
+        const int slot = take_slot(a);
         slot_of[i] = slot;
         const std::int32_t* tok = first ? tokens.data() + i * seq_elems : nullptr;
         const std::int32_t* tgt = last ? targets.data() + i * seq_elems : nullptr;
@@ -134,7 +191,39 @@ StepStats PipelineExecutor::run_step(std::int64_t step, std::span<const std::int
         sends.push_back(pipe->isend(out_acts_[i].data(), bytes, stage_ + 1,
                                     step_tag(step, a.microbatch, false)));
         break;
+      case ActionKind::Offload: {
+        // The slot stays taken until the copy out is done (drain_one).
+        stash_info[i] = model_.release_stash(slot_of[i]);
+        try {
+          offloading[i] = store_->offload(a.microbatch, model_.stash(slot_of[i]));
+        } catch (const std::exception&) {
+          copy_failed("offload", a.microbatch);
+        }
+        draining.push_back(a.microbatch);
+        break;
+      }
+      case ActionKind::Reload: {
+        if (const auto it = std::find(draining.begin(), draining.end(), a.microbatch);
+            it != draining.end()) {
+          // Its copy out is still pending: finish it (and free its old slot) first.
+          draining.erase(it);
+          draining.push_front(a.microbatch);
+          drain_one();
+        }
+        const int slot = take_slot(a);
+        slot_of[i] = slot;
+        try {
+          reloading[i] = store_->reload(a.microbatch, model_.stash(slot));
+        } catch (const std::exception&) {
+          copy_failed("reload", a.microbatch);
+        }
+        break;
+      }
       case ActionKind::B: {
+        if (reloading[i].valid()) {
+          wait_copy(reloading[i], "reload", a.microbatch, stats);
+          model_.restore_stash(slot_of[i], stash_info[i]);
+        }
         const float* dout = last ? nullptr : grad_out_[i].data();
         float* din = first ? nullptr : grad_in_[i].data();
         model_.backward(slot_of[i], dout, 1.0F / static_cast<float>(m), din);
@@ -160,6 +249,32 @@ StepStats PipelineExecutor::run_step(std::int64_t step, std::span<const std::int
   for (const auto& w : sends) w.wait();
   stats.loss = last ? loss_sum / m : std::numeric_limits<double>::quiet_NaN();
   return stats;
+}
+
+void PipelineExecutor::wait_copy(std::future<void>& copy, const char* what, int microbatch,
+                                 StepStats& stats) const {
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    copy.get();
+  } catch (const std::exception&) {
+    copy_failed(what, microbatch);
+  }
+  stats.offload_wait_s +=
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+void PipelineExecutor::copy_failed(const char* what, int microbatch) const {
+  // Called from a catch block: names where the activation copy failed, keeping the store's code.
+  try {
+    throw;
+  } catch (const Error& e) {
+    throw Error(e.code(), fmt::format("activation {} of microbatch {} on stage {} ({} store): {}",
+                                      what, microbatch, stage_, store_->kind(), e.message()));
+  } catch (const std::exception& e) {
+    throw Error(ErrorCode::Io,
+                fmt::format("activation {} of microbatch {} on stage {} ({} store): {}", what,
+                            microbatch, stage_, store_->kind(), e.what()));
+  }
 }
 
 void PipelineExecutor::all_reduce_gradients(std::int64_t step, StepStats& stats) {

@@ -12,17 +12,29 @@
 // Transfer buffers are per microbatch (M per direction, B x T x C floats each) whatever the
 // schedule: 1F1B's memory saving, min(P - s, M) stashed microbatches, applies to the model's
 // activation slots, not to these.
+// Activation slots: a microbatch takes a free slot at its F and gives it back at its B; slots are
+// assigned at run time, so the model needs only peak_stashed_microbatches(schedule, stage).
+// Activation offload (a schedule from add_activation_offload, and set_activation_store): OFFLOAD
+// hands the slot's stash (StageModel::stash) to the store and the slot becomes free once that copy
+// is done; RELOAD takes a free slot and starts the copy back; B waits for that copy. An F or RELOAD
+// that finds no free slot waits for the oldest offload copy still in flight. Stashes come back bit
+// for bit, so training with and without offload gives the same bits.
 // Thread-safety: one thread drives an executor. Errors: comm errors (PeerLost, Timeout, Mismatch)
-// propagate with the operation and ranks named; InvalidArgument for inconsistent sizes.
+// propagate with the operation and ranks named; InvalidArgument for inconsistent sizes; a failed
+// activation copy is an Error with the store's code (Io, ...) naming the microbatch, the stage and
+// the store. A step that fails waits for its copies in flight before it throws.
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <future>
+#include <memory>
 #include <span>
 #include <string>
 #include <utility>
 
 #include "comm/communicator.h"
+#include "offload/activation_store.h"
 #include "scheduler/schedule.h"
 #include "scheduler/transformer.h"
 
@@ -53,12 +65,14 @@ struct StepStats {
   double loss = 0;       // last stage: mean loss over the step's microbatches; else NaN
   double grad_norm = 0;  // global gradient norm before clipping
   std::uint64_t allreduce_bytes = 0;  // sent by this rank's gradient all-reduces in the step
+  double offload_wait_s = 0;  // time the step waited for activation copies (offload / reload)
 };
 
 class PipelineExecutor {
  public:
   // `schedule` must be valid (validate_schedule) with stages == pipeline size; `stage` is this
-  // rank's stage; the model holds that stage and at least peak_stashed_microbatches slots.
+  // rank's stage; the model holds that stage and at least peak_stashed_microbatches slots
+  // (InvalidArgument otherwise).
   // microbatch_size: sequences per microbatch (B); context: T.
   PipelineExecutor(Schedule schedule, int stage, StageModel<float>& model, PipelineComms comms,
                    int microbatch_size, int context);
@@ -81,12 +95,21 @@ class PipelineExecutor {
     compression_ = std::move(compression);
   }
 
+  // Where OFFLOAD sends stashes (required before run_step when this stage's list has OFFLOADs).
+  void set_activation_store(std::unique_ptr<offload::ActivationStore> store) {
+    store_ = std::move(store);
+  }
+  [[nodiscard]] offload::ActivationStore* activation_store() const noexcept { return store_.get(); }
+
   [[nodiscard]] StageModel<float>& model() noexcept { return model_; }
   [[nodiscard]] bool first_stage() const noexcept { return stage_ == 0; }
   [[nodiscard]] bool last_stage() const noexcept { return stage_ == schedule_.stages - 1; }
 
  private:
   void all_reduce_gradients(std::int64_t step, StepStats& stats);
+  // Waits for an activation copy; a failure becomes an Error naming `what`, the microbatch, stage.
+  void wait_copy(std::future<void>& copy, const char* what, int microbatch, StepStats& stats) const;
+  [[noreturn]] void copy_failed(const char* what, int microbatch) const;
   double clip_gradients(double max_norm);
 
   Schedule schedule_;
@@ -94,6 +117,8 @@ class PipelineExecutor {
   StageModel<float>& model_;
   PipelineComms comms_;
   GradientCompression compression_;
+  std::unique_ptr<offload::ActivationStore> store_;
+  int slots_ = 0;  // activation slots this schedule needs on this stage
   int batch_;
   int context_;
   std::size_t act_elems_;  // B * T * C

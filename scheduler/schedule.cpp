@@ -6,6 +6,7 @@
 #include <cctype>
 
 #include "core/error.h"
+#include "scheduler/schedule_validate.h"
 
 namespace strait::sched {
 namespace {
@@ -68,6 +69,8 @@ std::string_view action_kind_name(ActionKind kind) noexcept {
     case ActionKind::RecvB: return "RECV_B";
     case ActionKind::AllreduceGrad: return "ALLREDUCE_GRAD";
     case ActionKind::Optim: return "OPTIM";
+    case ActionKind::Offload: return "OFFLOAD";
+    case ActionKind::Reload: return "RELOAD";
   }
   return "?";
 }
@@ -133,6 +136,104 @@ Schedule make_schedule(ScheduleKind kind, int stages, int microbatches) {
     case ScheduleKind::OneFOneB: return make_1f1b(stages, microbatches);
   }
   throw Error(ErrorCode::Internal, "make_schedule: unhandled schedule kind");
+}
+
+namespace {
+
+bool is_compute(ActionKind kind) {
+  return kind == ActionKind::F || kind == ActionKind::B;
+}
+
+// One stage's list with OFFLOAD / RELOAD inserted (see add_activation_offload).
+std::vector<Action> offload_stage(const std::vector<Action>& list, int stage, int microbatches,
+                                  int prefetch) {
+  const auto m = static_cast<std::size_t>(microbatches);
+  std::vector<std::size_t> f_at(m), b_at(m);
+  std::vector<std::size_t> computes;  // indices of F and B in `list`
+  for (std::size_t i = 0; i < list.size(); ++i) {
+    const Action& a = list[i];
+    if (!is_compute(a.kind)) continue;
+    computes.push_back(i);
+    (a.kind == ActionKind::F ? f_at : b_at)[static_cast<std::size_t>(a.microbatch)] = i;
+  }
+  // after[i]: actions to insert after list[i]; before[i]: before list[i].
+  std::vector<std::vector<Action>> after(list.size()), before(list.size());
+  // The backward order decides the order of RELOADs that land on the same spot.
+  for (const std::size_t ci : computes) {
+    const Action& bwd = list[ci];
+    if (bwd.kind != ActionKind::B) continue;
+    const auto mb = static_cast<std::size_t>(bwd.microbatch);
+    // Computes strictly between F(mb) and B(mb), as positions in `computes`.
+    const auto f_pos = static_cast<std::size_t>(
+        std::lower_bound(computes.begin(), computes.end(), f_at[mb]) - computes.begin());
+    const auto b_pos = static_cast<std::size_t>(
+        std::lower_bound(computes.begin(), computes.end(), b_at[mb]) - computes.begin());
+    const std::size_t between = b_pos - f_pos - 1;
+    if (between <= static_cast<std::size_t>(prefetch)) continue;  // the stash is never idle
+    // OFFLOAD right after F and the sends that follow it.
+    std::size_t off = f_at[mb];
+    while (off + 1 < list.size() &&
+           (list[off + 1].kind == ActionKind::SendF || list[off + 1].kind == ActionKind::SendB)) {
+      ++off;
+    }
+    after[off].push_back(Action{ActionKind::Offload, stage, bwd.microbatch});
+    // RELOAD before the compute `prefetch` computes ahead of B, hoisted above its receives.
+    std::size_t at = computes[b_pos - static_cast<std::size_t>(prefetch)];
+    while (at > off + 1 &&
+           (list[at - 1].kind == ActionKind::RecvF || list[at - 1].kind == ActionKind::RecvB)) {
+      --at;
+    }
+    before[at].push_back(Action{ActionKind::Reload, stage, bwd.microbatch});
+  }
+  std::vector<Action> out;
+  out.reserve(list.size() + 2 * m);
+  for (std::size_t i = 0; i < list.size(); ++i) {
+    out.insert(out.end(), before[i].begin(), before[i].end());
+    out.push_back(list[i]);
+    out.insert(out.end(), after[i].begin(), after[i].end());
+  }
+  return out;
+}
+
+}  // namespace
+
+Schedule add_activation_offload(const Schedule& schedule, int prefetch) {
+  if (prefetch < 0) {
+    throw Error(ErrorCode::InvalidArgument,
+                fmt::format("activation offload: prefetch distance {} must be >= 0 (computes "
+                            "between a RELOAD and its B)",
+                            prefetch));
+  }
+  validate_schedule(schedule);
+  for (const auto& list : schedule.ranks) {
+    for (const Action& a : list) {
+      if (a.kind == ActionKind::Offload || a.kind == ActionKind::Reload) {
+        throw Error(ErrorCode::InvalidArgument,
+                    fmt::format("activation offload: stage {} already has {}; add offload to a "
+                                "schedule once",
+                                a.stage, to_string(a)));
+      }
+    }
+  }
+  Schedule out = schedule;
+  for (std::size_t s = 0; s < out.ranks.size(); ++s) {
+    out.ranks[s] =
+        offload_stage(schedule.ranks[s], static_cast<int>(s), schedule.microbatches, prefetch);
+  }
+  validate_schedule(out);  // the transform's own promise, checked
+  return out;
+}
+
+int offloaded_microbatches(const Schedule& schedule, int stage) {
+  if (stage < 0 || stage >= schedule.stages ||
+      static_cast<std::size_t>(stage) >= schedule.ranks.size()) {
+    throw Error(
+        ErrorCode::InvalidArgument,
+        fmt::format("offloaded_microbatches: stage {} is outside [0, {})", stage, schedule.stages));
+  }
+  const auto& list = schedule.ranks[static_cast<std::size_t>(stage)];
+  return static_cast<int>(std::count_if(
+      list.begin(), list.end(), [](const Action& a) { return a.kind == ActionKind::Offload; }));
 }
 
 }  // namespace strait::sched

@@ -28,9 +28,9 @@
 
 namespace strait::sched {
 
-// W (weight-gradient half of B, for zero-bubble schedules), OFFLOAD and RELOAD (activation offload)
-// join this list with the issues that generate them; every switch over ActionKind is exhaustive
-// without a default, so -Wswitch points at each place that must learn a new kind.
+// W (weight-gradient half of B, for zero-bubble schedules) joins this list with the issue that
+// generates it; every switch over ActionKind is exhaustive without a default, so -Wswitch points at
+// each place that must learn a new kind.
 enum class ActionKind : std::uint8_t {
   F,              // forward of one microbatch on one stage
   B,              // backward (input and weight gradients) of one microbatch on one stage
@@ -40,6 +40,12 @@ enum class ActionKind : std::uint8_t {
   RecvB,          // receive the gradient w.r.t. this stage's output from stage + 1
   AllreduceGrad,  // all-reduce this stage's gradients over its data-parallel replicas
   Optim,          // optimizer step of this stage's parameters
+  // Activation offload (add_activation_offload below): OFFLOAD starts moving the microbatch's
+  // stash (what its B needs, kept since its F) out of the model to an activation store; RELOAD
+  // starts bringing it back into a free activation slot. Both are asynchronous: the executor waits
+  // for a RELOAD's copy only at the B, and for an OFFLOAD's copy only when it needs the slot.
+  Offload,
+  Reload,
 };
 
 inline constexpr int kNoMicrobatch = -1;
@@ -52,7 +58,7 @@ struct Action {
   friend bool operator==(const Action&, const Action&) = default;
 };
 
-// "F", "B", "SEND_F", "RECV_F", "SEND_B", "RECV_B", "ALLREDUCE_GRAD", "OPTIM".
+// "F", "B", "SEND_F", "RECV_F", "SEND_B", "RECV_B", "ALLREDUCE_GRAD", "OPTIM", "OFFLOAD", "RELOAD".
 std::string_view action_kind_name(ActionKind kind) noexcept;
 // The kind's name followed by the microbatch, e.g. "F3", "RECV_B0", "OPTIM".
 std::string to_string(const Action& action);
@@ -82,5 +88,24 @@ std::string_view schedule_kind_name(ScheduleKind kind) noexcept;
 // Case-insensitive "gpipe" | "1f1b"; InvalidArgument listing the choices otherwise.
 ScheduleKind parse_schedule_kind(std::string_view name);
 Schedule make_schedule(ScheduleKind kind, int stages, int microbatches);
+
+// Activation offload as a transform of any valid schedule without OFFLOAD / RELOAD: on each stage,
+// every microbatch whose stash would sit idle between its F and its B gets an OFFLOAD right after
+// its F (and the SEND_F that follows it), and a RELOAD `prefetch` compute actions (F or B) ahead of
+// its B, so the copy back overlaps that much compute. A RELOAD goes before any receives that
+// directly precede the compute it is placed in front of, so it also overlaps their wait. "Idle"
+// means more than `prefetch` computes lie between the F and the B: then at least one compute
+// overlaps the OFFLOAD's copy as well. prefetch = 0 reloads right before the B (and its RECV_B).
+// The result passes validate_schedule(), and peak_stashed_microbatches() of it, the number of
+// activation slots the stage needs resident, is at most min(its peak without offload,
+// prefetch + 1): during any compute, the resident stashes are its own and those whose B is among
+// the next `prefetch` computes. GPipe drops from M to prefetch + 1; 1F1B's stage s from
+// min(P - s, M) to at most prefetch + 1; the last stage of 1F1B (F and B adjacent) offloads
+// nothing. Errors: InvalidArgument for prefetch < 0, an invalid schedule, or one that already
+// offloads.
+Schedule add_activation_offload(const Schedule& schedule, int prefetch);
+
+// OFFLOAD actions on `stage` (the microbatches whose stash leaves the model during a step).
+int offloaded_microbatches(const Schedule& schedule, int stage);
 
 }  // namespace strait::sched

@@ -27,7 +27,9 @@ std::string format_schedule(const Schedule& schedule, ScheduleDetail detail) {
   for (std::size_t s = 0; s < schedule.ranks.size(); ++s) {
     out += fmt::format("stage {}:", s);
     for (const Action& a : schedule.ranks[s]) {
-      const bool compute = a.kind == ActionKind::F || a.kind == ActionKind::B;
+      // Offload actions are shown with the compute: they are what the memory use follows.
+      const bool compute = a.kind == ActionKind::F || a.kind == ActionKind::B ||
+                           a.kind == ActionKind::Offload || a.kind == ActionKind::Reload;
       if (detail == ScheduleDetail::All || compute) {
         out += ' ';
         out += to_string(a);

@@ -1,10 +1,12 @@
 // Text views of a pipeline schedule (scheduler/schedule.h), for `strait schedule` and for logs.
 //
 // format_schedule: one line per stage listing its actions in order,
-//   "stage 0: F0 F1 F2 B0 B1 B2"                                  (ScheduleDetail::Compute)
+//   "stage 0: F0 F1 F2 B0 B1 B2"                                  (ScheduleDetail::Compute,
+//   "stage 0: F0 OFFLOAD0 F1 OFFLOAD1 F2 RELOAD1 B2 RELOAD0 B1 B0"  which shows offloads too)
 //   "stage 0: F0 SEND_F0 F1 SEND_F1 ... RECV_B0 B0 ... ALLREDUCE_GRAD OPTIM"   (::All)
 // format_timeline: the simulated time-line (scheduler/schedule_sim.h) as a grid, one row per stage
-//   and one column per time unit; F takes time_f columns, B time_b, idle columns show ".", e.g.
+//   and one column per time unit; F takes time_f columns, B time_b, idle columns show "." (OFFLOAD
+//   and RELOAD take no time and are not drawn), e.g.
 //     time     0  1  2  3  4  5
 //     stage 0  F0 F1 .  B0 .  B1
 //     stage 1  .  F0 B0 F1 B1 .

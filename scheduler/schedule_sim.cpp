@@ -67,7 +67,9 @@ Timeline simulate(const Schedule& sched, double time_f, double time_b) {
             break;
           }
           case ActionKind::AllreduceGrad:
-          case ActionKind::Optim: break;
+          case ActionKind::Optim:
+          case ActionKind::Offload:
+          case ActionKind::Reload: break;
         }
         if (blocked) break;  // its send has not run yet: let the sender catch up
         if (a.kind == ActionKind::F || a.kind == ActionKind::B) tl.busy[s] += end - start;
@@ -111,8 +113,8 @@ int peak_stashed_microbatches(const Schedule& sched, int stage) {
   int live = 0;
   int peak = 0;
   for (const Action& a : sched.ranks[static_cast<std::size_t>(stage)]) {
-    if (a.kind == ActionKind::F) peak = std::max(peak, ++live);
-    if (a.kind == ActionKind::B) --live;
+    if (a.kind == ActionKind::F || a.kind == ActionKind::Reload) peak = std::max(peak, ++live);
+    if (a.kind == ActionKind::B || a.kind == ActionKind::Offload) --live;
   }
   return peak;
 }

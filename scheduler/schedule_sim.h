@@ -2,7 +2,8 @@
 // simulation, the pipeline bubble, and the activation memory it needs.
 //
 // Model: every stage starts at time 0 and runs its actions in order. F costs time_f and B costs
-// time_b (same on every stage); SEND, RECV, ALLREDUCE_GRAD and OPTIM cost nothing, and a RECV
+// time_b (same on every stage); SEND, RECV, ALLREDUCE_GRAD, OPTIM, OFFLOAD and RELOAD cost
+// nothing (the copies overlap compute), and a RECV
 // ends at the later of its own start and the time its matching SEND ran (links are free). The
 // step's makespan is the latest end of any action; a stage's bubble is the part of the makespan
 // in which it computes nothing. For GPipe and 1F1B with time_f = time_b every stage's bubble
@@ -39,8 +40,11 @@ std::vector<double> stage_bubble_fractions(const Schedule& schedule, double time
 double bubble_fraction(const Schedule& schedule, double time_f, double time_b);
 
 // The largest number of microbatches whose forward has run on `stage` but whose backward has not
-// (their activations are stashed): the number of activation slots that stage must allocate.
-// GPipe: M. 1F1B: min(P - stage, M). Errors also for a stage outside [0, P).
+// (their activations are stashed) and whose stash is in the model, not offloaded (between an
+// OFFLOAD and its RELOAD): the number of activation slots that stage must allocate. GPipe: M.
+// 1F1B: min(P - stage, M). With add_activation_offload(..., d): at most d + 1. An OFFLOAD's slot
+// counts as free from the OFFLOAD on; the executor waits for its copy before reusing it.
+// Errors also for a stage outside [0, P).
 int peak_stashed_microbatches(const Schedule& schedule, int stage);
 
 }  // namespace strait::sched

@@ -26,10 +26,12 @@ constexpr std::size_t slot(ActionKind kind) {
     case ActionKind::RecvB: return 5;
     case ActionKind::AllreduceGrad: return 6;
     case ActionKind::Optim: return 7;
+    case ActionKind::Offload: return 8;
+    case ActionKind::Reload: return 9;
   }
   return 0;
 }
-constexpr std::size_t kSlots = 8;
+constexpr std::size_t kSlots = 10;
 
 bool has_microbatch(ActionKind kind) {
   return kind != ActionKind::AllreduceGrad && kind != ActionKind::Optim;
@@ -120,6 +122,17 @@ void check_counts(const Schedule& sched, const std::vector<StageIndex>& index, P
         }
       }
     }
+    for (int mb = 0; mb < sched.microbatches; ++mb) {
+      const auto m = static_cast<std::size_t>(mb);
+      const std::size_t offloads = idx.positions[slot(ActionKind::Offload)][m].size();
+      const std::size_t reloads = idx.positions[slot(ActionKind::Reload)][m].size();
+      if (offloads > 1 || reloads > 1 || offloads != reloads) {
+        problems.add(
+            "stage {} has {} {} and {} {}; a stash that leaves the model once must come back "
+            "once (one of each, or neither)",
+            s, offloads, name(ActionKind::Offload, mb), reloads, name(ActionKind::Reload, mb));
+      }
+    }
     if (idx.allreduce.size() != 1 || idx.optim.size() != 1) {
       problems.add("stage {} has {} ALLREDUCE_GRAD and {} OPTIM; it needs exactly one of each", s,
                    idx.allreduce.size(), idx.optim.size());
@@ -188,6 +201,11 @@ void check_order(const Schedule& sched, const std::vector<StageIndex>& index, Pr
         require_before(ActionKind::RecvB, ActionKind::B, mb, "its output gradient is not there");
       }
       require_before(ActionKind::F, ActionKind::B, mb, "a backward needs its forward");
+      require_before(ActionKind::F, ActionKind::Offload, mb, "it offloads a stash not yet made");
+      require_before(ActionKind::Offload, ActionKind::Reload, mb,
+                     "it reloads a stash that was never offloaded");
+      require_before(ActionKind::Reload, ActionKind::B, mb,
+                     "the backward needs its stash back in the model");
       if (s > 0)
         require_before(ActionKind::B, ActionKind::SendB, mb, "it sends what is not computed");
       const auto& b = pos(ActionKind::B, mb);

@@ -5,13 +5,15 @@
 //    it, a microbatch in [0, M) (kNoMicrobatch for ALLREDUCE_GRAD and OPTIM), and a neighbour that
 //    exists (no RECV_F / SEND_B on stage 0, no SEND_F / RECV_B on the last stage).
 // 2. Counts: every stage runs exactly one F and one B of every microbatch, and one ALLREDUCE_GRAD
-//    and one OPTIM; every SEND has exactly one matching RECV (same direction and microbatch) on
-//    the neighbour stage and vice versa.
+//    and one OPTIM; OFFLOAD and RELOAD of a microbatch come as a pair, at most once; every SEND has
+//    exactly one matching RECV (same direction and microbatch) on the neighbour stage and vice
+//    versa.
 // 3. Order on each stage: RECV_F(mb) < F(mb) < SEND_F(mb); F(mb) < B(mb); RECV_B(mb) < B(mb) <
-//    SEND_B(mb); every B < ALLREDUCE_GRAD < OPTIM.
+//    SEND_B(mb); F(mb) < OFFLOAD(mb) < RELOAD(mb) < B(mb); every B < ALLREDUCE_GRAD < OPTIM.
 // 4. No deadlock: all stages are simulated with sends that complete at once (non-blocking) and
-//    receives that block until the matching send has run. If every unfinished stage is blocked,
-//    the order deadlocks, and the error names the action each stage is stuck on.
+//    receives that block until the matching send has run (OFFLOAD / RELOAD are local). If every
+//    unfinished stage is blocked, the order deadlocks, and the error names the action each stage is
+//    stuck on.
 // Thread-safety: pure function.
 // Errors: InvalidArgument whose message lists the problems found (the first few of each check).
 #pragma once

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -12,6 +13,12 @@
 #include "scheduler/schedule_validate.h"
 
 namespace strait::sched {
+
+// "F3" instead of the bytes in gtest's messages (found by ADL in Action's namespace).
+void PrintTo(const Action& a, std::ostream* os) {
+  *os << to_string(a);
+}
+
 namespace {
 
 using K = ActionKind;
@@ -25,6 +32,8 @@ std::vector<Action> parse(int stage, const std::string& text) {
                                                                {"RECV_B", K::RecvB},
                                                                {"ALLREDUCE_GRAD", K::AllreduceGrad},
                                                                {"OPTIM", K::Optim},
+                                                               {"OFFLOAD", K::Offload},
+                                                               {"RELOAD", K::Reload},
                                                                {"F", K::F},
                                                                {"B", K::B}};
   std::vector<Action> out;
@@ -288,6 +297,154 @@ TEST(Schedule, RejectsBadShapesAndCosts) {
   EXPECT_THROW(make_1f1b(2, 0), Error);
   EXPECT_THROW((void)simulate(make_gpipe(2, 2), 0.0, 1.0), Error);
   EXPECT_THROW((void)peak_stashed_microbatches(make_gpipe(2, 2), 2), Error);
+}
+
+// --- Activation offload --------------------------------------------------------------------------
+
+TEST(ActivationOffload, GPipeOneStageExactly) {
+  // F2's stash is needed by the very next compute: it stays. F1 -> B1 has F2, B2 in between (more
+  // than the prefetch distance 1): out after F1, back before B2, one compute ahead of B1.
+  const Schedule got = add_activation_offload(make_gpipe(1, 3), 1);
+  const Schedule want = from_text(3, {"F0 OFFLOAD0 F1 OFFLOAD1 F2 RELOAD1 B2 RELOAD0 B1 B0 "
+                                      "ALLREDUCE_GRAD OPTIM"});
+  EXPECT_EQ(got.ranks, want.ranks);
+  EXPECT_EQ(peak_stashed_microbatches(got, 0), 2);
+  EXPECT_EQ(offloaded_microbatches(got, 0), 2);
+  EXPECT_EQ(format_schedule(got), "stage 0: F0 OFFLOAD0 F1 OFFLOAD1 F2 RELOAD1 B2 RELOAD0 B1 B0\n");
+  // Prefetch 0: back right before the backward; one slot is enough.
+  const Schedule eager = add_activation_offload(make_gpipe(1, 3), 0);
+  EXPECT_EQ(eager.ranks, from_text(3, {"F0 OFFLOAD0 F1 OFFLOAD1 F2 B2 RELOAD1 B1 RELOAD0 B0 "
+                                       "ALLREDUCE_GRAD OPTIM"})
+                             .ranks);
+  EXPECT_EQ(peak_stashed_microbatches(eager, 0), 1);
+}
+
+TEST(ActivationOffload, OneFOneBTwoStagesExactly) {
+  // OFFLOAD follows F's send; a RELOAD goes above the receive of the compute it precedes.
+  const Schedule got = add_activation_offload(make_1f1b(2, 4), 0);
+  const Schedule want = from_text(
+      4, {"F0 SEND_F0 OFFLOAD0 F1 SEND_F1 OFFLOAD1 RELOAD0 RECV_B0 B0 F2 SEND_F2 OFFLOAD2 "
+          "RELOAD1 RECV_B1 B1 F3 SEND_F3 OFFLOAD3 RELOAD2 RECV_B2 B2 RELOAD3 RECV_B3 B3 "
+          "ALLREDUCE_GRAD OPTIM",
+          // The last stage runs each F right before its B: nothing to offload.
+          "RECV_F0 F0 B0 SEND_B0 RECV_F1 F1 B1 SEND_B1 RECV_F2 F2 B2 SEND_B2 RECV_F3 F3 B3 "
+          "SEND_B3 ALLREDUCE_GRAD OPTIM"});
+  EXPECT_EQ(got.ranks[0], want.ranks[0]);
+  EXPECT_EQ(got.ranks[1], want.ranks[1]);
+  EXPECT_EQ(peak_stashed_microbatches(got, 0), 1);  // 2 without offload
+  EXPECT_EQ(peak_stashed_microbatches(got, 1), 1);
+  EXPECT_EQ(offloaded_microbatches(got, 0), 4);
+  EXPECT_EQ(offloaded_microbatches(got, 1), 0);
+  // Prefetch 1 on 2 stages saves nothing: each reload needs a slot while a forward runs.
+  EXPECT_EQ(peak_stashed_microbatches(add_activation_offload(make_1f1b(2, 4), 1), 0), 2);
+}
+
+// Independent checks of the transform over generators, shapes and prefetch distances: it is
+// valid; without OFFLOAD / RELOAD it is the original; exactly the microbatches with more than
+// `prefetch` computes between F and B are offloaded, right after F and its sends, and come back
+// exactly `prefetch` computes ahead of B; resident slots never exceed min(peak, prefetch + 1); and
+// the offload costs no simulated time.
+TEST(ActivationOffload, TransformIsValidAndTightOverAGrid) {
+  for (ScheduleKind kind : {ScheduleKind::GPipe, ScheduleKind::OneFOneB}) {
+    for (int P = 1; P <= 4; ++P) {
+      for (int M = 1; M <= 8; ++M) {
+        for (int d = 0; d <= 3; ++d) {
+          SCOPED_TRACE(std::string(schedule_kind_name(kind)) + " P=" + std::to_string(P) +
+                       " M=" + std::to_string(M) + " prefetch=" + std::to_string(d));
+          const Schedule base = make_schedule(kind, P, M);
+          const Schedule s = add_activation_offload(base, d);
+          ASSERT_NO_THROW(validate_schedule(s));
+          EXPECT_DOUBLE_EQ(bubble_fraction(s, 1, 2), bubble_fraction(base, 1, 2));
+          for (int st = 0; st < P; ++st) {
+            const auto& list = s.ranks[static_cast<std::size_t>(st)];
+            std::vector<Action> stripped;
+            for (const Action& a : list) {
+              if (a.kind != K::Offload && a.kind != K::Reload) stripped.push_back(a);
+            }
+            EXPECT_EQ(stripped, base.ranks[static_cast<std::size_t>(st)]) << "stage " << st;
+            // Compute index (count of F / B before it) of every action.
+            std::vector<int> ordinal;
+            int computes = 0;
+            for (const Action& a : list) {
+              ordinal.push_back(computes);
+              if (a.kind == K::F || a.kind == K::B) ++computes;
+            }
+            auto where = [&](K kind2, int mb) {
+              const auto it = std::find(list.begin(), list.end(), Action{kind2, st, mb});
+              return it == list.end() ? -1 : static_cast<int>(it - list.begin());
+            };
+            int offloaded = 0;
+            for (int mb = 0; mb < M; ++mb) {
+              const int f = where(K::F, mb), b = where(K::B, mb);
+              const int between =
+                  ordinal[static_cast<std::size_t>(b)] - ordinal[static_cast<std::size_t>(f)] - 1;
+              const int off = where(K::Offload, mb), rel = where(K::Reload, mb);
+              EXPECT_EQ(off >= 0, between > d) << "stage " << st << " mb " << mb;
+              if (off < 0) continue;
+              ++offloaded;
+              for (int i = f + 1; i < off; ++i) {
+                const K k = list[static_cast<std::size_t>(i)].kind;
+                EXPECT_TRUE(k == K::SendF || k == K::Offload) << "stage " << st << " mb " << mb;
+              }
+              // Computes from the RELOAD up to (not counting) B.
+              EXPECT_EQ(
+                  ordinal[static_cast<std::size_t>(b)] - ordinal[static_cast<std::size_t>(rel)], d)
+                  << "stage " << st << " mb " << mb;
+            }
+            EXPECT_EQ(offloaded_microbatches(s, st), offloaded);
+            const int peak = peak_stashed_microbatches(base, st);
+            EXPECT_LE(peak_stashed_microbatches(s, st), std::min(peak, d + 1)) << "stage " << st;
+            if (kind == ScheduleKind::GPipe) {
+              // GPipe's forwards and backwards are in one block each: the bound is reached.
+              EXPECT_EQ(peak_stashed_microbatches(s, st), std::min(M, d + 1)) << "stage " << st;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(ActivationOffload, TransformRejectsBadInput) {
+  EXPECT_THROW((void)add_activation_offload(make_gpipe(2, 2), -1), Error);
+  const Schedule once = add_activation_offload(make_gpipe(1, 4), 1);
+  try {
+    (void)add_activation_offload(once, 1);
+    ADD_FAILURE() << "offloaded twice";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::InvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("already has OFFLOAD0"), std::string::npos) << e.what();
+  }
+  Schedule broken = make_gpipe(2, 2);
+  broken.ranks[1].pop_back();
+  EXPECT_THROW((void)add_activation_offload(broken, 1), Error);
+  EXPECT_THROW((void)offloaded_microbatches(once, 1), Error);
+}
+
+TEST(ActivationOffload, ValidatorChecksOffloadOrderAndPairs) {
+  auto expect_rejects = [](const std::string& text, const std::string& part) {
+    const std::string msg = validation_error(from_text(2, {text}));
+    EXPECT_NE(msg.find(part), std::string::npos) << text << ": " << msg;
+  };
+  EXPECT_NO_THROW(
+      validate_schedule(from_text(2, {"F0 OFFLOAD0 F1 RELOAD0 B1 B0 ALLREDUCE_GRAD OPTIM"})));
+  expect_rejects("OFFLOAD0 F0 F1 RELOAD0 B1 B0 ALLREDUCE_GRAD OPTIM",
+                 "runs OFFLOAD0 (action 0) before F0 (action 1): it offloads a stash not yet made");
+  expect_rejects("F0 RELOAD0 F1 OFFLOAD0 B1 B0 ALLREDUCE_GRAD OPTIM",
+                 "runs RELOAD0 (action 1) before OFFLOAD0 (action 3)");
+  expect_rejects("F0 OFFLOAD0 F1 B1 B0 RELOAD0 ALLREDUCE_GRAD OPTIM",
+                 "runs B0 (action 4) before RELOAD0 (action 5): the backward needs its stash");
+  expect_rejects("F0 OFFLOAD0 F1 B1 B0 ALLREDUCE_GRAD OPTIM",
+                 "stage 0 has 1 OFFLOAD0 and 0 RELOAD0");
+  expect_rejects("F0 F1 RELOAD0 B1 B0 ALLREDUCE_GRAD OPTIM",
+                 "stage 0 has 0 OFFLOAD0 and 1 RELOAD0");
+  expect_rejects("F0 OFFLOAD0 OFFLOAD0 F1 RELOAD0 RELOAD0 B1 B0 ALLREDUCE_GRAD OPTIM",
+                 "stage 0 has 2 OFFLOAD0 and 2 RELOAD0");
+  // Offloading does not make a deadlock go away, nor create one.
+  const std::string msg =
+      validation_error(from_text(1, {"F0 OFFLOAD0 RECV_B0 RELOAD0 B0 SEND_F0 ALLREDUCE_GRAD OPTIM",
+                                     "RECV_F0 F0 B0 SEND_B0 ALLREDUCE_GRAD OPTIM"}));
+  EXPECT_NE(msg.find("deadlock"), std::string::npos) << msg;
 }
 
 }  // namespace
