@@ -1,6 +1,7 @@
 #include "scheduler/trainer.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -22,6 +23,7 @@
 #include "core/error.h"
 #include "kernels/adamw.h"
 #include "kernels/gemm.h"
+#include "offload/activation_store.h"
 #include "offload/adamw_state_file.h"
 #include "offload/io_engine_factory.h"
 #include "scheduler/corpus.h"
@@ -53,6 +55,31 @@ GptConfig model_config(const TrainConfig& c) {
   return g;
 }
 
+// The job's pipeline schedule, with activation offload when asked for.
+Schedule job_schedule(const TrainConfig& c) {
+  Schedule s = make_schedule(parse_schedule_kind(c.schedule), c.stages, c.microbatches);
+  if (c.offload_activations != "none") s = add_activation_offload(s, c.offload_prefetch);
+  return s;
+}
+
+// The largest number of stashes a stage has out of the model at once (what the store holds).
+int peak_offloaded(const Schedule& schedule, int stage) {
+  int out = 0;
+  int peak = 0;
+  for (const Action& a : schedule.ranks[static_cast<std::size_t>(stage)]) {
+    if (a.kind == ActionKind::Offload) peak = std::max(peak, ++out);
+    if (a.kind == ActionKind::Reload) --out;
+  }
+  return peak;
+}
+
+std::unique_ptr<offload::ActivationStore> make_activation_store(const TrainConfig& c) {
+  if (c.offload_activations == "cpu") return offload::make_host_activation_store();
+  throw Error(ErrorCode::Unavailable,
+              fmt::format("--offload-activations {} is not available in this build",
+                          c.offload_activations));
+}
+
 // The offload directory must accept a new file: creating one is the only test that also holds for
 // root (who ignores permission bits) on read-only or full file systems.
 void check_writable(const std::filesystem::path& dir) {
@@ -75,14 +102,15 @@ void check_writable(const std::filesystem::path& dir) {
 // bad_alloc in the middle of a step.
 void check_memory(const TrainConfig& c) {
   const auto ranges = split_layers(c.layers, c.stages);
-  const Schedule schedule =
-      make_schedule(parse_schedule_kind(c.schedule), c.stages, c.microbatches);
+  const Schedule schedule = job_schedule(c);
   double bytes = 0;
   for (int s = 0; s < c.stages; ++s) {
     const auto& r = ranges[static_cast<std::size_t>(s)];
     const double per_position = (r.last - r.first) * (16.0 * c.dim + 2.0 * c.heads * c.ctx) +
                                 (s == c.stages - 1 ? 3.0 * 256 : 0.0) + c.dim;
-    const double slots = peak_stashed_microbatches(schedule, s);
+    // Pinned host buffers of the cpu activation store count as well.
+    const double slots = peak_stashed_microbatches(schedule, s) +
+                         (c.offload_activations == "cpu" ? peak_offloaded(schedule, s) : 0);
     bytes += slots * c.microbatch_size * c.ctx * per_position * sizeof(float) * c.replicas;
   }
   const double available = static_cast<double>(::sysconf(_SC_PHYS_PAGES)) *
@@ -157,6 +185,7 @@ class Job {
   std::unique_ptr<PipelineExecutor> executor_;
   std::unique_ptr<offload::AdamWStateFile> moments_;
   std::vector<offload::DecayGroup> groups_;
+  std::vector<double> activations_;  // [slots..., slots without offload..., bytes per slot...]
   std::ofstream metrics_;
 };
 
@@ -198,7 +227,7 @@ void Job::setup() {
     dopt.max_eval_sequences = cfg_.eval_sequences;
     dataset_.emplace(ByteCorpus::load(cfg_.data), dopt);
   }
-  const Schedule schedule = make_schedule(parse_schedule_kind(cfg_.schedule), p, cfg_.microbatches);
+  const Schedule schedule = job_schedule(cfg_);
   validate_schedule(schedule);
   const auto ranges = split_layers(cfg_.layers, p);
   model_ = std::make_unique<StageModel<float>>(
@@ -208,6 +237,19 @@ void Job::setup() {
   executor_ = std::make_unique<PipelineExecutor>(schedule, stage_, *model_, comms,
                                                  cfg_.microbatch_size, cfg_.ctx);
   executor_->set_gradient_compression({cfg_.codec_spec(), cfg_.codec_warmup_steps});
+  if (cfg_.offload_activations != "none")
+    executor_->set_activation_store(make_activation_store(cfg_));
+  // Activation memory of replica 0, per stage: resident slots and bytes, with and without offload.
+  activations_.assign(3 * static_cast<std::size_t>(p), 0.0);
+  if (replica_ == 0) {
+    const auto at = [&](int k) -> double& {
+      return activations_[static_cast<std::size_t>(k * p + stage_)];
+    };
+    at(0) = model_->slots();
+    at(1) = peak_stashed_microbatches(
+        make_schedule(parse_schedule_kind(cfg_.schedule), p, cfg_.microbatches), stage_);
+    at(2) = static_cast<double>(model_->stash_bytes());
+  }
   offload::AdamWStateFileOptions mopt;
   mopt.dir = cfg_.offload_dir;
   mopt.tag = fmt::format("rank{}", rank_);
@@ -297,6 +339,21 @@ void Job::run() {
   const int p = cfg_.stages;
   const std::int64_t seqs = static_cast<std::int64_t>(cfg_.microbatches) * cfg_.microbatch_size;
   const double tokens_per_step = static_cast<double>(seqs * cfg_.replicas * cfg_.ctx);
+  world_->allreduce(activations_.data(), activations_.data(), activations_.size(), DType::F64,
+                    ReduceOp::Sum);
+  const auto per_stage = [&](int k) {  // whole numbers, summed exactly in doubles
+    std::vector<std::int64_t> v;
+    for (int s = 0; s < p; ++s) {
+      v.push_back(std::llround(activations_[static_cast<std::size_t>(k * p + s)]));
+    }
+    return v;
+  };
+  double act_bytes[2] = {0, 0};  // one replica's resident activation slots: with, without offload
+  for (int s = 0; s < p; ++s) {
+    const auto slot_bytes = static_cast<double>(per_stage(2)[static_cast<std::size_t>(s)]);
+    act_bytes[0] += static_cast<double>(per_stage(0)[static_cast<std::size_t>(s)]) * slot_bytes;
+    act_bytes[1] += static_cast<double>(per_stage(1)[static_cast<std::size_t>(s)]) * slot_bytes;
+  }
   if (rank_ == 0) {
     const GptConfig g = model_config(cfg_);
     const auto& corpus = dataset_->corpus();
@@ -319,6 +376,16 @@ void Job::run() {
     } else {
       fmt::print("optimizer moments: a file per rank in {}, through pread/pwrite ({})\n",
                  cfg_.offload_dir.string(), moments_->engine_reason());
+    }
+    if (cfg_.offload_activations != "none") {
+      fmt::print(
+          "activations: offloaded to {} (prefetch {}): {} per replica in activation slots "
+          "{} per stage, instead of {} in {}\n",
+          cfg_.offload_activations, cfg_.offload_prefetch, human_bytes(act_bytes[0]),
+          fmt::join(per_stage(0), "/"), human_bytes(act_bytes[1]), fmt::join(per_stage(1), "/"));
+    } else {
+      fmt::print("activations: {} per replica in activation slots {} per stage\n",
+                 human_bytes(act_bytes[0]), fmt::join(per_stage(0), "/"));
     }
     if (!cfg_.codec.empty()) {
       fmt::print("gradient average: {} after {} uncompressed, with error feedback per stage{}\n",
@@ -354,9 +421,10 @@ void Job::run() {
                               moments_->step(params, grads, groups_, hyper, step + 1);
                             });
     // Job-wide: the loss (last stages, averaged over replicas) and the bytes all-reduce sent.
-    double agg[2] = {executor_->last_stage() ? st.loss / cfg_.replicas : 0.0,
-                     static_cast<double>(st.allreduce_bytes)};
-    world_->allreduce(agg, agg, 2, DType::F64, ReduceOp::Sum);
+    double agg[3] = {executor_->last_stage() ? st.loss / cfg_.replicas : 0.0,
+                     static_cast<double>(st.allreduce_bytes),
+                     st.offload_wait_s / cfg_.world_size()};
+    world_->allreduce(agg, agg, 3, DType::F64, ReduceOp::Sum);
     const double dt = std::chrono::duration<double>(Clock::now() - step_start).count();
     train_s += dt;
     if (rank_ == 0) {
@@ -375,6 +443,7 @@ void Job::run() {
             {"grad_norm", st.grad_norm},
             {"tokens_per_s", tokens_per_step / dt},
             {"allreduce_bytes", static_cast<std::uint64_t>(agg[1])},
+            {"offload_wait_s", agg[2]},  // mean over ranks
             {"seconds", dt}});
     }
     if (cfg_.eval_every > 0 && (step + 1) % cfg_.eval_every == 0 && step + 1 != cfg_.steps) {
@@ -410,6 +479,12 @@ void Job::run() {
           {"codec", cfg_.codec_spec()},
           {"codec_warmup_steps", cfg_.codec_warmup_steps},
           {"freeze_variance_after", cfg_.freeze_variance_after()},
+          {"offload_activations", cfg_.offload_activations},
+          {"offload_prefetch", cfg_.offload_prefetch},
+          {"activation_slots", per_stage(0)},
+          {"activation_slots_without_offload", per_stage(1)},
+          {"activation_bytes", act_bytes[0]},
+          {"activation_bytes_without_offload", act_bytes[1]},
           {"sample", printable(sample)}});
   }
 }
@@ -459,6 +534,17 @@ void TrainConfig::validate() const {
   if (codec.empty() && !codec_args.empty()) {
     throw bad(fmt::format("--codec-args {} given without --codec: name the codec they are for",
                           codec_args));
+  }
+  if (offload_activations != "none" && offload_activations != "cpu" &&
+      offload_activations != "nvme") {
+    throw bad(
+        fmt::format("--offload-activations {}: choose none, cpu or nvme", offload_activations));
+  }
+  if (offload_prefetch < 0) {
+    throw bad(
+        fmt::format("--offload-prefetch {} must be >= 0 (computes between a reload and its "
+                    "backward)",
+                    offload_prefetch));
   }
   if (codec_warmup_steps < 0) {
     throw bad(fmt::format("--codec-warmup {} must be >= 0", codec_warmup_steps));

@@ -54,6 +54,11 @@ struct TrainConfig {
   // Data and offload.
   std::filesystem::path data = "/usr/share/games/fortunes";
   std::filesystem::path offload_dir = "/var/tmp";
+  // Activation offload (scheduler/schedule.h's add_activation_offload): "none", "cpu" (pinned host
+  // buffers) or "nvme" (files in offload_dir); offload_prefetch: computes between a RELOAD and its
+  // backward. Training gives the same bits either way; the model keeps fewer activation slots.
+  std::string offload_activations = "none";
+  int offload_prefetch = 1;
   // Evaluation and sampling.
   int eval_sequences = 128;  // held-out sequences for the final eval loss (0: all)
   int eval_every = 0;        // also evaluate every N steps (0: only at the end)

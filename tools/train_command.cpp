@@ -26,6 +26,10 @@ Each step prints the loss (mean over the global batch), the learning rate, the g
 norm, tokens per second and the bytes the gradient all-reduces sent (all ranks together); the end
 prints the held-out loss, the time taken and a greedy sample. Optimizer moments live in a file per
 rank under --offload-dir, streamed with io_uring and O_DIRECT where the file system allows.
+--offload-activations cpu|nvme moves a microbatch's stashed activations out of its stage after the
+forward and back before the backward (--offload-prefetch computes ahead): the losses are
+bit-identical, and each stage keeps at most prefetch + 1 activation slots instead of up to
+microbatches.
 Environment: STRAIT_TIMEOUT_S (collective timeout, default 300), STRAIT_IO_ENGINE=posix|uring.)";
 
 // The same data checks a rank makes, made once before any process starts.
@@ -110,6 +114,18 @@ void add_train_command(CLI::App& app, const std::vector<std::string>& argv, int&
       ->capture_default_str();
   train->add_option("--data", *data, "Text file or directory of text files")->capture_default_str();
   train->add_option("--offload-dir", *offload, "Directory for the per-rank optimizer-state files")
+      ->capture_default_str();
+  train
+      ->add_option("--offload-activations", c->offload_activations,
+                   "Move each microbatch's stashed activations out of the model between its "
+                   "forward and backward: none, cpu (pinned RAM) or nvme (files in --offload-dir); "
+                   "same results, fewer resident activation slots")
+      ->check(CLI::IsMember({"none", "cpu", "nvme"}))
+      ->capture_default_str();
+  train
+      ->add_option("--offload-prefetch", c->offload_prefetch,
+                   "Computes (forwards / backwards) between reloading a microbatch's activations "
+                   "and its backward; resident slots per stage are at most this + 1")
       ->capture_default_str();
   train
       ->add_option("--eval-sequences", c->eval_sequences,

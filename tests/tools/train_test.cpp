@@ -227,6 +227,42 @@ TEST(StraitTrain, FirstLossIsThatOfUniformPredictionsAndTrainingLowersIt) {
   EXPECT_EQ(m.summary.at("sample").get<std::string>().rfind("The ", 0), 0U) << m.summary.dump();
 }
 
+// --- Activation offload --------------------------------------------------------------------------
+
+// GPipe with 6 microbatches keeps 6 stashes per stage; offloaded with prefetch 1 only 2 stay in
+// the model. The stashes come back bit for bit, so every loss, gradient norm, the held-out loss
+// and the sample are exactly those of the run without offload.
+TEST(StraitTrain, ActivationOffloadLeavesTheLossTrajectoryBitIdentical) {
+  const Job job;
+  const std::vector<std::string> common = {"--stages",       "2", "--replicas", "1",
+                                           "--microbatches", "6", "--schedule", "gpipe",
+                                           "--steps",        "4", "--seed",     "7"};
+  auto with = [&](std::vector<std::string> args) {
+    args.insert(args.end(), common.begin(), common.end());
+    return args;
+  };
+  const Metrics none = train(job, "none", with({"--offload-activations", "none"}));
+  ASSERT_EQ(none.steps.size(), 4U);
+  EXPECT_EQ(none.summary.at("activation_slots"), json::array({6, 6}));
+  const double bytes_none = none.summary.at("activation_bytes").get<double>();
+  EXPECT_EQ(none.summary.at("activation_bytes_without_offload").get<double>(), bytes_none);
+
+  const Metrics cpu = train(job, "cpu", with({"--offload-activations", "cpu"}));
+  ASSERT_EQ(cpu.steps.size(), 4U);
+  EXPECT_EQ(cpu.summary.at("offload_activations"), "cpu");
+  EXPECT_EQ(cpu.summary.at("activation_slots"), json::array({2, 2}));
+  EXPECT_EQ(cpu.summary.at("activation_slots_without_offload"), json::array({6, 6}));
+  EXPECT_DOUBLE_EQ(cpu.summary.at("activation_bytes").get<double>(), bytes_none / 3);
+  for (std::size_t s = 0; s < 4; ++s) {
+    for (const char* key : {"loss", "grad_norm"}) {
+      EXPECT_EQ(cpu.steps[s].at(key).get<double>(), none.steps[s].at(key).get<double>())
+          << key << " at step " << s + 1;
+    }
+  }
+  EXPECT_EQ(cpu.summary.at("eval_loss").get<double>(), none.summary.at("eval_loss").get<double>());
+  EXPECT_EQ(cpu.summary.at("sample"), none.summary.at("sample"));
+}
+
 // --- Compressed gradient averages ----------------------------------------------------------------
 
 // --codec int8 after 4 uncompressed steps: those steps are the uncompressed run's exactly (same
@@ -417,6 +453,14 @@ TEST(StraitTrainErrors, FreezeVarianceWithoutACodecOrWarmup) {
                                    "--freeze-variance", "on"}),
                    job.dir().path() / "out2");
   expect_rejected_before_launch(no_warmup, {"--freeze-variance on needs --codec-warmup >= 1"});
+}
+
+TEST(StraitTrainErrors, OffloadPrefetchBelowZero) {
+  const Job job;
+  Strait run(
+      job.train_args({"--steps", "1", "--offload-activations", "cpu", "--offload-prefetch", "-1"}),
+      job.dir().path() / "out");
+  expect_rejected_before_launch(run, {"--offload-prefetch -1 must be >= 0"});
 }
 
 // --- A rank killed mid-step ----------------------------------------------------------------------
