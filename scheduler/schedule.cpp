@@ -144,6 +144,17 @@ bool is_compute(ActionKind kind) {
   return kind == ActionKind::F || kind == ActionKind::B;
 }
 
+// Stashes in the model at most (schedule_sim.h's peak_stashed_microbatches for one list).
+int resident_peak(const std::vector<Action>& list) {
+  int live = 0;
+  int peak = 0;
+  for (const Action& a : list) {
+    if (a.kind == ActionKind::F || a.kind == ActionKind::Reload) peak = std::max(peak, ++live);
+    if (a.kind == ActionKind::B || a.kind == ActionKind::Offload) --live;
+  }
+  return peak;
+}
+
 // One stage's list with OFFLOAD / RELOAD inserted (see add_activation_offload).
 std::vector<Action> offload_stage(const std::vector<Action>& list, int stage, int microbatches,
                                   int prefetch) {
@@ -217,8 +228,10 @@ Schedule add_activation_offload(const Schedule& schedule, int prefetch) {
   }
   Schedule out = schedule;
   for (std::size_t s = 0; s < out.ranks.size(); ++s) {
-    out.ranks[s] =
+    auto list =
         offload_stage(schedule.ranks[s], static_cast<int>(s), schedule.microbatches, prefetch);
+    // Copies that would not save a slot are not worth their bandwidth.
+    if (resident_peak(list) < resident_peak(schedule.ranks[s])) out.ranks[s] = std::move(list);
   }
   validate_schedule(out);  // the transform's own promise, checked
   return out;

@@ -96,13 +96,15 @@ Schedule make_schedule(ScheduleKind kind, int stages, int microbatches);
 // directly precede the compute it is placed in front of, so it also overlaps their wait. "Idle"
 // means more than `prefetch` computes lie between the F and the B: then at least one compute
 // overlaps the OFFLOAD's copy as well. prefetch = 0 reloads right before the B (and its RECV_B).
+// A stage whose resident peak this would not lower keeps its list as it was: copies that save no
+// slot are not made (1F1B's stage P - 2 with prefetch >= 1, for instance).
 // The result passes validate_schedule(), and peak_stashed_microbatches() of it, the number of
 // activation slots the stage needs resident, is at most min(its peak without offload,
 // prefetch + 1): during any compute, the resident stashes are its own and those whose B is among
-// the next `prefetch` computes. GPipe drops from M to prefetch + 1; 1F1B's stage s from
-// min(P - s, M) to at most prefetch + 1; the last stage of 1F1B (F and B adjacent) offloads
-// nothing. Errors: InvalidArgument for prefetch < 0, an invalid schedule, or one that already
-// offloads.
+// the next `prefetch` computes. GPipe drops from M to min(M, prefetch + 1), 1F1B's stage s from
+// min(P - s, M) to min(P - s, M, prefetch + 1); 1F1B's last stage (F and B adjacent) offloads
+// nothing.
+// Errors: InvalidArgument for prefetch < 0, an invalid schedule, or one that already offloads.
 Schedule add_activation_offload(const Schedule& schedule, int prefetch);
 
 // OFFLOAD actions on `stage` (the microbatches whose stash leaves the model during a step).
