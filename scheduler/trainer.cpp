@@ -540,6 +540,12 @@ void TrainConfig::validate() const {
     throw bad(
         fmt::format("--offload-activations {}: choose none, cpu or nvme", offload_activations));
   }
+  if (offload_activations == "nvme") {
+    // Wired once offload::SwapStore (offload/swap_store.h) is in: see make_activation_store.
+    throw Error(ErrorCode::Unavailable,
+                "--offload-activations nvme needs the swap store, which this build does not have "
+                "yet: use --offload-activations cpu");
+  }
   if (offload_prefetch < 0) {
     throw bad(
         fmt::format("--offload-prefetch {} must be >= 0 (computes between a reload and its "
