@@ -155,6 +155,17 @@ HostBlock allocate_pinned_block(std::size_t bytes) {
   return HostBlock{span, std::move(buffer)};
 }
 
+HostAllocator pinned_pool_allocator(std::shared_ptr<PinnedPool> pool, Placement placement) {
+  if (pool == nullptr) {
+    throw Error(ErrorCode::InvalidArgument, "pinned_pool_allocator: the pool is null");
+  }
+  return [pool = std::move(pool), placement = std::move(placement)](std::size_t bytes) {
+    auto lease = std::make_shared<PinnedPool::Lease>(pool->acquire(bytes, placement));
+    const std::span<std::byte> span = lease->bytes();
+    return HostBlock{span, std::move(lease)};
+  };
+}
+
 std::unique_ptr<ActivationStore> make_host_activation_store(HostAllocator allocate) {
   return std::make_unique<HostActivationStore>(std::move(allocate));
 }

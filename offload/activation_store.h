@@ -11,8 +11,9 @@
 // - HostActivationStore ("cpu"): page-aligned host buffers (offload/pinned_buffer.h, locked where
 //   RLIMIT_MEMLOCK allows), copied by one worker thread. Buffers are reused: a reloaded key's
 //   buffer serves the next offload, so the store holds as many buffers as stashes were out at
-//   once. The allocator is a parameter, so a pooled allocator (DESIGN.md's PinnedPool) can replace
-//   the default one buffer per allocation.
+//   once. The allocator is a parameter: one PinnedBuffer per block by default, or leases of a
+//   PinnedPool (offload/pinned_pool.h, NUMA placement, shared with other users) through
+//   pinned_pool_allocator.
 // - "nvme": over offload::SwapStore (offload/swap_store.h), when that has landed.
 //
 // Thread-safety: offload(), reload() and the accessors are called from one thread at a time (the
@@ -29,6 +30,8 @@
 #include <memory>
 #include <span>
 #include <string_view>
+
+#include "offload/pinned_pool.h"
 
 namespace strait::offload {
 
@@ -66,6 +69,11 @@ using HostAllocator = std::function<HostBlock(std::size_t bytes)>;
 
 // The default HostAllocator: one PinnedBuffer (page-aligned, mlock'ed when allowed) per call.
 HostBlock allocate_pinned_block(std::size_t bytes);
+
+// A HostAllocator leasing from `pool` with `placement`: a block goes back to the pool when the
+// store lets it go (the lease may outlive the pool object; see PinnedPool).
+HostAllocator pinned_pool_allocator(std::shared_ptr<PinnedPool> pool,
+                                    Placement placement = Placement::any());
 
 // The "cpu" backend (see above). allocate: where buffers come from (default:
 // allocate_pinned_block).

@@ -74,7 +74,11 @@ int peak_offloaded(const Schedule& schedule, int stage) {
 }
 
 std::unique_ptr<offload::ActivationStore> make_activation_store(const TrainConfig& c) {
-  if (c.offload_activations == "cpu") return offload::make_host_activation_store();
+  if (c.offload_activations == "cpu") {
+    // Placement::any(): unbound pages, placed by the kernel (hwloc may be missing here).
+    return offload::make_host_activation_store(
+        offload::pinned_pool_allocator(std::make_shared<offload::PinnedPool>()));
+  }
   throw Error(ErrorCode::Unavailable,
               fmt::format("--offload-activations {} is not available in this build",
                           c.offload_activations));

@@ -87,6 +87,24 @@ TEST(HostActivationStore, BuffersAreReusedAndComeFromTheGivenAllocator) {
   EXPECT_LT(store->allocated_bytes(), 2 * a.size() + 2 * 65536);  // page rounding only
 }
 
+TEST(HostActivationStore, BlocksCanBeLeasesOfAPinnedPool) {
+  auto pool = std::make_shared<PinnedPool>();
+  const auto a = pattern(70'000, 4);
+  std::vector<std::byte> back(a.size());
+  {
+    auto store = make_host_activation_store(pinned_pool_allocator(pool));
+    store->offload(0, a).get();
+    EXPECT_EQ(pool->stats().bytes_in_use, pool->class_bytes(a.size()));
+    EXPECT_EQ(store->allocated_bytes(), pool->class_bytes(a.size()));
+    store->reload(0, back).get();
+    EXPECT_EQ(back, a);
+  }
+  // The store's end gives its leases back.
+  EXPECT_EQ(pool->stats().bytes_in_use, 0U);
+  EXPECT_EQ(pool->stats().misses, 1U);
+  expect_error(ErrorCode::InvalidArgument, [] { (void)pinned_pool_allocator(nullptr); });
+}
+
 TEST(HostActivationStore, AllocatorFailureIsReportedThroughTheFuture) {
   auto store = make_host_activation_store([](std::size_t) -> HostBlock {
     throw Error(ErrorCode::Io, "no memory left for pinned buffers");
