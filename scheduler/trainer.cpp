@@ -246,8 +246,8 @@ void Job::setup() {
   // Activation memory of replica 0, per stage: resident slots and bytes, with and without offload.
   activations_.assign(3 * static_cast<std::size_t>(p), 0.0);
   if (replica_ == 0) {
-    const auto at = [&](int k) -> double& {
-      return activations_[static_cast<std::size_t>(k * p + stage_)];
+    const auto at = [&](std::size_t k) -> double& {
+      return activations_[k * static_cast<std::size_t>(p) + static_cast<std::size_t>(stage_)];
     };
     at(0) = model_->slots();
     at(1) = peak_stashed_microbatches(
@@ -345,18 +345,17 @@ void Job::run() {
   const double tokens_per_step = static_cast<double>(seqs * cfg_.replicas * cfg_.ctx);
   world_->allreduce(activations_.data(), activations_.data(), activations_.size(), DType::F64,
                     ReduceOp::Sum);
-  const auto per_stage = [&](int k) {  // whole numbers, summed exactly in doubles
-    std::vector<std::int64_t> v;
-    for (int s = 0; s < p; ++s) {
-      v.push_back(std::llround(activations_[static_cast<std::size_t>(k * p + s)]));
-    }
+  const auto per_stage = [&](std::size_t k) {  // whole numbers, summed exactly in doubles
+    const auto stages = static_cast<std::size_t>(p);
+    std::vector<std::int64_t> v(stages);
+    for (std::size_t s = 0; s < stages; ++s) v[s] = std::llround(activations_[k * stages + s]);
     return v;
   };
   double act_bytes[2] = {0, 0};  // one replica's resident activation slots: with, without offload
-  for (int s = 0; s < p; ++s) {
-    const auto slot_bytes = static_cast<double>(per_stage(2)[static_cast<std::size_t>(s)]);
-    act_bytes[0] += static_cast<double>(per_stage(0)[static_cast<std::size_t>(s)]) * slot_bytes;
-    act_bytes[1] += static_cast<double>(per_stage(1)[static_cast<std::size_t>(s)]) * slot_bytes;
+  const auto slots = per_stage(0), slots_without = per_stage(1), slot_bytes = per_stage(2);
+  for (std::size_t s = 0; s < slots.size(); ++s) {
+    act_bytes[0] += static_cast<double>(slots[s] * slot_bytes[s]);
+    act_bytes[1] += static_cast<double>(slots_without[s] * slot_bytes[s]);
   }
   if (rank_ == 0) {
     const GptConfig g = model_config(cfg_);
@@ -386,10 +385,10 @@ void Job::run() {
           "activations: offloaded to {} (prefetch {}): {} per replica in activation slots "
           "{} per stage, instead of {} in {}\n",
           cfg_.offload_activations, cfg_.offload_prefetch, human_bytes(act_bytes[0]),
-          fmt::join(per_stage(0), "/"), human_bytes(act_bytes[1]), fmt::join(per_stage(1), "/"));
+          fmt::join(slots, "/"), human_bytes(act_bytes[1]), fmt::join(slots_without, "/"));
     } else {
       fmt::print("activations: {} per replica in activation slots {} per stage\n",
-                 human_bytes(act_bytes[0]), fmt::join(per_stage(0), "/"));
+                 human_bytes(act_bytes[0]), fmt::join(slots, "/"));
     }
     if (!cfg_.codec.empty()) {
       fmt::print("gradient average: {} after {} uncompressed, with error feedback per stage{}\n",
@@ -485,8 +484,8 @@ void Job::run() {
           {"freeze_variance_after", cfg_.freeze_variance_after()},
           {"offload_activations", cfg_.offload_activations},
           {"offload_prefetch", cfg_.offload_prefetch},
-          {"activation_slots", per_stage(0)},
-          {"activation_slots_without_offload", per_stage(1)},
+          {"activation_slots", slots},
+          {"activation_slots_without_offload", slots_without},
           {"activation_bytes", act_bytes[0]},
           {"activation_bytes_without_offload", act_bytes[1]},
           {"sample", printable(sample)}});
