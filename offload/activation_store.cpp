@@ -8,6 +8,7 @@
 #include <exception>
 #include <map>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -147,6 +148,57 @@ class HostActivationStore final : public ActivationStore {
   std::thread worker_;  // last: starts after everything it reads is constructed
 };
 
+// Keys and sizes are tracked here, on the caller's thread, so misuse fails at once as with the cpu
+// backend; the bytes move on the swap store's worker thread.
+class SwapActivationStore final : public ActivationStore {
+ public:
+  explicit SwapActivationStore(const SwapStoreOptions& options) : swap_(options) {}
+
+  std::future<void> offload(int key, std::span<const std::byte> bytes) override {
+    if (key < 0) throw Error(ErrorCode::InvalidArgument, fmt::format("offload: key {} < 0", key));
+    if (!sizes_.emplace(key, bytes.size()).second) {
+      throw Error(ErrorCode::InvalidArgument,
+                  fmt::format("offload: key {} already holds a stash; reload it first", key));
+    }
+    return swap_.swap_out(name(key), bytes);
+  }
+
+  std::future<void> reload(int key, std::span<std::byte> bytes) override {
+    const auto it = sizes_.find(key);
+    if (it == sizes_.end()) {
+      throw Error(ErrorCode::InvalidArgument,
+                  fmt::format("reload: key {} holds no stash (never offloaded, or reloaded "
+                              "already)",
+                              key));
+    }
+    if (it->second != bytes.size()) {
+      throw Error(ErrorCode::InvalidArgument,
+                  fmt::format("reload: key {} holds {} bytes but {} were asked for", key,
+                              it->second, bytes.size()));
+    }
+    sizes_.erase(it);
+    const std::string k = name(key);
+    std::future<void> f = swap_.swap_in(k, bytes);
+    swap_.erase(k);  // queued after the read: the extent is free for the next offload
+    return f;
+  }
+
+  [[nodiscard]] std::string_view kind() const noexcept override { return "nvme"; }
+  [[nodiscard]] std::size_t allocated_bytes() const noexcept override {
+    try {
+      return static_cast<std::size_t>(swap_.file_bytes());
+    } catch (...) {
+      return 0;
+    }
+  }
+
+ private:
+  static std::string name(int key) { return fmt::format("act{}", key); }
+
+  SwapStore swap_;
+  std::map<int, std::size_t> sizes_;
+};
+
 }  // namespace
 
 HostBlock allocate_pinned_block(std::size_t bytes) {
@@ -164,6 +216,10 @@ HostAllocator pinned_pool_allocator(std::shared_ptr<PinnedPool> pool, Placement 
     const std::span<std::byte> span = lease->bytes();
     return HostBlock{span, std::move(lease)};
   };
+}
+
+std::unique_ptr<ActivationStore> make_swap_activation_store(const SwapStoreOptions& options) {
+  return std::make_unique<SwapActivationStore>(options);
 }
 
 std::unique_ptr<ActivationStore> make_host_activation_store(HostAllocator allocate) {

@@ -14,14 +14,19 @@
 //   once. The allocator is a parameter: one PinnedBuffer per block by default, or leases of a
 //   PinnedPool (offload/pinned_pool.h, NUMA placement, shared with other users) through
 //   pinned_pool_allocator.
-// - "nvme": over offload::SwapStore (offload/swap_store.h), when that has landed.
+// - SwapActivationStore ("nvme"): a SwapStore (offload/swap_store.h): one preallocated, unlinked
+//   file in the offload directory, io_uring with O_DIRECT where allowed, xxh3 checksums verified on
+//   every read. A stash is swapped out under "act<key>" and erased once it has been read back, so
+//   its extent serves the next offload; the file spans the most stashes out at once. The swap
+//   store's worker thread runs the transfers in call order.
 //
 // Thread-safety: offload(), reload() and the accessors are called from one thread at a time (the
 // executor's); the futures may be waited for from any thread. The destructor waits for every copy
 // that was started, so the caller's byte ranges must outlive the store or their futures.
 // Errors: offload() / reload() throw InvalidArgument at once for a misuse (reload of a key that
 // holds nothing, a size that differs from the offloaded one, a negative key); a failure of the copy
-// itself (no memory, an I/O error) is stored in the future and thrown by its get().
+// itself (no memory, a full disk, an I/O error, a checksum mismatch) is stored in the future and
+// thrown by its get().
 #pragma once
 
 #include <cstddef>
@@ -32,6 +37,7 @@
 #include <string_view>
 
 #include "offload/pinned_pool.h"
+#include "offload/swap_store.h"
 
 namespace strait::offload {
 
@@ -78,5 +84,9 @@ HostAllocator pinned_pool_allocator(std::shared_ptr<PinnedPool> pool,
 // The "cpu" backend (see above). allocate: where buffers come from (default:
 // allocate_pinned_block).
 std::unique_ptr<ActivationStore> make_host_activation_store(HostAllocator allocate = {});
+
+// The "nvme" backend (see above). Throws what SwapStore's constructor throws (InvalidArgument for
+// a missing or unwritable directory, naming --offload-dir; Io when the file cannot be created).
+std::unique_ptr<ActivationStore> make_swap_activation_store(const SwapStoreOptions& options);
 
 }  // namespace strait::offload
