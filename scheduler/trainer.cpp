@@ -73,15 +73,16 @@ int peak_offloaded(const Schedule& schedule, int stage) {
   return peak;
 }
 
-std::unique_ptr<offload::ActivationStore> make_activation_store(const TrainConfig& c) {
-  if (c.offload_activations == "cpu") {
-    // Placement::any(): unbound pages, placed by the kernel (hwloc may be missing here).
-    return offload::make_host_activation_store(
-        offload::pinned_pool_allocator(std::make_shared<offload::PinnedPool>()));
+std::unique_ptr<offload::ActivationStore> make_activation_store(const TrainConfig& c, int rank) {
+  if (c.offload_activations == "nvme") {
+    offload::SwapStoreOptions o;
+    o.dir = c.offload_dir;
+    o.tag = fmt::format("activations-rank{}", rank);
+    return offload::make_swap_activation_store(o);
   }
-  throw Error(ErrorCode::Unavailable,
-              fmt::format("--offload-activations {} is not available in this build",
-                          c.offload_activations));
+  // cpu. Placement::any(): unbound pages, placed by the kernel (hwloc may be missing here).
+  return offload::make_host_activation_store(
+      offload::pinned_pool_allocator(std::make_shared<offload::PinnedPool>()));
 }
 
 // The offload directory must accept a new file: creating one is the only test that also holds for
@@ -242,7 +243,7 @@ void Job::setup() {
                                                  cfg_.microbatch_size, cfg_.ctx);
   executor_->set_gradient_compression({cfg_.codec_spec(), cfg_.codec_warmup_steps});
   if (cfg_.offload_activations != "none")
-    executor_->set_activation_store(make_activation_store(cfg_));
+    executor_->set_activation_store(make_activation_store(cfg_, rank_));
   // Activation memory of replica 0, per stage: resident slots and bytes, with and without offload.
   activations_.assign(3 * static_cast<std::size_t>(p), 0.0);
   if (replica_ == 0) {
@@ -542,12 +543,6 @@ void TrainConfig::validate() const {
       offload_activations != "nvme") {
     throw bad(
         fmt::format("--offload-activations {}: choose none, cpu or nvme", offload_activations));
-  }
-  if (offload_activations == "nvme") {
-    // Wired once offload::SwapStore (offload/swap_store.h) is in: see make_activation_store.
-    throw Error(ErrorCode::Unavailable,
-                "--offload-activations nvme needs the swap store, which this build does not have "
-                "yet: use --offload-activations cpu");
   }
   if (offload_prefetch < 0) {
     throw bad(

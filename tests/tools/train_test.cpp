@@ -229,9 +229,10 @@ TEST(StraitTrain, FirstLossIsThatOfUniformPredictionsAndTrainingLowersIt) {
 
 // --- Activation offload --------------------------------------------------------------------------
 
-// GPipe with 6 microbatches keeps 6 stashes per stage; offloaded with prefetch 1 only 2 stay in
-// the model. The stashes come back bit for bit, so every loss, gradient norm, the held-out loss
-// and the sample are exactly those of the run without offload.
+// GPipe with 6 microbatches keeps 6 stashes per stage; offloaded (to pinned RAM, or to a swap file
+// in --offload-dir) with prefetch 1 only 2 stay in the model. The stashes come back bit for bit, so
+// every loss, gradient norm, the held-out loss and the sample are exactly those of the run without
+// offload.
 TEST(StraitTrain, ActivationOffloadLeavesTheLossTrajectoryBitIdentical) {
   const Job job;
   const std::vector<std::string> common = {"--stages",       "2", "--replicas", "1",
@@ -247,20 +248,25 @@ TEST(StraitTrain, ActivationOffloadLeavesTheLossTrajectoryBitIdentical) {
   const double bytes_none = none.summary.at("activation_bytes").get<double>();
   EXPECT_EQ(none.summary.at("activation_bytes_without_offload").get<double>(), bytes_none);
 
-  const Metrics cpu = train(job, "cpu", with({"--offload-activations", "cpu"}));
-  ASSERT_EQ(cpu.steps.size(), 4U);
-  EXPECT_EQ(cpu.summary.at("offload_activations"), "cpu");
-  EXPECT_EQ(cpu.summary.at("activation_slots"), json::array({2, 2}));
-  EXPECT_EQ(cpu.summary.at("activation_slots_without_offload"), json::array({6, 6}));
-  EXPECT_DOUBLE_EQ(cpu.summary.at("activation_bytes").get<double>(), bytes_none / 3);
-  for (std::size_t s = 0; s < 4; ++s) {
-    for (const char* key : {"loss", "grad_norm"}) {
-      EXPECT_EQ(cpu.steps[s].at(key).get<double>(), none.steps[s].at(key).get<double>())
-          << key << " at step " << s + 1;
+  for (const std::string store : {"cpu", "nvme"}) {
+    const Metrics m = train(job, store, with({"--offload-activations", store}));
+    ASSERT_EQ(m.steps.size(), 4U) << store;
+    EXPECT_EQ(m.summary.at("offload_activations"), store);
+    EXPECT_EQ(m.summary.at("activation_slots"), json::array({2, 2})) << store;
+    EXPECT_EQ(m.summary.at("activation_slots_without_offload"), json::array({6, 6})) << store;
+    EXPECT_DOUBLE_EQ(m.summary.at("activation_bytes").get<double>(), bytes_none / 3) << store;
+    for (std::size_t s = 0; s < 4; ++s) {
+      for (const char* key : {"loss", "grad_norm"}) {
+        EXPECT_EQ(m.steps[s].at(key).get<double>(), none.steps[s].at(key).get<double>())
+            << store << ": " << key << " at step " << s + 1;
+      }
     }
+    EXPECT_EQ(m.summary.at("eval_loss").get<double>(), none.summary.at("eval_loss").get<double>())
+        << store;
+    EXPECT_EQ(m.summary.at("sample"), none.summary.at("sample")) << store;
   }
-  EXPECT_EQ(cpu.summary.at("eval_loss").get<double>(), none.summary.at("eval_loss").get<double>());
-  EXPECT_EQ(cpu.summary.at("sample"), none.summary.at("sample"));
+  // The swap files are unlinked at once: nothing is left in the offload directory.
+  EXPECT_TRUE(fs::is_empty(job.offload_dir()));
 }
 
 // --- Compressed gradient averages ----------------------------------------------------------------
