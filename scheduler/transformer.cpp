@@ -226,7 +226,10 @@ StageModel<F>::StageModel(const GptConfig& config, LayerRange layers, int max_ba
   ids_base_ = head_base_ + h.size;
   const std::size_t id_bytes =
       ((is_first() ? bt : 0) + (is_last() ? bt : 0)) * sizeof(std::int32_t);
+  // Whole pages, so O_DIRECT moves every byte of a stash without staging.
+  constexpr std::size_t page_elems = detail::PageAlignedAllocator<F>::kPage / sizeof(F);
   stash_elems_ = ids_base_ + (id_bytes + sizeof(F) - 1) / sizeof(F);
+  stash_elems_ = (stash_elems_ + page_elems - 1) / page_elems * page_elems;
   slots_.resize(sz(slots));
   for (Slot& s : slots_) s.acts.assign(stash_elems_, F(0));
   ids_.assign(bt, 0);

@@ -43,6 +43,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <limits>
+#include <new>
 #include <optional>
 #include <span>
 #include <string>
@@ -89,6 +91,34 @@ struct Slice {
   std::size_t offset = 0;
   std::size_t count = 0;
 };
+
+namespace detail {
+
+// Allocates whole 4 KiB pages on a 4 KiB boundary: a slot's stash then moves to and from O_DIRECT
+// files (activation offload to NVMe) without staging copies.
+template <class T>
+struct PageAlignedAllocator {
+  using value_type = T;
+  static constexpr std::size_t kPage = 4096;
+
+  PageAlignedAllocator() = default;
+  template <class U>
+  explicit PageAlignedAllocator(const PageAlignedAllocator<U>& /*other*/) noexcept {}
+
+  T* allocate(std::size_t n) {
+    if (n > (std::numeric_limits<std::size_t>::max() - kPage) / sizeof(T)) {
+      throw std::bad_array_new_length();
+    }
+    const std::size_t bytes = (n * sizeof(T) + kPage - 1) / kPage * kPage;
+    return static_cast<T*>(::operator new (bytes, std::align_val_t{kPage}));
+  }
+  void deallocate(T* p, std::size_t /*n*/) noexcept {
+    ::operator delete (p, std::align_val_t{kPage});
+  }
+  friend bool operator==(const PageAlignedAllocator&, const PageAlignedAllocator&) = default;
+};
+
+}  // namespace detail
 
 template <class F>
 class StageModel {
@@ -143,8 +173,9 @@ class StageModel {
   void backward(int slot, const F* dout_acts, F loss_scale, F* din_acts);
 
   // Activation offload. A slot's stash is stash_bytes() bytes: the [max_batch x ctx]-sized
-  // activation layout, then the tokens (first stage) and targets (last stage) as int32. stash(slot)
-  // is its address, fixed for the model's lifetime.
+  // activation layout, then the tokens (first stage) and targets (last stage) as int32, padded to
+  // whole 4 KiB pages. stash(slot) is its address, 4 KiB-aligned and fixed for the model's
+  // lifetime.
   struct StashInfo {  // what the bytes do not say: the microbatch's shape and whether it has a loss
     int B = 0;
     int T = 0;
@@ -185,7 +216,7 @@ class StageModel {
   struct Slot {
     // The stash: activations [0, ids_base_), then the tokens (first stage: for the embedding
     // backward) and the targets (last stage: for the loss backward) as int32 bytes.
-    std::vector<F> acts;
+    std::vector<F, detail::PageAlignedAllocator<F>> acts;
     int B = 0;
     int T = 0;
     bool forwarded = false;     // holds a forward (logits/losses readable)

@@ -621,6 +621,8 @@ TEST(StageModel, StashMovedToAnotherSlotBackpropagatesBitForBit) {
     EXPECT_EQ(info.has_loss, moved.is_last());
     EXPECT_THROW(backward(moved, 0, din_moved), Error);  // released: the slot holds nothing
     ASSERT_EQ(moved.stash(0).size(), moved.stash_bytes());
+    EXPECT_EQ(moved.stash_bytes() % 4096, 0U);
+    EXPECT_EQ(reinterpret_cast<std::uintptr_t>(moved.stash(1).data()) % 4096, 0U);
     const std::vector<std::byte> saved(moved.stash(0).begin(), moved.stash(0).end());
     // Slot 0 is reused and slot 1 holds junk before the stash comes back into it.
     forward(moved, 0);
