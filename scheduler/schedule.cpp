@@ -140,8 +140,22 @@ Schedule make_schedule(ScheduleKind kind, int stages, int microbatches) {
 
 namespace {
 
+// The actions the prefetch distance counts, and between which a stash lives. A switch, so that a
+// new kind (zero bubble's W, which also reads the stash) must be decided on here.
 bool is_compute(ActionKind kind) {
-  return kind == ActionKind::F || kind == ActionKind::B;
+  switch (kind) {
+    case ActionKind::F:
+    case ActionKind::B: return true;
+    case ActionKind::SendF:
+    case ActionKind::RecvF:
+    case ActionKind::SendB:
+    case ActionKind::RecvB:
+    case ActionKind::AllreduceGrad:
+    case ActionKind::Optim:
+    case ActionKind::Offload:
+    case ActionKind::Reload: return false;
+  }
+  return false;
 }
 
 // Stashes in the model at most (schedule_sim.h's peak_stashed_microbatches for one list).

@@ -104,6 +104,10 @@ Schedule make_schedule(ScheduleKind kind, int stages, int microbatches);
 // the next `prefetch` computes. GPipe drops from M to min(M, prefetch + 1), 1F1B's stage s from
 // min(P - s, M) to min(P - s, M, prefetch + 1); 1F1B's last stage (F and B adjacent) offloads
 // nothing.
+// Schedules to come: a stash is keyed by (stage list, microbatch) and lives from F to B. A
+// zero-bubble W (which also reads the stash) must become its end of life, and interleaved
+// schedules (several chunks per rank) need the chunk in the key; -Wswitch points at the transform
+// when such a kind is added.
 // Errors: InvalidArgument for prefetch < 0, an invalid schedule, or one that already offloads.
 Schedule add_activation_offload(const Schedule& schedule, int prefetch);
 
