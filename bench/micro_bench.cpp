@@ -1,12 +1,14 @@
 // Micro-benchmarks of the CPU building blocks (Google Benchmark): the reduction inner loop of the
 // collectives, the codecs of compressed collectives (per SIMD level, and on the GPU when built
-// with CUDA), the AdamW kernel, and one forward + backward of the reference transformer's stage.
-// Bytes/s and items/s are reported so the figures compare with memory bandwidth and FLOP rates.
-// Run: build/bench/strait_micro_bench [--benchmark_filter=...]
+// with CUDA), the AdamW kernel, the optimizer state in RAM and on disk, and one forward + backward
+// of the reference transformer's stage. Bytes/s and items/s are reported so the figures compare
+// with memory bandwidth and FLOP rates. Run: build/bench/strait_micro_bench
+// [--benchmark_filter=...]
 #include <benchmark/benchmark.h>
 #include <fmt/format.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
@@ -17,6 +19,7 @@
 #include "kernels/cpu_features.h"
 #include "kernels/gemm.h"
 #include "kernels/reduce.h"
+#include "offload/optimizer_offload.h"
 #include "scheduler/transformer.h"
 
 #if STRAIT_HAVE_CUDA
@@ -336,6 +339,48 @@ void BM_AdamWThreads(benchmark::State& state) {
   state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * n * 28));
 }
 BENCHMARK(BM_AdamWThreads)->Args({1 << 24, 1})->Args({1 << 24, 2})->UseRealTime();
+
+// One AdamW step through the optimizer-state offload (offload/optimizer_offload.h): range(0)
+// parameters, range(1) 0 = moments in RAM, 1 = in a file in STRAIT_BENCH_DIR (default /var/tmp),
+// range(2) pinned chunk buffers, range(3) parameters per chunk, on 2 threads. Counters: the share
+// of the step spent waiting for I/O, and the disk traffic (both directions) per second of step.
+void BM_AdamWState(benchmark::State& state) {
+  const auto n = static_cast<std::size_t>(state.range(0));
+  auto p = random_floats(n, 3);
+  const auto g = random_floats(n, 4);
+  strait::offload::OptimizerOffloadOptions o;
+  o.where = state.range(1) == 0 ? strait::offload::OptimizerOffload::Cpu
+                                : strait::offload::OptimizerOffload::Nvme;
+  o.threads = 2;
+  const char* dir = std::getenv("STRAIT_BENCH_DIR");
+  o.file.dir = dir != nullptr ? dir : "/var/tmp";
+  o.file.buffers = static_cast<unsigned>(state.range(2));
+  o.file.chunk_params = static_cast<std::size_t>(state.range(3));
+  const auto opt = strait::offload::make_adamw_state(n, o);
+  strait::kernels::AdamWHyper h;
+  std::int64_t t = 0;
+  double wait = 0, total = 0, bytes = 0;
+  for ([[maybe_unused]] auto _ : state) {
+    opt->step(p, g, h, ++t);
+    const auto s = opt->last_step_stats();
+    wait += s.io_wait_s;
+    total += s.total_s;
+    bytes += static_cast<double>(s.bytes_read + s.bytes_written);
+  }
+  state.counters["io_wait_share"] = total > 0 ? wait / total : 0;
+  state.counters["disk_GBps"] = total > 0 ? bytes / total / 1e9 : 0;
+  state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * n));
+}
+BENCHMARK(BM_AdamWState)
+    ->ArgNames({"params", "nvme", "buffers", "chunk"})
+    ->Args({1 << 24, 0, 3, 1 << 19})
+    ->Args({1 << 24, 1, 3, 1 << 19})
+    ->Args({1 << 24, 1, 4, 1 << 19})
+    ->Args({1 << 24, 1, 6, 1 << 19})
+    ->Args({1 << 24, 1, 3, 1 << 21})
+    ->Args({1 << 24, 1, 4, 1 << 21})
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
 
 // Forward + backward of one microbatch (B = 4 sequences of 128 bytes) through the default
 // 4-layer, 128-wide model on one stage and one OpenBLAS thread: the unit of work of `strait train`.

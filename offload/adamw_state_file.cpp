@@ -6,7 +6,7 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cmath>
+#include <chrono>
 #include <optional>
 #include <vector>
 
@@ -18,55 +18,10 @@
 namespace strait::offload {
 namespace {
 
+using Clock = std::chrono::steady_clock;
+
 constexpr std::size_t round_up(std::size_t x, std::size_t multiple) {
   return (x + multiple - 1) / multiple * multiple;
-}
-
-std::vector<DecayGroup> checked_groups(std::span<const DecayGroup> groups, std::size_t count) {
-  std::vector<DecayGroup> sorted(groups.begin(), groups.end());
-  std::sort(sorted.begin(), sorted.end(),
-            [](const DecayGroup& a, const DecayGroup& b) { return a.offset < b.offset; });
-  std::size_t next = 0;
-  for (const DecayGroup& g : sorted) {
-    if (g.offset > next) {
-      throw Error(ErrorCode::InvalidArgument,
-                  fmt::format("adamw offload: parameters [{}, {}) are in no decay group; groups "
-                              "must cover [0, {}) exactly",
-                              next, g.offset, count));
-    }
-    if (g.offset < next) {
-      throw Error(ErrorCode::InvalidArgument,
-                  fmt::format("adamw offload: decay groups overlap at parameter {}; groups must "
-                              "cover [0, {}) exactly",
-                              g.offset, count));
-    }
-    if (g.count > count - g.offset) {
-      throw Error(ErrorCode::InvalidArgument,
-                  fmt::format("adamw offload: decay group [{}, +{}) ends past the {} parameters",
-                              g.offset, g.count, count));
-    }
-    if (!(g.weight_decay >= 0.0 && std::isfinite(g.weight_decay))) {
-      throw Error(ErrorCode::InvalidArgument,
-                  fmt::format("adamw offload: decay group at {} has weight_decay {}: it must be "
-                              "finite and >= 0",
-                              g.offset, g.weight_decay));
-    }
-    next = g.offset + g.count;
-  }
-  if (next != count) {
-    throw Error(ErrorCode::InvalidArgument,
-                fmt::format("adamw offload: decay groups cover [0, {}) but there are {} parameters",
-                            next, count));
-  }
-  return sorted;
-}
-
-void check_length(std::string_view what, std::size_t got, std::size_t count) {
-  if (got != count) {
-    throw Error(ErrorCode::InvalidArgument,
-                fmt::format("adamw offload: {} has {} elements but the state holds {} parameters",
-                            what, got, count));
-  }
 }
 
 }  // namespace
@@ -79,6 +34,8 @@ struct AdamWStateFile::Impl {
   std::uint64_t bytes = 0;
   std::string reason;
   std::string failure;  // set when a step failed partway
+  kernels::ParallelAdamW opt;
+  AdamWStepStats stats;  // of the last step()
   // Destruction runs bottom-up: the engine drains in-flight transfers, then the file is closed,
   // the buffers unmapped and the file removed.
   RemoveOnExit remover;
@@ -86,7 +43,7 @@ struct AdamWStateFile::Impl {
   IoFile file;
   std::unique_ptr<IoEngine> engine;
 
-  Impl(std::size_t n, const AdamWStateFileOptions& options) : count(n) {
+  Impl(std::size_t n, const AdamWStateFileOptions& options) : count(n), opt(options.threads) {
     if (options.tag.find('/') != std::string::npos) {
       throw Error(ErrorCode::InvalidArgument,
                   fmt::format("adamw offload: tag '{}' goes into a file name and must not contain "
@@ -176,11 +133,28 @@ struct AdamWStateFile::Impl {
     ticket.reset();
   }
 
+  // settle(), counting the time blocked in tally.io_wait_s.
+  void settle_timed(std::optional<IoEngine::Ticket>& ticket, AdamWStepStats& tally) {
+    if (!ticket) return;
+    const auto start = Clock::now();
+    const auto add = [&] {
+      tally.io_wait_s += std::chrono::duration<double>(Clock::now() - start).count();
+    };
+    try {
+      settle(ticket);
+    } catch (...) {
+      add();
+      throw;
+    }
+    add();
+  }
+
   // Streams every chunk through the buffers: optionally read it, run body(k, m, v) on the
   // chunk's moments, optionally write it back. Up to `prefetch` reads run ahead of the body and
   // writes finish in the background; a buffer is reused only after its previous write is done.
+  // The time in body, the time blocked on transfers and the bytes moved are added to tally.
   template <class Body>
-  void stream(bool read, bool write, Body&& body) {
+  void stream(bool read, bool write, AdamWStepStats& tally, Body&& body) {
     const std::size_t n = chunks;
     const std::size_t nbuf = buffers.size();
     if (n == 0) return;
@@ -189,9 +163,10 @@ struct AdamWStateFile::Impl {
     std::vector<std::optional<IoEngine::Ticket>> writes(nbuf);
     const auto issue_read = [&](std::size_t k) {
       const std::size_t b = k % nbuf;
-      settle(writes[b]);
+      settle_timed(writes[b], tally);
       const IoRequest r = request(IoOp::Read, k, buffers[b]);
       reads[b] = engine->submit({&r, 1});
+      tally.bytes_read += r.length;
     };
     try {
       if (read) {
@@ -201,21 +176,24 @@ struct AdamWStateFile::Impl {
         const std::size_t b = k % nbuf;
         if (read) {
           if (k + prefetch < n) issue_read(k + prefetch);
-          settle(reads[b]);
+          settle_timed(reads[b], tally);
         } else {
-          settle(writes[b]);
+          settle_timed(writes[b], tally);
         }
         std::byte* base = buffers[b].data();
         const std::size_t len = chunk_count(k);
         const std::span<float> m(reinterpret_cast<float*>(base), len);
         const std::span<float> v(reinterpret_cast<float*>(base + half_bytes(k)), len);
+        const auto compute_start = Clock::now();
         body(k, m, v);
+        tally.compute_s += std::chrono::duration<double>(Clock::now() - compute_start).count();
         if (write) {
           const IoRequest w = request(IoOp::Write, k, buffers[b]);
           writes[b] = engine->submit({&w, 1});
+          tally.bytes_written += w.length;
         }
       }
-      for (auto& w : writes) settle(w);
+      for (auto& w : writes) settle_timed(w, tally);
     } catch (...) {
       // No transfer may still touch a buffer when this returns: the next call reuses them.
       for (auto* list : {&reads, &writes}) {
@@ -249,50 +227,29 @@ void AdamWStateFile::step(std::span<float> params, std::span<const float> grads,
                           std::int64_t t) {
   Impl& im = *impl_;
   im.check_usable();
-  check_length("params", params.size(), im.count);
-  check_length("grads", grads.size(), im.count);
-  if (t < 1) {
-    throw Error(ErrorCode::InvalidArgument,
-                fmt::format("adamw offload: step is {} but counts from 1", t));
-  }
-  kernels::validate(hyper);
-  const std::vector<DecayGroup> sorted = checked_groups(groups, im.count);
-  std::size_t first_group = 0;  // chunks come in order, so the groups' scan only moves forward
+  const std::vector<DecayGroup> sorted =
+      detail::check_step(params, grads, groups, hyper, t, im.count);
+  std::size_t cursor = 0;  // chunks come in order, so the groups' scan only moves forward
+  const auto start = Clock::now();
+  im.stats = {};
   try {
-    im.stream(true, true, [&](std::size_t k, std::span<float> m, std::span<float> v) {
-      const std::size_t lo = k * im.chunk;
-      const std::size_t hi = lo + m.size();
-      while (first_group < sorted.size() &&
-             sorted[first_group].offset + sorted[first_group].count <= lo) {
-        ++first_group;
-      }
-      for (std::size_t g = first_group; g < sorted.size() && sorted[g].offset < hi; ++g) {
-        const std::size_t a = std::max(lo, sorted[g].offset);
-        const std::size_t b = std::min(hi, sorted[g].offset + sorted[g].count);
-        if (a >= b) continue;
-        kernels::AdamWHyper h = hyper;
-        h.weight_decay = sorted[g].weight_decay;
-        kernels::adamw_step(params.subspan(a, b - a), grads.subspan(a, b - a),
-                            m.subspan(a - lo, b - a), v.subspan(a - lo, b - a), h, t);
-      }
+    im.stream(true, true, im.stats, [&](std::size_t k, std::span<float> m, std::span<float> v) {
+      detail::adamw_range(im.opt, sorted, cursor, k * im.chunk, params, grads, m, v, hyper, t);
     });
   } catch (const std::exception& e) {
     im.failure = e.what();
+    im.stats.total_s = std::chrono::duration<double>(Clock::now() - start).count();
     throw;
   }
-}
-
-void AdamWStateFile::step(std::span<float> params, std::span<const float> grads,
-                          const kernels::AdamWHyper& hyper, std::int64_t t) {
-  const DecayGroup all{0, impl_->count, hyper.weight_decay};
-  step(params, grads, {&all, 1}, hyper, t);
+  im.stats.total_s = std::chrono::duration<double>(Clock::now() - start).count();
 }
 
 void AdamWStateFile::read_moments(std::span<float> m, std::span<float> v) {
   Impl& im = *impl_;
-  check_length("m", m.size(), im.count);
-  check_length("v", v.size(), im.count);
-  im.stream(true, false, [&](std::size_t k, std::span<float> cm, std::span<float> cv) {
+  detail::check_length("m", m.size(), im.count);
+  detail::check_length("v", v.size(), im.count);
+  AdamWStepStats unused;
+  im.stream(true, false, unused, [&](std::size_t k, std::span<float> cm, std::span<float> cv) {
     std::copy(cm.begin(), cm.end(), m.begin() + static_cast<std::ptrdiff_t>(k * im.chunk));
     std::copy(cv.begin(), cv.end(), v.begin() + static_cast<std::ptrdiff_t>(k * im.chunk));
   });
@@ -300,9 +257,10 @@ void AdamWStateFile::read_moments(std::span<float> m, std::span<float> v) {
 
 void AdamWStateFile::write_moments(std::span<const float> m, std::span<const float> v) {
   Impl& im = *impl_;
-  check_length("m", m.size(), im.count);
-  check_length("v", v.size(), im.count);
-  im.stream(false, true, [&](std::size_t k, std::span<float> cm, std::span<float> cv) {
+  detail::check_length("m", m.size(), im.count);
+  detail::check_length("v", v.size(), im.count);
+  AdamWStepStats unused;
+  im.stream(false, true, unused, [&](std::size_t k, std::span<float> cm, std::span<float> cv) {
     const auto lo = static_cast<std::ptrdiff_t>(k * im.chunk);
     const auto n = static_cast<std::ptrdiff_t>(cm.size());
     std::copy(m.begin() + lo, m.begin() + lo + n, cm.begin());
@@ -313,6 +271,21 @@ void AdamWStateFile::write_moments(std::span<const float> m, std::span<const flo
 
 std::size_t AdamWStateFile::count() const noexcept {
   return impl_->count;
+}
+unsigned AdamWStateFile::threads() const noexcept {
+  return impl_->opt.threads();
+}
+AdamWStepStats AdamWStateFile::last_step_stats() const noexcept {
+  return impl_->stats;
+}
+std::string AdamWStateFile::describe() const {
+  const Impl& im = *impl_;
+  const std::string how = im.engine->kind() == IoEngineKind::Uring
+                              ? std::string("io_uring with O_DIRECT")
+                              : fmt::format("pread/pwrite ({})", im.reason);
+  return fmt::format("{:.1f} MiB in a file in {} through {}, chunks of {} parameters",
+                     static_cast<double>(im.bytes) / (1 << 20),
+                     im.file.path().parent_path().string(), how, im.chunk);
 }
 std::size_t AdamWStateFile::chunk_params() const noexcept {
   return impl_->chunk;

@@ -1,6 +1,8 @@
-// AdamWStateFile: optimizer-state offload for one rank: the AdamW moments m and v (fp32) of
-// `count` parameters live in a file on disk (NVMe), and step() streams them through pinned host
-// memory while the CPU AdamW kernel (kernels/adamw.h) updates the parameters in place.
+// AdamWStateFile: optimizer-state offload for one rank to NVMe (`strait train --offload-optimizer
+// nvme`): the AdamW moments m and v (fp32) of `count` parameters live in a file on disk, and
+// step() streams them through pinned host memory while kernels::ParallelAdamW updates the
+// parameters in place (the parameters, the fp32 master weights, stay with the caller: see
+// offload/adamw_state.h for what is offloaded and why).
 //
 // The file is created under a caller-given directory with a name holding the caller's tag (e.g.
 // "rank3"), the pid and a per-process counter, so concurrent ranks and runs never collide; it is
@@ -8,11 +10,13 @@
 // removed when the object is destroyed. Layout: parameters are cut into chunks of chunk_params;
 // chunk k is one contiguous extent [m of the chunk | v of the chunk], each half padded to the I/O
 // alignment, so a chunk is one read and one write. step() keeps `buffers` chunks in flight: it
-// reads chunk i+1 while chunk i is updated and chunk i-1 is written back (double buffering as in
-// ZeRO-Infinity, Rajbhandari et al., SC 2021). The arithmetic is exactly kernels::adamw_step over
-// the same elements, so results are bit-identical to running that kernel in memory.
-// Weight decay is per parameter range: DecayGroups cover [0, count) without gaps or overlaps (a
-// transformer exempts biases and LayerNorm weights); a chunk may straddle groups.
+// reads chunk i+1 (up to buffers - 2 chunks ahead) while chunk i is updated on all the update's
+// threads and chunk i-1 is written back (double buffering as in ZeRO-Infinity, Rajbhandari et
+// al., SC 2021); last_step_stats() tells how long the update waited for the disk. The arithmetic
+// is exactly kernels::adamw_step over the same elements, so results are bit-identical to running
+// that kernel in memory (and to HostAdamWState).
+// Weight decay is per parameter range (DecayGroup, offload/adamw_state.h); a chunk may straddle
+// groups.
 // Thread-safety: one thread at a time per object. Objects for different ranks are independent.
 // A moved-from object may only be destroyed or assigned to.
 // Errors: InvalidArgument for a missing, non-directory or unwritable directory (with the
@@ -31,15 +35,10 @@
 #include <string_view>
 
 #include "kernels/adamw.h"
+#include "offload/adamw_state.h"
 #include "offload/io_engine.h"
 
 namespace strait::offload {
-
-struct DecayGroup {
-  std::size_t offset = 0;  // first parameter of the group
-  std::size_t count = 0;   // parameters in the group
-  double weight_decay = 0.0;
-};
 
 struct AdamWStateFileOptions {
   std::filesystem::path dir;  // offload directory: must exist and be writable
@@ -48,7 +47,9 @@ struct AdamWStateFileOptions {
   // moves 4 MiB of moments per transfer, large enough for NVMe to reach full bandwidth.
   std::size_t chunk_params = std::size_t{512} * 1024;
   unsigned buffers = 3;  // pinned chunk buffers, >= 2; 3 overlaps a read, an update and a write
-  IoEngineOptions io;    // engine choice and tuning (see io_engine_factory.h)
+  // Threads of the update, the calling thread included; 0: std::thread::hardware_concurrency().
+  unsigned threads = 0;
+  IoEngineOptions io;  // engine choice and tuning (see io_engine_factory.h)
   // false (default): the file is unlinked as soon as it is preallocated, so it vanishes with the
   // process however that ends (SIGKILL included) and a killed job leaves no state on the disk;
   // path() then names where it was. true: the name stays until the object is destroyed (tests,
@@ -56,29 +57,30 @@ struct AdamWStateFileOptions {
   bool keep_name = false;
 };
 
-class AdamWStateFile {
+class AdamWStateFile final : public AdamWState {
  public:
   AdamWStateFile(std::size_t count, const AdamWStateFileOptions& options);
   AdamWStateFile(const AdamWStateFile&) = delete;
   AdamWStateFile& operator=(const AdamWStateFile&) = delete;
   AdamWStateFile(AdamWStateFile&&) noexcept;
   AdamWStateFile& operator=(AdamWStateFile&&) noexcept;
-  ~AdamWStateFile();
+  ~AdamWStateFile() override;
 
-  // One AdamW step (t >= 1) over all `count` parameters; params and grads have count elements.
-  // Each group's weight_decay replaces hyper.weight_decay inside the group.
+  // AdamWState's step (t >= 1) over all `count` parameters.
+  using AdamWState::step;
   void step(std::span<float> params, std::span<const float> grads,
-            std::span<const DecayGroup> groups, const kernels::AdamWHyper& hyper, std::int64_t t);
-  // The same with one group: hyper.weight_decay everywhere.
-  void step(std::span<float> params, std::span<const float> grads, const kernels::AdamWHyper& hyper,
-            std::int64_t t);
+            std::span<const DecayGroup> groups, const kernels::AdamWHyper& hyper,
+            std::int64_t t) override;
 
   // Copies the stored moments out (tests, checkpoints); m and v have count elements.
-  void read_moments(std::span<float> m, std::span<float> v);
+  void read_moments(std::span<float> m, std::span<float> v) override;
   // Replaces the stored moments (restoring a checkpoint); clears a failed step's Aborted state.
-  void write_moments(std::span<const float> m, std::span<const float> v);
+  void write_moments(std::span<const float> m, std::span<const float> v) override;
 
-  [[nodiscard]] std::size_t count() const noexcept;
+  [[nodiscard]] std::size_t count() const noexcept override;
+  [[nodiscard]] unsigned threads() const noexcept override;
+  [[nodiscard]] AdamWStepStats last_step_stats() const noexcept override;
+  [[nodiscard]] std::string describe() const override;
   [[nodiscard]] std::size_t chunk_params() const noexcept;  // after rounding
   [[nodiscard]] std::uint64_t file_bytes() const noexcept;  // preallocated size
   [[nodiscard]] const std::filesystem::path& path() const noexcept;

@@ -24,8 +24,8 @@
 #include "kernels/adamw.h"
 #include "kernels/gemm.h"
 #include "offload/activation_store.h"
-#include "offload/adamw_state_file.h"
 #include "offload/io_engine_factory.h"
+#include "offload/optimizer_offload.h"
 #include "scheduler/corpus.h"
 #include "scheduler/data.h"
 #include "scheduler/executor.h"
@@ -188,7 +188,7 @@ class Job {
   std::optional<ByteDataset> dataset_;
   std::unique_ptr<StageModel<float>> model_;
   std::unique_ptr<PipelineExecutor> executor_;
-  std::unique_ptr<offload::AdamWStateFile> moments_;
+  std::unique_ptr<offload::AdamWState> moments_;
   std::vector<offload::DecayGroup> groups_;
   std::vector<double> activations_;  // [slots..., slots without offload..., bytes per slot...]
   std::ofstream metrics_;
@@ -255,10 +255,12 @@ void Job::setup() {
         make_schedule(parse_schedule_kind(cfg_.schedule), p, cfg_.microbatches), stage_);
     at(2) = static_cast<double>(model_->stash_bytes());
   }
-  offload::AdamWStateFileOptions mopt;
-  mopt.dir = cfg_.offload_dir;
-  mopt.tag = fmt::format("rank{}", rank_);
-  moments_ = std::make_unique<offload::AdamWStateFile>(model_->params().size(), mopt);
+  offload::OptimizerOffloadOptions mopt;
+  mopt.where = offload::parse_optimizer_offload(cfg_.offload_optimizer);
+  mopt.threads = static_cast<unsigned>(threads);  // the update shares the cores as GEMMs do
+  mopt.file.dir = cfg_.offload_dir;
+  mopt.file.tag = fmt::format("rank{}", rank_);
+  moments_ = offload::make_adamw_state(model_->params().size(), mopt);
   groups_ = decay_groups(*model_, cfg_.weight_decay);
   if (rank_ == 0 && !cfg_.metrics.empty()) {
     metrics_.open(cfg_.metrics, std::ios::trunc);
@@ -374,13 +376,8 @@ void Job::run() {
     fmt::print("data: {} ({} train / {} held-out)\n", cfg_.data.string(),
                human_bytes(static_cast<double>(corpus.train().size())),
                human_bytes(static_cast<double>(corpus.eval().size())));
-    if (moments_->engine_kind() == offload::IoEngineKind::Uring) {
-      fmt::print("optimizer moments: a file per rank in {}, through io_uring with O_DIRECT\n",
-                 cfg_.offload_dir.string());
-    } else {
-      fmt::print("optimizer moments: a file per rank in {}, through pread/pwrite ({})\n",
-                 cfg_.offload_dir.string(), moments_->engine_reason());
-    }
+    fmt::print("optimizer moments (--offload-optimizer {}): rank 0's {}; update on {}\n",
+               cfg_.offload_optimizer, moments_->describe(), plural(moments_->threads(), "thread"));
     if (cfg_.offload_activations != "none") {
       fmt::print(
           "activations: offloaded to {} (prefetch {}): {} per replica in activation slots "
@@ -431,6 +428,7 @@ void Job::run() {
     world_->allreduce(agg, agg, 3, DType::F64, ReduceOp::Sum);
     const double dt = std::chrono::duration<double>(Clock::now() - step_start).count();
     train_s += dt;
+    const offload::AdamWStepStats opt = moments_->last_step_stats();
     if (rank_ == 0) {
       if ((step + 1) % cfg_.log_every == 0 || step == 0 || step + 1 == cfg_.steps) {
         fmt::print(
@@ -448,7 +446,12 @@ void Job::run() {
             {"tokens_per_s", tokens_per_step / dt},
             {"allreduce_bytes", static_cast<std::uint64_t>(agg[1])},
             {"offload_wait_s", agg[2]},  // mean over ranks
-            {"seconds", dt}});
+            {"seconds", dt},
+            // Rank 0's optimizer step: all of it, the update, and the wait for its I/O (nvme).
+            {"optimizer_seconds", opt.total_s},
+            {"optimizer_compute_seconds", opt.compute_s},
+            {"optimizer_io_wait_seconds", opt.io_wait_s},
+            {"optimizer_io_bytes", opt.bytes_read + opt.bytes_written}});
     }
     if (cfg_.eval_every > 0 && (step + 1) % cfg_.eval_every == 0 && step + 1 != cfg_.steps) {
       const double eval_loss = evaluate();
@@ -483,6 +486,7 @@ void Job::run() {
           {"codec", cfg_.codec_spec()},
           {"codec_warmup_steps", cfg_.codec_warmup_steps},
           {"freeze_variance_after", cfg_.freeze_variance_after()},
+          {"offload_optimizer", cfg_.offload_optimizer},
           {"offload_activations", cfg_.offload_activations},
           {"offload_prefetch", cfg_.offload_prefetch},
           {"activation_slots", slots},
@@ -569,7 +573,10 @@ void TrainConfig::validate() const {
   (void)parse_schedule_kind(schedule);
   (void)comm::CommOptions::default_timeout();  // a bad STRAIT_TIMEOUT_S fails here, once
   check_memory(*this);
-  check_writable(offload_dir);
+  if (offload::parse_optimizer_offload(offload_optimizer) == offload::OptimizerOffload::Nvme ||
+      offload_activations == "nvme") {
+    check_writable(offload_dir);
+  }
   if (!metrics.empty()) {
     const std::ofstream probe(metrics, std::ios::app);
     if (!probe) {

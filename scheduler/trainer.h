@@ -1,6 +1,7 @@
 // The training loop of `strait train`: one process per (stage, replica) pair trains the reference
 // transformer (scheduler/transformer.h) on a byte corpus, with pipeline parallelism across
-// `stages` and data parallelism across `replicas`, AdamW moments offloaded to files.
+// `stages` and data parallelism across `replicas`, AdamW moments in pinned RAM or on NVMe
+// (offload/optimizer_offload.h).
 //
 // Ranks: world rank = replica * stages + stage, so a replica's stages are neighbours. Groups: the
 // pipeline (same replica), the data-parallel group (same stage) and the tied-embedding group
@@ -11,7 +12,8 @@
 // Learning rate: linear warm-up over warmup_steps, then cosine decay to min_lr_ratio * lr
 // (as nanoGPT). Gradients are clipped to grad_clip in global norm.
 // Errors: strait::Error with a message naming the wrong setting and the fix (world size not
-// stages x replicas, more stages than layers, a missing data path or offload directory, ...).
+// stages x replicas, more stages than layers, a missing data path, an unknown --offload-optimizer,
+// a missing offload directory for nvme, ...).
 #pragma once
 
 #include <cstdint>
@@ -53,7 +55,8 @@ struct TrainConfig {
   std::string freeze_variance = "auto";
   // Data and offload.
   std::filesystem::path data = "/usr/share/games/fortunes";
-  std::filesystem::path offload_dir = "/var/tmp";
+  std::string offload_optimizer = "cpu";  // AdamW moments: "cpu" (pinned RAM) or "nvme" (files)
+  std::filesystem::path offload_dir = "/var/tmp";  // where nvme keeps them (optimizer, activations)
   // Activation offload (scheduler/schedule.h's add_activation_offload): "none", "cpu" (pinned host
   // buffers) or "nvme" (files in offload_dir); offload_prefetch: computes between a RELOAD and its
   // backward. Training gives the same bits either way; the model keeps fewer activation slots.

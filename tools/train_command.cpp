@@ -24,8 +24,12 @@ stages x replicas ranks of itself on this machine (as `strait run` does); under 
 `strait run` it runs as the rank the environment names. Rank = replica * stages + stage.
 Each step prints the loss (mean over the global batch), the learning rate, the global gradient
 norm, tokens per second and the bytes the gradient all-reduces sent (all ranks together); the end
-prints the held-out loss, the time taken and a greedy sample. Optimizer moments live in a file per
-rank under --offload-dir, streamed with io_uring and O_DIRECT where the file system allows.
+prints the held-out loss, the time taken and a greedy sample. The AdamW moments (8 bytes per
+parameter; the fp32 weights are the master weights and stay in the model) live in locked host RAM
+with --offload-optimizer cpu, or with nvme in a file per rank under --offload-dir, streamed in
+chunks through io_uring and O_DIRECT (where the file system allows) while the multithreaded
+AdamW updates the previous chunk. Both give bit-identical results; --metrics records each step's
+optimizer time and how long it waited for the disk.
 --offload-activations cpu|nvme moves a microbatch's stashed activations out of its stage after the
 forward and back before the backward (--offload-prefetch computes ahead): the losses are
 bit-identical, and each stage keeps at most prefetch + 1 activation slots instead of up to
@@ -113,8 +117,17 @@ void add_train_command(CLI::App& app, const std::vector<std::string>& argv, int&
       ->check(CLI::IsMember({"auto", "on", "off"}))
       ->capture_default_str();
   train->add_option("--data", *data, "Text file or directory of text files")->capture_default_str();
-  train->add_option("--offload-dir", *offload, "Directory for the per-rank optimizer-state files")
+  train
+      ->add_option("--offload-optimizer", c->offload_optimizer,
+                   "Where the AdamW moments live: cpu (pinned host RAM) or nvme (a file per rank "
+                   "under --offload-dir, streamed through io_uring)")
       ->capture_default_str();
+  CLI::Option* offload_dir =
+      train
+          ->add_option("--offload-dir", *offload,
+                       "Directory for the per-rank optimizer-state files (--offload-optimizer "
+                       "nvme)")
+          ->capture_default_str();
   train
       ->add_option("--offload-activations", c->offload_activations,
                    "Move each microbatch's stashed activations out of the model between its "
@@ -147,7 +160,7 @@ void add_train_command(CLI::App& app, const std::vector<std::string>& argv, int&
                    "Seconds before a stuck collective fails (sets STRAIT_TIMEOUT_S; default 300)")
       ->check(CLI::Range(0.001, 1e6));
 
-  train->callback([c, data, offload, metrics, timeout_s, argv, &exit_code] {
+  train->callback([c, data, offload, offload_dir, metrics, timeout_s, argv, &exit_code] {
     c->data = *data;
     c->offload_dir = *offload;
     c->metrics = *metrics;
@@ -157,6 +170,14 @@ void add_train_command(CLI::App& app, const std::vector<std::string>& argv, int&
       // Parent: fail fast on bad settings, then start the ranks.
       c->validate();
       check_data(*c);
+      if (offload_dir->count() > 0 && c->offload_optimizer != "nvme" &&
+          c->offload_activations != "nvme") {
+        fmt::print(stderr,
+                   "strait train: note: --offload-dir is unused: the optimizer state stays in "
+                   "RAM (--offload-optimizer {}) and activations are not offloaded to disk; pass "
+                   "--offload-optimizer nvme or --offload-activations nvme to use it\n",
+                   c->offload_optimizer);
+      }
       LaunchOptions launch_options;
       launch_options.nproc = c->world_size();
       launch_options.command = argv;

@@ -350,6 +350,42 @@ TEST(StraitTrain, FreezeVarianceAppliesFromTheCodecsFirstStep) {
   EXPECT_EQ(int8.summary.at("freeze_variance_after").get<int>(), 0);
 }
 
+// --- Optimizer state in RAM or on NVMe -----------------------------------------------------------
+
+// --offload-optimizer cpu keeps the AdamW moments in pinned RAM, nvme in a file per rank under
+// --offload-dir; both update with the same kernel over the same elements, so the runs are the same
+// bits: losses, gradient norms, the eval loss and the sample. Only nvme moves bytes to the disk.
+TEST(StraitTrain, OptimizerStateInRamOrOnNvmeGivesTheSameTrajectoryBitForBit) {
+  const Job job;
+  const std::vector<std::string> common = {
+      "--stages", "2", "--replicas", "1", "--microbatches", "4", "--steps", "6", "--warmup", "2"};
+  auto with = [&](std::vector<std::string> args) {
+    args.insert(args.begin(), common.begin(), common.end());
+    return args;
+  };
+  const Metrics cpu = train(job, "cpu", with({"--offload-optimizer", "cpu"}));
+  const Metrics nvme = train(job, "nvme", with({"--offload-optimizer", "nvme"}));
+  ASSERT_EQ(cpu.steps.size(), 6U);
+  ASSERT_EQ(nvme.steps.size(), 6U);
+  EXPECT_EQ(cpu.summary.at("offload_optimizer").get<std::string>(), "cpu");
+  EXPECT_EQ(nvme.summary.at("offload_optimizer").get<std::string>(), "nvme");
+  for (std::size_t s = 0; s < 6; ++s) {
+    EXPECT_EQ(cpu.steps[s].at("loss").get<double>(), nvme.steps[s].at("loss").get<double>())
+        << "step " << s + 1;
+    EXPECT_EQ(cpu.steps[s].at("grad_norm").get<double>(),
+              nvme.steps[s].at("grad_norm").get<double>())
+        << "step " << s + 1;
+    EXPECT_EQ(cpu.steps[s].at("optimizer_io_bytes").get<std::uint64_t>(), 0U);
+    EXPECT_GT(nvme.steps[s].at("optimizer_io_bytes").get<std::uint64_t>(), 0U);
+    EXPECT_GT(nvme.steps[s].at("optimizer_seconds").get<double>(), 0.0);
+  }
+  EXPECT_EQ(cpu.summary.at("eval_loss").get<double>(), nvme.summary.at("eval_loss").get<double>());
+  EXPECT_EQ(cpu.summary.at("sample").get<std::string>(),
+            nvme.summary.at("sample").get<std::string>());
+  // The files have no name from the start, so nothing is left in the directory.
+  EXPECT_TRUE(fs::is_empty(job.offload_dir()));
+}
+
 // --- Bad input: a clear error, quickly -----------------------------------------------------------
 
 // The launching `strait train` checks before starting any rank: nothing of the form
@@ -388,12 +424,35 @@ TEST(StraitTrainErrors, MoreStagesThanLayers) {
       run, {"--stages 3 is more than --layers 2", "use at most 2 stages or more layers"});
 }
 
+TEST(StraitTrainErrors, UnknownOptimizerPlacementListsTheChoices) {
+  const Job job;
+  Strait run(job.train_args({"--steps", "1", "--offload-optimizer", "gpu"}),
+             job.dir().path() / "out");
+  expect_rejected_before_launch(run, {"--offload-optimizer gpu", "use cpu", "or nvme"});
+}
+
 TEST(StraitTrainErrors, OffloadDirectoryThatDoesNotExist) {
   const Job job;
   const std::string missing = (job.dir().path() / "no-such-dir").string();
-  Strait run(job.train_args({"--steps", "1", "--offload-dir", missing}), job.dir().path() / "out");
+  Strait run(
+      job.train_args({"--steps", "1", "--offload-optimizer", "nvme", "--offload-dir", missing}),
+      job.dir().path() / "out");
   expect_rejected_before_launch(
       run, {"offload directory " + missing + " does not exist", "--offload-dir"});
+}
+
+// With the state in RAM the directory is not needed, and a user who passed one is told so.
+TEST(StraitTrainErrors, OffloadDirectoryIsUnusedWithTheStateInRam) {
+  const Job job;
+  const std::string missing = (job.dir().path() / "no-such-dir").string();
+  Strait run(job.train_args(
+                 {"--steps", "1", "--stages", "1", "--replicas", "1", "--offload-dir", missing}),
+             job.dir().path() / "out");
+  const int code = run.exit_code(kQuick);
+  const std::string out = run.output();
+  EXPECT_EQ(code, 0) << out;
+  EXPECT_TRUE(contains(out, "--offload-dir is unused")) << out;
+  EXPECT_TRUE(contains(out, "--offload-optimizer nvme")) << out;
 }
 
 TEST(StraitTrainErrors, OffloadDirectoryThatIsNotWritable) {
@@ -401,7 +460,8 @@ TEST(StraitTrainErrors, OffloadDirectoryThatIsNotWritable) {
   const strait::test::ScratchMount ro("tmpfs", MS_RDONLY, "size=1m");
   if (!ro.ok()) GTEST_SKIP() << "cannot mount a read-only tmpfs: " << ro.error();
   const Job job;
-  Strait run(job.train_args({"--steps", "1", "--offload-dir", ro.path().string()}),
+  Strait run(job.train_args({"--steps", "1", "--offload-optimizer", "nvme", "--offload-dir",
+                             ro.path().string()}),
              job.dir().path() / "out");
   expect_rejected_before_launch(
       run, {"offload directory " + ro.path().string() + " is not writable (Read-only file system)",
