@@ -557,8 +557,8 @@ void TrainConfig::validate() const {
   if (codec_warmup_steps < 0) {
     throw bad(fmt::format("--codec-warmup {} must be >= 0", codec_warmup_steps));
   }
-  if (freeze_variance != "auto" && freeze_variance != "on" && freeze_variance != "off") {
-    throw bad(fmt::format("--freeze-variance {} is not one of auto, on, off", freeze_variance));
+  if (freeze_variance != "on" && freeze_variance != "off") {
+    throw bad(fmt::format("--freeze-variance {} is not on or off", freeze_variance));
   }
   if (freeze_variance == "on" && codec.empty()) {
     throw bad("--freeze-variance on needs --codec: the variance freezes when the codec takes over");
@@ -587,11 +587,7 @@ void TrainConfig::validate() const {
 }
 
 std::int64_t TrainConfig::freeze_variance_after() const {
-  if (codec.empty() || codec_warmup_steps < 1 || freeze_variance == "off") return 0;
-  if (freeze_variance == "on") return codec_warmup_steps;
-  const std::string name = codec.substr(0, codec.find(':'));
-  const bool bursty = name == "topk" || name == "onebit" || name == "powersgd";
-  return bursty ? codec_warmup_steps : 0;
+  return !codec.empty() && freeze_variance == "on" ? codec_warmup_steps : 0;
 }
 
 std::string TrainConfig::codec_spec() const {

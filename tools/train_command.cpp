@@ -111,10 +111,9 @@ void add_train_command(CLI::App& app, const std::vector<std::string>& argv, int&
       ->capture_default_str();
   train
       ->add_option("--freeze-variance", c->freeze_variance,
-                   "Freeze AdamW's second moment when the codec takes over, as 1-bit Adam does "
-                   "(on, off, or auto: on for topk, onebit and powersgd, whose compressed "
-                   "gradients come in bursts, off for the casts and quantizers)")
-      ->check(CLI::IsMember({"auto", "on", "off"}))
+                   "Freeze AdamW's second moment when the codec takes over, as 1-bit Adam "
+                   "does (on or off)")
+      ->check(CLI::IsMember({"on", "off"}))
       ->capture_default_str();
   train->add_option("--data", *data, "Text file or directory of text files")->capture_default_str();
   train
