@@ -238,10 +238,11 @@ StepStats PipelineExecutor::run_step(std::int64_t step, std::span<const std::int
       case ActionKind::AllreduceGrad:
         for (const auto& w : sends) w.wait();
         sends.clear();
-        all_reduce_gradients(step, stats);
+        all_reduce_gradients(step, grad_clip, stats);
         break;
       case ActionKind::Optim:
-        stats.grad_norm = clip_gradients(grad_clip);
+        stats.grad_norm = clipped_ ? norm_ : clip_gradients(grad_clip);
+        clipped_ = false;
         optimizer(model_.params(), model_.grads());
         break;
     }
@@ -277,7 +278,7 @@ void PipelineExecutor::copy_failed(const char* what, int microbatch) const {
   }
 }
 
-void PipelineExecutor::all_reduce_gradients(std::int64_t step, StepStats& stats) {
+void PipelineExecutor::all_reduce_gradients(std::int64_t step, double grad_clip, StepStats& stats) {
   auto grads = model_.grads();
   const auto before = [](comm::Communicator* c) {
     return c != nullptr ? c->stats().allreduce_bytes : 0;
@@ -302,12 +303,53 @@ void PipelineExecutor::all_reduce_gradients(std::int64_t step, StepStats& stats)
                                 static_cast<std::size_t>(t.shape[1])});
         }
       }
-      comms_.data->allreduce_compressed(grads.data(), grads.data(), grads.size(), ReduceOp::Avg, c);
+      if (compression_.momentum) {
+        average_momentum(grads, grad_clip, c);
+      } else {
+        comms_.data->allreduce_compressed(grads.data(), grads.data(), grads.size(), ReduceOp::Avg,
+                                          c);
+      }
+      // Each stage's data-parallel group compressed its own buffer, so the first and the last
+      // stage's copies of the tied wte came out differently: average them back into one.
+      if (comms_.tied != nullptr) {
+        if (const auto tied = model_.tied_wte()) {
+          float* w = grads.data() + tied->offset;
+          comms_.tied->allreduce(w, w, tied->count, DType::F32, ReduceOp::Avg);
+        }
+      }
+      if (compression_.momentum) advance_momentum(grads);
     } else {
       comms_.data->allreduce(grads.data(), grads.data(), grads.size(), DType::F32, ReduceOp::Avg);
     }
   }
   stats.allreduce_bytes = before(comms_.tied) + before(comms_.data) - sent0;
+}
+
+void PipelineExecutor::average_momentum(std::span<float> grads, double grad_clip,
+                                        const comm::Compression& c) {
+  if (momentum_.size() != grads.size()) {
+    throw Error(ErrorCode::InvalidArgument,
+                fmt::format("momentum compression at stage {}: the momentum has {} values for {} "
+                            "parameters; call set_momentum with the optimizer's m at the switch",
+                            stage_, momentum_.size(), grads.size()));
+  }
+  norm_ = clip_gradients(grad_clip);  // this replica's own gradient (DGC's local clipping)
+  clipped_ = true;
+  // avg_r (g_r + b1 / (1 - b1) m) = avg_r (b1 m + (1 - b1) g_r) / (1 - b1): the local momenta,
+  // scaled so that the result is gradient-sized and needs no division afterwards.
+  const auto k = static_cast<float>(compression_.beta1 / (1.0 - compression_.beta1));
+  for (std::size_t i = 0; i < grads.size(); ++i) grads[i] += k * momentum_[i];
+  comms_.data->allreduce_compressed(grads.data(), grads.data(), grads.size(), ReduceOp::Avg, c);
+  for (std::size_t i = 0; i < grads.size(); ++i) grads[i] -= k * momentum_[i];
+}
+
+void PipelineExecutor::advance_momentum(std::span<const float> grads) {
+  // kernels/adamw_simd.h's m update, operation for operation, so the copy stays bit-identical.
+  const auto b1 = static_cast<float>(compression_.beta1);
+  const auto one_minus_b1 = static_cast<float>(1.0 - compression_.beta1);
+  for (std::size_t i = 0; i < grads.size(); ++i) {
+    momentum_[i] = b1 * momentum_[i] + one_minus_b1 * grads[i];
+  }
 }
 
 double PipelineExecutor::clip_gradients(double max_norm) {

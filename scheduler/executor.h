@@ -32,6 +32,7 @@
 #include <span>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "comm/communicator.h"
 #include "offload/activation_store.h"
@@ -53,9 +54,24 @@ struct PipelineComms {
 // gradients are large and fast-changing, and a lossy start costs more accuracy than it saves time.
 // Error feedback is keyed per stage ("grads/stage<s>"), so it starts with the first compressed
 // step.
+//
+// momentum = true compresses the momentum instead of the gradient, as 1-bit Adam (Tang et al.,
+// 2021, Algorithm 1) and Deep Gradient Compression's momentum correction (Lin et al., ICLR 2018)
+// do: each replica clips its own gradient g (local clipping, as DGC), forms its local momentum
+// b1 m + (1 - b1) g from the shared momentum m of the last step, and the replicas average that,
+// compressed with error feedback. The momentum changes slowly, so far less is lost to compression
+// and far less waits in the error-feedback residual than with raw gradients. The optimizer then
+// gets the gradient g' = (avg - b1 m) / (1 - b1) that makes AdamW's own momentum update land on
+// the compressed average (the executor keeps m in step with the optimizer's, bit for bit); g'
+// carries the compression error, so AdamW's second moment must be frozen from the switch on
+// (AdamWHyper::freeze_variance_after). The executor needs the optimizer's momentum at the switch
+// (set_momentum). Gradients are clipped before the average in this mode, so grad_norm is this
+// replica's own.
 struct GradientCompression {
   std::string codec{};  // codec spec ("int8", "topk:fraction=0.01"); empty: uncompressed
   std::int64_t warmup_steps = 0;
+  bool momentum = false;  // compress the momentum (1-bit Adam), not the gradient
+  double beta1 = 0.9;     // the optimizer's beta1 (momentum mode)
 };
 
 // Applies the update to params from grads (already averaged and clipped).
@@ -94,6 +110,10 @@ class PipelineExecutor {
   void set_gradient_compression(GradientCompression compression) {
     compression_ = std::move(compression);
   }
+  // Momentum mode: the optimizer's momentum (AdamW's m, one value per parameter, identical on
+  // every replica) before the first compressed step; the executor advances its copy from then on.
+  void set_momentum(std::vector<float> m) { momentum_ = std::move(m); }
+  [[nodiscard]] std::span<const float> momentum() const { return momentum_; }
 
   // Where OFFLOAD sends stashes (required before run_step when this stage's list has OFFLOADs).
   void set_activation_store(std::unique_ptr<offload::ActivationStore> store) {
@@ -106,7 +126,11 @@ class PipelineExecutor {
   [[nodiscard]] bool last_stage() const noexcept { return stage_ == schedule_.stages - 1; }
 
  private:
-  void all_reduce_gradients(std::int64_t step, StepStats& stats);
+  void all_reduce_gradients(std::int64_t step, double grad_clip, StepStats& stats);
+  // Momentum mode (GradientCompression::momentum): clips, averages the local momenta compressed
+  // and leaves in grads the gradient that takes AdamW's m there; then advances momentum_ by it.
+  void average_momentum(std::span<float> grads, double grad_clip, const comm::Compression& c);
+  void advance_momentum(std::span<const float> grads);
   // Waits for an activation copy; a failure becomes an Error naming `what`, the microbatch, stage.
   void wait_copy(std::future<void>& copy, const char* what, int microbatch, StepStats& stats) const;
   [[noreturn]] void copy_failed(const char* what, int microbatch) const;
@@ -117,6 +141,9 @@ class PipelineExecutor {
   StageModel<float>& model_;
   PipelineComms comms_;
   GradientCompression compression_;
+  std::vector<float> momentum_;  // momentum mode: AdamW's m as of the last step
+  bool clipped_ = false;         // this step's gradients were clipped before the average
+  double norm_ = 0;              // and their norm then
   std::unique_ptr<offload::ActivationStore> store_;
   int slots_ = 0;  // activation slots this schedule needs on this stage
   int batch_;

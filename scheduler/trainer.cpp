@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -180,6 +181,7 @@ class Job {
   void setup();
   double evaluate();
   std::vector<std::int32_t> generate();
+  void check_momentum();
   void emit(const nlohmann::json& record);
 
   const TrainConfig& cfg_;
@@ -241,7 +243,8 @@ void Job::setup() {
   PipelineComms comms{pipe_.get(), data_.get(), tied_.get()};
   executor_ = std::make_unique<PipelineExecutor>(schedule, stage_, *model_, comms,
                                                  cfg_.microbatch_size, cfg_.ctx);
-  executor_->set_gradient_compression({cfg_.codec_spec(), cfg_.codec_warmup_steps});
+  executor_->set_gradient_compression(
+      {cfg_.codec_spec(), cfg_.codec_warmup_steps, cfg_.compress == "momentum", cfg_.beta1});
   if (cfg_.offload_activations != "none")
     executor_->set_activation_store(make_activation_store(cfg_, rank_));
   // Activation memory of replica 0, per stage: resident slots and bytes, with and without offload.
@@ -270,6 +273,24 @@ void Job::setup() {
 
 void Job::emit(const nlohmann::json& record) {
   if (metrics_.is_open()) metrics_ << record.dump() << '\n' << std::flush;
+}
+
+// Momentum compression keeps its own copy of AdamW's m (executor.h); after training it must equal
+// the optimizer's bit for bit, or what was compressed was not the momentum. One read of the
+// moments per run.
+void Job::check_momentum() {
+  const std::span<const float> mine = executor_->momentum();
+  if (mine.empty()) return;
+  std::vector<float> m(mine.size()), v(mine.size());
+  moments_->read_moments(m, v);
+  for (std::size_t i = 0; i < m.size(); ++i) {
+    if (std::bit_cast<std::uint32_t>(m[i]) != std::bit_cast<std::uint32_t>(mine[i])) {
+      throw Error(ErrorCode::Internal,
+                  fmt::format("momentum compression at stage {}: the executor's momentum of "
+                              "parameter {} is {}, the optimizer's {}: their updates differ",
+                              stage_, i, mine[i], m[i]));
+    }
+  }
 }
 
 double Job::evaluate() {
@@ -389,8 +410,8 @@ void Job::run() {
                  human_bytes(act_bytes[0]), fmt::join(slots, "/"));
     }
     if (!cfg_.codec.empty()) {
-      fmt::print("gradient average: {} after {} uncompressed, with error feedback per stage{}\n",
-                 cfg_.codec_spec(), plural(cfg_.codec_warmup_steps, "step"),
+      fmt::print("{} average: {} after {} uncompressed, with error feedback per stage{}\n",
+                 cfg_.compress, cfg_.codec_spec(), plural(cfg_.codec_warmup_steps, "step"),
                  cfg_.freeze_variance_after() > 0 ? "; AdamW's variance frozen from then on" : "");
     }
     std::fflush(stdout);
@@ -416,6 +437,12 @@ void Job::run() {
     hyper.beta2 = cfg_.beta2;
     hyper.weight_decay = cfg_.weight_decay;
     hyper.freeze_variance_after = cfg_.freeze_variance_after();
+    if (cfg_.compress == "momentum" && !cfg_.codec.empty() && step == cfg_.codec_warmup_steps) {
+      // The momentum compression starts from the optimizer's own m (v is read and dropped).
+      std::vector<float> m(model_->params().size()), v(m.size());
+      moments_->read_moments(m, v);
+      executor_->set_momentum(std::move(m));
+    }
     const StepStats st =
         executor_->run_step(step, tokens, targets, cfg_.grad_clip,
                             [&](std::span<float> params, std::span<const float> grads) {
@@ -462,6 +489,7 @@ void Job::run() {
       }
     }
   }
+  check_momentum();
   const double tps = train_s > 0 ? tokens_per_step * cfg_.steps / train_s : 0.0;
   const double eval_loss = evaluate();
   if (rank_ == 0) {
@@ -486,6 +514,7 @@ void Job::run() {
           {"codec", cfg_.codec_spec()},
           {"codec_warmup_steps", cfg_.codec_warmup_steps},
           {"freeze_variance_after", cfg_.freeze_variance_after()},
+          {"compress", cfg_.compress},
           {"offload_optimizer", cfg_.offload_optimizer},
           {"offload_activations", cfg_.offload_activations},
           {"offload_prefetch", cfg_.offload_prefetch},
@@ -557,8 +586,24 @@ void TrainConfig::validate() const {
   if (codec_warmup_steps < 0) {
     throw bad(fmt::format("--codec-warmup {} must be >= 0", codec_warmup_steps));
   }
-  if (freeze_variance != "on" && freeze_variance != "off") {
-    throw bad(fmt::format("--freeze-variance {} is not on or off", freeze_variance));
+  if (freeze_variance != "auto" && freeze_variance != "on" && freeze_variance != "off") {
+    throw bad(fmt::format("--freeze-variance {} is not auto, on or off", freeze_variance));
+  }
+  if (compress != "gradient" && compress != "momentum") {
+    throw bad(fmt::format("--compress {} is not gradient or momentum", compress));
+  }
+  if (compress == "momentum" && codec.empty()) {
+    throw bad("--compress momentum needs --codec: name the codec that compresses the momentum");
+  }
+  if (compress == "momentum" && freeze_variance == "off") {
+    throw bad(
+        "--compress momentum freezes AdamW's variance at the switch (1-bit Adam): the gradient "
+        "the optimizer gets carries the compression error; drop --freeze-variance off");
+  }
+  if (compress == "momentum" && codec_warmup_steps < 1) {
+    throw bad(
+        "--compress momentum needs --codec-warmup >= 1: AdamW's second moment must be estimated "
+        "from uncompressed steps before it is frozen");
   }
   if (freeze_variance == "on" && codec.empty()) {
     throw bad("--freeze-variance on needs --codec: the variance freezes when the codec takes over");
@@ -587,7 +632,8 @@ void TrainConfig::validate() const {
 }
 
 std::int64_t TrainConfig::freeze_variance_after() const {
-  return !codec.empty() && freeze_variance == "on" ? codec_warmup_steps : 0;
+  const bool frozen = freeze_variance == "on" || compress == "momentum";
+  return !codec.empty() && frozen ? codec_warmup_steps : 0;
 }
 
 std::string TrainConfig::codec_spec() const {

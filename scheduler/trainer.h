@@ -49,9 +49,14 @@ struct TrainConfig {
   std::string codec_args;       // "key=value,..." for the codec ("fraction=0.01")
   int codec_warmup_steps = 30;  // uncompressed steps before the codec takes over
   // "on": AdamW's second moment stops updating when the codec takes over (kernels::AdamWHyper::
-  // freeze_variance_after; 1-bit Adam's compression stage). Off by default: on the reference
-  // transformer it did not close top-k's gap (bench/RESULTS.md, "Convergence").
-  std::string freeze_variance = "off";
+  // freeze_variance_after; 1-bit Adam's compression stage). "auto": on with compress ==
+  // "momentum", which needs it, else off (for gradient compression it did not close top-k's gap
+  // on the reference transformer: bench/RESULTS.md, "Convergence"). "off": never.
+  std::string freeze_variance = "auto";
+  // What the codec compresses: "gradient" (the gradients' average) or "momentum" (the replicas'
+  // local AdamW momenta, as 1-bit Adam; executor.h's GradientCompression::momentum), which
+  // freezes the variance at the switch.
+  std::string compress = "gradient";
   // Data and offload.
   std::filesystem::path data = "/usr/share/games/fortunes";
   std::string offload_optimizer = "cpu";  // AdamW moments: "cpu" (pinned RAM) or "nvme" (files)

@@ -112,8 +112,15 @@ void add_train_command(CLI::App& app, const std::vector<std::string>& argv, int&
   train
       ->add_option("--freeze-variance", c->freeze_variance,
                    "Freeze AdamW's second moment when the codec takes over, as 1-bit Adam "
-                   "does (on or off)")
-      ->check(CLI::IsMember({"on", "off"}))
+                   "does (auto: only with --compress momentum, which needs it)")
+      ->check(CLI::IsMember({"auto", "on", "off"}))
+      ->capture_default_str();
+  train
+      ->add_option("--compress", c->compress,
+                   "What the codec compresses: the gradient average, or each replica's AdamW "
+                   "momentum (1-bit Adam; far closer to uncompressed training for topk and "
+                   "onebit)")
+      ->check(CLI::IsMember({"gradient", "momentum"}))
       ->capture_default_str();
   train->add_option("--data", *data, "Text file or directory of text files")->capture_default_str();
   train

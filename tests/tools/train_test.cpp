@@ -342,6 +342,40 @@ TEST(StraitTrain, FreezeVarianceAppliesFromTheCodecsFirstStep) {
   EXPECT_EQ(loss(off, 9), loss(plain, 9));
 }
 
+// --compress momentum (1-bit Adam): with a near-lossless codec (bf16) and no clipping it is the
+// same training as averaging the gradients with AdamW's variance frozen at the switch, so the
+// two loss trajectories agree to bf16's rounding (the gradient the optimizer gets is the average
+// one); and the run ends normally only when the executor's copy of the momentum equals the
+// optimizer's bit for bit (Job::check_momentum). Before the switch both are the plain run.
+TEST(StraitTrain, MomentumCompressionTracksTheGradientAverageWithAFrozenVariance) {
+  const Job job;
+  const std::vector<std::string> common = {
+      "--stages", "1",    "--replicas",     "2", "--steps",     "16", "--warmup", "2",
+      "--codec",  "bf16", "--codec-warmup", "4", "--grad-clip", "0"};
+  auto with = [&](std::vector<std::string> args) {
+    args.insert(args.begin(), common.begin(), common.end());
+    return args;
+  };
+  const Metrics gradient = train(job, "gradient", with({"--freeze-variance", "on"}));
+  const Metrics momentum = train(job, "momentum", with({"--compress", "momentum"}));
+  EXPECT_EQ(momentum.summary.at("compress").get<std::string>(), "momentum");
+  EXPECT_EQ(momentum.summary.at("freeze_variance_after").get<int>(), 4);
+  const auto loss = [](const Metrics& m, std::size_t s) {
+    return m.steps[s].at("loss").get<double>();
+  };
+  ASSERT_EQ(gradient.steps.size(), 16U);
+  ASSERT_EQ(momentum.steps.size(), 16U);
+  for (std::size_t s = 0; s < 5; ++s) {
+    EXPECT_EQ(loss(momentum, s), loss(gradient, s)) << "step " << s + 1;
+  }
+  double largest = 0;
+  for (std::size_t s = 5; s < 16; ++s) {
+    largest = std::max(largest, relative_difference(loss(momentum, s), loss(gradient, s)));
+  }
+  EXPECT_GT(largest, 0.0);  // the momentum really went through the codec
+  EXPECT_LT(largest, 2e-3);
+}
+
 // --- Bad input: a clear error, quickly -----------------------------------------------------------
 
 // The launching `strait train` checks before starting any rank: nothing of the form
@@ -483,6 +517,21 @@ TEST(StraitTrainErrors, OffloadPrefetchBelowZero) {
       job.train_args({"--steps", "1", "--offload-activations", "cpu", "--offload-prefetch", "-1"}),
       job.dir().path() / "out");
   expect_rejected_before_launch(run, {"--offload-prefetch -1 must be >= 0"});
+}
+
+TEST(StraitTrainErrors, MomentumCompressionNeedsACodecAFrozenVarianceAndAWarmup) {
+  const Job job;
+  Strait no_codec(job.train_args({"--steps", "1", "--compress", "momentum"}),
+                  job.dir().path() / "out1");
+  expect_rejected_before_launch(no_codec, {"--compress momentum needs --codec"});
+  Strait unfrozen(job.train_args({"--steps", "1", "--codec", "onebit", "--compress", "momentum",
+                                  "--freeze-variance", "off"}),
+                  job.dir().path() / "out2");
+  expect_rejected_before_launch(unfrozen, {"drop --freeze-variance off"});
+  Strait no_warmup(job.train_args({"--steps", "1", "--codec", "onebit", "--compress", "momentum",
+                                   "--codec-warmup", "0"}),
+                   job.dir().path() / "out3");
+  expect_rejected_before_launch(no_warmup, {"--compress momentum needs --codec-warmup >= 1"});
 }
 
 // --- A rank killed mid-step ----------------------------------------------------------------------
