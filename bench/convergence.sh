@@ -5,8 +5,13 @@
 # each run's final eval loss against the uncompressed one: within 2% for bf16 and int8, 5% for the
 # rest (issue 4's bars). Every run uses error feedback and the same uncompressed warm-up.
 #   bench/convergence.sh [OUT_DIR]           (default bench/results/<date>-convergence)
-# Environment: STEPS (300), WARMUP (30, uncompressed steps before the codec), RUNS (the codec list
-# below, "SPEC=TOLERANCE" each), TRAIN_ARGS (extra `strait train` arguments).
+# Environment: STEPS (300), WARMUP (30, uncompressed steps before the codec, unless a run sets
+# its own), RUNS (the list below: "SPEC=TOLERANCE[/ARG/ARG...]" each, the ARGs extra `strait train`
+# arguments for that run, e.g. "onebit=0.05/--compress/momentum"), TRAIN_ARGS (extra arguments for
+# every run), PARALLEL (1: all runs at once, for machines with many cores; the results do not
+# depend on it).
+# The default recipes: the casts and quantizers average gradients after 30 steps; onebit and top-k
+# compress the momentum (1-bit Adam), top-k after 100 steps; PowerSGD averages gradients after 100.
 # Exit status 1 when a run misses its bar. Takes about 3 minutes per run on 2 idle cores.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -14,7 +19,7 @@ build=${STRAIT_BUILD_DIR:-$root/build}
 out=${1:-$root/bench/results/$(date -u +%Y-%m-%d)-convergence}
 steps=${STEPS:-300}
 warmup=${WARMUP:-30}
-read -r -a runs <<< "${RUNS:-bf16=0.02 int8=0.02 int4=0.05 topk:fraction=0.01=0.05 onebit=0.05 powersgd:rank=4=0.05}"
+read -r -a runs <<< "${RUNS:-bf16=0.02 int8=0.02 int4=0.05 topk:fraction=0.01=0.05/--compress/momentum/--codec-warmup/100 onebit=0.05/--compress/momentum powersgd:rank=4=0.05/--codec-warmup/100}"
 read -r -a extra <<< "${TRAIN_ARGS:-}"
 
 "$root/scripts/build.sh"
@@ -27,19 +32,29 @@ train() {  # NAME [strait train arguments...]
   "$build/strait" train --stages 1 --replicas 2 --steps "$steps" --eval-every 50 --sample-bytes 0 --log-every 50 \
     --metrics "$out/$name.jsonl" "$@" "${extra[@]}" | tee "$out/$name.log" | grep -E '^(done|eval|step)'
 }
-train none
+pids=()
+launch() {  # runs train in the background with PARALLEL=1, else in the foreground
+  if [ "${PARALLEL:-0}" = 1 ]; then train "$@" & pids+=($!); else train "$@"; fi
+}
+launch none
 judged=()
 for r in "${runs[@]}"; do
-  spec=${r%=*}
-  tol=${r##*=}
+  IFS=/ read -r -a parts <<< "$r"
+  head=${parts[0]}
+  spec=${head%=*}
+  tol=${head##*=}
   name=${spec%%:*}
   args=${spec#"$name"}
   args=${args#:}
-  file=$(echo "$spec" | tr ':=,' '___')
-  train "$file" --codec "$name" ${args:+--codec-args "$args"} --codec-warmup "$warmup"
+  recipe=("${parts[@]:1}")
+  file=$(echo "$spec${recipe[*]:+ ${recipe[*]}}" | tr ':=, ' '____' | tr -s '_-' | sed 's/_-/_/g')
+  own=()  # the run's own warm-up replaces WARMUP (strait train takes a flag once)
+  [[ " ${recipe[*]} " == *" --codec-warmup "* ]] || own=(--codec-warmup "$warmup")
+  launch "$file" --codec "$name" ${args:+--codec-args "$args"} "${own[@]}" "${recipe[@]}"
   judged+=("$out/$file.jsonl=$tol")
 done
+for p in "${pids[@]}"; do wait "$p"; done
 /usr/bin/python3 "$root/tools/plot/plot_convergence.py" --baseline "$out/none.jsonl" \
   --out "$out/loss_curves.png" \
-  --title "strait train, $steps steps, 2 replicas: compressed gradient averages (warm-up $warmup)" \
+  --title "strait train, $steps steps, 2 replicas: compressed averages (recipes in the legend)" \
   "${judged[@]}" | tee "$out/report.md"

@@ -44,27 +44,18 @@ struct AdamWStateFile::Impl {
   std::unique_ptr<IoEngine> engine;
 
   Impl(std::size_t n, const AdamWStateFileOptions& options) : count(n), opt(options.threads) {
-    if (options.tag.find('/') != std::string::npos) {
-      throw Error(ErrorCode::InvalidArgument,
-                  fmt::format("adamw offload: tag '{}' goes into a file name and must not contain "
-                              "'/'",
-                              options.tag));
-    }
     if (options.chunk_params == 0 || options.buffers < 2) {
       throw Error(ErrorCode::InvalidArgument,
                   fmt::format("adamw offload: chunk_params ({}) must be positive and buffers ({}) "
                               "at least 2",
                               options.chunk_params, options.buffers));
     }
-    check_offload_dir(options.dir);
-    IoEngineChoice choice = make_io_engine(options.dir, options.io);
-    engine = std::move(choice.engine);
-    reason = std::move(choice.reason);
-
-    static std::atomic<unsigned> serial{0};
-    const std::filesystem::path path = options.dir / fmt::format("strait-adamw-{}-pid{}-{}.moments",
-                                                                 options.tag, ::getpid(), serial++);
-    file = engine->open(path, OpenMode::CreateExclusive);
+    OffloadFile f = create_offload_file(options.dir, "adamw offload", "adamw", options.tag,
+                                        "moments", options.io);
+    engine = std::move(f.engine);
+    reason = std::move(f.reason);
+    file = std::move(f.file);
+    const std::filesystem::path path = f.path;
     remover.reset(path);
 
     const IoAlignment a = file.alignment();

@@ -144,4 +144,23 @@ IoEngineChoice make_io_engine(const std::filesystem::path& dir, const IoEngineOp
   }
 }
 
+OffloadFile create_offload_file(const std::filesystem::path& dir, std::string_view what,
+                                std::string_view kind, std::string_view tag, std::string_view ext,
+                                const IoEngineOptions& io) {
+  if (tag.find('/') != std::string_view::npos) {
+    throw Error(
+        ErrorCode::InvalidArgument,
+        fmt::format("{}: tag '{}' goes into a file name and must not contain '/'", what, tag));
+  }
+  check_offload_dir(dir);
+  IoEngineChoice choice = make_io_engine(dir, io);
+  static std::atomic<unsigned> serial{0};
+  OffloadFile out;
+  out.path = dir / fmt::format("strait-{}-{}-pid{}-{}.{}", kind, tag, ::getpid(), serial++, ext);
+  out.file = choice.engine->open(out.path, OpenMode::CreateExclusive);
+  out.engine = std::move(choice.engine);
+  out.reason = std::move(choice.reason);
+  return out;
+}
+
 }  // namespace strait::offload

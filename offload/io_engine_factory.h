@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "offload/io_engine.h"
 
@@ -30,5 +31,20 @@ IoEngineChoice make_io_engine(const std::filesystem::path& dir,
 
 // Throws InvalidArgument unless dir exists and is a directory, with the --offload-dir hint.
 void check_offload_dir(const std::filesystem::path& dir);
+
+// A new file for one object's offloaded data, created exclusively through the engine
+// make_io_engine picks for dir: <dir>/strait-<kind>-<tag>-pid<pid>-<n>.<ext>, n counting up within
+// the process, so concurrent ranks, runs and objects never collide. The caller removes it (e.g.
+// RemoveOnExit on path). Errors: InvalidArgument for a tag holding '/' (the message starts with
+// `what`) or a bad dir (check_offload_dir); those of make_io_engine and IoEngine::open.
+struct OffloadFile {
+  std::unique_ptr<IoEngine> engine;
+  std::string reason;  // why this engine (IoEngineChoice::reason)
+  IoFile file;
+  std::filesystem::path path;
+};
+OffloadFile create_offload_file(const std::filesystem::path& dir, std::string_view what,
+                                std::string_view kind, std::string_view tag, std::string_view ext,
+                                const IoEngineOptions& io);
 
 }  // namespace strait::offload

@@ -183,20 +183,12 @@ struct SwapStore::Impl {
   std::thread worker;  // last: started once everything above exists
 
   explicit Impl(const SwapStoreOptions& options) : checksum(options.checksum) {
-    if (options.tag.find('/') != std::string::npos) {
-      throw Error(ErrorCode::InvalidArgument,
-                  fmt::format("swap store: tag '{}' goes into a file name and must not contain "
-                              "'/'",
-                              options.tag));
-    }
-    check_offload_dir(options.dir);
-    IoEngineChoice choice = make_io_engine(options.dir, options.io);
-    engine = std::move(choice.engine);
-    reason = std::move(choice.reason);
-    static std::atomic<unsigned> serial{0};
-    const std::filesystem::path path = options.dir / fmt::format("strait-swap-{}-pid{}-{}.swap",
-                                                                 options.tag, ::getpid(), serial++);
-    file = engine->open(path, OpenMode::CreateExclusive);
+    OffloadFile f =
+        create_offload_file(options.dir, "swap store", "swap", options.tag, "swap", options.io);
+    engine = std::move(f.engine);
+    reason = std::move(f.reason);
+    file = std::move(f.file);
+    const std::filesystem::path path = f.path;
     remover.reset(path);
     const IoAlignment a = file.alignment();
     unit = std::max({page_size(), a.offset, a.memory});
