@@ -60,7 +60,12 @@ def moving_average(xs, window):
 
 def label_of(summary, path):
     codec = summary.get("codec") or "uncompressed"
-    return codec
+    if codec == "uncompressed":
+        return codec
+    # The recipe: what was compressed and after how many uncompressed steps.
+    what = summary.get("compress", "gradient")
+    warmup = summary.get("codec_warmup_steps")
+    return f"{codec} ({what}, warm-up {warmup})" if warmup is not None else codec
 
 
 def main():
