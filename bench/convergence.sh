@@ -11,7 +11,8 @@
 # every run), PARALLEL (1: all runs at once, for machines with many cores; the results do not
 # depend on it).
 # The default recipes: the casts and quantizers average gradients after 30 steps; onebit and top-k
-# compress the momentum (1-bit Adam), top-k after 100 steps; PowerSGD averages gradients after 100.
+# compress the momentum (1-bit Adam), top-k after 150 steps (after 100 it ends 6% above
+# uncompressed); PowerSGD averages gradients after 100.
 # Exit status 1 when a run misses its bar. Takes about 3 minutes per run on 2 idle cores.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -19,7 +20,7 @@ build=${STRAIT_BUILD_DIR:-$root/build}
 out=${1:-$root/bench/results/$(date -u +%Y-%m-%d)-convergence}
 steps=${STEPS:-300}
 warmup=${WARMUP:-30}
-read -r -a runs <<< "${RUNS:-bf16=0.02 int8=0.02 int4=0.05 topk:fraction=0.01=0.05/--compress/momentum/--codec-warmup/100 onebit=0.05/--compress/momentum powersgd:rank=4=0.05/--codec-warmup/100}"
+read -r -a runs <<< "${RUNS:-bf16=0.02 int8=0.02 int4=0.05 topk:fraction=0.01=0.05/--compress/momentum/--codec-warmup/150 onebit=0.05/--compress/momentum powersgd:rank=4=0.05/--codec-warmup/100}"
 read -r -a extra <<< "${TRAIN_ARGS:-}"
 
 "$root/scripts/build.sh"
