@@ -437,7 +437,8 @@ void Job::run() {
     hyper.beta2 = cfg_.beta2;
     hyper.weight_decay = cfg_.weight_decay;
     hyper.freeze_variance_after = cfg_.freeze_variance_after();
-    if (cfg_.compress == "momentum" && !cfg_.codec.empty() && step == cfg_.codec_warmup_steps) {
+    if (cfg_.compress == "momentum" && !cfg_.codec.empty() && cfg_.replicas > 1 &&
+        step == cfg_.codec_warmup_steps) {
       // The momentum compression starts from the optimizer's own m (v is read and dropped).
       std::vector<float> m(model_->params().size()), v(m.size());
       moments_->read_moments(m, v);

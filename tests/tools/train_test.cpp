@@ -374,6 +374,18 @@ TEST(StraitTrain, MomentumCompressionTracksTheGradientAverageWithAFrozenVariance
   }
   EXPECT_GT(largest, 0.0);  // the momentum really went through the codec
   EXPECT_LT(largest, 2e-3);
+
+  // One replica has no average to compress: the run is the plain one with v frozen at the switch.
+  const std::vector<std::string> alone = {"--stages",       "1", "--replicas", "1",
+                                          "--steps",        "8", "--codec",    "onebit",
+                                          "--codec-warmup", "4"};
+  std::vector<std::string> frozen = alone, momentum_alone = alone;
+  frozen.insert(frozen.end(), {"--freeze-variance", "on"});
+  momentum_alone.insert(momentum_alone.end(), {"--compress", "momentum"});
+  const Metrics a = train(job, "alone-frozen", frozen);
+  const Metrics b = train(job, "alone-momentum", momentum_alone);
+  ASSERT_EQ(b.steps.size(), 8U);
+  EXPECT_EQ(a.summary.at("eval_loss").get<double>(), b.summary.at("eval_loss").get<double>());
 }
 
 // --- Bad input: a clear error, quickly -----------------------------------------------------------
