@@ -440,7 +440,8 @@ void Job::run() {
     if (cfg_.compress == "momentum" && !cfg_.codec.empty() && cfg_.replicas > 1 &&
         step == cfg_.codec_warmup_steps) {
       // The momentum compression starts from the optimizer's own m (v is read and dropped).
-      std::vector<float> m(model_->params().size()), v(m.size());
+      const std::size_t n = model_->params().size();
+      std::vector<float> m(n), v(n);
       moments_->read_moments(m, v);
       executor_->set_momentum(std::move(m));
     }
