@@ -440,8 +440,8 @@ void Job::run() {
     if (cfg_.compress == "momentum" && !cfg_.codec.empty() && cfg_.replicas > 1 &&
         step == cfg_.codec_warmup_steps) {
       // The momentum compression starts from the optimizer's own m (v is read and dropped).
-      const std::size_t n = model_->params().size();
-      std::vector<float> m(n), v(n);
+      const std::size_t params = model_->params().size();
+      std::vector<float> m(params), v(params);
       moments_->read_moments(m, v);
       executor_->set_momentum(std::move(m));
     }

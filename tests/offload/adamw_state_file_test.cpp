@@ -17,6 +17,7 @@
 #include "tests/common/scratch_mount.h"
 #include "tests/common/temp_dir.h"
 #include "tests/common/text.h"
+#include "tests/offload/adamw_reference.h"
 #include "tests/offload/test_util.h"
 
 namespace strait::offload {
@@ -27,38 +28,10 @@ using strait::test::contains;
 using strait::test::ScratchMount;
 using strait::test::TempDir;
 
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
-
-std::vector<float> random_vector(std::size_t n, std::mt19937& rng, float scale) {
-  std::normal_distribution<float> dist(0.0F, scale);
-  std::vector<float> out(n);
-  for (float& x : out) x = dist(rng);
-  return out;
-}
-
-// Three groups with different decay whose borders fall inside chunks (and an empty one for n < 3).
-std::vector<DecayGroup> three_groups(std::size_t n) {
-  const std::size_t a = n / 3;
-  const std::size_t b = n / 2;
-  return {{0, a, 0.1}, {a, b - a, 0.0}, {b, n - b, 0.01}};
-}
-
-// The reference: the same kernel over whole groups, all in memory.
-struct InMemory {
-  std::vector<float> p, m, v;
-  void step(const std::vector<float>& g, const std::vector<DecayGroup>& groups,
-            const AdamWHyper& hyper, std::int64_t t) {
-    for (const DecayGroup& grp : groups) {
-      AdamWHyper h = hyper;
-      h.weight_decay = grp.weight_decay;
-      const auto sub = [&](auto& vec) { return std::span(vec).subspan(grp.offset, grp.count); };
-      kernels::adamw_step(sub(p), std::span<const float>(g).subspan(grp.offset, grp.count), sub(m),
-                          sub(v), h, t);
-    }
-  }
-};
+using testing::InMemory;
+using testing::random_vector;
+using testing::same_bits;
+using testing::three_groups;
 
 AdamWStateFileOptions options_for(const std::filesystem::path& dir, IoEngineKind kind,
                                   std::size_t chunk, unsigned buffers) {

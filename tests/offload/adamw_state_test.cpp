@@ -22,6 +22,7 @@
 #include "offload/optimizer_offload.h"
 #include "tests/common/temp_dir.h"
 #include "tests/common/text.h"
+#include "tests/offload/adamw_reference.h"
 #include "tests/offload/test_util.h"
 
 namespace strait::offload {
@@ -31,38 +32,10 @@ using kernels::AdamWHyper;
 using strait::test::contains;
 using strait::test::TempDir;
 
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
-
-std::vector<float> random_vector(std::size_t n, std::mt19937& rng, float scale) {
-  std::normal_distribution<float> dist(0.0F, scale);
-  std::vector<float> out(n);
-  for (float& x : out) x = dist(rng);
-  return out;
-}
-
-// Three groups with different decay, borders inside chunks and tiles.
-std::vector<DecayGroup> three_groups(std::size_t n) {
-  const std::size_t a = n / 3;
-  const std::size_t b = n / 2;
-  return {{0, a, 0.1}, {a, b - a, 0.0}, {b, n - b, 0.01}};
-}
-
-// The plain loop: kernels::adamw_step over each whole group, in memory, on one thread.
-struct PlainLoop {
-  std::vector<float> p, m, v;
-  void step(const std::vector<float>& g, const std::vector<DecayGroup>& groups,
-            const AdamWHyper& hyper, std::int64_t t) {
-    for (const DecayGroup& grp : groups) {
-      AdamWHyper h = hyper;
-      h.weight_decay = grp.weight_decay;
-      const auto sub = [&](auto& vec) { return std::span(vec).subspan(grp.offset, grp.count); };
-      kernels::adamw_step(sub(p), std::span<const float>(g).subspan(grp.offset, grp.count), sub(m),
-                          sub(v), h, t);
-    }
-  }
-};
+using testing::InMemory;
+using testing::random_vector;
+using testing::same_bits;
+using testing::three_groups;
 
 // Naive AdamW in double precision (torch.optim.AdamW's formula), as an independent check that the
 // groups' decay and the bias correction are applied at all.
@@ -123,7 +96,7 @@ TEST_P(AdamWStateTest, MatchesThePlainKernelLoopBitForBitAtAnyThreadCount) {
     ASSERT_EQ(state->count(), n);
     EXPECT_EQ(state->threads(), threads);
     std::vector<float> params = random_vector(n, rng, 1.0F);
-    PlainLoop plain{params, std::vector<float>(n, 0.0F), std::vector<float>(n, 0.0F)};
+    InMemory plain{params, std::vector<float>(n, 0.0F), std::vector<float>(n, 0.0F)};
     DoubleAdamW exact{std::vector<double>(params.begin(), params.end()), std::vector<double>(n, 0),
                       std::vector<double>(n, 0)};
     for (int t = 1; t <= 4; ++t) {
@@ -148,8 +121,8 @@ TEST_P(AdamWStateTest, RestoredMomentsContinueLikeThePlainLoop) {
   const std::size_t n = 5000;
   std::mt19937 rng(3);
   const std::unique_ptr<AdamWState> state = make(n, 2, 1024);
-  PlainLoop plain{random_vector(n, rng, 1.0F), random_vector(n, rng, 0.1F),
-                  random_vector(n, rng, 0.1F)};
+  InMemory plain{random_vector(n, rng, 1.0F), random_vector(n, rng, 0.1F),
+                 random_vector(n, rng, 0.1F)};
   for (float& x : plain.v) x = x * x;  // v >= 0
   state->write_moments(plain.m, plain.v);
   std::vector<float> params = plain.p;
