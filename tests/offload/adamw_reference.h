@@ -15,11 +15,11 @@
 
 namespace strait::offload::testing {
 
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+inline bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
-std::vector<float> random_vector(std::size_t n, std::mt19937& rng, float scale) {
+inline std::vector<float> random_vector(std::size_t n, std::mt19937& rng, float scale) {
   std::normal_distribution<float> dist(0.0F, scale);
   std::vector<float> out(n);
   for (float& x : out) x = dist(rng);
@@ -27,7 +27,7 @@ std::vector<float> random_vector(std::size_t n, std::mt19937& rng, float scale) 
 }
 
 // Three groups with different decay whose borders fall inside chunks (and an empty one for n < 3).
-std::vector<DecayGroup> three_groups(std::size_t n) {
+inline std::vector<DecayGroup> three_groups(std::size_t n) {
   const std::size_t a = n / 3;
   const std::size_t b = n / 2;
   return {{0, a, 0.1}, {a, b - a, 0.0}, {b, n - b, 0.01}};
