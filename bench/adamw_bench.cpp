@@ -56,6 +56,20 @@ std::vector<float> random_floats(std::size_t n, std::uint32_t seed, float scale)
   return v;
 }
 
+// One JSON line for a memory-bandwidth probe: `kind` moved bytes_per_element over `elements`;
+// AdamW's bound is that bandwidth over its 28 bytes per parameter.
+void print_bound(const char* kind, std::size_t elements, double bytes_per_element, unsigned threads,
+                 int reps, const Times& t) {
+  const double bytes = bytes_per_element * static_cast<double>(elements);
+  const double gbs = bytes / t.median / 1e9;
+  fmt::print(
+      "{{\"kind\": \"{}\", \"elements\": {}, \"threads\": {}, \"reps\": {}, \"median_s\": "
+      "{:.6f}, \"best_s\": {:.6f}, \"gb_per_s\": {:.2f}, \"best_gb_per_s\": {:.2f}, "
+      "\"adamw_bound_params_per_s\": {:.4e}}}\n",
+      kind, elements, threads, reps, t.median, t.best, gbs, bytes / t.best / 1e9, gbs * 1e9 / 28.0);
+  std::fflush(stdout);
+}
+
 // Calls f(lo, hi) over [0, n) in AdamW's tiles on the pool.
 template <class F>
 void opt_free_pool_run(strait::kernels::TilePool& pool, std::size_t n, F&& f) {
@@ -118,14 +132,7 @@ int main(int argc, char** argv) try {
         for (std::size_t i = lo; i < hi; ++i) ap[i] = bp[i] + s * cp[i];
       });
     });
-    const double triad_gbs = 12.0 * static_cast<double>(tn) / tt.median / 1e9;
-    fmt::print(
-        "{{\"kind\": \"triad\", \"elements\": {}, \"threads\": {}, \"reps\": {}, \"median_s\": "
-        "{:.6f}, \"best_s\": {:.6f}, \"gb_per_s\": {:.2f}, \"best_gb_per_s\": {:.2f}, "
-        "\"adamw_bound_params_per_s\": {:.4e}}}\n",
-        tn, pool.threads(), reps, tt.median, tt.best, triad_gbs, 12.0 * tn / tt.best / 1e9,
-        triad_gbs * 1e9 / 28.0);
-    std::fflush(stdout);
+    print_bound("triad", tn, 12.0, pool.threads(), reps, tt);
 
     // AdamW's own access pattern without its arithmetic: read p, g, m, v, write p, m, v in place
     // (28 B per element, no write-allocate traffic since every written line was just read). The
@@ -144,14 +151,7 @@ int main(int argc, char** argv) try {
         }
       });
     });
-    const double stream_gbs = 28.0 * static_cast<double>(n) / st.median / 1e9;
-    fmt::print(
-        "{{\"kind\": \"stream28\", \"elements\": {}, \"threads\": {}, \"reps\": {}, "
-        "\"median_s\": {:.6f}, \"best_s\": {:.6f}, \"gb_per_s\": {:.2f}, \"best_gb_per_s\": "
-        "{:.2f}, \"adamw_bound_params_per_s\": {:.4e}}}\n",
-        n, pool.threads(), reps, st.median, st.best, stream_gbs, 28.0 * n / st.best / 1e9,
-        stream_gbs * 1e9 / 28.0);
-    std::fflush(stdout);
+    print_bound("stream28", n, 28.0, pool.threads(), reps, st);
   }
   return 0;
 } catch (const std::exception& e) {

@@ -2,13 +2,11 @@
 
 #include <gtest/gtest.h>
 #include <hwloc.h>
-#include <linux/capability.h>
 #include <sched.h>
 #include <spdlog/sinks/ostream_sink.h>
 #include <spdlog/spdlog.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -394,15 +392,7 @@ TEST(PinnedPool, UnlockedBuffersWhenRlimitMemlockRefuses) {
   STRAIT_SKIP_IF_MLOCK_INTERCEPTED();
   // In a child: drop CAP_IPC_LOCK and set RLIMIT_MEMLOCK to 0, so mlock must fail.
   const int code = testing::run_in_child([] {
-    __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
-    __user_cap_data_struct caps[2]{};
-    if (::syscall(SYS_capget, &header, caps) != 0) return 77;
-    caps[0].effective &= ~(1U << CAP_IPC_LOCK);
-    if (::syscall(SYS_capset, &header, caps) != 0) return 77;
-    rlimit lim{};
-    ::getrlimit(RLIMIT_MEMLOCK, &lim);
-    lim.rlim_cur = 0;
-    if (::setrlimit(RLIMIT_MEMLOCK, &lim) != 0) return 77;
+    if (!testing::forbid_mlock()) return 77;
 
     auto log = std::make_shared<std::ostringstream>();
     auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(*log);

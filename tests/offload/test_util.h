@@ -3,7 +3,10 @@
 // works here. Scratch directories and mounts are in tests/common/ (temp_dir.h, scratch_mount.h).
 #pragma once
 
+#include <linux/capability.h>
 #include <stdlib.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -46,6 +49,20 @@ class EnvGuard {
   std::string name_;
   std::optional<std::string> old_;
 };
+
+// Makes mlock fail in this process (meant for a run_in_child child): drops CAP_IPC_LOCK from the
+// effective set and lowers RLIMIT_MEMLOCK to 0. False when the kernel refuses either step.
+inline bool forbid_mlock() {
+  __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
+  __user_cap_data_struct caps[2]{};
+  if (::syscall(SYS_capget, &header, caps) != 0) return false;
+  caps[0].effective &= ~(1U << CAP_IPC_LOCK);
+  if (::syscall(SYS_capset, &header, caps) != 0) return false;
+  rlimit lim{};
+  ::getrlimit(RLIMIT_MEMLOCK, &lim);
+  lim.rlim_cur = 0;
+  return ::setrlimit(RLIMIT_MEMLOCK, &lim) == 0;
+}
 
 // Runs fn in a forked child and returns its exit code (fn's return value; 128 + signal when it
 // died of one). The child exits with _exit, so no test state is torn down twice.
