@@ -25,7 +25,16 @@ if(NOT STRAIT_WITH_CUDA STREQUAL "OFF")
     endif()
     set(CMAKE_CUDA_STANDARD 20)
     set(CMAKE_CUDA_STANDARD_REQUIRED ON)
+    # Debian 12's CMake 3.25.1 FindCUDAToolkit marks CUDA::nvToolsExt deprecated whenever
+    # CMAKE_MINIMUM_REQUIRED_VERSION >= 3.25, without checking that the target exists, and CUDA 13
+    # ships no libnvToolsExt: "set_property could not find TARGET CUDA::nvToolsExt" (fixed in
+    # 3.25.2). That version is all the guard reads, so lower it around the call; all it costs is
+    # a deprecation notice for a target strait does not use. tests/install/stock_cmake.sh
+    # configures against Debian's unpatched modules to keep this working.
+    set(strait_saved_minimum_version "${CMAKE_MINIMUM_REQUIRED_VERSION}")
+    set(CMAKE_MINIMUM_REQUIRED_VERSION 3.24)
     find_package(CUDAToolkit REQUIRED)
+    set(CMAKE_MINIMUM_REQUIRED_VERSION "${strait_saved_minimum_version}")
     set(STRAIT_HAVE_CUDA ON)
     find_path(NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS} /usr/local/cuda/include)
     find_library(NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR} /usr/local/cuda/lib64)

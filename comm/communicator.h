@@ -54,6 +54,7 @@
 #include "comm/compress/matrix_shape.h"
 #include "comm/sites.h"
 #include "comm/work.h"
+#include "core/export.h"
 #include "kernels/cuda_stream.h"
 #include "kernels/dtype.h"
 #include "kernels/reduce.h"
@@ -68,7 +69,7 @@ class AlgorithmTable;
 class CompressionState;
 struct Hierarchy;
 
-struct CommOptions {
+struct STRAIT_API CommOptions {
   // Deadline of every operation, and of connecting to peers. Default: STRAIT_TIMEOUT_S or 300 s.
   std::chrono::milliseconds timeout = default_timeout();
   // Which algorithm runs each collective, for this communicator and those split from it
@@ -122,7 +123,7 @@ struct Compression {
   std::vector<MatrixShape> matrices{};
 };
 
-class Communicator {
+class STRAIT_API Communicator {
   struct Key {
     explicit Key() = default;
   };

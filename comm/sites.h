@@ -24,9 +24,11 @@
 #include <string_view>
 #include <vector>
 
+#include "core/export.h"
+
 namespace strait::comm {
 
-struct Sites {
+struct STRAIT_API Sites {
   // site_of[r]: the site (0 .. count() - 1) of world rank r.
   std::vector<int> site_of;
   // Where they came from ("STRAIT_SITES", "STRAIT_TOPOLOGY_FILE=...", "measured", ...).
@@ -58,6 +60,7 @@ struct Sites {
 // components of the fast links (so a rank with no fast link is a site of its own), numbered by
 // their lowest rank. Default factor 4: shared memory or a LAN next to a WAN differ by 10-1000x,
 // while two ranks of one cluster rarely differ by more than 2x.
-Sites cluster_by_bandwidth(const std::vector<double>& bandwidth, int world, double factor = 4.0);
+STRAIT_API Sites cluster_by_bandwidth(const std::vector<double>& bandwidth, int world,
+                                      double factor = 4.0);
 
 }  // namespace strait::comm

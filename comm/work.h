@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/export.h"
 
 namespace strait::comm {
 
@@ -38,7 +39,7 @@ class ProgressEngine;
 enum class DeadlineStart : std::uint8_t { AtSubmit, AtWait };
 
 // Shared between the handle and the engine.
-class WorkState {
+class STRAIT_API WorkState {
  public:
   explicit WorkState(std::string description) : description_(std::move(description)) {}
 
@@ -66,7 +67,7 @@ class WorkState {
   std::vector<std::function<void(const std::optional<Error>&)>> callbacks_;
 };
 
-class Work {
+class STRAIT_API Work {
  public:
   Work() = default;
   explicit Work(std::shared_ptr<WorkState> state) : state_(std::move(state)) {}

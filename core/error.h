@@ -9,6 +9,8 @@
 #include <string>
 #include <string_view>
 
+#include "core/export.h"
+
 namespace strait {
 
 enum class ErrorCode {
@@ -22,9 +24,9 @@ enum class ErrorCode {
   Internal,         // a bug in strait: please report it
 };
 
-std::string_view to_string(ErrorCode code) noexcept;
+STRAIT_API std::string_view to_string(ErrorCode code) noexcept;
 
-class Error : public std::runtime_error {
+class STRAIT_API Error : public std::runtime_error {
  public:
   Error(ErrorCode code, const std::string& message);
   [[nodiscard]] ErrorCode code() const noexcept { return code_; }

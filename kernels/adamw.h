@@ -33,6 +33,8 @@
 #include <memory>
 #include <span>
 
+#include "core/export.h"
+
 namespace strait::kernels {
 
 class TilePool;
@@ -53,13 +55,13 @@ struct AdamWHyper {
 };
 
 // Throws InvalidArgument naming the first hyperparameter out of range.
-void validate(const AdamWHyper& hyper);
+STRAIT_API void validate(const AdamWHyper& hyper);
 
 // One AdamW step on the calling thread, in place on params, m and v (and params_bf16 if given).
 // Thread-safety: pure function over caller-owned memory; disjoint ranges may run in parallel.
-void adamw_step(std::span<float> params, std::span<const float> grads, std::span<float> m,
-                std::span<float> v, const AdamWHyper& hyper, std::int64_t step,
-                std::span<std::uint16_t> params_bf16 = {});
+STRAIT_API void adamw_step(std::span<float> params, std::span<const float> grads,
+                           std::span<float> m, std::span<float> v, const AdamWHyper& hyper,
+                           std::int64_t step, std::span<std::uint16_t> params_bf16 = {});
 
 // The same step spread over a persistent pool of threads: the range is cut into tiles of
 // kTileParams parameters (a multiple of every vector width, so each tile starts at the range's own
@@ -67,7 +69,7 @@ void adamw_step(std::span<float> params, std::span<const float> grads, std::span
 // alone. Results are bit-identical to adamw_step() whatever the thread count.
 // Thread-safety: step() may be called from several threads; calls on one object take turns.
 // A moved-from object may only be destroyed or assigned to.
-class ParallelAdamW {
+class STRAIT_API ParallelAdamW {
  public:
   // 64 KiB of each fp32 array per tile: p, g, m and v of a tile (256 KiB) stay within one core's
   // L2 while it is updated, and a tile (~10-50 us of work) makes the counter's cost noise.

@@ -27,19 +27,20 @@
 #include <cstddef>
 #include <string_view>
 
+#include "core/export.h"
 #include "kernels/dtype.h"
 
 namespace strait::kernels {
 
 enum class ReduceOp : std::uint8_t { Sum, Prod, Min, Max, Avg };
 
-std::string_view reduce_op_name(ReduceOp op) noexcept;
+STRAIT_API std::string_view reduce_op_name(ReduceOp op) noexcept;
 
-void reduce(DType dtype, ReduceOp op, void* inout, const void* in, std::size_t count);
+STRAIT_API void reduce(DType dtype, ReduceOp op, void* inout, const void* in, std::size_t count);
 
 // inout[i] *= factor for float dtypes, computed in the element type's precision: factor is
 // rounded to f32 for f32/f16/bf16, and f16/bf16 are widened and rounded back as in reduce(). Same
 // paths, buffers and bit-identity as reduce().
-void scale(DType dtype, void* inout, std::size_t count, double factor);
+STRAIT_API void scale(DType dtype, void* inout, std::size_t count, double factor);
 
 }  // namespace strait::kernels

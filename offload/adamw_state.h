@@ -34,6 +34,7 @@
 #include <string>
 #include <vector>
 
+#include "core/export.h"
 #include "kernels/adamw.h"
 
 namespace strait::offload {
@@ -56,7 +57,7 @@ struct AdamWStepStats {
   std::uint64_t bytes_written = 0;
 };
 
-class AdamWState {
+class STRAIT_API AdamWState {
  public:
   AdamWState() = default;
   AdamWState(const AdamWState&) = delete;

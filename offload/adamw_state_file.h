@@ -34,6 +34,7 @@
 #include <string>
 #include <string_view>
 
+#include "core/export.h"
 #include "kernels/adamw.h"
 #include "offload/adamw_state.h"
 #include "offload/io_engine.h"
@@ -57,7 +58,7 @@ struct AdamWStateFileOptions {
   bool keep_name = false;
 };
 
-class AdamWStateFile final : public AdamWState {
+class STRAIT_API AdamWStateFile final : public AdamWState {
  public:
   AdamWStateFile(std::size_t count, const AdamWStateFileOptions& options);
   AdamWStateFile(const AdamWStateFile&) = delete;

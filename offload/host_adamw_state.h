@@ -20,6 +20,7 @@
 #include <span>
 #include <string>
 
+#include "core/export.h"
 #include "kernels/adamw.h"
 #include "offload/adamw_state.h"
 #include "offload/pinned_buffer.h"
@@ -31,7 +32,7 @@ struct HostAdamWStateOptions {
   unsigned threads = 0;
 };
 
-class HostAdamWState final : public AdamWState {
+class STRAIT_API HostAdamWState final : public AdamWState {
  public:
   HostAdamWState(std::size_t count, const HostAdamWStateOptions& options);
   HostAdamWState(const HostAdamWState&) = delete;

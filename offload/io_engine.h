@@ -29,6 +29,7 @@
 #include <string>
 #include <string_view>
 
+#include "core/export.h"
 #include "offload/io_file.h"
 
 namespace strait::offload {
@@ -53,14 +54,14 @@ struct IoRequest {
 };
 
 // "read of 4096 bytes at offset 8192 of /nvme/x": the prefix of every I/O error message.
-std::string describe(const IoRequest& request);
+STRAIT_API std::string describe(const IoRequest& request);
 
 // Throws InvalidArgument when the request cannot be issued as it is (see the header comment).
-void validate(const IoRequest& request);
+STRAIT_API void validate(const IoRequest& request);
 
 enum class IoEngineKind : std::uint8_t { Posix, Uring };
 
-std::string_view to_string(IoEngineKind kind) noexcept;
+STRAIT_API std::string_view to_string(IoEngineKind kind) noexcept;
 
 // The most bytes one io_uring SQE or pread/pwrite call is asked to move: 1 GiB, a multiple of
 // every O_DIRECT alignment, below Linux's 2 GiB - 4 KiB cap per call and io_uring's 32-bit result.
@@ -69,7 +70,7 @@ inline constexpr std::size_t kMaxTransferBytes = std::size_t{1} << 30;
 // The length in bytes of the pieces a request on `file` is cut into: block_size (0: no limit)
 // capped at kMaxTransferBytes and rounded down to the file's O_DIRECT alignment (at least one
 // alignment unit). Every piece but a request's last has this length.
-std::size_t piece_bytes(const IoFile& file, std::size_t block_size) noexcept;
+STRAIT_API std::size_t piece_bytes(const IoFile& file, std::size_t block_size) noexcept;
 
 struct IoEngineOptions {
   unsigned queue_depth = 64;  // uring: submission queue entries = most pieces in flight
@@ -92,7 +93,7 @@ struct IoEngineOptions {
   std::optional<IoEngineKind> force;
 };
 
-class IoEngine {
+class STRAIT_API IoEngine {
  public:
   using Ticket = std::uint64_t;
 

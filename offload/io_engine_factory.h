@@ -17,6 +17,7 @@
 #include <string>
 #include <string_view>
 
+#include "core/export.h"
 #include "offload/io_engine.h"
 
 namespace strait::offload {
@@ -26,11 +27,11 @@ struct IoEngineChoice {
   std::string reason;  // why this engine, for logs: e.g. the fallback cause
 };
 
-IoEngineChoice make_io_engine(const std::filesystem::path& dir,
-                              const IoEngineOptions& options = {});
+STRAIT_API IoEngineChoice make_io_engine(const std::filesystem::path& dir,
+                                         const IoEngineOptions& options = {});
 
 // Throws InvalidArgument unless dir exists and is a directory, with the --offload-dir hint.
-void check_offload_dir(const std::filesystem::path& dir);
+STRAIT_API void check_offload_dir(const std::filesystem::path& dir);
 
 // A new file for one object's offloaded data, created exclusively through the engine
 // make_io_engine picks for dir: <dir>/strait-<kind>-<tag>-pid<pid>-<n>.<ext>, n counting up within
@@ -43,8 +44,8 @@ struct OffloadFile {
   IoFile file;
   std::filesystem::path path;
 };
-OffloadFile create_offload_file(const std::filesystem::path& dir, std::string_view what,
-                                std::string_view kind, std::string_view tag, std::string_view ext,
-                                const IoEngineOptions& io);
+STRAIT_API OffloadFile create_offload_file(const std::filesystem::path& dir, std::string_view what,
+                                           std::string_view kind, std::string_view tag,
+                                           std::string_view ext, const IoEngineOptions& io);
 
 }  // namespace strait::offload

@@ -19,6 +19,7 @@
 #include <optional>
 #include <string_view>
 
+#include "core/export.h"
 #include "core/fd.h"
 
 namespace strait::offload {
@@ -26,7 +27,7 @@ namespace strait::offload {
 // Where an O_DIRECT alignment came from (for logs and benchmark reports).
 enum class AlignmentSource : std::uint8_t { None, Statx, LogicalBlockSize, Default };
 
-std::string_view to_string(AlignmentSource source) noexcept;
+STRAIT_API std::string_view to_string(AlignmentSource source) noexcept;
 
 struct IoAlignment {
   std::size_t offset = 1;  // bytes: file offsets and lengths must be multiples of this
@@ -37,14 +38,14 @@ struct IoAlignment {
 // The logical block size in bytes of the block device `device` (a file system's st_dev; for a
 // partition, its disk's), from /sys/dev/block; nullopt where the file system has no block device
 // (tmpfs, NFS, FUSE) or sysfs does not say.
-std::optional<std::size_t> logical_block_size(dev_t device);
+STRAIT_API std::optional<std::size_t> logical_block_size(dev_t device);
 
 enum class OpenMode : std::uint8_t {
   Existing,         // open a file that exists, read-write
   CreateExclusive,  // create it (mode 0600); fail if it exists, so two owners never share a file
 };
 
-class IoFile {
+class STRAIT_API IoFile {
  public:
   IoFile() = default;
   // Opens path read-write (O_CLOEXEC, plus O_DIRECT when direct).
@@ -71,15 +72,16 @@ class IoFile {
 // no fallocate) so that running out of space fails now, with a clear message, rather than halfway
 // through a training step. New extents read as zeros.
 // Errors: Io naming the file, the bytes needed and the bytes free (ENOSPC) or the errno.
-void preallocate(const IoFile& file, std::uint64_t bytes);
+STRAIT_API void preallocate(const IoFile& file, std::uint64_t bytes);
 
 // The same for the byte range [offset, offset + bytes) (the file grows to cover it; blocks
 // already there are kept). The ENOSPC message names the range as well.
-void preallocate(const IoFile& file, std::uint64_t offset, std::uint64_t bytes);
+STRAIT_API void preallocate(const IoFile& file, std::uint64_t offset, std::uint64_t bytes);
 
 // Gives the blocks of [offset, offset + bytes) back to the file system (fallocate with
 // FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE: the size stays, the range reads as zeros).
 // Returns false, changing nothing, where the file system cannot punch holes. Never throws.
-bool release_blocks(const IoFile& file, std::uint64_t offset, std::uint64_t bytes) noexcept;
+STRAIT_API bool release_blocks(const IoFile& file, std::uint64_t offset,
+                               std::uint64_t bytes) noexcept;
 
 }  // namespace strait::offload

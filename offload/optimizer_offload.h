@@ -14,6 +14,7 @@
 #include <memory>
 #include <string_view>
 
+#include "core/export.h"
 #include "offload/adamw_state.h"
 #include "offload/adamw_state_file.h"
 
@@ -25,9 +26,9 @@ enum class OptimizerOffload : std::uint8_t {
 };
 
 // "cpu" / "nvme".
-std::string_view to_string(OptimizerOffload where) noexcept;
+STRAIT_API std::string_view to_string(OptimizerOffload where) noexcept;
 // Parses "cpu" or "nvme"; anything else is InvalidArgument naming the value and the choices.
-OptimizerOffload parse_optimizer_offload(std::string_view name);
+STRAIT_API OptimizerOffload parse_optimizer_offload(std::string_view name);
 
 struct OptimizerOffloadOptions {
   OptimizerOffload where = OptimizerOffload::Cpu;
@@ -38,7 +39,7 @@ struct OptimizerOffloadOptions {
 };
 
 // The AdamW state of `count` parameters where options.where says.
-std::unique_ptr<AdamWState> make_adamw_state(std::size_t count,
-                                             const OptimizerOffloadOptions& options);
+STRAIT_API std::unique_ptr<AdamWState> make_adamw_state(std::size_t count,
+                                                        const OptimizerOffloadOptions& options);
 
 }  // namespace strait::offload

@@ -17,17 +17,19 @@
 #include <optional>
 #include <span>
 
+#include "core/export.h"
+
 namespace strait::offload {
 
 // The system page size in bytes (sysconf(_SC_PAGESIZE)).
-std::size_t page_size() noexcept;
+STRAIT_API std::size_t page_size() noexcept;
 
 struct PinnedBufferOptions {
   std::optional<unsigned> numa_node;  // OS index of the node to bind to; nullopt: no binding
   bool register_with_cuda = false;    // cudaHostRegister when a CUDA device is present
 };
 
-class PinnedBuffer {
+class STRAIT_API PinnedBuffer {
  public:
   PinnedBuffer() = default;  // empty: data() is null, size() is 0
   explicit PinnedBuffer(std::size_t bytes) : PinnedBuffer(bytes, PinnedBufferOptions{}) {}

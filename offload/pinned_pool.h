@@ -41,6 +41,7 @@
 #include <span>
 #include <string>
 
+#include "core/export.h"
 #include "offload/pinned_buffer.h"
 
 namespace strait::offload {
@@ -100,7 +101,7 @@ namespace detail {
 struct PinnedPoolState;
 }  // namespace detail
 
-class PinnedPool {
+class STRAIT_API PinnedPool {
  public:
   class Lease;
 
@@ -127,7 +128,7 @@ class PinnedPool {
   std::shared_ptr<detail::PinnedPoolState> state_;
 };
 
-class PinnedPool::Lease {
+class STRAIT_API PinnedPool::Lease {
  public:
   Lease() = default;  // empty: data() is null, size() is 0
   Lease(Lease&& other) noexcept = default;

@@ -84,6 +84,7 @@
 #include <string>
 #include <string_view>
 
+#include "core/export.h"
 #include "offload/io_engine.h"
 
 namespace strait::offload {
@@ -102,7 +103,7 @@ struct SwapStoreOptions {
   std::size_t staging_bytes = std::size_t{4} << 20;
 };
 
-class SwapStore {
+class STRAIT_API SwapStore {
  public:
   explicit SwapStore(const SwapStoreOptions& options);
   SwapStore(const SwapStore&) = delete;

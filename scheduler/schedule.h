@@ -26,6 +26,8 @@
 #include <string_view>
 #include <vector>
 
+#include "core/export.h"
+
 namespace strait::sched {
 
 // W (weight-gradient half of B, for zero-bubble schedules) joins this list with the issue that
@@ -59,9 +61,9 @@ struct Action {
 };
 
 // "F", "B", "SEND_F", "RECV_F", "SEND_B", "RECV_B", "ALLREDUCE_GRAD", "OPTIM", "OFFLOAD", "RELOAD".
-std::string_view action_kind_name(ActionKind kind) noexcept;
+STRAIT_API std::string_view action_kind_name(ActionKind kind) noexcept;
 // The kind's name followed by the microbatch, e.g. "F3", "RECV_B0", "OPTIM".
-std::string to_string(const Action& action);
+STRAIT_API std::string to_string(const Action& action);
 
 struct Schedule {
   int stages = 0;        // P, pipeline stages (= pipeline ranks)
@@ -72,22 +74,22 @@ struct Schedule {
 
 // GPipe (Huang et al., 2019, arXiv:1811.06965): every stage runs all M forwards, then all M
 // backwards in reverse microbatch order. Peak activations stashed per stage: M.
-Schedule make_gpipe(int stages, int microbatches);
+STRAIT_API Schedule make_gpipe(int stages, int microbatches);
 
 // 1F1B, i.e. PipeDream-Flush (Narayanan et al., 2021, arXiv:2006.09503) and Megatron-LM's
 // non-interleaved schedule (Narayanan et al., SC'21, arXiv:2104.04473): stage s runs
 // w = min(P-s-1, M) warm-up forwards, then M-w pairs of (one forward, one backward), then the
 // remaining w backwards, all in microbatch order. Same bubble as GPipe, but peak activations
 // stashed on stage s are min(P-s, M) instead of M.
-Schedule make_1f1b(int stages, int microbatches);
+STRAIT_API Schedule make_1f1b(int stages, int microbatches);
 
 enum class ScheduleKind : std::uint8_t { GPipe, OneFOneB };
 
 // "gpipe" or "1f1b".
-std::string_view schedule_kind_name(ScheduleKind kind) noexcept;
+STRAIT_API std::string_view schedule_kind_name(ScheduleKind kind) noexcept;
 // Case-insensitive "gpipe" | "1f1b"; InvalidArgument listing the choices otherwise.
-ScheduleKind parse_schedule_kind(std::string_view name);
-Schedule make_schedule(ScheduleKind kind, int stages, int microbatches);
+STRAIT_API ScheduleKind parse_schedule_kind(std::string_view name);
+STRAIT_API Schedule make_schedule(ScheduleKind kind, int stages, int microbatches);
 
 // Activation offload as a transform of any valid schedule without OFFLOAD / RELOAD: on each stage,
 // every microbatch whose stash would sit idle between its F and its B gets an OFFLOAD right after
@@ -109,9 +111,9 @@ Schedule make_schedule(ScheduleKind kind, int stages, int microbatches);
 // schedules (several chunks per rank) need the chunk in the key; -Wswitch points at the transform
 // when such a kind is added.
 // Errors: InvalidArgument for prefetch < 0, an invalid schedule, or one that already offloads.
-Schedule add_activation_offload(const Schedule& schedule, int prefetch);
+STRAIT_API Schedule add_activation_offload(const Schedule& schedule, int prefetch);
 
 // OFFLOAD actions on `stage` (the microbatches whose stash leaves the model during a step).
-int offloaded_microbatches(const Schedule& schedule, int stage);
+STRAIT_API int offloaded_microbatches(const Schedule& schedule, int stage);
 
 }  // namespace strait::sched

@@ -18,15 +18,16 @@
 #include <cstdint>
 #include <string>
 
+#include "core/export.h"
 #include "scheduler/schedule.h"
 
 namespace strait::sched {
 
 enum class ScheduleDetail : std::uint8_t { Compute, All };
 
-std::string format_schedule(const Schedule& schedule,
-                            ScheduleDetail detail = ScheduleDetail::Compute);
+STRAIT_API std::string format_schedule(const Schedule& schedule,
+                                       ScheduleDetail detail = ScheduleDetail::Compute);
 
-std::string format_timeline(const Schedule& schedule, int time_f = 1, int time_b = 1);
+STRAIT_API std::string format_timeline(const Schedule& schedule, int time_f = 1, int time_b = 1);
 
 }  // namespace strait::sched

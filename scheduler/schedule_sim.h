@@ -15,6 +15,7 @@
 
 #include <vector>
 
+#include "core/export.h"
 #include "scheduler/schedule.h"
 
 namespace strait::sched {
@@ -31,13 +32,14 @@ struct Timeline {
   double makespan = 0.0;
 };
 
-Timeline simulate(const Schedule& schedule, double time_f, double time_b);
+STRAIT_API Timeline simulate(const Schedule& schedule, double time_f, double time_b);
 
 // Per stage: (makespan - busy) / makespan.
-std::vector<double> stage_bubble_fractions(const Schedule& schedule, double time_f, double time_b);
+STRAIT_API std::vector<double> stage_bubble_fractions(const Schedule& schedule, double time_f,
+                                                      double time_b);
 
 // Idle time over all stages / (P * makespan): the mean of stage_bubble_fractions().
-double bubble_fraction(const Schedule& schedule, double time_f, double time_b);
+STRAIT_API double bubble_fraction(const Schedule& schedule, double time_f, double time_b);
 
 // The largest number of microbatches whose forward has run on `stage` but whose backward has not
 // (their activations are stashed) and whose stash is in the model, not offloaded (between an
@@ -45,6 +47,6 @@ double bubble_fraction(const Schedule& schedule, double time_f, double time_b);
 // 1F1B: min(P - stage, M). With add_activation_offload(..., d): at most d + 1. An OFFLOAD's slot
 // counts as free from the OFFLOAD on; the executor waits for its copy before reusing it.
 // Errors also for a stage outside [0, P).
-int peak_stashed_microbatches(const Schedule& schedule, int stage);
+STRAIT_API int peak_stashed_microbatches(const Schedule& schedule, int stage);
 
 }  // namespace strait::sched

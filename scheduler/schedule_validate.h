@@ -18,10 +18,11 @@
 // Errors: InvalidArgument whose message lists the problems found (the first few of each check).
 #pragma once
 
+#include "core/export.h"
 #include "scheduler/schedule.h"
 
 namespace strait::sched {
 
-void validate_schedule(const Schedule& schedule);
+STRAIT_API void validate_schedule(const Schedule& schedule);
 
 }  // namespace strait::sched

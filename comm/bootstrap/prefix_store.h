@@ -16,10 +16,11 @@
 
 #include "comm/bootstrap/store.h"
 #include "core/error.h"
+#include "core/export.h"
 
 namespace strait::comm {
 
-class PrefixStore final : public Store {
+class STRAIT_API PrefixStore final : public Store {
  public:
   PrefixStore(std::string prefix, Store& store) : prefix_(std::move(prefix)), store_(store) {
     if (prefix_.empty()) {

@@ -14,11 +14,13 @@
 #include <string>
 #include <vector>
 
+#include "core/export.h"
+
 namespace strait::comm {
 
 using Bytes = std::vector<std::uint8_t>;
 
-class Store {
+class STRAIT_API Store {
  public:
   Store() = default;
   Store(const Store&) = delete;

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "comm/bootstrap/store.h"
+#include "core/export.h"
 
 namespace strait::comm {
 
@@ -41,7 +42,7 @@ struct TcpStoreOptions {
   std::chrono::milliseconds timeout = std::chrono::minutes(5);
 };
 
-class TcpStore final : public Store {
+class STRAIT_API TcpStore final : public Store {
  public:
   // With is_server, listens first: on MASTER_ADDR itself when it is a loopback address, else on
   // every interface (as torchrun), since a hostname can resolve to a different address on rank 0

@@ -202,9 +202,15 @@ std::size_t orthogonalize_columns(float* a, std::size_t rows, std::size_t cols) 
 constexpr std::size_t kLanes = 16;
 constexpr std::size_t kGroup = 4;
 
-STRAIT_VECTOR_CLONES void matrix_times_factor(const float* m, std::size_t rows, std::size_t cols,
-                                              std::size_t ld, const float* q, std::size_t r,
-                                              float* p, std::vector<float>& scratch) {
+// The clones have internal linkage and the declared functions below call them: GCC gives a
+// target_clones function's ifunc default visibility whatever -fvisibility or its attributes say,
+// so an external one would be exported from libstrait.so.
+namespace {
+
+STRAIT_VECTOR_CLONES void matrix_times_factor_clones(const float* m, std::size_t rows,
+                                                     std::size_t cols, std::size_t ld,
+                                                     const float* q, std::size_t r, float* p,
+                                                     std::vector<float>& scratch) {
   // q^T, so that each dot product runs along a row of m and a row of q^T.
   scratch.resize(r * cols);
   for (std::size_t j = 0; j < cols; ++j) {
@@ -270,10 +276,11 @@ STRAIT_VECTOR_CLONES void matrix_times_factor(const float* m, std::size_t rows, 
   }
 }
 
-STRAIT_VECTOR_CLONES void matrix_transposed_times_factor(const float* m, std::size_t rows,
-                                                         std::size_t cols, std::size_t ld,
-                                                         const float* p, std::size_t r, float* q,
-                                                         std::vector<float>& scratch) {
+STRAIT_VECTOR_CLONES void matrix_transposed_times_factor_clones(const float* m, std::size_t rows,
+                                                                std::size_t cols, std::size_t ld,
+                                                                const float* p, std::size_t r,
+                                                                float* q,
+                                                                std::vector<float>& scratch) {
   // q^T (r x cols) accumulated over kGroup rows of m at a time: each row of m is read once, and
   // q^T (in cache) is updated once per kGroup rows.
   scratch.assign(r * cols, 0.0F);
@@ -307,9 +314,9 @@ STRAIT_VECTOR_CLONES void matrix_transposed_times_factor(const float* m, std::si
   }
 }
 
-STRAIT_VECTOR_CLONES void low_rank_product(const float* p, const float* q, std::size_t rows,
-                                           std::size_t cols, std::size_t r, float* out,
-                                           std::size_t ld, std::vector<float>& qt) {
+STRAIT_VECTOR_CLONES void low_rank_product_clones(const float* p, const float* q, std::size_t rows,
+                                                  std::size_t cols, std::size_t r, float* out,
+                                                  std::size_t ld, std::vector<float>& qt) {
   // q^T, r x cols, so the inner loops run along a row of out.
   qt.resize(r * cols);
   for (std::size_t j = 0; j < cols; ++j) {
@@ -336,6 +343,24 @@ STRAIT_VECTOR_CLONES void low_rank_product(const float* p, const float* q, std::
       row[j] = acc;
     }
   }
+}
+
+}  // namespace
+
+void matrix_times_factor(const float* m, std::size_t rows, std::size_t cols, std::size_t ld,
+                         const float* q, std::size_t r, float* p, std::vector<float>& scratch) {
+  matrix_times_factor_clones(m, rows, cols, ld, q, r, p, scratch);
+}
+
+void matrix_transposed_times_factor(const float* m, std::size_t rows, std::size_t cols,
+                                    std::size_t ld, const float* p, std::size_t r, float* q,
+                                    std::vector<float>& scratch) {
+  matrix_transposed_times_factor_clones(m, rows, cols, ld, p, r, q, scratch);
+}
+
+void low_rank_product(const float* p, const float* q, std::size_t rows, std::size_t cols,
+                      std::size_t r, float* out, std::size_t ld, std::vector<float>& qt) {
+  low_rank_product_clones(p, q, rows, cols, r, out, ld, qt);
 }
 
 }  // namespace strait::comm

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# consumer.sh find_package|pkg_config PREFIX WORK GENERATOR CXX: configures and builds
+# tests/install/<kind>/, a project outside the tree, against the installed PREFIX only (through
+# find_package or through pkg-config), checks that its program loads PREFIX's libstrait.so, and
+# runs it on 2 ranks with the installed `strait run`. The program checks its own results.
+set -euo pipefail
+kind=$1 prefix=$2 work=$3 generator=$4 cxx=$5
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+fail() { echo "install.$kind: $*" >&2; exit 1; }
+
+rm -rf "$work"
+args=(-S "$here/$kind" -B "$work" -G "$generator" -DCMAKE_CXX_COMPILER="$cxx"
+      -DCMAKE_BUILD_TYPE=Release)
+unset PKG_CONFIG_PATH CMAKE_PREFIX_PATH
+case $kind in
+  find_package) args+=(-DCMAKE_PREFIX_PATH="$prefix") ;;
+  pkg_config)
+    pc=$(find "$prefix" -name strait.pc -print -quit)
+    [ -n "$pc" ] || fail "no strait.pc under $prefix"
+    export PKG_CONFIG_PATH=$(dirname "$pc")
+    echo "pkg-config --cflags --libs strait: $(pkg-config --cflags --libs strait)" ;;
+  *) fail "unknown kind" ;;
+esac
+cmake "${args[@]}" >"$work.configure.log" 2>&1 || { cat "$work.configure.log" >&2; fail "configure failed"; }
+cmake --build "$work" >"$work.build.log" 2>&1 || { cat "$work.build.log" >&2; fail "build failed"; }
+
+loaded=$(ldd "$work/app" | awk '$1 ~ /^libstrait[.]so/ { print $3 }')
+case $loaded in
+  "$prefix"/*) echo "app loads $loaded" ;;
+  *) fail "app loads libstrait.so from '$loaded', not from $prefix" ;;
+esac
+# A rank that fails must not leave the other waiting out the default 300 s.
+STRAIT_TIMEOUT_S=30 "$prefix/bin/strait" run -n 2 -- "$work/app"
