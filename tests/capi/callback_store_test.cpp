@@ -235,6 +235,7 @@ TEST(CallbackStore, ACommunicatorBootstrapsOverIt) {
   Backing b;
   std::vector<double> sums(2);
   std::vector<std::thread> ranks;
+  ranks.reserve(2);
   for (int r = 0; r < 2; ++r) {
     ranks.emplace_back([&, r] {
       auto store = std::make_shared<CallbackStore>(callbacks(b, r == 0), "test");

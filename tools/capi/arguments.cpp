@@ -19,7 +19,7 @@ constexpr std::size_t kCompressionV1 =
 
 constexpr std::int64_t kMaxTimeoutMs = 1'000'000'000;
 
-[[noreturn]] void invalid(std::string message) {
+[[noreturn]] void invalid(const std::string& message) {
   throw Error(ErrorCode::InvalidArgument, message);
 }
 

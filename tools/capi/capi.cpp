@@ -17,10 +17,11 @@
 #include "tools/capi/results.h"
 #include "tools/capi/strait.h"
 
-// The header's version is the project's (CMake passes project()'s version).
-static_assert(STRAIT_MAJOR == STRAIT_PROJECT_VERSION_MAJOR &&
-                  STRAIT_MINOR == STRAIT_PROJECT_VERSION_MINOR &&
-                  STRAIT_PATCH == STRAIT_PROJECT_VERSION_PATCH,
+// The header's version is the project's (CMake passes project()'s version). Equal sides are the
+// point, hence the NOLINT.
+static_assert(STRAIT_VERSION_CODE ==  // NOLINT(misc-redundant-expression)
+                  STRAIT_VERSION(STRAIT_PROJECT_VERSION_MAJOR, STRAIT_PROJECT_VERSION_MINOR,
+                                 STRAIT_PROJECT_VERSION_PATCH),
               "tools/capi/strait.h's STRAIT_MAJOR/MINOR/PATCH must match project(strait VERSION)");
 
 namespace strait::capi {
@@ -72,7 +73,6 @@ using strait::capi::CallbackStore;
 using strait::capi::CommHandle;
 using strait::capi::guard;
 using strait::capi::Registry;
-using strait::capi::RequestHandle;
 using strait::capi::require_out;
 using strait::comm::Communicator;
 
