@@ -18,7 +18,8 @@
  *   arguments     NULL, destroyed, foreign and mistyped handles, bad enums, negative counts, bad
  *                 structs: straitInvalidArgument with a message, and the communicator still works.
  *   device        the collectives on GPU buffers with a CUDA stream (exit 77, skipped, without
- *                 one GPU per rank or a CUDA build).
+ *                 one GPU per rank or a CUDA build; a failure without any GPU when
+ *                 STRAIT_REQUIRE_GPU=1).
  * A rank prints "rank R: ok SCENARIO (N checks)" and exits 0, or prints what failed and exits 1.
  */
 #define _POSIX_C_SOURCE 200809L
@@ -1318,6 +1319,12 @@ static void scenario_device(void) {
   size_t i;
   int r;
   if (cudaGetDeviceCount(&devices) != cudaSuccess) devices = 0;
+  if (devices == 0 && getenv("STRAIT_REQUIRE_GPU") &&
+      strcmp(getenv("STRAIT_REQUIRE_GPU"), "1") == 0) {
+    fail(__FILE__, __LINE__,
+         "no CUDA device, and STRAIT_REQUIRE_GPU=1 (bench/gpu_check.sh) says one must be there",
+         NULL);
+  }
   if (devices < atoi(getenv("WORLD_SIZE"))) {
     printf("rank %s: skipped device: %d CUDA devices for %s ranks (NCCL needs one per rank)\n",
            getenv("RANK"), devices, getenv("WORLD_SIZE"));
@@ -1386,6 +1393,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   setvbuf(stdout, NULL, _IOLBF, 0);
+  g_rank = atoi(getenv("RANK")); /* for messages before a communicator exists */
   for (i = 0; i < COUNT_OF(scenarios); ++i) {
     if (strcmp(argv[1], scenarios[i].name) == 0) {
       scenarios[i].run();
