@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
-# consumer.sh find_package|pkg_config PREFIX WORK GENERATOR CXX: configures and builds
-# tests/install/<kind>/, a project outside the tree, against the installed PREFIX only (through
-# find_package or through pkg-config), checks that its program loads PREFIX's libstrait.so, and
+# consumer.sh find_package|pkg_config PREFIX WORK GENERATOR CXX CC: configures and builds
+# tests/install/<kind>/, a project outside the tree (C++ through find_package, C99 over
+# <strait/strait.h> through pkg-config), against the installed PREFIX only,
+# checks that its program loads PREFIX's libstrait.so, and
 # runs it on 2 ranks with the installed `strait run`. The program checks its own results.
 set -euo pipefail
-kind=$1 prefix=$2 work=$3 generator=$4 cxx=$5
+kind=$1 prefix=$2 work=$3 generator=$4 cxx=$5 cc=$6
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 fail() { echo "install.$kind: $*" >&2; exit 1; }
 
 rm -rf "$work"
-args=(-S "$here/$kind" -B "$work" -G "$generator" -DCMAKE_CXX_COMPILER="$cxx"
+args=(-S "$here/$kind" -B "$work" -G "$generator" -DCMAKE_CXX_COMPILER="$cxx" -DCMAKE_C_COMPILER="$cc"
       -DCMAKE_BUILD_TYPE=Release)
 unset PKG_CONFIG_PATH CMAKE_PREFIX_PATH
 case $kind in

@@ -32,6 +32,9 @@ REQUIRED = [
     "strait::sched::make_1f1b(int, int)",
 ]
 
+# The C API, when its header is installed (strait/strait.h).
+C_API = ["straitGetVersion", "straitCommInitFromEnv", "straitAllReduce", "straitCommDestroy"]
+
 
 def dynamic_symbols(demangle):
     args = ["nm", "-D", "--defined-only"] + (["-C"] if demangle else []) + [lib]
@@ -75,13 +78,16 @@ def main():
         if not raw.startswith("_Z"):
             if not re.match(r"^strait[A-Z]\w*$", raw):
                 problems.append(f"{raw}: a C symbol outside the C API's strait* prefix")
+            elif not re.search(rf"\b{raw}\b", headers):
+                problems.append(f"{raw}: declared in no installed header (internal)")
             continue
         what = entity(name)
         if what is None:
             problems.append(f"{name}: not in namespace strait")
         elif not re.search(rf"\b{re.escape(what.lstrip('~'))}\b", headers):
             problems.append(f"{name}: {what} is declared in no installed header (internal)")
-    missing = [r for r in REQUIRED if r not in demangled]
+    required = REQUIRED + (C_API if (include_dir / "strait.h").exists() else [])
+    missing = [r for r in required if r not in demangled]
     for m in missing:
         problems.append(f"{m}: part of the public API but not exported (STRAIT_API missing?)")
     if problems:

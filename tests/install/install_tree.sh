@@ -28,8 +28,8 @@ for f in straitConfig.cmake straitConfigVersion.cmake straitTargets.cmake; do
 done
 export PKG_CONFIG_PATH=$lib/pkgconfig
 [ "$(pkg-config --modversion strait)" = "$version" ] || fail "strait.pc: version is not $version"
-cflags=$(pkg-config --cflags strait)
-libs=$(pkg-config --libs strait)
+cflags=$(echo $(pkg-config --cflags strait))  # pkgconf adds a trailing space
+libs=$(echo $(pkg-config --libs strait))
 [ "$cflags" = "-I$prefix/include" ] || fail "strait.pc: Cflags are '$cflags', not -I$prefix/include"
 [ "$libs" = "-L$lib -lstrait" ] || fail "strait.pc: Libs are '$libs', not -L$lib -lstrait"
 

@@ -34,15 +34,17 @@ int main() {
     comm->allreduce(x.data(), x.data(), kCount, DType::F64, ReduceOp::Sum);
     bool ok = true;
     const double ranks_sum = size * (size + 1) / 2.0;
-    for (std::size_t i = 0; i < kCount; ++i) ok = ok && x[i] == static_cast<double>(i + 1) * ranks_sum;
+    for (std::size_t i = 0; i < kCount; ++i)
+      ok = ok && x[i] == static_cast<double>(i + 1) * ranks_sum;
     int failures = check(ok, "allreduce f64 sum", rank);
 
     // Max of y[i] = i * (rank + 1) - rank over ranks is i * P - (P - 1) for i >= 1, 0 at i = 0.
     std::vector<std::int32_t> y(kCount);
     std::vector<std::int32_t> y_out(kCount, -1);
-    for (std::size_t i = 0; i < kCount; ++i) y[i] = static_cast<std::int32_t>(i) * (rank + 1) - rank;
-    strait::comm::Work work = comm->iallreduce(y.data(), y_out.data(), kCount, DType::I32,
-                                               ReduceOp::Max);
+    for (std::size_t i = 0; i < kCount; ++i)
+      y[i] = static_cast<std::int32_t>(i) * (rank + 1) - rank;
+    strait::comm::Work work =
+        comm->iallreduce(y.data(), y_out.data(), kCount, DType::I32, ReduceOp::Max);
     work.wait();
     ok = y_out[0] == 0;
     for (std::size_t i = 1; i < kCount; ++i) {
