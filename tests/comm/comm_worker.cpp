@@ -12,6 +12,12 @@
 //   comm_worker sleep       rank 1 never calls the allreduce (it sleeps); the others must fail
 //                           with Timeout after STRAIT_TIMEOUT_S.
 //   comm_worker mismatch    rank 1 allreduces one element more than the others.
+//   comm_worker abort       every rank allreduces in a loop; another thread of rank 0 calls
+//                           abort() 300 ms in: rank 0 fails with Aborted, the others with
+//                           PeerLost once rank 0 has gone.
+//   comm_worker nan         rank 1's input to an int8 allreduce_compressed holds a NaN, which it
+//                           refuses (InvalidArgument) before sending anything; the others must
+//                           fail with PeerLost naming rank 1 and the operation.
 //   comm_worker hierarchical  prints the sites (STRAIT_SITES, set by `strait wan run`), fails
 //                           unless there are GROUP_WORLD_SIZE of them, then the allreduce scenario
 //                           (which the sites make hierarchical) and an int8 allreduce_compressed
@@ -29,6 +35,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <thread>
 #include <vector>
@@ -54,6 +61,8 @@ constexpr int kPeerLost = 3;
 constexpr int kTimeout = 4;
 constexpr int kMismatch = 5;
 constexpr int kOtherError = 6;
+constexpr int kAborted = 7;
+constexpr int kInvalid = 8;
 
 constexpr std::size_t kLarge = 1'000'003;  // rendezvous-sized chunks, uneven over any world size
 
@@ -62,6 +71,8 @@ int status_of(const Error& e) {
     case ErrorCode::PeerLost: return kPeerLost;
     case ErrorCode::Timeout: return kTimeout;
     case ErrorCode::Mismatch: return kMismatch;
+    case ErrorCode::Aborted: return kAborted;
+    case ErrorCode::InvalidArgument: return kInvalid;
     default: return kOtherError;
   }
 }
@@ -187,6 +198,55 @@ int mismatch_scenario(Communicator& world) {
   return kWrong;
 }
 
+// Every rank allreduces in a loop; 300 ms in, another thread of rank 0 aborts its communicator
+// while data is in flight.
+int abort_scenario(Communicator& world) {
+  const int me = world.rank();
+  world.barrier();
+  std::thread aborter;
+  if (me == 0) {
+    aborter = std::thread([&world] {
+      std::this_thread::sleep_for(300ms);
+      world.abort("the test's other thread aborted the communicator");
+    });
+  }
+  std::vector<float> buf(kLarge, 1.0F);
+  const auto start = Clock::now();
+  int status = kWrong;
+  try {
+    for (int i = 0; i < 100'000; ++i) {
+      world.allreduce(buf.data(), buf.data(), buf.size(), DType::F32, ReduceOp::Avg);
+    }
+    say(me, "WRONG 100000 allreduces finished without the abort");
+  } catch (const Error& e) {
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start);
+    say(me, "failed after {} ms: {}", ms.count(), e.what());
+    status = status_of(e);
+  }
+  if (aborter.joinable()) aborter.join();
+  return status;
+}
+
+// Rank 1 refuses a NaN; the others wait for it in the same allreduce_compressed.
+int nan_scenario(Communicator& world) {
+  const int me = world.rank();
+  world.barrier();
+  std::vector<float> x(kLarge, 0.5F);
+  if (me == 1) x[12345] = std::numeric_limits<float>::quiet_NaN();
+  std::vector<float> out(kLarge);
+  const auto start = Clock::now();
+  try {
+    world.allreduce_compressed(x.data(), out.data(), kLarge, ReduceOp::Sum,
+                               strait::comm::Compression{"int8", ""});
+  } catch (const Error& e) {
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start);
+    say(me, "failed after {} ms: {}", ms.count(), e.what());
+    return status_of(e);
+  }
+  say(me, "WRONG the allreduce_compressed finished {}", me == 1 ? "with a NaN" : "without rank 1");
+  return kWrong;
+}
+
 int hierarchical_scenario(Communicator& world) {
   const int me = world.rank();
   const char* groups = std::getenv("GROUP_WORLD_SIZE");
@@ -239,7 +299,7 @@ int hierarchical_scenario(Communicator& world) {
 
 int main(int argc, char** argv) {
   if (argc != 2) {
-    fmt::print(stderr, "usage: comm_worker allreduce|kill|sleep|mismatch|hierarchical\n");
+    fmt::print(stderr, "usage: comm_worker allreduce|kill|sleep|mismatch|abort|nan|hierarchical\n");
     return kUsage;
   }
   const std::string scenario = argv[1];
@@ -257,6 +317,8 @@ int main(int argc, char** argv) {
       return one_rank_absent(*world, [] { std::this_thread::sleep_for(120s); });
     }
     if (scenario == "mismatch") return mismatch_scenario(*world);
+    if (scenario == "abort") return abort_scenario(*world);
+    if (scenario == "nan") return nan_scenario(*world);
     if (scenario == "hierarchical") return hierarchical_scenario(*world);
     fmt::print(stderr, "comm_worker: unknown scenario {}\n", scenario);
     return kUsage;

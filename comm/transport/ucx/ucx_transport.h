@@ -99,7 +99,13 @@ class UcxTransport final : public Transport {
   };
   static bool settle(Stripe& s);
   void close_endpoint(ucp_ep_h& ep, unsigned flags, std::vector<void*>& closing);
+  // Receives and discards the messages no operation took (teardown; see the definition).
+  void drain_unexpected(std::chrono::milliseconds budget);
   void retire(InFlight* done, ucs_status_t status, std::size_t bytes);
+  // What a failed transfer with `peer` says: why the peer is gone when it is (see retire()).
+  std::string failure_cause(int peer, ucs_status_t status);
+  // Records a same-host peer whose pidfd is readable within `wait_ms` as lost; true then.
+  bool mark_if_exited(Peer& peer, int wait_ms);
 
   int rank_;
   int size_;
