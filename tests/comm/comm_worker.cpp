@@ -15,6 +15,8 @@
 //   comm_worker abort       every rank allreduces in a loop; another thread of rank 0 calls
 //                           abort() 300 ms in: rank 0 fails with Aborted, the others with
 //                           PeerLost once rank 0 has gone.
+//   comm_worker stop        the same loop; 300 ms in, rank 1 suspends itself (SIGSTOP, as
+//                           `kill -STOP` would): the others fail with Timeout naming it.
 //   comm_worker nan         rank 1's input to an int8 allreduce_compressed holds a NaN, which it
 //                           refuses (InvalidArgument) before sending anything; the others must
 //                           fail with PeerLost naming rank 1 and the operation.
@@ -23,8 +25,9 @@
 //                           (which the sites make hierarchical) and an int8 allreduce_compressed
 //                           of kLarge f32, bit-identical on all ranks and within int8's bound.
 //
-// A failing collective prints one line "rank R: failed after N ms: <Error::what()>" and exits with
-// the error's status below, so the test can tell the failure modes apart from the outside.
+// A failing collective prints one line "rank R: failed after N ms: <Error::what()>" on stderr and
+// exits with the error's status below, so the test can tell the failure modes apart from the
+// outside.
 #include <fmt/format.h>
 #include <unistd.h>
 
@@ -81,6 +84,12 @@ template <class... Args>
 void say(int rank, fmt::format_string<Args...> format, Args&&... args) {
   fmt::print("rank {}: {}\n", rank, fmt::format(format, std::forward<Args>(args)...));
   std::fflush(stdout);
+}
+
+// Errors go to stderr, as a program's errors do.
+template <class... Args>
+void say_error(int rank, fmt::format_string<Args...> format, Args&&... args) {
+  fmt::print(stderr, "rank {}: {}\n", rank, fmt::format(format, std::forward<Args>(args)...));
 }
 
 // FNV-1a over the bytes: ranks compare results without shipping them.
@@ -175,7 +184,7 @@ int one_rank_absent(Communicator& world, Absent absent) {
     world.allreduce(buf.data(), buf.data(), buf.size(), DType::F32, ReduceOp::Sum);
   } catch (const Error& e) {
     const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start);
-    say(me, "failed after {} ms: {}", ms.count(), e.what());
+    say_error(me, "failed after {} ms: {}", ms.count(), e.what());
     return status_of(e);
   }
   say(me, "WRONG the allreduce finished without rank 1");
@@ -191,23 +200,24 @@ int mismatch_scenario(Communicator& world) {
     world.allreduce(buf.data(), buf.data(), count, DType::F32, ReduceOp::Sum);
   } catch (const Error& e) {
     const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start);
-    say(me, "failed after {} ms: {}", ms.count(), e.what());
+    say_error(me, "failed after {} ms: {}", ms.count(), e.what());
     return status_of(e);
   }
   say(me, "WRONG the allreduce of mismatched counts finished");
   return kWrong;
 }
 
-// Every rank allreduces in a loop; 300 ms in, another thread of rank 0 aborts its communicator
-// while data is in flight.
-int abort_scenario(Communicator& world) {
+// Every rank allreduces in a loop; 300 ms in, another thread of rank 0 runs `interrupt` while
+// data is in flight (aborts the communicator, or suspends the process).
+template <class Interrupt>
+int interrupted_loop(Communicator& world, int who, Interrupt interrupt) {
   const int me = world.rank();
   world.barrier();
-  std::thread aborter;
-  if (me == 0) {
-    aborter = std::thread([&world] {
+  std::thread interrupter;
+  if (me == who) {
+    interrupter = std::thread([interrupt] {
       std::this_thread::sleep_for(300ms);
-      world.abort("the test's other thread aborted the communicator");
+      interrupt();
     });
   }
   std::vector<float> buf(kLarge, 1.0F);
@@ -217,13 +227,13 @@ int abort_scenario(Communicator& world) {
     for (int i = 0; i < 100'000; ++i) {
       world.allreduce(buf.data(), buf.data(), buf.size(), DType::F32, ReduceOp::Avg);
     }
-    say(me, "WRONG 100000 allreduces finished without the abort");
+    say(me, "WRONG 100000 allreduces finished without the interruption");
   } catch (const Error& e) {
     const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start);
-    say(me, "failed after {} ms: {}", ms.count(), e.what());
+    say_error(me, "failed after {} ms: {}", ms.count(), e.what());
     status = status_of(e);
   }
-  if (aborter.joinable()) aborter.join();
+  if (interrupter.joinable()) interrupter.join();
   return status;
 }
 
@@ -240,7 +250,7 @@ int nan_scenario(Communicator& world) {
                                strait::comm::Compression{"int8", ""});
   } catch (const Error& e) {
     const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start);
-    say(me, "failed after {} ms: {}", ms.count(), e.what());
+    say_error(me, "failed after {} ms: {}", ms.count(), e.what());
     return status_of(e);
   }
   say(me, "WRONG the allreduce_compressed finished {}", me == 1 ? "with a NaN" : "without rank 1");
@@ -299,7 +309,8 @@ int hierarchical_scenario(Communicator& world) {
 
 int main(int argc, char** argv) {
   if (argc != 2) {
-    fmt::print(stderr, "usage: comm_worker allreduce|kill|sleep|mismatch|abort|nan|hierarchical\n");
+    fmt::print(stderr,
+               "usage: comm_worker allreduce|kill|sleep|mismatch|abort|stop|nan|hierarchical\n");
     return kUsage;
   }
   const std::string scenario = argv[1];
@@ -317,14 +328,19 @@ int main(int argc, char** argv) {
       return one_rank_absent(*world, [] { std::this_thread::sleep_for(120s); });
     }
     if (scenario == "mismatch") return mismatch_scenario(*world);
-    if (scenario == "abort") return abort_scenario(*world);
+    if (scenario == "abort") {
+      Communicator& w = *world;
+      return interrupted_loop(w, 0, [&w] { w.abort("the test's other thread aborted it"); });
+    }
+    if (scenario == "stop") {
+      return interrupted_loop(*world, 1, [] { ::kill(::getpid(), SIGSTOP); });
+    }
     if (scenario == "nan") return nan_scenario(*world);
     if (scenario == "hierarchical") return hierarchical_scenario(*world);
     fmt::print(stderr, "comm_worker: unknown scenario {}\n", scenario);
     return kUsage;
   } catch (const Error& e) {
-    fmt::print("comm_worker: {}\n", e.what());
-    std::fflush(stdout);
+    fmt::print(stderr, "comm_worker: {}\n", e.what());
     return status_of(e);
   }
 }
