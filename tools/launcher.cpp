@@ -192,7 +192,7 @@ ExecImage make_image(const LaunchOptions& o, std::uint16_t port, int rank) {
         std::any_of(vars.begin(), vars.end(), [&](const auto& v) { return v.first == name; });
     if (!overridden) image.env.emplace_back(entry);
   }
-  for (const auto& [name, value] : vars) image.env.push_back(name + "=" + value);
+  for (const auto& [name, value] : vars) image.env.push_back(fmt::format("{}={}", name, value));
   finalize(image.args, image.argv);
   finalize(image.env, image.envp);
   return image;

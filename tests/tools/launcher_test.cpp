@@ -39,8 +39,9 @@ class Strait : public strait::test::Process {
 
 // A shell snippet run by every rank with the test directory as $0. It writes its pid to
 // $0/pid.$RANK atomically, so a reader never sees a partial file.
-const std::string kWritePid =
-    R"(echo $$ > "$0/pid.$RANK.tmp" && mv "$0/pid.$RANK.tmp" "$0/pid.$RANK"; )";
+std::string write_pid() {
+  return R"(echo $$ > "$0/pid.$RANK.tmp" && mv "$0/pid.$RANK.tmp" "$0/pid.$RANK"; )";
+}
 
 TEST(StraitRun, EveryRankSeesTorchrunsEnvironment) {
   const TempDir dir;
@@ -96,7 +97,7 @@ TEST(StraitRun, RanksShareAStoreThroughTheLaunchEnvironment) {
 TEST(StraitRun, AFailingRankIsNamedAndTheOthersAreStopped) {
   const TempDir dir;
   // Rank 1 fails once ranks 0 and 2 are up; they would sleep for 5 minutes.
-  const std::string script = kWritePid + R"(
+  const std::string script = write_pid() + R"(
     if [ "$RANK" = 1 ]; then
       while [ ! -f "$0/pid.0" ] || [ ! -f "$0/pid.2" ]; do sleep 0.01; done
       exit 3
@@ -130,7 +131,7 @@ TEST(StraitRun, ARankThatOutlivesTheLaunchersSigtermIsReportedWithItsOwnStatus) 
       1) trap '' TERM ;;
       2) trap 'exit 7' TERM ;;
     esac
-    )" + kWritePid + R"(
+    )" + write_pid() + R"(
     case "$RANK" in
       0) while [ ! -f "$0/pid.1" ] || [ ! -f "$0/pid.2" ] || [ ! -f "$0/pid.3" ]; do
            sleep 0.01
@@ -168,7 +169,7 @@ TEST(StraitRun, ARankThatOutlivesTheLaunchersSigtermIsReportedWithItsOwnStatus) 
 
 TEST(StraitRun, ARankKilledByASignalIsNamedWithIt) {
   const TempDir dir;
-  const std::string script = kWritePid + R"(
+  const std::string script = write_pid() + R"(
     if [ "$RANK" = 0 ]; then kill -9 $$; fi
     exec sleep 300)";
   Strait run({"run", "-n", "2", "--", "sh", "-c", script, dir.str()}, dir.path() / "out");
@@ -191,7 +192,7 @@ TEST(StraitRun, SigintIsForwardedToEveryRank) {
   const std::string script = R"(
     trap 'echo got > "$0/int.$RANK"; kill $child; exit 0' INT
     sleep 300 & child=$!
-    )" + kWritePid + "wait";
+    )" + write_pid() + "wait";
   Strait run({"run", "-n", "3", "--", "sh", "-c", script, dir.str()}, dir.path() / "out");
   ASSERT_TRUE(wait_for_files({dir.path() / "pid.0", dir.path() / "pid.1", dir.path() / "pid.2"}))
       << run.output();
@@ -208,7 +209,7 @@ TEST(StraitRun, SigintIsForwardedToEveryRank) {
 
 TEST(StraitRun, RanksIgnoringSigintAreKilledAfterTheStopTimeout) {
   const TempDir dir;
-  const std::string script = "trap '' INT TERM; " + kWritePid + "while :; do sleep 0.05; done";
+  const std::string script = "trap '' INT TERM; " + write_pid() + "while :; do sleep 0.05; done";
   Strait run({"run", "-n", "2", "--stop-timeout", "0.5", "--", "sh", "-c", script, dir.str()},
              dir.path() / "out");
   ASSERT_TRUE(wait_for_files({dir.path() / "pid.0", dir.path() / "pid.1"})) << run.output();
@@ -227,7 +228,7 @@ TEST(StraitRun, RanksIgnoringSigintAreKilledAfterTheStopTimeout) {
 
 TEST(StraitRun, ASecondSigintKillsAtOnce) {
   const TempDir dir;
-  const std::string script = "trap '' INT TERM; " + kWritePid + "while :; do sleep 0.05; done";
+  const std::string script = "trap '' INT TERM; " + write_pid() + "while :; do sleep 0.05; done";
   Strait run({"run", "-n", "2", "--stop-timeout", "600", "--", "sh", "-c", script, dir.str()},
              dir.path() / "out");
   ASSERT_TRUE(wait_for_files({dir.path() / "pid.0", dir.path() / "pid.1"})) << run.output();
@@ -249,7 +250,7 @@ TEST(StraitRun, ASecondSigintKillsAtOnce) {
 
 // Rank 1 fails; rank 0 notices (a marker file here, a PeerLost in real jobs) only after 'delay'.
 std::string failure_watch_script(const std::string& delay) {
-  return kWritePid + R"(
+  return write_pid() + R"(
     if [ "$RANK" = 1 ]; then
       while [ ! -f "$0/pid.0" ]; do sleep 0.01; done
       touch "$0/failed"; exit 3
@@ -329,7 +330,7 @@ std::vector<std::string> lines_of(const std::string& text) {
 TEST(StraitRun, TheLastLinesSummarizeTheFailureStartingWithItsRootCause) {
   const TempDir dir;
   // Rank 1 writes to both streams and fails once ranks 0 and 2 are up; they would sleep on.
-  const std::string script = kWritePid + R"(
+  const std::string script = write_pid() + R"(
     if [ "$RANK" = 1 ]; then
       while [ ! -f "$0/pid.0" ] || [ ! -f "$0/pid.2" ]; do sleep 0.01; done
       echo "some progress"
@@ -429,9 +430,12 @@ TEST(StraitRun, TagOutputStartsEachLineWithItsRank) {
   const auto lines = lines_of(run.output());
   for (const std::string r : {"0", "1"}) {
     for (const std::string& text : {"out " + r, "err " + r, "no newline " + r}) {
-      EXPECT_EQ(std::count(lines.begin(), lines.end(), "[rank " + r + "] " + text), 1)
-          << text << " in:\n"
-          << run.output();
+      std::string tagged = "[rank ";
+      tagged += r;
+      tagged += "] ";
+      tagged += text;
+      EXPECT_EQ(std::count(lines.begin(), lines.end(), tagged), 1) << text << " in:\n"
+                                                                   << run.output();
     }
   }
   EXPECT_EQ(lines.size(), 6U) << run.output();
@@ -441,7 +445,7 @@ TEST(StraitRun, ASuspendedRankActsOnTheLaunchersSigtermAndIsNamedAsSuspended) {
   const TempDir dir;
   // Rank 1 suspends itself (as `kill -STOP` would); rank 0 fails once it sees it suspended. With
   // a stop timeout of 600 s, the job ends at once only if the SIGTERM is acted on (SIGCONT).
-  const std::string script = kWritePid + R"sh(
+  const std::string script = write_pid() + R"sh(
     if [ "$RANK" = 1 ]; then kill -STOP $$; exec sleep 300; fi
     while [ ! -f "$0/pid.1" ]; do sleep 0.01; done
     while [ "$(cut -d' ' -f3 "/proc/$(cat "$0/pid.1")/stat")" != T ]; do sleep 0.01; done

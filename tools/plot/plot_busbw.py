@@ -7,9 +7,11 @@ draws one panel per rank count into a PNG: busbw (GB/s, nccl-tests' definition) 
 vector's size in bytes, both axes log-scaled. strait's points are strait-bench's out-of-place
 column, as in compare_report.py.
 
-  plot_busbw.py --out busbw.png [--title TEXT] DIR
+  plot_busbw.py --out busbw.png [--title TEXT] DIR [DIR ...]
 
-Exit status 2 when DIR holds no comparison or a file cannot be read.
+With several folders, a later folder's peer and rank count replace an earlier one's (say, the
+4-rank half of a second run). Exit status 2 when no folder holds a comparison or a file cannot be
+read.
 """
 import argparse
 import glob
@@ -52,14 +54,18 @@ def human(b):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("directory", help="a folder bench/compare_allreduce.sh wrote")
+    ap.add_argument("directories", nargs="+", metavar="DIR",
+                    help="a folder bench/compare_allreduce.sh wrote")
     ap.add_argument("--out", required=True, help="the PNG to write")
     ap.add_argument("--title", default="allreduce (f32 sum), one host")
     args = ap.parse_args()
-    data = load(args.directory)
+    data = {}
+    for directory in args.directories:
+        for ranks, peers in load(directory).items():
+            data.setdefault(ranks, {}).update(peers)
     if not data:
-        print(f"plot_busbw: no PEER-RANKS-RANGE.json files in {args.directory}: pass the folder "
-              "bench/compare_allreduce.sh wrote", file=sys.stderr)
+        print(f"plot_busbw: no PEER-RANKS-RANGE.json files in {' '.join(args.directories)}: pass "
+              "the folder bench/compare_allreduce.sh wrote", file=sys.stderr)
         sys.exit(2)
     try:
         import matplotlib

@@ -208,9 +208,14 @@ UcxTransport::UcxTransport(Store& store, const std::string& prefix, int rank, in
   context_.reset(ctx);
 
   ucp_worker_params_t wparams{};
-  wparams.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+  wparams.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE | UCP_WORKER_PARAM_FIELD_FLAGS;
   // One thread at a time: the engine thread, or a caller driving it (ProgressEngine::drive).
   wparams.thread_mode = UCS_THREAD_MODE_SERIALIZED;
+  // A receive whose sender stopped or died halfway through its message (over shared memory,
+  // where peers have no failure handling) can never complete, and UCX cannot cancel a receive it
+  // has matched: the destructor frees such requests, UCX releases them with the worker's pool,
+  // and this flag keeps UCX from reporting each as a leak ("not returned to mpool ucp_requests").
+  wparams.flags = UCP_WORKER_FLAG_IGNORE_REQUEST_LEAK;
   ucp_worker_h worker = nullptr;
   if (auto st = ucp_worker_create(context_.get(), &wparams, &worker); st != UCS_OK) {
     throw ucx_error("ucp_worker_create", st);
@@ -434,8 +439,10 @@ std::string UcxTransport::failure_cause(int peer_rank, ucs_status_t status) {
   // memory segment removed ("Shared memory error"). Its pidfd turns readable a moment later
   // (the kernel releases a process's memory before it reports the exit), so wait briefly for the
   // real cause rather than report UCX's symptom.
+  // Once per peer: a live peer whose transfers keep failing must not cost this wait each time.
   constexpr int kExitReportMs = 500;
-  if (peer.lost.empty()) mark_if_exited(peer, kExitReportMs);
+  if (peer.lost.empty()) mark_if_exited(peer, peer.waited_for_exit ? 0 : kExitReportMs);
+  peer.waited_for_exit = true;
   if (peer.lost.empty()) return ucs_status_string(status);
   spdlog::debug("strait: rank {}: a transfer with rank {} failed ({}): {}", rank_, peer_rank,
                 ucs_status_string(status), peer.lost);

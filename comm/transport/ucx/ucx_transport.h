@@ -73,9 +73,10 @@ class UcxTransport final : public Transport {
     std::vector<ucp_ep_h> extra_lanes{};  // lanes 1 .. streams-1 (peers on other hosts)
     int lanes = 1;
     bool same_host = false;
-    Bytes address;     // its worker's, to reconnect after a forced close (withdraw)
-    Fd pidfd;          // same-host peers: readable when the process has exited
-    std::string lost;  // non-empty once the peer is known to be gone
+    Bytes address;                 // its worker's, to reconnect after a forced close (withdraw)
+    Fd pidfd;                      // same-host peers: readable when the process has exited
+    std::string lost;              // non-empty once the peer is known to be gone
+    bool waited_for_exit = false;  // failure_cause() waited for its pidfd once
   };
 
   static void on_send(void* request, ucs_status_t status, void* user_data);
