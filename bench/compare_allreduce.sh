@@ -4,9 +4,11 @@
 # Every peer is timed the same way (WARMUP calls, a barrier, ITERS timed calls, mean per call,
 # maximum over ranks; nccl-tests' algbw and busbw) and checks its sums. Small sizes (8 B .. 64 KiB)
 # get more iterations than large ones (128 KiB .. 16 MiB), and those more than huge ones
-# (32 MiB .. 256 MiB), so that the run stays within minutes. Writes JSON and the report to
-# $STRAIT_COMPARE_OUT (default build/compare-DATE) and prints the report. Needs the peers
-# (bench/setup-peers.sh installs them) and a built tree (scripts/build.sh).
+# (32 MiB .. 256 MiB), so that the run stays within minutes. Writes each peer's JSON and log, the
+# report (report.md, also printed) and busbw.png (busbw against size, one line per peer, a panel per
+# rank count: tools/plot/plot_busbw.py) to $STRAIT_COMPARE_OUT (default
+# bench/results/DATE-allreduce, data only: the Open MPI program is built in the build folder).
+# Needs the peers (bench/setup-peers.sh installs them) and a built tree (scripts/build.sh).
 # Environment: SMALL_ITERS (200), LARGE_ITERS (10), HUGE_ITERS (3), MAX_BYTES (256M).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -19,12 +21,18 @@ huge_iters=${HUGE_ITERS:-3}
 max_bytes=${MAX_BYTES:-256M}
 max=$(numfmt --from=iec "$max_bytes")
 large_max=$(( max < (16 << 20) ? max : (16 << 20) ))
-out=${STRAIT_COMPARE_OUT:-$build/compare-$(date -u +%Y%m%dT%H%M%SZ)}
+out=${STRAIT_COMPARE_OUT:-}
+if [ -z "$out" ]; then  # bench/results/DATE-allreduce, or -2, -3, ... when that exists
+  out=$root/bench/results/$(date -u +%Y-%m-%d)-allreduce
+  base=$out
+  for i in $(seq 2 99); do [ -e "$out" ] || break; out=$base-$i; done
+fi
 
 "$root/bench/setup-peers.sh"
 [ -x "$build/strait-bench" ] || "$root/scripts/build.sh"
-mkdir -p "$out"
-mpicc -O2 -o "$out/mpi_allreduce" "$root/bench/mpi_allreduce.c"
+mkdir -p "$out" "$build/bench-peers"
+mpi_bin=$build/bench-peers/mpi_allreduce  # a build output: never in bench/results
+mpicc -O2 -o "$mpi_bin" "$root/bench/mpi_allreduce.c"
 python=/usr/bin/python3  # Debian's, which has python3-torch
 
 {
@@ -46,7 +54,7 @@ run_peer() {
               -d f32 -o sum -c 1 --json "$json" >"$log" 2>&1 ;;
     gloo) OMP_NUM_THREADS=1 "$python" "$root/bench/gloo_allreduce.py" -np "$n" "${args[@]}" \
               --json "$json" >"$log" 2>&1 ;;
-    mpi) mpirun --allow-run-as-root --oversubscribe -np "$n" "$out/mpi_allreduce" "${args[@]}" \
+    mpi) mpirun --allow-run-as-root --oversubscribe -np "$n" "$mpi_bin" "${args[@]}" \
               --json "$json" >"$log" 2>&1 ;;
   esac || { echo "compare: $peer with $n ranks ($range sizes) failed; its output:" >&2; cat "$log" >&2; exit 1; }
 }
@@ -68,4 +76,8 @@ for n in "${ranks[@]}"; do
   "$python" "$root/bench/compare_report.py" "$n" "$(files strait)" "$(files gloo)" "$(files mpi)" \
     | tee -a "$out/report.md"
 done
-echo "# load after: $(cut -d' ' -f1-3 /proc/loadavg); files in $out" | tee -a "$out/report.md"
+"$python" "$root/tools/plot/plot_busbw.py" --out "$out/busbw.png" \
+  --title "allreduce (f32 sum), $(nproc) CPUs, $(date -u +%Y-%m-%d), load $(cut -d' ' -f1 /proc/loadavg)" \
+  "$out" >&2
+echo "# load after: $(cut -d' ' -f1-3 /proc/loadavg); files in $out (busbw.png: the plot)" \
+  | tee -a "$out/report.md"

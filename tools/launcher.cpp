@@ -1,6 +1,7 @@
 #include "tools/launcher.h"
 
 #include <fcntl.h>
+#include <fmt/chrono.h>
 #include <fmt/format.h>
 #include <poll.h>
 #include <pthread.h>
@@ -15,16 +16,21 @@
 #include <csignal>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
+#include <map>
+#include <memory>
 #include <optional>
 
 #include "comm/bootstrap/socket.h"
 #include "core/error.h"
 #include "core/fd.h"
+#include "tools/rank_output.h"
 
 namespace strait::tools {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using WallClock = std::chrono::system_clock;
 using strait::Fd;
 
 constexpr int kMaxRanks = 1 << 16;
@@ -84,7 +90,9 @@ class SignalScope {
  public:
   SignalScope() {
     sigemptyset(&handled_);
-    for (const int sig : {SIGCHLD, SIGINT, SIGTERM, SIGHUP}) sigaddset(&handled_, sig);
+    // SIGPIPE: a closed stdout of the launcher's (`| head`) makes its writes fail, not kill it
+    // while ranks still run (rank_output.h).
+    for (const int sig : {SIGCHLD, SIGINT, SIGTERM, SIGHUP, SIGPIPE}) sigaddset(&handled_, sig);
     // With SIGCHLD ignored (inherited from a parent) children would be reaped behind our back.
     struct sigaction dfl {};
     dfl.sa_handler = SIG_DFL;
@@ -184,7 +192,7 @@ ExecImage make_image(const LaunchOptions& o, std::uint16_t port, int rank) {
         std::any_of(vars.begin(), vars.end(), [&](const auto& v) { return v.first == name; });
     if (!overridden) image.env.emplace_back(entry);
   }
-  for (const auto& [name, value] : vars) image.env.push_back(name + "=" + value);
+  for (const auto& [name, value] : vars) image.env.push_back(fmt::format("{}={}", name, value));
   finalize(image.args, image.argv);
   finalize(image.env, image.envp);
   return image;
@@ -192,8 +200,13 @@ ExecImage make_image(const LaunchOptions& o, std::uint16_t port, int rank) {
 
 // The child between fork and exec: async-signal-safe calls only.
 [[noreturn]] void exec_child(int error_fd, pid_t launcher, const sigset_t& mask,
-                             const ExecImage& image) {
+                             const ExecImage& image, int out_fd, int err_fd) {
   setpgid(0, 0);
+  if (dup2(out_fd, STDOUT_FILENO) < 0 || dup2(err_fd, STDERR_FILENO) < 0) {
+    const int err = errno;
+    [[maybe_unused]] const ssize_t n = write(error_fd, &err, sizeof err);
+    _exit(kExecFailed);
+  }
   // Ranks must not outlive a launcher that is killed outright (SIGKILL cannot be forwarded).
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (getppid() != launcher) _exit(kExecFailed);  // it died before prctl took effect
@@ -220,6 +233,13 @@ struct Rank {
   bool running = false;
   int status = 0;         // the wait status, once reaped
   std::vector<int> sent;  // the signals the launcher sent it, each once, in order
+  WallClock::time_point ended_at{};
+  // Set while it is suspended (SIGSTOP, SIGTSTP, ...), and kept once it ends suspended or not.
+  std::optional<WallClock::time_point> suspended_at;
+  int suspended_by = 0;
+  bool suspended = false;
+  std::unique_ptr<RankOutput> out;  // its stdout and stderr, relayed line by line
+  std::unique_ptr<RankOutput> err;
 
   [[nodiscard]] bool was_sent(int sig) const {
     return std::find(sent.begin(), sent.end(), sig) != sent.end();
@@ -231,6 +251,21 @@ struct Rank {
   }
 };
 
+// "2026-12-01 21:05:31.412" (or without the date), local time.
+std::string wall_time(WallClock::time_point t, bool date = true) {
+  const std::time_t secs = WallClock::to_time_t(t);
+  const auto ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count() % 1000;
+  const std::tm local = fmt::localtime(secs);
+  return date ? fmt::format("{:%Y-%m-%d %H:%M:%S}.{:03}", local, ms)
+              : fmt::format("{:%H:%M:%S}.{:03}", local, ms);
+}
+
+std::string shorten(std::string_view line, std::size_t max) {
+  if (line.size() <= max) return std::string(line);
+  return fmt::format("{}...", line.substr(0, max));
+}
+
 class Job {
  public:
   explicit Job(const LaunchOptions& options) : o_(options) {}
@@ -239,6 +274,7 @@ class Job {
     const SignalScope signals;  // before the first fork: no child's exit can be missed
     const std::uint16_t port =
         o_.master_port != 0 ? o_.master_port : comm::net::pick_free_port(o_.master_addr);
+    started_at_ = WallClock::now();
     ranks_.resize(static_cast<std::size_t>(o_.nproc));
     for (int r = 0; r < o_.nproc; ++r) {
       Rank& rank = ranks_[static_cast<std::size_t>(r)];
@@ -264,11 +300,8 @@ class Job {
       }
     }
     supervise(signals);
-    std::vector<int> stopped;
-    for (const Rank& r : ranks_) {
-      if (r.stopped_by_launcher()) stopped.push_back(r.index);
-    }
-    if (!stopped.empty()) say("stopped by the launcher: {}", format_ranks(stopped));
+    drain_output();
+    if (first_failed_ >= 0 || interrupted_) summarize();
     return result_.value_or(0);
   }
 
@@ -276,6 +309,9 @@ class Job {
   // Forks and execs one rank. Returns 0, or the errno of a failed exec (reported by the child
   // through a close-on-exec pipe: EOF means exec succeeded).
   int spawn(Rank& rank, const ExecImage& image, const sigset_t& child_mask) {
+    const std::string prefix = o_.tag_output ? fmt::format("[rank {}] ", rank.index) : "";
+    rank.out = std::make_unique<RankOutput>(STDOUT_FILENO, prefix);
+    rank.err = std::make_unique<RankOutput>(STDERR_FILENO, prefix);
     int fds[2];
     if (pipe2(fds, O_CLOEXEC) != 0) {
       throw Error(ErrorCode::Io, fmt::format("pipe2 failed: {}", std::strerror(errno)));
@@ -289,9 +325,14 @@ class Job {
       throw Error(ErrorCode::Io, fmt::format("cannot start rank {}: fork failed: {}", rank.index,
                                              std::strerror(errno)));
     }
-    if (pid == 0) exec_child(write_end.get(), launcher, child_mask, image);
+    if (pid == 0) {
+      exec_child(write_end.get(), launcher, child_mask, image, rank.out->child_end(),
+                 rank.err->child_end());
+    }
     setpgid(pid, pid);  // also done by the child: whichever runs first wins the race
     write_end.reset();
+    rank.out->close_child_end();
+    rank.err->close_child_end();
     rank.pid = pid;
     rank.running = true;
     int child_errno = 0;
@@ -309,6 +350,8 @@ class Job {
   }
 
   void supervise(const SignalScope& signals) {
+    std::vector<pollfd> fds;
+    std::vector<RankOutput*> streams;  // streams[i] is polled as fds[i + 1]
     while (true) {
       reap();
       check_deadlines();
@@ -323,14 +366,53 @@ class Job {
         const int ms = static_cast<int>(std::clamp<long long>(left, 0, 1'000'000));
         timeout_ms = timeout_ms < 0 ? ms : std::min(timeout_ms, ms);
       }
-      pollfd pfd{signals.fd(), POLLIN, 0};
-      const int rc = poll(&pfd, 1, timeout_ms);
-      if (rc < 0 && errno != EINTR) {
-        throw Error(ErrorCode::Io, fmt::format("poll failed: {}", std::strerror(errno)));
-      }
+      poll_streams(fds, streams, signals.fd(), timeout_ms);
       for (const int sig : signals.drain()) {
-        if (sig != SIGCHLD) on_interrupt(sig);
+        if (sig != SIGCHLD && sig != SIGPIPE) on_interrupt(sig);
       }
+    }
+  }
+
+  // Waits up to timeout_ms (-1: no limit) for output or a signal, and relays what came.
+  void poll_streams(std::vector<pollfd>& fds, std::vector<RankOutput*>& streams, int signal_fd,
+                    int timeout_ms) {
+    fds.clear();
+    streams.clear();
+    if (signal_fd >= 0) fds.push_back({signal_fd, POLLIN, 0});
+    for (Rank& r : ranks_) {
+      for (RankOutput* s : {r.out.get(), r.err.get()}) {
+        if (s == nullptr || s->fd() < 0) continue;
+        fds.push_back({s->fd(), POLLIN, 0});
+        streams.push_back(s);
+      }
+    }
+    const int rc = poll(fds.data(), fds.size(), timeout_ms);
+    if (rc < 0 && errno != EINTR) {
+      throw Error(ErrorCode::Io, fmt::format("poll failed: {}", std::strerror(errno)));
+    }
+    const std::size_t first = signal_fd >= 0 ? 1 : 0;
+    for (std::size_t i = 0; rc > 0 && i < streams.size(); ++i) {
+      if (fds[i + first].revents != 0) streams[i]->pump();
+    }
+  }
+
+  // Once every rank has been reaped: what their pipes still hold. A pipe that a rank's own child
+  // keeps open is given up after a moment.
+  void drain_output() {
+    const auto until = Clock::now() + std::chrono::milliseconds(200);
+    std::vector<pollfd> fds;
+    std::vector<RankOutput*> streams;
+    while (Clock::now() < until) {
+      const bool open = std::any_of(ranks_.begin(), ranks_.end(), [](const Rank& r) {
+        return (r.out && r.out->fd() >= 0) || (r.err && r.err->fd() >= 0);
+      });
+      if (!open) break;
+      const auto left = std::chrono::ceil<std::chrono::milliseconds>(until - Clock::now());
+      poll_streams(fds, streams, -1, static_cast<int>(std::max<long long>(left.count(), 0)));
+    }
+    for (Rank& r : ranks_) {
+      if (r.out) r.out->finish();
+      if (r.err) r.err->finish();
     }
   }
 
@@ -338,15 +420,30 @@ class Job {
     for (Rank& r : ranks_) {
       if (!r.running) continue;
       int status = 0;
-      const pid_t p = waitpid(r.pid, &status, WNOHANG);
-      if (p == r.pid) on_exit(r, status);
+      const pid_t p = waitpid(r.pid, &status, WNOHANG | WUNTRACED | WCONTINUED);
+      if (p != r.pid) continue;
+      if (WIFSTOPPED(status)) {
+        r.suspended = true;
+        r.suspended_at = WallClock::now();
+        r.suspended_by = WSTOPSIG(status);
+        continue;
+      }
+      if (WIFCONTINUED(status)) {
+        r.suspended = false;
+        continue;
+      }
+      // What it wrote before it exited comes before the launcher's line about it.
+      if (r.out) r.out->pump();
+      if (r.err) r.err->pump();
+      on_exit(r, status);
     }
   }
 
   void on_exit(Rank& r, int status) {
     r.running = false;
     r.status = status;
-    if (succeeded(status) || r.stopped_by_launcher()) return;  // the latter listed at the end
+    r.ended_at = WallClock::now();
+    if (succeeded(status) || r.stopped_by_launcher()) return;  // listed in the summary
     if (!r.sent.empty()) {
       // It outlived the launcher's signal (ignored or handled it, or died of another signal):
       // report what it did. The launcher's exit status was decided before it sent any signal.
@@ -368,6 +465,8 @@ class Job {
     reap();  // a rank that already exited is reported as it is, not as signalled
     if (!interrupted_) {
       interrupted_ = true;
+      interrupted_by_ = sig;
+      interrupted_at_ = WallClock::now();
       if (!result_) result_ = 128 + sig;
       term_at_.reset();
       const auto running = running_ranks();
@@ -416,12 +515,14 @@ class Job {
   // Signals whole process groups, so that a rank's own children stop too. Only groups whose
   // leader is not yet reaped: until then its pid, and so the group id, cannot be reused. Callers
   // reap() first, so that only a rank exiting at this very moment can be sent a signal it never
-  // sees (and be reported as exiting after it).
+  // sees (and be reported as exiting after it). A suspended rank also gets SIGCONT, as a shell's
+  // `kill` does, so that it acts on the signal now rather than at SIGKILL.
   void send_to_running(int sig) {
     for (Rank& r : ranks_) {
       if (!r.running) continue;
       if (!r.was_sent(sig)) r.sent.push_back(sig);
       if (kill(-r.pid, sig) != 0) kill(r.pid, sig);  // group not set up yet: the rank itself
+      if (r.suspended && sig != SIGKILL && kill(-r.pid, SIGCONT) != 0) kill(r.pid, SIGCONT);
     }
   }
 
@@ -435,11 +536,92 @@ class Job {
 
   [[nodiscard]] bool any_running() const { return !running_ranks().empty(); }
 
+  [[nodiscard]] std::string after_start(WallClock::time_point t) const {
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(t - started_at_);
+    return fmt::format("{:.1f} s after the start", static_cast<double>(ms.count()) / 1000.0);
+  }
+
+  // How a rank other than the first failure ended, in one line (without its index).
+  [[nodiscard]] std::string outcome(const Rank& r) const {
+    if (r.pid < 0) return "not started";
+    std::string out;
+    if (r.suspended_at) {
+      out = fmt::format("was suspended by {} at {}, then ", signal_name(r.suspended_by),
+                        wall_time(*r.suspended_at, false));
+    }
+    if (r.stopped_by_launcher()) {
+      return out + fmt::format("stopped by the launcher ({})", signal_name(WTERMSIG(r.status)));
+    }
+    out += describe(r.status);
+    if (!r.sent.empty()) out += fmt::format(" after the launcher's {}", format_signals(r.sent));
+    if (succeeded(r.status) && r.sent.empty()) return out;
+    // A failure of its own: when, and the last thing it said.
+    out += fmt::format(" at {}", wall_time(r.ended_at, false));
+    if (const RankOutput* said = last_words(r)) out += ": " + shorten(said->tail().back(), 120);
+    return out;
+  }
+
+  // The stream that holds a rank's error: stderr, or stdout when it wrote nothing on stderr.
+  [[nodiscard]] static const RankOutput* last_words(const Rank& r) {
+    if (r.err && !r.err->tail().empty()) return r.err.get();
+    if (r.out && !r.out->tail().empty()) return r.out.get();
+    return nullptr;
+  }
+
+  // The last lines of the output: the root cause, whole, then each other rank's outcome (as
+  // torchrun's error summary, with the first failure first).
+  void summarize() const {
+    constexpr std::string_view kRule = "==========";
+    if (first_failed_ >= 0) {
+      const Rank& first = ranks_[static_cast<std::size_t>(first_failed_)];
+      say("{} rank {} failed first {}", kRule, first.index, kRule);
+      say("rank {} (pid {}) {} at {} ({})", first.index, first.pid, describe(first.status),
+          wall_time(first.ended_at), after_start(first.ended_at));
+      if (first.suspended_at) {
+        say("it had been suspended by {} at {}", signal_name(first.suspended_by),
+            wall_time(*first.suspended_at));
+      }
+      if (const RankOutput* said = last_words(first)) {
+        const auto& tail = said->tail();
+        const bool err = said == first.err.get();
+        say("its last {} on {}{}:",
+            tail.size() == 1 ? "line" : fmt::format("{} lines", tail.size()),
+            err ? "stderr" : "stdout (nothing on stderr)",
+            said->line_count() > tail.size() ? fmt::format(" (of {})", said->line_count()) : "");
+        for (const std::string& line : tail) say("  {}", line);
+      } else {
+        say("it wrote nothing on stdout or stderr");
+      }
+    } else {
+      say("{} interrupted {}", kRule, kRule);
+      say("the launcher got {} at {} ({}) and stopped the ranks", signal_name(interrupted_by_),
+          wall_time(interrupted_at_), after_start(interrupted_at_));
+    }
+    // The other ranks, those with the same outcome on one line.
+    std::vector<std::pair<std::string, std::vector<int>>> groups;
+    for (const Rank& r : ranks_) {
+      if (r.index == first_failed_) continue;
+      const std::string how = outcome(r);
+      auto it =
+          std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.first == how; });
+      if (it == groups.end()) {
+        groups.emplace_back(how, std::vector<int>{r.index});
+      } else {
+        it->second.push_back(r.index);
+      }
+    }
+    if (!groups.empty()) say("{}:", first_failed_ >= 0 ? "the other ranks" : "the ranks");
+    for (const auto& [how, which] : groups) say("  {}: {}", format_ranks(which), how);
+  }
+
   const LaunchOptions& o_;
   std::vector<Rank> ranks_;
   std::optional<int> result_;  // the launcher's exit status, decided by the first failure
   int first_failed_ = -1;
   bool interrupted_ = false;
+  int interrupted_by_ = 0;
+  WallClock::time_point interrupted_at_{};
+  WallClock::time_point started_at_{};
   std::optional<Clock::time_point> term_at_;  // when to SIGTERM the ranks still running
   std::optional<Clock::time_point> kill_at_;  // when to SIGKILL them
 };

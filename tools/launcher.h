@@ -49,6 +49,8 @@ struct LaunchOptions {
   std::vector<std::string> node_netns;
   // Empty, or per node: "NAME=value" entries added to its ranks' environment.
   std::vector<std::vector<std::string>> node_env;
+  // Start every relayed line with "[rank R] " (`strait run --tag-output`).
+  bool tag_output = false;
 };
 
 // Runs the job to completion and returns the launcher's exit status (see above).

@@ -21,15 +21,25 @@ Put `--` before CMD whenever CMD or its arguments start with a dash.
 
 Each rank gets the launcher's environment plus MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE,
 LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK=0, GROUP_WORLD_SIZE=1, ROLE_NAME, ROLE_RANK and
-ROLE_WORLD_SIZE (as torchrun sets them), runs in its own process group, and writes straight to the
-launcher's stdout and stderr. Rank 0 runs the job's store at MASTER_ADDR:MASTER_PORT.
+ROLE_WORLD_SIZE (as torchrun sets them) and runs in its own process group. Rank 0 runs the job's
+store at MASTER_ADDR:MASTER_PORT.
+
+Each rank's stdout and stderr are pipes that the launcher copies to its own stdout and stderr a
+whole line at a time, so the lines of different ranks never cut into each other (--tag-output
+starts each with "[rank R] "). Being pipes, they are block-buffered by C stdio and Python unless
+the program flushes its lines (or runs with PYTHONUNBUFFERED=1).
 
 When a rank exits non-zero or is killed by a signal, the launcher names it, waits --kill-grace
 seconds (so that the other ranks can notice the failure themselves), sends SIGTERM to the ranks
 still running and SIGKILL --stop-timeout seconds later. Ctrl-C (SIGINT), SIGTERM or SIGHUP to the
 launcher is forwarded to every rank; a second one kills them with SIGKILL. Ranks killed by the
 launcher's signal are listed as "stopped by the launcher"; a rank that exits otherwise after it
-(say, non-zero from a SIGTERM handler) is named with its own status.
+(say, non-zero from a SIGTERM handler) is named with its own status. A rank suspended by SIGSTOP
+also gets SIGCONT with the launcher's SIGTERM, so that it acts on it.
+
+When a rank fails (or the launcher is interrupted), the launcher's last lines are a summary: the
+rank that failed first, when, and its last lines on stderr (on stdout when it wrote nothing on
+stderr), then how each other rank ended.
 
 Exit status: that of the first failure. 0 when every rank exits 0 and the launcher is not
 interrupted; otherwise the status of the first rank that failed (128 + N when it was killed by
@@ -66,6 +76,8 @@ void add_run_command(CLI::App& app, int& exit_code) {
                   "Seconds between SIGTERM (or a forwarded signal) and SIGKILL")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+  run->add_flag("--tag-output", options->tag_output,
+                "Start each line a rank writes with \"[rank R] \"");
   run->add_option("command", options->command, "The program to run, and its arguments")->required();
 
   run->callback([options, kill_grace_s, stop_timeout_s, &exit_code] {

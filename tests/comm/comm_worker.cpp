@@ -12,13 +12,22 @@
 //   comm_worker sleep       rank 1 never calls the allreduce (it sleeps); the others must fail
 //                           with Timeout after STRAIT_TIMEOUT_S.
 //   comm_worker mismatch    rank 1 allreduces one element more than the others.
+//   comm_worker abort       every rank allreduces in a loop; another thread of rank 0 calls
+//                           abort() 300 ms in: rank 0 fails with Aborted, the others with
+//                           PeerLost once rank 0 has gone.
+//   comm_worker stop        the same loop; 300 ms in, rank 1 suspends itself (SIGSTOP, as
+//                           `kill -STOP` would): the others fail with Timeout naming it.
+//   comm_worker nan         rank 1's input to an int8 allreduce_compressed holds a NaN, which it
+//                           refuses (InvalidArgument) before sending anything; the others must
+//                           fail with PeerLost naming rank 1 and the operation.
 //   comm_worker hierarchical  prints the sites (STRAIT_SITES, set by `strait wan run`), fails
 //                           unless there are GROUP_WORLD_SIZE of them, then the allreduce scenario
 //                           (which the sites make hierarchical) and an int8 allreduce_compressed
 //                           of kLarge f32, bit-identical on all ranks and within int8's bound.
 //
-// A failing collective prints one line "rank R: failed after N ms: <Error::what()>" and exits with
-// the error's status below, so the test can tell the failure modes apart from the outside.
+// A failing collective prints one line "rank R: failed after N ms: <Error::what()>" on stderr and
+// exits with the error's status below, so the test can tell the failure modes apart from the
+// outside.
 #include <fmt/format.h>
 #include <unistd.h>
 
@@ -29,6 +38,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <thread>
 #include <vector>
@@ -54,6 +64,8 @@ constexpr int kPeerLost = 3;
 constexpr int kTimeout = 4;
 constexpr int kMismatch = 5;
 constexpr int kOtherError = 6;
+constexpr int kAborted = 7;
+constexpr int kInvalid = 8;
 
 constexpr std::size_t kLarge = 1'000'003;  // rendezvous-sized chunks, uneven over any world size
 
@@ -62,6 +74,8 @@ int status_of(const Error& e) {
     case ErrorCode::PeerLost: return kPeerLost;
     case ErrorCode::Timeout: return kTimeout;
     case ErrorCode::Mismatch: return kMismatch;
+    case ErrorCode::Aborted: return kAborted;
+    case ErrorCode::InvalidArgument: return kInvalid;
     default: return kOtherError;
   }
 }
@@ -70,6 +84,12 @@ template <class... Args>
 void say(int rank, fmt::format_string<Args...> format, Args&&... args) {
   fmt::print("rank {}: {}\n", rank, fmt::format(format, std::forward<Args>(args)...));
   std::fflush(stdout);
+}
+
+// Errors go to stderr, as a program's errors do.
+template <class... Args>
+void say_error(int rank, fmt::format_string<Args...> format, Args&&... args) {
+  fmt::print(stderr, "rank {}: {}\n", rank, fmt::format(format, std::forward<Args>(args)...));
 }
 
 // FNV-1a over the bytes: ranks compare results without shipping them.
@@ -164,7 +184,7 @@ int one_rank_absent(Communicator& world, Absent absent) {
     world.allreduce(buf.data(), buf.data(), buf.size(), DType::F32, ReduceOp::Sum);
   } catch (const Error& e) {
     const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start);
-    say(me, "failed after {} ms: {}", ms.count(), e.what());
+    say_error(me, "failed after {} ms: {}", ms.count(), e.what());
     return status_of(e);
   }
   say(me, "WRONG the allreduce finished without rank 1");
@@ -180,10 +200,60 @@ int mismatch_scenario(Communicator& world) {
     world.allreduce(buf.data(), buf.data(), count, DType::F32, ReduceOp::Sum);
   } catch (const Error& e) {
     const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start);
-    say(me, "failed after {} ms: {}", ms.count(), e.what());
+    say_error(me, "failed after {} ms: {}", ms.count(), e.what());
     return status_of(e);
   }
   say(me, "WRONG the allreduce of mismatched counts finished");
+  return kWrong;
+}
+
+// Every rank allreduces in a loop; 300 ms in, another thread of rank 0 runs `interrupt` while
+// data is in flight (aborts the communicator, or suspends the process).
+template <class Interrupt>
+int interrupted_loop(Communicator& world, int who, Interrupt interrupt) {
+  const int me = world.rank();
+  world.barrier();
+  std::thread interrupter;
+  if (me == who) {
+    interrupter = std::thread([interrupt] {
+      std::this_thread::sleep_for(300ms);
+      interrupt();
+    });
+  }
+  std::vector<float> buf(kLarge, 1.0F);
+  const auto start = Clock::now();
+  int status = kWrong;
+  try {
+    for (int i = 0; i < 100'000; ++i) {
+      world.allreduce(buf.data(), buf.data(), buf.size(), DType::F32, ReduceOp::Avg);
+    }
+    say(me, "WRONG 100000 allreduces finished without the interruption");
+  } catch (const Error& e) {
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start);
+    say_error(me, "failed after {} ms: {}", ms.count(), e.what());
+    status = status_of(e);
+  }
+  if (interrupter.joinable()) interrupter.join();
+  return status;
+}
+
+// Rank 1 refuses a NaN; the others wait for it in the same allreduce_compressed.
+int nan_scenario(Communicator& world) {
+  const int me = world.rank();
+  world.barrier();
+  std::vector<float> x(kLarge, 0.5F);
+  if (me == 1) x[12345] = std::numeric_limits<float>::quiet_NaN();
+  std::vector<float> out(kLarge);
+  const auto start = Clock::now();
+  try {
+    world.allreduce_compressed(x.data(), out.data(), kLarge, ReduceOp::Sum,
+                               strait::comm::Compression{"int8", ""});
+  } catch (const Error& e) {
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start);
+    say_error(me, "failed after {} ms: {}", ms.count(), e.what());
+    return status_of(e);
+  }
+  say(me, "WRONG the allreduce_compressed finished {}", me == 1 ? "with a NaN" : "without rank 1");
   return kWrong;
 }
 
@@ -239,7 +309,8 @@ int hierarchical_scenario(Communicator& world) {
 
 int main(int argc, char** argv) {
   if (argc != 2) {
-    fmt::print(stderr, "usage: comm_worker allreduce|kill|sleep|mismatch|hierarchical\n");
+    fmt::print(stderr,
+               "usage: comm_worker allreduce|kill|sleep|mismatch|abort|stop|nan|hierarchical\n");
     return kUsage;
   }
   const std::string scenario = argv[1];
@@ -257,12 +328,19 @@ int main(int argc, char** argv) {
       return one_rank_absent(*world, [] { std::this_thread::sleep_for(120s); });
     }
     if (scenario == "mismatch") return mismatch_scenario(*world);
+    if (scenario == "abort") {
+      Communicator& w = *world;
+      return interrupted_loop(w, 0, [&w] { w.abort("the test's other thread aborted it"); });
+    }
+    if (scenario == "stop") {
+      return interrupted_loop(*world, 1, [] { ::kill(::getpid(), SIGSTOP); });
+    }
+    if (scenario == "nan") return nan_scenario(*world);
     if (scenario == "hierarchical") return hierarchical_scenario(*world);
     fmt::print(stderr, "comm_worker: unknown scenario {}\n", scenario);
     return kUsage;
   } catch (const Error& e) {
-    fmt::print("comm_worker: {}\n", e.what());
-    std::fflush(stdout);
+    fmt::print(stderr, "comm_worker: {}\n", e.what());
     return status_of(e);
   }
 }

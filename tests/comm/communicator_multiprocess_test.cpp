@@ -6,6 +6,7 @@
 #include <signal.h>
 
 #include <chrono>
+#include <regex>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -151,7 +152,7 @@ TEST(CommunicatorProcesses, ARankThatNeverCallsTheCollectiveIsATimeoutNamingIt) 
     EXPECT_LT(ms, 15'000) << line;
   }
   // Rank 1 was stopped by the launcher, not counted as a failure of its own.
-  EXPECT_TRUE(contains(run.output, "stopped by the launcher: rank 1")) << run.output;
+  EXPECT_TRUE(contains(run.output, "rank 1: stopped by the launcher (SIGTERM)")) << run.output;
 }
 
 TEST(CommunicatorProcesses, MismatchedCountsAreAMismatchOnTheRanksInvolved) {
@@ -178,5 +179,135 @@ TEST(CommunicatorProcesses, MismatchedCountsAreAMismatchOnTheRanksInvolved) {
   const std::string zero = line_of(run.output, 0);
   EXPECT_TRUE(contains(zero, "failed after")) << run.output;
 }
+
+// What a user reads when a job fails: strait's error, the launcher's summary last, and nothing
+// from UCX. Each scenario fails in its own way (tests/comm/comm_worker.cpp); its stderr must
+// hold strait's error (`expect`: in the rank's own lines and in the summary) and no line of UCX's
+// (neither its own printer's "UCX  WARN" nor strait's "ucx:" lines, which show only when
+// UCX_LOG_LEVEL asks for them).
+struct FailureScenario {
+  const char* name;
+  const char* timeout_s;               // STRAIT_TIMEOUT_S
+  int first;                           // the rank that fails first, -1 if any may
+  std::vector<std::string> expect;     // in stderr
+  std::vector<std::string> survivors;  // in the lines of the ranks that did not fail first
+};
+
+std::vector<FailureScenario> scenarios() {
+  return {
+      {"kill",
+       "20",
+       1,
+       {"rank 1 failed first", "was killed by signal 9 (SIGKILL)"},
+       {"PeerLost", "rank 1's process exited"}},
+      // A survivor may wait on rank 1 (Timeout) or on the other survivor, which may have exited
+      // (PeerLost): the waiting on rank 1 shows in one of them.
+      {"stop",
+       "2",
+       -1,
+       {"Timeout", "a message from rank 1", "rank 1: was suspended by SIGSTOP at"},
+       {}},
+      {"abort",
+       "20",
+       0,
+       {"rank 0 failed first", "Aborted", "the test's other thread aborted it"},
+       {"PeerLost", "rank 0's process exited"}},
+      {"mismatch", "20", -1, {"Mismatch", "f32 x 1001"}, {}},
+      {"nan",
+       "20",
+       1,
+       {"rank 1 failed first", "InvalidArgument", "element 12345 of the input is nan"},
+       {"PeerLost: allreduce_compressed #1", "rank 1's process exited"}},
+  };
+}
+
+void PrintTo(const FailureScenario& s, std::ostream* os) {
+  *os << s.name;
+}
+
+struct SplitRun {
+  int exit_code = -1;
+  std::string out;  // the launcher's stdout
+  std::string err;  // its stderr
+};
+
+// `strait run -n 3 --kill-grace 1 -- env [-u UCX_LOG_LEVEL | UCX_LOG_LEVEL=L] ... comm_worker`.
+SplitRun run_scenario(const FailureScenario& s, const std::string& ucx_log_level) {
+  const strait::test::TempDir dir;
+  std::vector<std::string> args = {"run", "-n", "3", "--kill-grace", "1", "--", "env"};
+  if (ucx_log_level.empty()) {
+    args.insert(args.end(), {"-u", "UCX_LOG_LEVEL"});
+  } else {
+    args.push_back("UCX_LOG_LEVEL=" + ucx_log_level);
+  }
+  args.insert(args.end(),
+              {std::string("STRAIT_TIMEOUT_S=") + s.timeout_s, COMM_WORKER_BIN, s.name});
+  strait::test::Process launcher(STRAIT_BIN, args, dir.path() / "out", {}, dir.path() / "err");
+  const int code = launcher.exit_code(90s, SIGINT, 6s);
+  return {code, launcher.output(), launcher.error_output()};
+}
+
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+class FailureOutput : public ::testing::TestWithParam<FailureScenario> {};
+
+TEST_P(FailureOutput, EndsWithStraitsErrorAndHoldsNoUcxLine) {
+  const FailureScenario& s = GetParam();
+  const auto run = run_scenario(s, "");
+  const std::string all = run.out + run.err;
+  EXPECT_NE(run.exit_code, 0) << all;
+  for (const auto& text : s.expect) EXPECT_TRUE(contains(run.err, text)) << text << " in:\n" << all;
+  for (const auto& line : lines_of(all)) {
+    EXPECT_FALSE(contains(line, "UCX") || contains(line, "ucx:")) << line << "\nin:\n" << all;
+  }
+  // The survivors' own errors, each whole on one line of stderr.
+  for (int r = 0; r < 3; ++r) {
+    if (r == s.first) continue;
+    const std::string line = line_of(run.err, r);
+    if (line.empty() && s.first < 0) continue;  // the one that failed first may be any
+    for (const auto& text : s.survivors)
+      EXPECT_TRUE(contains(line, text)) << text << " in " << line;
+  }
+  // The summary comes last: its header, then only its own lines.
+  const auto lines = lines_of(run.err);
+  const auto header = std::find_if(lines.begin(), lines.end(), [](const std::string& l) {
+    return std::regex_match(l, std::regex("strait run: =+ rank [0-9] failed first =+"));
+  });
+  ASSERT_NE(header, lines.end()) << run.err;
+  if (s.first >= 0) {
+    EXPECT_EQ(*header, "strait run: ========== rank " + std::to_string(s.first) +
+                           " failed first ==========");
+  }
+  ASSERT_GE(lines.end() - header, 4) << run.err;
+  EXPECT_TRUE(std::regex_search(
+      *(header + 1), std::regex(" at 20[0-9]{2}-[0-9]{2}-[0-9]{2} [0-9:]{8}\\.[0-9]{3} \\(")))
+      << *(header + 1);
+  for (auto it = header; it != lines.end(); ++it) {
+    EXPECT_EQ(it->rfind("strait run: ", 0), 0U) << "a line after the summary began: " << *it;
+  }
+  EXPECT_NE(std::find(header, lines.end(), "strait run: the other ranks:"), lines.end()) << run.err;
+}
+
+// With UCX's own warnings asked for, teardown leaves UCX nothing to warn about: the messages no
+// operation took are received, so no descriptor stays out of its pool.
+TEST_P(FailureOutput, TeardownLeavesUcxNothingToWarnAbout) {
+  const FailureScenario& s = GetParam();
+  const auto run = run_scenario(s, "warn");
+  const std::string all = run.out + run.err;
+  EXPECT_NE(run.exit_code, 0) << all;
+  EXPECT_FALSE(contains(all, "was not returned to mpool")) << all;
+  EXPECT_FALSE(contains(all, "was not matched")) << all;
+  EXPECT_FALSE(contains(all, "not released")) << all;
+}
+
+INSTANTIATE_TEST_SUITE_P(Scenarios, FailureOutput, ::testing::ValuesIn(scenarios()),
+                         [](const ::testing::TestParamInfo<FailureScenario>& p) {
+                           return std::string(p.param.name);
+                         });
 
 }  // namespace

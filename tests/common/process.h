@@ -99,14 +99,16 @@ inline std::vector<pid_t> processes_with_environment(const std::string& name,
   return found;
 }
 
-// PROGRAM ARGS... running with stdout and stderr captured in a file, with this process's
-// environment plus `extra_env` ("NAME=value" entries, replacing variables of the same name);
-// killed (SIGKILL) and reaped when destroyed before wait() returned.
+// PROGRAM ARGS... running with stdout and stderr captured in a file (stderr in a file of its own
+// when `error_output` is given), with this process's environment plus `extra_env` ("NAME=value"
+// entries, replacing variables of the same name); killed (SIGKILL) and reaped when destroyed
+// before wait() returned.
 class Process {
  public:
   Process(const std::string& program, const std::vector<std::string>& args,
-          const std::filesystem::path& output, const std::vector<std::string>& extra_env = {})
-      : output_(output) {
+          const std::filesystem::path& output, const std::vector<std::string>& extra_env = {},
+          const std::filesystem::path& error_output = {})
+      : output_(output), error_output_(error_output) {
     std::vector<std::string> all = {program};
     all.insert(all.end(), args.begin(), args.end());
     std::vector<char*> argv;
@@ -132,7 +134,12 @@ class Process {
     posix_spawn_file_actions_init(&actions);
     posix_spawn_file_actions_addopen(&actions, 1, output.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
                                      0644);
-    posix_spawn_file_actions_adddup2(&actions, 1, 2);
+    if (error_output.empty()) {
+      posix_spawn_file_actions_adddup2(&actions, 1, 2);
+    } else {
+      posix_spawn_file_actions_addopen(&actions, 2, error_output.c_str(),
+                                       O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    }
     // The program must see SIGINT and SIGTERM whatever the test runner does with them.
     posix_spawnattr_t attr;
     posix_spawnattr_init(&attr);
@@ -202,9 +209,14 @@ class Process {
   }
 
   [[nodiscard]] std::string output() const { return read_file(output_); }
+  // Its stderr when it has a file of its own, else "".
+  [[nodiscard]] std::string error_output() const {
+    return error_output_.empty() ? std::string() : read_file(error_output_);
+  }
 
  private:
   std::filesystem::path output_;
+  std::filesystem::path error_output_;
   pid_t pid_ = -1;
 };
 

@@ -7,7 +7,10 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <regex>
 #include <set>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -36,8 +39,9 @@ class Strait : public strait::test::Process {
 
 // A shell snippet run by every rank with the test directory as $0. It writes its pid to
 // $0/pid.$RANK atomically, so a reader never sees a partial file.
-const std::string kWritePid =
-    R"(echo $$ > "$0/pid.$RANK.tmp" && mv "$0/pid.$RANK.tmp" "$0/pid.$RANK"; )";
+std::string write_pid() {
+  return R"(echo $$ > "$0/pid.$RANK.tmp" && mv "$0/pid.$RANK.tmp" "$0/pid.$RANK"; )";
+}
 
 TEST(StraitRun, EveryRankSeesTorchrunsEnvironment) {
   const TempDir dir;
@@ -93,7 +97,7 @@ TEST(StraitRun, RanksShareAStoreThroughTheLaunchEnvironment) {
 TEST(StraitRun, AFailingRankIsNamedAndTheOthersAreStopped) {
   const TempDir dir;
   // Rank 1 fails once ranks 0 and 2 are up; they would sleep for 5 minutes.
-  const std::string script = kWritePid + R"(
+  const std::string script = write_pid() + R"(
     if [ "$RANK" = 1 ]; then
       while [ ! -f "$0/pid.0" ] || [ ! -f "$0/pid.2" ]; do sleep 0.01; done
       exit 3
@@ -109,7 +113,7 @@ TEST(StraitRun, AFailingRankIsNamedAndTheOthersAreStopped) {
   // The ranks the launcher terminated are reported as such, not as failures.
   EXPECT_FALSE(contains(out, "rank 0 (pid")) << out;
   EXPECT_FALSE(contains(out, "rank 2 (pid")) << out;
-  EXPECT_TRUE(contains(out, "stopped by the launcher: ranks 0, 2")) << out;
+  EXPECT_TRUE(contains(out, "ranks 0, 2: stopped by the launcher (SIGTERM)")) << out;
   for (const int r : {0, 2}) {
     const pid_t pid = read_pid(dir.path() / ("pid." + std::to_string(r)));
     EXPECT_FALSE(process_exists(pid)) << "rank " << r << " (pid " << pid << ") is still alive";
@@ -127,7 +131,7 @@ TEST(StraitRun, ARankThatOutlivesTheLaunchersSigtermIsReportedWithItsOwnStatus) 
       1) trap '' TERM ;;
       2) trap 'exit 7' TERM ;;
     esac
-    )" + kWritePid + R"(
+    )" + write_pid() + R"(
     case "$RANK" in
       0) while [ ! -f "$0/pid.1" ] || [ ! -f "$0/pid.2" ] || [ ! -f "$0/pid.3" ]; do
            sleep 0.01
@@ -158,14 +162,14 @@ TEST(StraitRun, ARankThatOutlivesTheLaunchersSigtermIsReportedWithItsOwnStatus) 
   EXPECT_TRUE(contains(
       out, "rank 2 (pid " + pid(2) + ") exited with status 7 after the launcher's SIGTERM"))
       << out;
-  EXPECT_TRUE(contains(out, "stopped by the launcher: rank 3\n")) << out;
+  EXPECT_TRUE(contains(out, "  rank 3: stopped by the launcher (SIGTERM)\n")) << out;
   EXPECT_FALSE(contains(out, "rank 3 (pid")) << out;
   EXPECT_FALSE(contains(out, "SIGKILL")) << out;
 }
 
 TEST(StraitRun, ARankKilledByASignalIsNamedWithIt) {
   const TempDir dir;
-  const std::string script = kWritePid + R"(
+  const std::string script = write_pid() + R"(
     if [ "$RANK" = 0 ]; then kill -9 $$; fi
     exec sleep 300)";
   Strait run({"run", "-n", "2", "--", "sh", "-c", script, dir.str()}, dir.path() / "out");
@@ -188,7 +192,7 @@ TEST(StraitRun, SigintIsForwardedToEveryRank) {
   const std::string script = R"(
     trap 'echo got > "$0/int.$RANK"; kill $child; exit 0' INT
     sleep 300 & child=$!
-    )" + kWritePid + "wait";
+    )" + write_pid() + "wait";
   Strait run({"run", "-n", "3", "--", "sh", "-c", script, dir.str()}, dir.path() / "out");
   ASSERT_TRUE(wait_for_files({dir.path() / "pid.0", dir.path() / "pid.1", dir.path() / "pid.2"}))
       << run.output();
@@ -205,7 +209,7 @@ TEST(StraitRun, SigintIsForwardedToEveryRank) {
 
 TEST(StraitRun, RanksIgnoringSigintAreKilledAfterTheStopTimeout) {
   const TempDir dir;
-  const std::string script = "trap '' INT TERM; " + kWritePid + "while :; do sleep 0.05; done";
+  const std::string script = "trap '' INT TERM; " + write_pid() + "while :; do sleep 0.05; done";
   Strait run({"run", "-n", "2", "--stop-timeout", "0.5", "--", "sh", "-c", script, dir.str()},
              dir.path() / "out");
   ASSERT_TRUE(wait_for_files({dir.path() / "pid.0", dir.path() / "pid.1"})) << run.output();
@@ -215,7 +219,7 @@ TEST(StraitRun, RanksIgnoringSigintAreKilledAfterTheStopTimeout) {
   EXPECT_EQ(code, 128 + SIGINT) << out;
   EXPECT_TRUE(contains(out, "sending SIGKILL")) << out;
   // Killed by the launcher's SIGKILL: stopped by it, whatever they did with the SIGINT.
-  EXPECT_TRUE(contains(out, "stopped by the launcher: ranks 0-1")) << out;
+  EXPECT_TRUE(contains(out, "ranks 0-1: stopped by the launcher (SIGKILL)")) << out;
   EXPECT_FALSE(contains(out, "(pid")) << out;
   for (int r = 0; r < 2; ++r) {
     EXPECT_FALSE(process_exists(read_pid(dir.path() / ("pid." + std::to_string(r)))));
@@ -224,7 +228,7 @@ TEST(StraitRun, RanksIgnoringSigintAreKilledAfterTheStopTimeout) {
 
 TEST(StraitRun, ASecondSigintKillsAtOnce) {
   const TempDir dir;
-  const std::string script = "trap '' INT TERM; " + kWritePid + "while :; do sleep 0.05; done";
+  const std::string script = "trap '' INT TERM; " + write_pid() + "while :; do sleep 0.05; done";
   Strait run({"run", "-n", "2", "--stop-timeout", "600", "--", "sh", "-c", script, dir.str()},
              dir.path() / "out");
   ASSERT_TRUE(wait_for_files({dir.path() / "pid.0", dir.path() / "pid.1"})) << run.output();
@@ -238,7 +242,7 @@ TEST(StraitRun, ASecondSigintKillsAtOnce) {
   const std::string out = run.output();
   EXPECT_EQ(code, 128 + SIGINT) << out;
   EXPECT_TRUE(contains(out, "got SIGINT again: killing ranks 0-1")) << out;
-  EXPECT_TRUE(contains(out, "stopped by the launcher: ranks 0-1")) << out;
+  EXPECT_TRUE(contains(out, "ranks 0-1: stopped by the launcher (SIGKILL)")) << out;
   for (int r = 0; r < 2; ++r) {
     EXPECT_FALSE(process_exists(read_pid(dir.path() / ("pid." + std::to_string(r)))));
   }
@@ -246,7 +250,7 @@ TEST(StraitRun, ASecondSigintKillsAtOnce) {
 
 // Rank 1 fails; rank 0 notices (a marker file here, a PeerLost in real jobs) only after 'delay'.
 std::string failure_watch_script(const std::string& delay) {
-  return kWritePid + R"(
+  return write_pid() + R"(
     if [ "$RANK" = 1 ]; then
       while [ ! -f "$0/pid.0" ]; do sleep 0.01; done
       touch "$0/failed"; exit 3
@@ -254,6 +258,7 @@ std::string failure_watch_script(const std::string& delay) {
     while [ ! -f "$0/failed" ]; do sleep 0.01; done
     sleep )" +
          delay + R"(
+    echo "rank $RANK noticed the failure" >&2
     touch "$0/noticed"; exit 4)";
 }
 
@@ -272,6 +277,13 @@ TEST(StraitRun, KillGraceLetsTheOtherRanksNoticeTheFailure) {
   const pid_t rank0 = read_pid(dir.path() / "pid.0");
   EXPECT_TRUE(contains(out, "rank 0 (pid " + std::to_string(rank0) + ") exited with status 4"))
       << out;
+  // The summary still names rank 1 as the root cause, and rank 0's outcome with its last line.
+  EXPECT_TRUE(contains(out, "========== rank 1 failed first ==========")) << out;
+  EXPECT_TRUE(std::regex_search(
+      out, std::regex(
+               "strait run:   rank 0: exited with status 4 at [0-9:]{8}\\.[0-9]{3}: rank 0 noticed "
+               "the failure\n")))
+      << out;
 }
 
 TEST(StraitRun, WithoutKillGraceTheOtherRanksAreStoppedAtOnce) {
@@ -282,7 +294,7 @@ TEST(StraitRun, WithoutKillGraceTheOtherRanksAreStoppedAtOnce) {
   const std::string out = run.output();
   EXPECT_EQ(code, 3) << out;
   EXPECT_FALSE(fs::exists(dir.path() / "noticed")) << out;
-  EXPECT_TRUE(contains(out, "stopped by the launcher: rank 0")) << out;
+  EXPECT_TRUE(contains(out, "rank 0: stopped by the launcher (SIGTERM)")) << out;
 }
 
 TEST(StraitRun, OtherRanksSeePeerLostWhenRankZeroDies) {
@@ -298,13 +310,158 @@ TEST(StraitRun, OtherRanksSeePeerLostWhenRankZeroDies) {
   for (const int r : {1, 2}) {
     EXPECT_TRUE(contains(out, "rank " + std::to_string(r) + ": PeerLost")) << out;
   }
-  // Both detected it themselves (status 42) during the grace period.
+  // Both detected it themselves (status 42) during the grace period: the launcher's line at
+  // each exit ("rank R (pid P) exited ..."), besides the summary.
   std::size_t count = 0;
-  for (std::size_t pos = out.find("exited with status 42"); pos != std::string::npos;
-       pos = out.find("exited with status 42", pos + 1)) {
+  for (std::size_t pos = out.find(") exited with status 42"); pos != std::string::npos;
+       pos = out.find(") exited with status 42", pos + 1)) {
     ++count;
   }
   EXPECT_EQ(count, 2U) << out;
+}
+
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+TEST(StraitRun, TheLastLinesSummarizeTheFailureStartingWithItsRootCause) {
+  const TempDir dir;
+  // Rank 1 writes to both streams and fails once ranks 0 and 2 are up; they would sleep on.
+  const std::string script = write_pid() + R"(
+    if [ "$RANK" = 1 ]; then
+      while [ ! -f "$0/pid.0" ] || [ ! -f "$0/pid.2" ]; do sleep 0.01; done
+      echo "some progress"
+      echo "warning: something odd" >&2
+      echo "error: the real cause" >&2
+      exit 3
+    fi
+    exec sleep 300)";
+  Strait run({"run", "-n", "3", "--", "sh", "-c", script, dir.str()}, dir.path() / "out");
+  EXPECT_EQ(run.exit_code(), 3);
+  const std::string out = run.output();
+  const auto lines = lines_of(out);
+  const auto header = std::find(lines.begin(), lines.end(),
+                                "strait run: ========== rank 1 failed first ==========");
+  ASSERT_NE(header, lines.end()) << out;
+  const std::vector<std::string> summary(header, lines.end());
+  ASSERT_EQ(summary.size(), 7U) << out;
+  const std::string pid = std::to_string(read_pid(dir.path() / "pid.1"));
+  EXPECT_TRUE(std::regex_match(
+      summary[1],
+      std::regex("strait run: rank 1 \\(pid " + pid +
+                 "\\) exited with status 3 at 20[0-9]{2}-[0-9]{2}-[0-9]{2} "
+                 "[0-9]{2}:[0-9]{2}:[0-9]{2}\\.[0-9]{3} \\([0-9.]+ s after the start\\)")))
+      << summary[1];
+  EXPECT_EQ(summary[2], "strait run: its last 2 lines on stderr:");
+  EXPECT_EQ(summary[3], "strait run:   warning: something odd");
+  EXPECT_EQ(summary[4], "strait run:   error: the real cause");
+  EXPECT_EQ(summary[5], "strait run: the other ranks:");
+  EXPECT_EQ(summary[6], "strait run:   ranks 0, 2: stopped by the launcher (SIGTERM)");
+  // The rank's own lines came through before it, each once.
+  EXPECT_EQ(std::count(lines.begin(), header, "error: the real cause"), 1) << out;
+  EXPECT_EQ(std::count(lines.begin(), header, "some progress"), 1) << out;
+}
+
+TEST(StraitRun, ARankThatWroteNothingOnStderrIsQuotedFromStdout) {
+  const TempDir dir;
+  Strait run({"run", "-n", "1", "--", "sh", "-c", "echo one; echo two; echo 'it broke'; exit 9"},
+             dir.path() / "out");
+  EXPECT_EQ(run.exit_code(), 9);
+  const std::string out = run.output();
+  EXPECT_TRUE(contains(out,
+                       "strait run: its last 3 lines on stdout (nothing on stderr):\n"
+                       "strait run:   one\nstrait run:   two\nstrait run:   it broke\n"))
+      << out;
+}
+
+TEST(StraitRun, TheSummaryQuotesTheLastTwentyLines) {
+  const TempDir dir;
+  Strait run({"run", "-n", "1", "--", "sh", "-c", "seq 1 50 >&2; exit 1"}, dir.path() / "out");
+  EXPECT_EQ(run.exit_code(), 1);
+  const std::string out = run.output();
+  EXPECT_TRUE(contains(out,
+                       "strait run: its last 20 lines on stderr (of 50):\n"
+                       "strait run:   31\n"))
+      << out;
+  EXPECT_TRUE(contains(out, "strait run:   50\n")) << out;
+  EXPECT_FALSE(contains(out, "strait run:   30\n")) << out;
+}
+
+TEST(StraitRun, LinesOfDifferentRanksNeverCutIntoEachOther) {
+  const TempDir dir;
+  // Each line is written in three pieces (three write calls of the shell's printf). Written
+  // straight to one file, the ranks' pieces interleave; relayed, every line arrives whole.
+  const std::string script = R"(
+    i=0
+    while [ $i -lt 300 ]; do
+      printf 'r%s:' "$RANK"; printf '%0200d' 0; printf ':end\n'
+      printf 'e%s:' "$RANK" >&2; printf '%0200d' 0 >&2; printf ':end\n' >&2
+      i=$((i + 1))
+    done)";
+  Strait run({"run", "-n", "4", "--", "sh", "-c", script}, dir.path() / "out");
+  EXPECT_EQ(run.exit_code(), 0);
+  const std::string out = run.output();
+  std::map<std::string, int> per_rank;
+  const std::regex whole("[re][0-3]:0{200}:end");
+  int broken = 0;
+  for (const auto& line : lines_of(out)) {
+    if (std::regex_match(line, whole)) {
+      ++per_rank[line.substr(0, 2)];
+    } else {
+      ++broken;
+    }
+  }
+  EXPECT_EQ(broken, 0) << out.substr(0, 4000);
+  for (const char* k : {"r0", "r1", "r2", "r3", "e0", "e1", "e2", "e3"}) {
+    EXPECT_EQ(per_rank[k], 300) << k;
+  }
+}
+
+TEST(StraitRun, TagOutputStartsEachLineWithItsRank) {
+  const TempDir dir;
+  // The last write has no line end: it is relayed, ended, when the rank exits.
+  Strait run({"run", "-n", "2", "--tag-output", "--", "sh", "-c",
+              "echo out $RANK; echo err $RANK >&2; printf 'no newline %s' $RANK"},
+             dir.path() / "out");
+  EXPECT_EQ(run.exit_code(), 0);
+  const auto lines = lines_of(run.output());
+  for (const std::string r : {"0", "1"}) {
+    for (const std::string& text : {"out " + r, "err " + r, "no newline " + r}) {
+      std::string tagged = "[rank ";
+      tagged += r;
+      tagged += "] ";
+      tagged += text;
+      EXPECT_EQ(std::count(lines.begin(), lines.end(), tagged), 1) << text << " in:\n"
+                                                                   << run.output();
+    }
+  }
+  EXPECT_EQ(lines.size(), 6U) << run.output();
+}
+
+TEST(StraitRun, ASuspendedRankActsOnTheLaunchersSigtermAndIsNamedAsSuspended) {
+  const TempDir dir;
+  // Rank 1 suspends itself (as `kill -STOP` would); rank 0 fails once it sees it suspended. With
+  // a stop timeout of 600 s, the job ends at once only if the SIGTERM is acted on (SIGCONT).
+  const std::string script = write_pid() + R"sh(
+    if [ "$RANK" = 1 ]; then kill -STOP $$; exec sleep 300; fi
+    while [ ! -f "$0/pid.1" ]; do sleep 0.01; done
+    while [ "$(cut -d' ' -f3 "/proc/$(cat "$0/pid.1")/stat")" != T ]; do sleep 0.01; done
+    exit 2)sh";
+  const auto start = Clock::now();
+  Strait run({"run", "-n", "2", "--stop-timeout", "600", "--", "sh", "-c", script, dir.str()},
+             dir.path() / "out");
+  EXPECT_EQ(run.exit_code(50s), 2);
+  EXPECT_LT(Clock::now() - start, 40s);
+  const std::string out = run.output();
+  EXPECT_TRUE(std::regex_search(
+      out,
+      std::regex("strait run:   rank 1: was suspended by SIGSTOP at [0-9:]{8}\\.[0-9]{3}, then "
+                 "stopped by the launcher \\(SIGTERM\\)\n")))
+      << out;
+  EXPECT_FALSE(contains(out, "SIGKILL")) << out;
 }
 
 TEST(StraitRun, ACommandThatCannotBeExecutedIsAClearError) {
@@ -335,9 +492,10 @@ TEST(StraitRun, HelpDocumentsEveryOption) {
   Strait run({"run", "--help"}, dir.path() / "out");
   EXPECT_EQ(run.exit_code(), 0);
   const std::string out = run.output();
-  for (const char* text : {"--nproc", "--master-addr", "--master-port", "--kill-grace",
-                           "--stop-timeout", "MASTER_ADDR", "LOCAL_WORLD_SIZE", "SIGTERM",
-                           "stopped by the launcher", "Exit status", "strait run -n 4 -- "}) {
+  for (const char* text :
+       {"--nproc", "--master-addr", "--master-port", "--kill-grace", "--stop-timeout",
+        "MASTER_ADDR", "LOCAL_WORLD_SIZE", "SIGTERM", "stopped by the launcher", "Exit status",
+        "strait run -n 4 -- ", "--tag-output", "line at a time", "summary"}) {
     EXPECT_TRUE(contains(out, text)) << "missing " << text << " in:\n" << out;
   }
 }

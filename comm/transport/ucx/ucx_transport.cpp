@@ -13,11 +13,13 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 
 #include "comm/algorithms/partition.h"
+#include "comm/transport/ucx/ucx_log.h"
 #include "core/error.h"
 
 namespace strait::comm {
@@ -46,10 +48,12 @@ std::string host_identity() {
 }
 
 Error ucx_error(const char* what, ucs_status_t status) {
+  const std::string said = ucx_log::last_message();
   return Error(ErrorCode::Unavailable,
-               fmt::format("UCX {} failed: {}. Check UCX_* environment variables and `ucx_info "
+               fmt::format("UCX {} failed: {}{}. Check UCX_* environment variables and `ucx_info "
                            "-d`",
-                           what, ucs_status_string(status)));
+                           what, ucs_status_string(status),
+                           said.empty() ? "" : fmt::format(" (UCX said: {})", said)));
 }
 
 // Through syscall(2): glibc 2.36's <sys/pidfd.h> lacks C linkage for C++, and older glibc lack it.
@@ -151,6 +155,7 @@ UcxTransport::UcxTransport(Store& store, const std::string& prefix, int rank, in
   core_per_local_rank_ = local_ranks <= cores;
   const bool shm_only = one_host && !force_peer_mode;
 
+  ucx_log::install();  // UCX's messages go to strait's logger (ucx_log.h), not to stderr
   ucp_config_t* raw_config = nullptr;
   if (auto st = ucp_config_read(nullptr, nullptr, &raw_config); st != UCS_OK) {
     throw ucx_error("ucp_config_read", st);
@@ -203,9 +208,14 @@ UcxTransport::UcxTransport(Store& store, const std::string& prefix, int rank, in
   context_.reset(ctx);
 
   ucp_worker_params_t wparams{};
-  wparams.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+  wparams.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE | UCP_WORKER_PARAM_FIELD_FLAGS;
   // One thread at a time: the engine thread, or a caller driving it (ProgressEngine::drive).
   wparams.thread_mode = UCS_THREAD_MODE_SERIALIZED;
+  // A receive whose sender stopped or died halfway through its message (over shared memory,
+  // where peers have no failure handling) can never complete, and UCX cannot cancel a receive it
+  // has matched: the destructor frees such requests, UCX releases them with the worker's pool,
+  // and this flag keeps UCX from reporting each as a leak ("not returned to mpool ucp_requests").
+  wparams.flags = UCP_WORKER_FLAG_IGNORE_REQUEST_LEAK;
   ucp_worker_h worker = nullptr;
   if (auto st = ucp_worker_create(context_.get(), &wparams, &worker); st != UCS_OK) {
     throw ucx_error("ucp_worker_create", st);
@@ -327,6 +337,63 @@ UcxTransport::~UcxTransport() {
     if (pending->ucx_request != nullptr) ucp_request_free(pending->ucx_request);
   }
   in_flight_.clear();
+  drain_unexpected(std::chrono::milliseconds(500));
+}
+
+void UcxTransport::drain_unexpected(std::chrono::milliseconds budget) {
+  // Messages that arrived for operations this rank never posted (its operation failed, or it
+  // stops before its peers do) wait in UCX's unexpected queue, and the later fragments of a long
+  // eager message in UCX's reassembly table; each holds a receive descriptor of the transport it
+  // came by (over shared memory, a slot of the mm_recv_desc pool). ucp_worker_destroy releases
+  // the queued ones with a warning each and never the fragments: one "object was not returned to
+  // mpool" warning apiece. Receiving every such message into a scratch buffer gives the
+  // descriptors back. With the endpoints closed no new data is asked for: a rendezvous request
+  // received now completes at once as cancelled, and a message whose sender stopped halfway
+  // keeps only its receive request, freed below.
+  using Clock = std::chrono::steady_clock;
+  struct Drained {
+    std::vector<std::byte> buffer;
+    void* request = nullptr;  // null once complete
+  };
+  std::deque<Drained> drained;  // a deque: buffers stay put while receives are in flight
+  const auto until = Clock::now() + budget;
+  auto last_activity = Clock::now();
+  constexpr auto kQuiet = std::chrono::milliseconds(20);
+  while (Clock::now() < until) {
+    bool active = false;
+    for (int i = 0; i < 1024 && ucp_worker_progress(worker_.get()) != 0; ++i) active = true;
+    ucp_tag_recv_info_t info{};
+    while (ucp_tag_message_h msg = ucp_tag_probe_nb(worker_.get(), 0, 0, 1, &info)) {
+      active = true;
+      Drained& d = drained.emplace_back();
+      d.buffer.resize(info.length);
+      ucp_request_param_t p{};
+      p.op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE;
+      p.datatype = ucp_dt_make_contig(1);
+      void* r = ucp_tag_msg_recv_nbx(worker_.get(), d.buffer.data(), d.buffer.size(), msg, &p);
+      if (r != nullptr && !UCS_PTR_IS_ERR(r)) d.request = r;
+    }
+    bool all_done = true;
+    for (Drained& d : drained) {
+      if (d.request == nullptr) continue;
+      if (ucp_request_check_status(d.request) == UCS_INPROGRESS) {
+        all_done = false;
+        continue;
+      }
+      ucp_request_free(d.request);
+      d.request = nullptr;
+    }
+    const auto now = Clock::now();
+    if (active) last_activity = now;
+    if (!active && (all_done || now - last_activity > kQuiet)) break;
+  }
+  for (Drained& d : drained) {
+    if (d.request != nullptr) ucp_request_free(d.request);  // released if it ever completes
+  }
+  if (!drained.empty()) {
+    spdlog::debug("strait: rank {} discarded {} message(s) no operation received", rank_,
+                  drained.size());
+  }
 }
 
 void UcxTransport::close_endpoints() {
@@ -359,10 +426,36 @@ void UcxTransport::retire(InFlight* done, ucs_status_t status, std::size_t bytes
     req.bytes = bytes;
   } else {
     req.state = TransportRequest::State::Failed;
-    req.error = ucs_status_string(status);
     req.truncated = status == UCS_ERR_MESSAGE_TRUNCATED;
+    req.error = req.truncated || status == UCS_ERR_CANCELED ? ucs_status_string(status)
+                                                            : failure_cause(done->peer, status);
   }
   in_flight_.erase(done->request.get());  // destroys *done
+}
+
+std::string UcxTransport::failure_cause(int peer_rank, ucs_status_t status) {
+  Peer& peer = *peers_.at(static_cast<std::size_t>(peer_rank));
+  // A transfer with a rank on this host fails when that rank has gone: a send finds its shared
+  // memory segment removed ("Shared memory error"). Its pidfd turns readable a moment later
+  // (the kernel releases a process's memory before it reports the exit), so wait briefly for the
+  // real cause rather than report UCX's symptom.
+  // Once per peer: a live peer whose transfers keep failing must not cost this wait each time.
+  constexpr int kExitReportMs = 500;
+  if (peer.lost.empty()) mark_if_exited(peer, peer.waited_for_exit ? 0 : kExitReportMs);
+  peer.waited_for_exit = true;
+  if (peer.lost.empty()) return ucs_status_string(status);
+  spdlog::debug("strait: rank {}: a transfer with rank {} failed ({}): {}", rank_, peer_rank,
+                ucs_status_string(status), peer.lost);
+  return peer.lost;
+}
+
+bool UcxTransport::mark_if_exited(Peer& peer, int wait_ms) {
+  if (!peer.pidfd || !peer.lost.empty()) return false;
+  pollfd pfd{peer.pidfd.get(), POLLIN, 0};
+  if (::poll(&pfd, 1, wait_ms) <= 0) return false;
+  peer.lost = fmt::format("rank {}'s process exited", peer.rank);
+  ::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_DEL, peer.pidfd.get(), nullptr);  // stays readable
+  return true;
 }
 
 void UcxTransport::on_send(void* request, ucs_status_t status, void* user_data) {
@@ -424,7 +517,7 @@ RequestPtr UcxTransport::post(bool is_send, int peer, Tag tag, const void* send_
     in_flight_.erase(req.get());
   } else if (UCS_PTR_IS_ERR(r)) {
     req->state = TransportRequest::State::Failed;
-    req->error = ucs_status_string(UCS_PTR_STATUS(r));
+    req->error = failure_cause(peer, UCS_PTR_STATUS(r));
     in_flight_.erase(req.get());
   } else {
     pending->ucx_request = r;
@@ -583,14 +676,7 @@ bool UcxTransport::arm() {
 }
 
 void UcxTransport::check_peers() {
-  for (auto& peer : peers_) {
-    if (!peer->pidfd || !peer->lost.empty()) continue;
-    pollfd pfd{peer->pidfd.get(), POLLIN, 0};
-    if (::poll(&pfd, 1, 0) > 0) {
-      peer->lost = fmt::format("rank {}'s process exited", peer->rank);
-      ::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_DEL, peer->pidfd.get(), nullptr);  // stays readable
-    }
-  }
+  for (auto& peer : peers_) mark_if_exited(*peer, 0);
 }
 
 const std::string& UcxTransport::peer_lost(int peer) const {

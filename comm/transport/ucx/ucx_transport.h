@@ -73,9 +73,10 @@ class UcxTransport final : public Transport {
     std::vector<ucp_ep_h> extra_lanes{};  // lanes 1 .. streams-1 (peers on other hosts)
     int lanes = 1;
     bool same_host = false;
-    Bytes address;     // its worker's, to reconnect after a forced close (withdraw)
-    Fd pidfd;          // same-host peers: readable when the process has exited
-    std::string lost;  // non-empty once the peer is known to be gone
+    Bytes address;                 // its worker's, to reconnect after a forced close (withdraw)
+    Fd pidfd;                      // same-host peers: readable when the process has exited
+    std::string lost;              // non-empty once the peer is known to be gone
+    bool waited_for_exit = false;  // failure_cause() waited for its pidfd once
   };
 
   static void on_send(void* request, ucs_status_t status, void* user_data);
@@ -99,7 +100,13 @@ class UcxTransport final : public Transport {
   };
   static bool settle(Stripe& s);
   void close_endpoint(ucp_ep_h& ep, unsigned flags, std::vector<void*>& closing);
+  // Receives and discards the messages no operation took (teardown; see the definition).
+  void drain_unexpected(std::chrono::milliseconds budget);
   void retire(InFlight* done, ucs_status_t status, std::size_t bytes);
+  // What a failed transfer with `peer` says: why the peer is gone when it is (see retire()).
+  std::string failure_cause(int peer, ucs_status_t status);
+  // Records a same-host peer whose pidfd is readable within `wait_ms` as lost; true then.
+  bool mark_if_exited(Peer& peer, int wait_ms);
 
   int rank_;
   int size_;
