@@ -110,6 +110,8 @@ function(strait_collect_archives out)
   set(${out} ${found} PARENT_SCOPE)
 endfunction()
 strait_collect_archives(strait_archives ${strait_library_roots})
+list(JOIN strait_archives ", " strait_archive_names)
+message(STATUS "strait: libstrait.so links whole ${strait_archive_names}")
 
 # Target strait_shared (the name `strait` is the CLI's), file libstrait.so.<version>, exported as
 # strait::strait. It has no sources of its own: --whole-archive takes every object of the layers
