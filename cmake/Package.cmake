@@ -147,7 +147,8 @@ set_target_properties(strait_shared PROPERTIES
   INSTALL_RPATH_USE_LINK_PATH ON)
 
 # Install tree: lib/libstrait.so*, include/strait/..., lib/cmake/strait/, lib/pkgconfig/strait.pc,
-# bin/strait, bin/strait-bench.
+# bin/strait, bin/strait-bench. A Python package (tools/python) brings its own install() rule in
+# its folder's CMakeLists.txt, with COMPONENT runtime, loading this libstrait.so.
 set(strait_cmake_dir ${CMAKE_INSTALL_LIBDIR}/cmake/strait)
 install(TARGETS strait_shared EXPORT straitTargets
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT runtime NAMELINK_COMPONENT dev)

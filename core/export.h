@@ -5,7 +5,7 @@
 // and may change between releases. Plain C (the C API's header includes it) and C++.
 //
 // Mark every class with out-of-line members or virtual functions, and every non-inline function,
-// declared in a header that cmake/Package.cmake installs; tests/install/exported_symbols.sh checks
+// declared in a header that cmake/Package.cmake installs; tests/install/exported_symbols.py checks
 // that nothing else leaks.
 #pragma once
 

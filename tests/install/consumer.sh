@@ -18,7 +18,8 @@ case $kind in
   pkg_config)
     pc=$(find "$prefix" -name strait.pc -print -quit)
     [ -n "$pc" ] || fail "no strait.pc under $prefix"
-    export PKG_CONFIG_PATH=$(dirname "$pc")
+    PKG_CONFIG_PATH=$(dirname "$pc")
+    export PKG_CONFIG_PATH
     echo "pkg-config --cflags --libs strait: $(pkg-config --cflags --libs strait)" ;;
   *) fail "unknown kind" ;;
 esac
@@ -30,5 +31,9 @@ case $loaded in
   "$prefix"/*) echo "app loads $loaded" ;;
   *) fail "app loads libstrait.so from '$loaded', not from $prefix" ;;
 esac
-# A rank that fails must not leave the other waiting out the default 300 s.
-STRAIT_TIMEOUT_S=30 "$prefix/bin/strait" run -n 2 -- "$work/app"
+# A rank that fails must not leave the other waiting out the default 300 s. Each rank prints
+# "rank R of 2: ... OK" only after its checks passed: both must have run and passed.
+STRAIT_TIMEOUT_S=30 "$prefix/bin/strait" run -n 2 -- "$work/app" 2>&1 | tee "$work.run.log"
+[ "${PIPESTATUS[0]}" -eq 0 ] || fail "strait run -n 2 failed (above)"
+passed=$(grep -cE '^(\[[^]]*\] *)?rank [01] of 2: .* OK' "$work.run.log" || true)
+[ "$passed" -eq 2 ] || fail "$passed of 2 ranks reported their checks passed"

@@ -93,7 +93,7 @@ def main():
     if problems:
         print(f"{lib}: {len(problems)} problems in its {len(mangled)} exported symbols:")
         for p in problems[:60]:
-            print("  " + p)
+            print("  " + (p if len(p) <= 300 else p[:240] + " ... " + p[-50:]))
         if len(problems) > 60:
             print(f"  ... and {len(problems) - 60} more")
         return 1

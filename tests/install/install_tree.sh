@@ -14,8 +14,9 @@ echo "install tree ($prefix):"
 echo "  ./include/strait: $(find "$prefix/include/strait" -name '*.h' | wc -l) headers"
 
 lib=$prefix/$libdir
-[ -f "$lib/libstrait.so.$version" ] && [ ! -L "$lib/libstrait.so.$version" ] ||
+if [ ! -f "$lib/libstrait.so.$version" ] || [ -L "$lib/libstrait.so.$version" ]; then
   fail "no file $lib/libstrait.so.$version"
+fi
 [ "$(readlink "$lib/libstrait.so.$soversion")" = "libstrait.so.$version" ] ||
   fail "$lib/libstrait.so.$soversion is not a link to libstrait.so.$version"
 [ "$(readlink "$lib/libstrait.so")" = "libstrait.so.$soversion" ] ||
@@ -28,8 +29,8 @@ for f in straitConfig.cmake straitConfigVersion.cmake straitTargets.cmake; do
 done
 export PKG_CONFIG_PATH=$lib/pkgconfig
 [ "$(pkg-config --modversion strait)" = "$version" ] || fail "strait.pc: version is not $version"
-cflags=$(echo $(pkg-config --cflags strait))  # pkgconf adds a trailing space
-libs=$(echo $(pkg-config --libs strait))
+cflags=$(pkg-config --cflags strait | xargs)  # xargs: pkgconf adds a trailing space
+libs=$(pkg-config --libs strait | xargs)
 [ "$cflags" = "-I$prefix/include" ] || fail "strait.pc: Cflags are '$cflags', not -I$prefix/include"
 [ "$libs" = "-L$lib -lstrait" ] || fail "strait.pc: Libs are '$libs', not -L$lib -lstrait"
 

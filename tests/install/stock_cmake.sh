@@ -6,7 +6,7 @@
 # The image running the tests may carry a patched module, hence the package's own copy, fetched
 # once with `apt-get download` into WORK. Exit 77 (skipped) without nvcc or without the package.
 set -euo pipefail
-src=$1 work=$2
+src=$(realpath -m "$1") work=$(realpath -m "$2")  # CMAKE_MODULE_PATH must be absolute
 skip() { echo "install.stock_cmake: skipped: $*"; exit 77; }
 nvcc=${CUDACXX:-/usr/local/cuda/bin/nvcc}
 [ -x "$nvcc" ] || command -v nvcc >/dev/null || skip "no nvcc: the failure needs a CUDA toolkit"
