@@ -25,7 +25,7 @@
 
 #include "comm/bootstrap/hash_store.h"
 #include "comm/communicator.h"
-#include "comm/transport/nccl/nccl_comm.h"
+#include "comm/nccl/nccl_comm.h"
 #include "kernels/cuda/cuda_error.h"
 #include "kernels/cuda/device_buffer.h"
 

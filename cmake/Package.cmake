@@ -25,6 +25,7 @@ set(STRAIT_PUBLIC_HEADERS
   comm/bootstrap/prefix_store.h
   comm/bootstrap/store.h
   comm/bootstrap/tcp_store.h
+  comm/collective_args.h
   comm/communicator.h
   comm/compress/matrix_shape.h
   comm/sites.h

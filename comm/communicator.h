@@ -24,8 +24,8 @@
 //
 // Device buffers (CUDA builds with NCCL): when an operation's buffers are GPU memory
 // (cudaMalloc; see kernels/device_memory.h), the same call goes to NCCL instead
-// (comm/device_collectives.h): it is enqueued on the communicator's CUDA stream (set_stream) in
-// program order, and its Work completes once the GPU has finished it, with the same deadlines,
+// (comm/nccl/device_collectives.h): it is enqueued on the communicator's CUDA stream (set_stream)
+// in program order, and its Work completes once the GPU has finished it, with the same deadlines,
 // ordering and abort() (which calls ncclCommAbort). The first device operation creates the NCCL
 // communicator, on the buffers' GPU (one rank per GPU), and must be a collective. Mixing host and
 // device buffers in one call is InvalidArgument. Device point-to-point operations are ordered on
@@ -51,6 +51,7 @@
 #include <vector>
 
 #include "comm/bootstrap/store.h"
+#include "comm/collective_args.h"
 #include "comm/compress/matrix_shape.h"
 #include "comm/sites.h"
 #include "comm/work.h"
@@ -61,12 +62,12 @@
 
 namespace strait::comm {
 
-struct DeviceCall;
 class DeviceComm;
 struct Group;
 class ProgressEngine;
 class AlgorithmTable;
 class CompressionState;
+struct CodecChoice;
 struct Hierarchy;
 
 struct STRAIT_API CommOptions {
@@ -129,7 +130,7 @@ class STRAIT_API Communicator {
   };
 
  public:
-  struct Shared;  // defined in communicator.cpp
+  struct Shared;  // defined in communicator_shared.h
 
   // The world communicator of a job launched with torchrun's environment (RANK, WORLD_SIZE,
   // MASTER_ADDR, MASTER_PORT): `strait run`, torchrun, Slurm or mpirun wrappers. Collective.
@@ -278,6 +279,14 @@ class STRAIT_API Communicator {
   void alltoall_v(const void* send, std::span<const std::size_t> send_counts, void* recv,
                   std::span<const std::size_t> recv_counts, kernels::DType dtype);
 
+  // The one path every operation above takes (comm/collective_args.h): checks the record once,
+  // routes it to NCCL when its buffers are device memory, else chooses the algorithm
+  // (comm/algorithms/registry.h), builds and fingerprints it and submits it to the progress
+  // engine. For callers that hold operations as data (the C API, language bindings); the entry
+  // points above are the same call with their record filled in. run() posts and waits.
+  Work post(const CollectiveArgs& args);
+  void run(const CollectiveArgs& args);
+
   // Fails every pending operation of this communicator with Aborted, at once, from any thread;
   // later operations fail too. The communicator can then be destroyed.
   void abort(const std::string& why = "abort() was called");
@@ -291,22 +300,13 @@ class STRAIT_API Communicator {
   };
   // The first of n consecutive sequence numbers (an operation made of several takes more than one).
   std::uint64_t next_seq(std::uint64_t n = 1);
-  [[nodiscard]] std::string describe(const char* kind, std::uint64_t seq,
-                                     const std::string& detail) const;
-  void check_peer(int peer, const char* what) const;
-  Work submit(std::unique_ptr<class Op> op, std::string description, bool ordered,
+  Work submit(std::unique_ptr<class Op> op, Describer describe, bool ordered,
               DeadlineStart start = DeadlineStart::AtSubmit);
-  // The plain forms pass equal counts; `v` selects the v-form's checks and fingerprint.
-  Work reduce_scatter_impl(const void* send, void* recv, std::span<const std::size_t> counts,
-                           kernels::DType dtype, kernels::ReduceOp op, bool v);
-  Work gather_scatter_impl(const void* send, void* recv, std::size_t count, kernels::DType dtype,
-                           int root, bool gather);
-  Work alltoall_impl(const void* send, std::span<const std::size_t> send_counts, void* recv,
-                     std::span<const std::size_t> recv_counts, kernels::DType dtype, bool v);
-  // The device-buffer hook, the first statement of every operation taking buffers: the Work of
-  // the call on NCCL when its buffers are device memory, nullopt when they are host memory.
-  std::optional<Work> try_device(const DeviceCall& call,
-                                 DeadlineStart start = DeadlineStart::AtSubmit);
+  // Where an operation of `kind` counts the bytes it sends (null: it sends none).
+  std::atomic<std::uint64_t>* counter_for(CollectiveArgs::Kind kind) noexcept;
+  // allreduce_compressed: the codec, checked and in canonical form, and the input checked for NaN
+  // and Inf; nullopt when "auto" comes to "none" (the plain allreduce runs).
+  [[nodiscard]] std::optional<CodecChoice> resolve_codec(const CollectiveArgs& args) const;
   // create(): agree on the sites (`mine`: this rank's reading, or nullopt to measure them; `error`:
   // why it could not read them) and build the hierarchy. Collective over the world.
   void setup_sites(std::optional<Sites> mine, const std::string& error, int streams);

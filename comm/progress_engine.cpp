@@ -95,7 +95,15 @@ std::shared_ptr<WorkState> ProgressEngine::submit(std::unique_ptr<Op> op, std::s
                                                   std::chrono::milliseconds timeout,
                                                   std::uint64_t stream, bool ordered,
                                                   DeadlineStart start) {
-  auto work = std::make_shared<WorkState>(std::move(description));
+  return submit(std::move(op), Describer([d = std::move(description)] { return d; }), timeout,
+                stream, ordered, start);
+}
+
+std::shared_ptr<WorkState> ProgressEngine::submit(std::unique_ptr<Op> op, Describer describe,
+                                                  std::chrono::milliseconds timeout,
+                                                  std::uint64_t stream, bool ordered,
+                                                  DeadlineStart start) {
+  auto work = std::make_shared<WorkState>(std::move(describe));
   work->engine = weak_from_this();
   if (start == DeadlineStart::AtWait) work->wait_timeout = timeout;
   {

@@ -76,6 +76,11 @@ class ProgressEngine : public std::enable_shared_from_this<ProgressEngine> {
   // pending operation of it and every later submission (its peers may be gone or out of step:
   // continuing could only hang or corrupt), as NCCL does with a communicator after an error.
   // `timeout` runs from now, or (DeadlineStart::AtWait) from when the work is waited for.
+  // `describe` formats the operation's description when an error or a log first needs it.
+  std::shared_ptr<WorkState> submit(std::unique_ptr<Op> op, Describer describe,
+                                    std::chrono::milliseconds timeout, std::uint64_t stream,
+                                    bool ordered, DeadlineStart start = DeadlineStart::AtSubmit);
+  // The same with the description already formatted.
   std::shared_ptr<WorkState> submit(std::unique_ptr<Op> op, std::string description,
                                     std::chrono::milliseconds timeout, std::uint64_t stream,
                                     bool ordered, DeadlineStart start = DeadlineStart::AtSubmit);

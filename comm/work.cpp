@@ -6,6 +6,14 @@
 
 namespace strait::comm {
 
+const std::string& WorkState::description() const {
+  std::call_once(described_, [this] {
+    description_ = describe_();
+    describe_ = nullptr;  // releases what it captured
+  });
+  return description_;
+}
+
 bool WorkState::done() const {
   const std::lock_guard lock(mutex_);
   return done_;

@@ -38,12 +38,21 @@ class ProgressEngine;
 // rightly wait for a long time before anyone needs them, so only waiting for them is timed.
 enum class DeadlineStart : std::uint8_t { AtSubmit, AtWait };
 
+// Says what an operation is ("allreduce #3 (f32 x 9, sum, ring@seg=1M) on comm 0 (rank 1 of
+// 2)"); called at most once, when an error or a log first needs the text, so a collective that
+// succeeds never formats it.
+using Describer = std::function<std::string()>;
+
 // Shared between the handle and the engine.
 class STRAIT_API WorkState {
  public:
-  explicit WorkState(std::string description) : description_(std::move(description)) {}
+  explicit WorkState(std::string description) : description_(std::move(description)) {
+    std::call_once(described_, [] {});
+  }
+  explicit WorkState(Describer describe) : describe_(std::move(describe)) {}
 
-  [[nodiscard]] const std::string& description() const noexcept { return description_; }
+  // Formats the description on first use (thread-safe).
+  [[nodiscard]] const std::string& description() const;
   [[nodiscard]] bool done() const;
   // Waits until done or `until`; returns done().
   bool wait_until(std::chrono::steady_clock::time_point until) const;
@@ -59,7 +68,9 @@ class STRAIT_API WorkState {
   std::optional<std::chrono::milliseconds> wait_timeout;
 
  private:
-  const std::string description_;
+  mutable std::string description_;
+  mutable Describer describe_;
+  mutable std::once_flag described_;
   mutable std::mutex mutex_;
   mutable std::condition_variable cv_;
   bool done_ = false;

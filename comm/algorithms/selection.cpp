@@ -19,15 +19,36 @@
 namespace strait::comm {
 namespace {
 
-// The registry: one line per algorithm. Ids are unique across collectives and must not change
-// meaning within a job (all ranks run one build). The first algorithm of a collective is the one
-// it runs when no rule matches.
+// The registry's rows: one per algorithm. Ids are unique across collectives and must not change
+// meaning within a job (all ranks run one build). The first row of a collective is the one it runs
+// when no rule matches. Each row's constructor stands at the same place of registry.cpp's table
+// (checked there): this half stays free of the algorithms' code, so the parsers and the
+// fingerprint's describe() link without them (the fuzz targets, the tuner).
+using Choice = AlgorithmInfo::Choice;
 constexpr std::array kAlgorithms = {
-    AlgorithmInfo{"allreduce", "ring", 1, true},
-    AlgorithmInfo{"allreduce", "recursive_doubling", 2, false},
-    AlgorithmInfo{"allreduce", "rabenseifner", 3, false},
+    AlgorithmInfo{"allreduce", "ring", 1, true, Choice::Rules, true},
+    AlgorithmInfo{"allreduce", "recursive_doubling", 2, false, Choice::Rules, true},
+    AlgorithmInfo{"allreduce", "rabenseifner", 3, false, Choice::Rules, true},
     // comm/algorithms/hierarchical_allreduce.h; seg= pipelines its inter-site ring.
-    AlgorithmInfo{"allreduce", "hierarchical", 4, true},
+    AlgorithmInfo{"allreduce", "hierarchical", 4, true, Choice::Rules, true},
+    AlgorithmInfo{"allreduce_compressed", "ring", 5, false, Choice::Codec, false},
+    AlgorithmInfo{"allreduce_compressed", "allgather", 6, false, Choice::Codec, false},
+    AlgorithmInfo{"allreduce_compressed", "powersgd", 7, false, Choice::Codec, false},
+    // Compressed only between sites: which ranks share a site is not in the codec spec.
+    AlgorithmInfo{"allreduce_compressed", "hierarchical", 8, false, Choice::Codec, true},
+    AlgorithmInfo{"broadcast", "binomial", 9},
+    AlgorithmInfo{"reduce", "binomial", 10},
+    AlgorithmInfo{"gather", "binomial", 11},
+    AlgorithmInfo{"scatter", "binomial", 12},
+    AlgorithmInfo{"allgather", "ring", 13},
+    AlgorithmInfo{"allgather_v", "ring", 14},
+    AlgorithmInfo{"reduce_scatter", "ring", 15},
+    AlgorithmInfo{"reduce_scatter_v", "ring", 16},
+    AlgorithmInfo{"alltoall", "pairwise", 17},
+    AlgorithmInfo{"alltoall_v", "pairwise", 18},
+    AlgorithmInfo{"barrier", "dissemination", 19},
+    AlgorithmInfo{"send", "point_to_point", 20},
+    AlgorithmInfo{"recv", "point_to_point", 21},
 };
 
 // The built-in choices, from f32 sum allreduces timed with `strait run -n 2` and `-n 4` on the
@@ -85,7 +106,7 @@ std::vector<std::string_view> split(std::string_view s, char sep) {
 
 std::string join_names(std::string_view collective) {
   std::string out;
-  for (const auto& a : kAlgorithms) {
+  for (const auto& a : registered_algorithms()) {
     if (a.collective != collective) continue;
     if (!out.empty()) out += ", ";
     out += a.name;
@@ -93,9 +114,11 @@ std::string join_names(std::string_view collective) {
   return out;
 }
 
-std::string join_collectives() {
+// The collectives with registered algorithms; `rules_only`: those whose algorithm rules choose.
+std::string join_collectives(bool rules_only) {
   std::vector<std::string_view> seen;
-  for (const auto& a : kAlgorithms) {
+  for (const auto& a : registered_algorithms()) {
+    if (rules_only && a.choice != AlgorithmInfo::Choice::Rules) continue;
     if (std::find(seen.begin(), seen.end(), a.collective) == seen.end()) {
       seen.push_back(a.collective);
     }
@@ -188,7 +211,7 @@ class RuleParser {
 
   void collective(std::string_view token, SelectionRule& rule) const {
     if (find_algorithm_of(token) == nullptr) {
-      fail(token, fmt::format("unknown collective; valid: {}", join_collectives()));
+      fail(token, fmt::format("unknown collective; valid: {}", join_collectives(true)));
     }
     rule.collective = std::string(token);
   }
@@ -216,9 +239,10 @@ class RuleParser {
   }
 
  private:
+  // The first row of a collective whose algorithm rules choose.
   static const AlgorithmInfo* find_algorithm_of(std::string_view collective) {
-    for (const auto& a : kAlgorithms) {
-      if (a.collective == collective) return &a;
+    for (const auto& a : registered_algorithms()) {
+      if (a.collective == collective && a.choice == AlgorithmInfo::Choice::Rules) return &a;
     }
     return nullptr;
   }
@@ -273,14 +297,14 @@ std::span<const AlgorithmInfo> registered_algorithms() {
 }
 
 const AlgorithmInfo* find_algorithm(std::string_view collective, std::string_view name) {
-  for (const auto& a : kAlgorithms) {
+  for (const auto& a : registered_algorithms()) {
     if (a.collective == collective && a.name == name) return &a;
   }
   return nullptr;
 }
 
 const AlgorithmInfo* algorithm_by_id(std::uint8_t id) {
-  for (const auto& a : kAlgorithms) {
+  for (const auto& a : registered_algorithms()) {
     if (a.id == id) return &a;
   }
   return nullptr;
@@ -422,7 +446,7 @@ AlgorithmTable AlgorithmTable::parse_json(std::string_view text, std::string_vie
     // then drops it: such a rule must not change which algorithm plain collectives run.
     const bool codec_only = algorithm.empty();
     if (codec_only) {
-      for (const auto& a : kAlgorithms) {
+      for (const auto& a : registered_algorithms()) {
         if (a.collective == rule) {
           algorithm = std::string(a.name);
           break;
@@ -474,12 +498,12 @@ Selection AlgorithmTable::choose(std::string_view collective, int world, std::ui
       return it->selection;
     }
   }
-  for (const auto& a : kAlgorithms) {
+  for (const auto& a : registered_algorithms()) {
     if (a.collective == collective) return Selection{&a, {}};
   }
   throw Error(ErrorCode::InvalidArgument,
               fmt::format("no algorithm is registered for the collective '{}' (registered: {})",
-                          collective, join_collectives()));
+                          collective, join_collectives(false)));
 }
 
 std::optional<std::string> AlgorithmTable::choose_codec(std::string_view collective, int world,

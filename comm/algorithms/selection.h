@@ -32,10 +32,12 @@
 //     Unknown members inside a rule are still errors (a misspelt key must not be silently dropped).
 // `strait tune` (tools/tune/) writes such a file; its README section lists every member.
 //
-// Registering an algorithm is one line in selection.cpp's table (collective, name, id, whether it
-// takes seg=); the Communicator's entry point constructs it by id.
-// Errors: InvalidArgument naming the bad token (and where it came from) and listing what is valid.
-// Thread-safety: tables are values; const members may be called from any thread.
+// Registering an algorithm is one row in selection.cpp's table (collective, name, id, whether it
+// takes seg=, how it is chosen) and its constructor in the same place of registry.cpp's
+// (comm/algorithms/registry.h); Communicator::post builds the chosen row. Rules name the
+// collectives whose algorithm they choose (Choice::Rules: allreduce). Errors: InvalidArgument
+// naming the bad token (and where it came from) and listing what is valid. Thread-safety: tables
+// are values; const members may be called from any thread.
 #pragma once
 
 #include <cstdint>
@@ -53,11 +55,18 @@ struct AlgorithmParams {
   bool operator==(const AlgorithmParams&) const = default;
 };
 
+// A registry row: an algorithm, how it is chosen, and (comm/algorithms/registry.h) the function
+// that constructs it.
 struct AlgorithmInfo {
-  std::string_view collective;  // "allreduce", "broadcast", ...
+  enum class Choice : std::uint8_t { Rules, Codec, Only };
+  std::string_view collective;  // "allreduce", "broadcast", ... (comm/collective_args.h's names)
   std::string_view name;        // "ring", as in rules
-  std::uint8_t id = 0;          // unique among all algorithms, never 0; sent in fingerprints
+  std::uint8_t id = 0;          // unique among all algorithms, never 0
   bool segmented = false;       // takes @seg=
+  Choice choice = Choice::Only;
+  // Whether the fingerprint carries the id: when ranks could choose differently (other rules,
+  // other sites), which must then be a Mismatch, not a hang.
+  bool fingerprinted = false;
 };
 
 // Every algorithm, in registration order (the first of a collective is its fallback).

@@ -1,5 +1,6 @@
 // Transport: moves tagged byte ranges between the ranks of a job and reports completion. The only
-// layer that knows UCX (transport/ucx) or NCCL (transport/nccl); algorithms see this interface.
+// layer that knows UCX (transport/ucx); algorithms see this interface. (NCCL is not a transport:
+// comm/nccl/ is a backend beside the host algorithms.)
 //
 // Requests are posted and progressed by one thread at a time, under the progress engine's lock (see
 // progress_engine.h); the transport is not thread-safe otherwise. A request stays owned by the

@@ -1,6 +1,6 @@
 // The device-buffer routing that runs in every build, GPU or not: host memory is never taken for
 // device memory (so host buffers always take the UCX path, and nothing throws without a device),
-// and the device path's argument checks (comm/device_call.h), which make no CUDA call.
+// and the device path's argument checks (comm/collective_check.h), which make no CUDA call.
 // The device path itself is tested in nccl_test.cpp (GPU machines).
 #include <gtest/gtest.h>
 
@@ -11,8 +11,9 @@
 #include <string>
 #include <vector>
 
+#include "comm/collective_check.h"
+#include "comm/collective_describe.h"
 #include "comm/communicator.h"
-#include "comm/device_call.h"
 #include "core/error.h"
 #include "kernels/device_memory.h"
 #include "tests/comm/comm_test_ranks.h"
@@ -23,7 +24,7 @@ namespace {
 
 using kernels::DType;
 using kernels::ReduceOp;
-using Kind = DeviceCall::Kind;
+using Kind = CollectiveArgs::Kind;
 using strait::test::contains;
 
 constexpr std::array kAllKinds = {
@@ -44,37 +45,37 @@ TEST(PointerDevice, HostMemoryIsNeverDeviceMemory) {
   EXPECT_FALSE(kernels::is_device_pointer(nullptr));
 }
 
-TEST(DeviceCall, HostAndNullBuffersTakeTheHostPath) {
+TEST(DeviceRouting, HostAndNullBuffersTakeTheHostPath) {
   std::vector<float> a(64);
   std::vector<float> b(64);
   for (const Kind kind : kAllKinds) {
     for (const int rank : {0, 1}) {  // root and non-root
-      const DeviceCall call{.kind = kind,
-                            .send = a.data(),
-                            .recv = b.data(),
-                            .count = 4,
-                            .dtype = DType::F32,
-                            .root = 0};
-      EXPECT_EQ(device_of(call, rank), std::nullopt) << device_call_name(kind);
-      const DeviceCall empty{.kind = kind, .count = 0, .dtype = DType::F32, .root = 0};
-      EXPECT_EQ(device_of(empty, rank), std::nullopt) << device_call_name(kind);
+      const CollectiveArgs call{.kind = kind,
+                                .send = a.data(),
+                                .recv = b.data(),
+                                .count = 4,
+                                .dtype = DType::F32,
+                                .root = 0};
+      EXPECT_EQ(device_of(call, rank), std::nullopt) << collective_name(kind);
+      const CollectiveArgs empty{.kind = kind, .count = 0, .dtype = DType::F32, .root = 0};
+      EXPECT_EQ(device_of(empty, rank), std::nullopt) << collective_name(kind);
     }
   }
 }
 
-// Expects validate() to throw InvalidArgument whose message contains `needle`.
-void expect_invalid(const DeviceCall& call, int rank, int size, const std::string& needle) {
+// Expects validate_device() to throw InvalidArgument whose message contains `needle`.
+void expect_invalid(const CollectiveArgs& call, int rank, int size, const std::string& needle) {
   try {
-    validate(call, rank, size);
-    ADD_FAILURE() << device_call_name(call.kind) << ": accepted, expected '" << needle << "'";
+    validate_device(call, rank, size);
+    ADD_FAILURE() << collective_name(call.kind) << ": accepted, expected '" << needle << "'";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::InvalidArgument) << e.what();
     EXPECT_TRUE(contains(e.what(), needle)) << e.what();
-    EXPECT_TRUE(contains(e.what(), std::string(device_call_name(call.kind)))) << e.what();
+    EXPECT_TRUE(contains(e.what(), std::string(collective_name(call.kind)))) << e.what();
   }
 }
 
-TEST(DeviceCall, ValidateRefusesWhatNcclCannotDo) {
+TEST(DeviceRouting, ValidateRefusesWhatNcclCannotDo) {
   float x[8] = {};
   float y[8] = {};
   expect_invalid({.kind = Kind::Broadcast, .recv = x, .count = 8, .root = 2}, 0, 2,
@@ -98,29 +99,30 @@ TEST(DeviceCall, ValidateRefusesWhatNcclCannotDo) {
   expect_invalid({.kind = Kind::Alltoall, .send = x, .recv = x, .count = 4}, 0, 2, "not in place");
 }
 
-TEST(DeviceCall, ValidateAcceptsBuffersUnusedOffTheRoot) {
+TEST(DeviceRouting, ValidateAcceptsBuffersUnusedOffTheRoot) {
   float x[8] = {};
   // The root's buffer only: recv of reduce and gather, send of scatter, may be null elsewhere.
-  EXPECT_NO_THROW(validate({.kind = Kind::Reduce, .send = x, .count = 8, .root = 0}, 1, 2));
-  EXPECT_NO_THROW(validate({.kind = Kind::Gather, .send = x, .count = 8, .root = 0}, 1, 2));
-  EXPECT_NO_THROW(validate({.kind = Kind::Scatter, .recv = x, .count = 8, .root = 0}, 1, 2));
-  EXPECT_NO_THROW(validate({.kind = Kind::Broadcast, .recv = x, .count = 8, .root = 1}, 0, 2));
-  EXPECT_NO_THROW(validate({.kind = Kind::Send, .send = x, .count = 8, .root = 1}, 0, 2));
+  EXPECT_NO_THROW(validate_device({.kind = Kind::Reduce, .send = x, .count = 8, .root = 0}, 1, 2));
+  EXPECT_NO_THROW(validate_device({.kind = Kind::Gather, .send = x, .count = 8, .root = 0}, 1, 2));
+  EXPECT_NO_THROW(validate_device({.kind = Kind::Scatter, .recv = x, .count = 8, .root = 0}, 1, 2));
+  EXPECT_NO_THROW(
+      validate_device({.kind = Kind::Broadcast, .recv = x, .count = 8, .root = 1}, 0, 2));
+  EXPECT_NO_THROW(validate_device({.kind = Kind::Send, .send = x, .count = 8, .root = 1}, 0, 2));
   // count 0: null buffers are fine; avg of floats is.
-  EXPECT_NO_THROW(validate(
+  EXPECT_NO_THROW(validate_device(
       {.kind = Kind::Allreduce, .count = 0, .dtype = DType::F32, .op = ReduceOp::Avg}, 0, 2));
 }
 
-TEST(DeviceCall, DescriptionNamesDtypeCountOpRootAndGpu) {
-  EXPECT_EQ(describe_device_call(
+TEST(DeviceRouting, DescriptionNamesDtypeCountOpRootAndGpu) {
+  EXPECT_EQ(describe_device(
                 {.kind = Kind::Allreduce, .count = 5, .dtype = DType::F32, .op = ReduceOp::Sum}, 0),
             "(f32 x 5, sum) on GPU 0 via NCCL");
   EXPECT_EQ(
-      describe_device_call(
+      describe_device(
           {.kind = Kind::Reduce, .count = 3, .dtype = DType::BF16, .op = ReduceOp::Max, .root = 2},
           1),
       "(bf16 x 3, max, root 2) on GPU 1 via NCCL");
-  EXPECT_EQ(describe_device_call({.kind = Kind::Send, .count = 64, .root = 1}, 0),
+  EXPECT_EQ(describe_device({.kind = Kind::Send, .count = 64, .root = 1}, 0),
             "(u8 x 64, to rank 1) on GPU 0 via NCCL");
 }
 

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "comm/bootstrap/hash_store.h"
-#include "comm/transport/nccl/nccl_comm.h"
+#include "comm/nccl/nccl_comm.h"
 #include "core/error.h"
 #include "kernels/cuda/cuda_error.h"
 #include "kernels/cuda/device_buffer.h"

@@ -11,6 +11,8 @@
 #include <string>
 
 #include "comm/algorithms/codec_rules.h"
+#include "comm/algorithms/registry.h"
+#include "comm/collective_args.h"
 #include "core/error.h"
 #include "tests/common/scoped_env.h"
 #include "tests/common/temp_dir.h"
@@ -329,6 +331,21 @@ TEST(SelectionRegistry, IdsAreUniqueAndNonZeroAndNamesResolve) {
   }
   EXPECT_EQ(find_algorithm("allreduce", "bogus"), nullptr);
   EXPECT_EQ(algorithm_by_id(0), nullptr);
+}
+
+// Every row can be built, and every operation kind of CollectiveArgs has a row under its name
+// (Communicator::post looks rows up by collective_name).
+TEST(SelectionRegistry, EveryRowHasAConstructorAndEveryKindARow) {
+  for (const auto& row : registered_algorithms()) {
+    EXPECT_TRUE(has_constructor(row)) << row.collective << " " << row.name;
+  }
+  for (auto k = static_cast<int>(CollectiveArgs::Kind::Send);
+       k <= static_cast<int>(CollectiveArgs::Kind::AlltoallV); ++k) {
+    const auto name = collective_name(static_cast<CollectiveArgs::Kind>(k));
+    bool found = false;
+    for (const auto& row : registered_algorithms()) found = found || row.collective == name;
+    EXPECT_TRUE(found) << name;
+  }
 }
 
 }  // namespace

@@ -1,10 +1,10 @@
-// comm/device_collectives.h for builds without NCCL: no device buffer can be routed anywhere (the
-// host transports cannot read GPU memory), so a device operation reports Unavailable.
+// comm/nccl/device_collectives.h for builds without NCCL: no device buffer can be routed anywhere
+// (the host transports cannot read GPU memory), so a device operation reports Unavailable.
 #include <fmt/format.h>
 
 #include <atomic>
 
-#include "comm/device_collectives.h"
+#include "comm/nccl/device_collectives.h"
 #include "core/error.h"
 
 namespace strait::comm {
@@ -27,13 +27,13 @@ kernels::CudaStream DeviceComm::stream() const noexcept {
   return impl_->stream.load();
 }
 
-std::unique_ptr<Op> DeviceComm::enqueue(const DeviceCall& call, int device,
+std::unique_ptr<Op> DeviceComm::enqueue(const CollectiveArgs& call, int device,
                                         std::chrono::milliseconds /*timeout*/) {
   throw Error(ErrorCode::Unavailable,
               fmt::format("device {}: the buffers are memory of GPU {}, but strait was built "
                           "without NCCL: install NCCL (nccl.h and libnccl) next to the CUDA "
                           "toolkit and reconfigure, or pass host buffers",
-                          device_call_name(call.kind), device));
+                          collective_name(call.kind), device));
 }
 
 void DeviceComm::abort() noexcept {}

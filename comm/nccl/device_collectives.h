@@ -1,5 +1,5 @@
 // DeviceComm: the NCCL side of one Communicator. Communicator routes an operation here when its
-// buffers are device memory (comm/device_call.h decides), so device buffers get the same API,
+// buffers are device memory (comm/collective_check.h decides), so device buffers get the same API,
 // Work handles, deadlines, ordering and abort() as host buffers.
 //
 // enqueue(call, device, timeout) enqueues the NCCL call on the communicator's CUDA stream, on the
@@ -29,7 +29,7 @@
 // Thread-safety: enqueue() calls are serialised (NCCL allows one issuing thread per communicator);
 // set_stream(), stream() and abort() may be called from any thread at any time.
 // Build: with NCCL (STRAIT_HAVE_NCCL) the real path; without it, enqueue() throws Unavailable
-// saying what to install (comm/device_collectives_unavailable.cpp).
+// saying what to install (comm/nccl/device_collectives_unavailable.cpp).
 #pragma once
 
 #include <chrono>
@@ -37,7 +37,7 @@
 #include <string>
 
 #include "comm/bootstrap/store.h"
-#include "comm/device_call.h"
+#include "comm/collective_args.h"
 #include "comm/progress_engine.h"
 #include "kernels/cuda_stream.h"
 
@@ -53,9 +53,9 @@ class DeviceComm {
   void set_stream(kernels::CudaStream stream) noexcept;
   [[nodiscard]] kernels::CudaStream stream() const noexcept;
 
-  // `call` must have passed validate(); `device` is device_of(call); `timeout` bounds the waits
-  // for the store, NCCL's init and the enqueue.
-  std::unique_ptr<Op> enqueue(const DeviceCall& call, int device,
+  // `call` must have passed validate_device(); `device` is from memory_of(call); `timeout` bounds
+  // the waits for the store, NCCL's init and the enqueue.
+  std::unique_ptr<Op> enqueue(const CollectiveArgs& call, int device,
                               std::chrono::milliseconds timeout);
 
   // Aborts the NCCL communicator (if created) and makes later enqueues fail with Aborted.

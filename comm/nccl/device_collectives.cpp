@@ -1,4 +1,4 @@
-#include "comm/device_collectives.h"
+#include "comm/nccl/device_collectives.h"
 
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
@@ -8,7 +8,8 @@
 #include <mutex>
 #include <utility>
 
-#include "comm/transport/nccl/nccl_comm.h"
+#include "comm/collective_describe.h"
+#include "comm/nccl/nccl_comm.h"
 #include "core/error.h"
 #include "kernels/cuda/cuda_error.h"
 #include "kernels/cuda/device_guard.h"
@@ -16,7 +17,7 @@
 namespace strait::comm {
 namespace {
 
-using Kind = DeviceCall::Kind;
+using Kind = CollectiveArgs::Kind;
 
 struct EventDeleter {
   void operator()(CUevent_st* event) const noexcept { static_cast<void>(cudaEventDestroy(event)); }
@@ -86,7 +87,7 @@ class FailedOp final : public Op {
   std::exception_ptr error_;
 };
 
-void issue(NcclComm& nccl, const DeviceCall& c, kernels::CudaStream stream) {
+void issue(NcclComm& nccl, const CollectiveArgs& c, kernels::CudaStream stream) {
   switch (c.kind) {
     case Kind::Send: nccl.send(c.send, c.count, c.dtype, c.root, stream); return;
     case Kind::Recv: nccl.recv(c.recv, c.count, c.dtype, c.root, stream); return;
@@ -100,6 +101,7 @@ void issue(NcclComm& nccl, const DeviceCall& c, kernels::CudaStream stream) {
     case Kind::Gather: nccl.gather(c.send, c.recv, c.count, c.dtype, c.root, stream); return;
     case Kind::Scatter: nccl.scatter(c.send, c.recv, c.count, c.dtype, c.root, stream); return;
     case Kind::Alltoall: nccl.alltoall(c.send, c.recv, c.count, c.dtype, stream); return;
+    default: break;  // host-only kinds: memory_of refuses device buffers for them
   }
   throw Error(ErrorCode::InvalidArgument, "device operation: unknown kind");
 }
@@ -136,11 +138,11 @@ kernels::CudaStream DeviceComm::stream() const noexcept {
   return impl_->stream.load();
 }
 
-std::unique_ptr<Op> DeviceComm::enqueue(const DeviceCall& call, int device,
+std::unique_ptr<Op> DeviceComm::enqueue(const CollectiveArgs& call, int device,
                                         std::chrono::milliseconds timeout) {
   Impl& m = *impl_;
   const std::string what =
-      fmt::format("the {} {}", device_call_name(call.kind), describe_device_call(call, device));
+      fmt::format("the {} {}", collective_name(call.kind), describe_device(call, device));
   const std::lock_guard issuing(m.issue_mutex);
   std::shared_ptr<NcclComm> nccl;
   {
@@ -156,7 +158,7 @@ std::unique_ptr<Op> DeviceComm::enqueue(const DeviceCall& call, int device,
                 fmt::format("device {}: the buffers are on GPU {}, but this communicator's NCCL "
                             "communicator is on GPU {} (the GPU of its first device operation): "
                             "one communicator drives one GPU",
-                            device_call_name(call.kind), device, nccl->device()));
+                            collective_name(call.kind), device, nccl->device()));
   }
   const kernels::CudaStream stream = m.stream.load();
   try {

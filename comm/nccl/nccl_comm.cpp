@@ -1,4 +1,4 @@
-#include "comm/transport/nccl/nccl_comm.h"
+#include "comm/nccl/nccl_comm.h"
 
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>

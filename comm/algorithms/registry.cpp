@@ -1,0 +1,250 @@
+#include "comm/algorithms/registry.h"
+
+#include <fmt/format.h>
+
+#include <array>
+#include <vector>
+
+#include "comm/algorithms/binomial_broadcast.h"
+#include "comm/algorithms/binomial_gather.h"
+#include "comm/algorithms/binomial_reduce.h"
+#include "comm/algorithms/binomial_scatter.h"
+#include "comm/algorithms/compressed_allgather_allreduce.h"
+#include "comm/algorithms/compressed_ring_allreduce.h"
+#include "comm/algorithms/dissemination_barrier.h"
+#include "comm/algorithms/hierarchical_allreduce.h"
+#include "comm/algorithms/pairwise_alltoall.h"
+#include "comm/algorithms/point_to_point.h"
+#include "comm/algorithms/powersgd_allreduce.h"
+#include "comm/algorithms/rabenseifner_allreduce.h"
+#include "comm/algorithms/recursive_doubling_allreduce.h"
+#include "comm/algorithms/ring_allgather.h"
+#include "comm/algorithms/ring_allreduce.h"
+#include "comm/algorithms/ring_reduce_scatter.h"
+#include "core/error.h"
+
+namespace strait::comm {
+namespace {
+
+using Op = std::unique_ptr<CollectiveOp>;
+using Ctx = BuildContext;
+
+// A rank's blocks in elements: `counts` for the v-forms, else `count` for every rank.
+std::vector<std::size_t> blocks(const Ctx& c) {
+  if (!c.args.counts.empty()) return {c.args.counts.begin(), c.args.counts.end()};
+  return std::vector<std::size_t>(static_cast<std::size_t>(c.group->size()), c.args.count);
+}
+
+std::vector<std::size_t> in_bytes(std::vector<std::size_t> counts, kernels::DType dtype) {
+  for (auto& n : counts) n *= kernels::dtype_size(dtype);
+  return counts;
+}
+
+bool is_root(const Ctx& c) {
+  return c.group->rank == c.args.root;
+}
+
+const float* send_f32(const Ctx& c) {
+  return static_cast<const float*>(c.args.send);
+}
+float* recv_f32(const Ctx& c) {
+  return static_cast<float*>(c.args.recv);
+}
+bool average(const Ctx& c) {
+  return c.args.op == kernels::ReduceOp::Avg;
+}
+
+Op point_to_point(const Ctx& c) {
+  const auto& a = c.args;
+  const bool send = a.kind == CollectiveArgs::Kind::Send;
+  return std::make_unique<PointToPoint>(c.group, send ? c.bytes_sent : nullptr,
+                                        send ? PointToPoint::Kind::Send : PointToPoint::Kind::Recv,
+                                        a.root, a.tag, send ? const_cast<void*>(a.send) : a.recv,
+                                        a.count);
+}
+
+Op hierarchical_allreduce(const Ctx& c, InterSite inter) {
+  const auto& a = c.args;
+  return std::make_unique<HierarchicalAllreduce>(c.group, c.hierarchy, c.seq, c.bytes_sent, a.send,
+                                                 a.recv, a.count, a.dtype, a.op, std::move(inter),
+                                                 c.fingerprint);
+}
+
+// The constructor of each row of selection.cpp's table, in the same order (build_algorithm checks
+// the names).
+struct Builder {
+  std::string_view collective;
+  std::string_view name;
+  Op (*build)(const Ctx&);
+};
+constexpr std::array kBuilders = {
+    Builder{"allreduce", "ring",
+            [](const Ctx& c) -> Op {
+              const auto& a = c.args;
+              return std::make_unique<RingAllreduce>(c.group, c.seq, c.bytes_sent, a.send, a.recv,
+                                                     a.count, a.dtype, a.op,
+                                                     c.params.segment_bytes);
+            }},
+    Builder{"allreduce", "recursive_doubling",
+            [](const Ctx& c) -> Op {
+              const auto& a = c.args;
+              return std::make_unique<RecursiveDoublingAllreduce>(
+                  c.group, c.seq, c.bytes_sent, a.send, a.recv, a.count, a.dtype, a.op);
+            }},
+    Builder{"allreduce", "rabenseifner",
+            [](const Ctx& c) -> Op {
+              const auto& a = c.args;
+              return std::make_unique<RabenseifnerAllreduce>(c.group, c.seq, c.bytes_sent, a.send,
+                                                             a.recv, a.count, a.dtype, a.op);
+            }},
+    // comm/algorithms/hierarchical_allreduce.h; seg= pipelines its inter-site ring.
+    Builder{"allreduce", "hierarchical",
+            [](const Ctx& c) -> Op {
+              return hierarchical_allreduce(c, InterSite{.segment_bytes = c.params.segment_bytes});
+            }},
+    Builder{"allreduce_compressed", "ring",
+            [](const Ctx& c) -> Op {
+              return std::make_unique<CompressedRingAllreduce>(
+                  c.group, c.seq, c.bytes_sent, send_f32(c), recv_f32(c), c.args.count, average(c),
+                  c.compression, c.codec->spec, c.codec->key);
+            }},
+    Builder{"allreduce_compressed", "allgather",
+            [](const Ctx& c) -> Op {
+              return std::make_unique<CompressedAllgatherAllreduce>(
+                  c.group, c.seq, c.bytes_sent, send_f32(c), recv_f32(c), c.args.count, average(c),
+                  c.compression, c.codec->spec, c.codec->key);
+            }},
+    Builder{"allreduce_compressed", "powersgd",
+            [](const Ctx& c) -> Op {
+              return std::make_unique<PowerSgdAllreduce>(
+                  c.group, c.seq, c.bytes_sent, send_f32(c), recv_f32(c), average(c), c.compression,
+                  *c.codec->powersgd, c.codec->plan, c.codec->spec, c.codec->key);
+            }},
+    // Compressed only between sites; which ranks share a site is not in the spec.
+    Builder{"allreduce_compressed", "hierarchical",
+            [](const Ctx& c) -> Op {
+              return hierarchical_allreduce(
+                  c, InterSite{
+                         .codec_spec = c.codec->spec, .key = c.codec->key, .state = c.compression});
+            }},
+    Builder{"broadcast", "binomial",
+            [](const Ctx& c) -> Op {
+              const auto& a = c.args;
+              return std::make_unique<BinomialBroadcast>(c.group, c.seq, c.bytes_sent, a.recv,
+                                                         a.count * kernels::dtype_size(a.dtype),
+                                                         a.root);
+            }},
+    Builder{"reduce", "binomial",
+            [](const Ctx& c) -> Op {
+              const auto& a = c.args;
+              return std::make_unique<BinomialReduce>(c.group, c.seq, c.bytes_sent, a.send,
+                                                      is_root(c) ? a.recv : nullptr, a.count,
+                                                      a.dtype, a.op, a.root);
+            }},
+    Builder{"gather", "binomial",
+            [](const Ctx& c) -> Op {
+              const auto& a = c.args;
+              return std::make_unique<BinomialGather>(
+                  c.group, c.seq, c.bytes_sent, a.send, is_root(c) ? a.recv : nullptr,
+                  a.count * kernels::dtype_size(a.dtype), a.root);
+            }},
+    Builder{"scatter", "binomial",
+            [](const Ctx& c) -> Op {
+              const auto& a = c.args;
+              return std::make_unique<BinomialScatter>(
+                  c.group, c.seq, c.bytes_sent, is_root(c) ? a.send : nullptr, a.recv,
+                  a.count * kernels::dtype_size(a.dtype), a.root);
+            }},
+    Builder{"allgather", "ring",
+            [](const Ctx& c) -> Op {
+              const auto& a = c.args;
+              return std::make_unique<RingAllgather>(c.group, c.seq, c.bytes_sent, a.send, a.recv,
+                                                     a.count * kernels::dtype_size(a.dtype));
+            }},
+    Builder{"allgather_v", "ring",
+            [](const Ctx& c) -> Op {
+              const auto bytes = in_bytes(blocks(c), c.args.dtype);
+              return std::make_unique<RingAllgather>(c.group, c.seq, c.bytes_sent, c.args.send,
+                                                     c.args.recv,
+                                                     std::span<const std::size_t>(bytes));
+            }},
+    Builder{"reduce_scatter", "ring",
+            [](const Ctx& c) -> Op {
+              const auto& a = c.args;
+              const auto counts = blocks(c);
+              return std::make_unique<RingReduceScatter>(c.group, c.seq, c.bytes_sent, a.send,
+                                                         a.recv, counts, a.dtype, a.op);
+            }},
+    Builder{"reduce_scatter_v", "ring",
+            [](const Ctx& c) -> Op {
+              const auto& a = c.args;
+              return std::make_unique<RingReduceScatter>(c.group, c.seq, c.bytes_sent, a.send,
+                                                         a.recv, a.counts, a.dtype, a.op);
+            }},
+    Builder{"alltoall", "pairwise",
+            [](const Ctx& c) -> Op {
+              const auto& a = c.args;
+              const auto bytes = in_bytes(blocks(c), a.dtype);
+              return std::make_unique<PairwiseAlltoall>(c.group, c.seq, c.bytes_sent, a.send, bytes,
+                                                        a.recv, bytes);
+            }},
+    Builder{"alltoall_v", "pairwise",
+            [](const Ctx& c) -> Op {
+              const auto& a = c.args;
+              const auto sb = in_bytes({a.counts.begin(), a.counts.end()}, a.dtype);
+              const auto rb = in_bytes({a.recv_counts.begin(), a.recv_counts.end()}, a.dtype);
+              return std::make_unique<PairwiseAlltoall>(c.group, c.seq, c.bytes_sent, a.send, sb,
+                                                        a.recv, rb);
+            }},
+    Builder{
+        "barrier", "dissemination",
+        [](const Ctx& c) -> Op { return std::make_unique<DisseminationBarrier>(c.group, c.seq); }},
+    Builder{"send", "point_to_point", point_to_point},
+    Builder{"recv", "point_to_point", point_to_point},
+};
+
+const AlgorithmInfo& row(std::string_view collective, std::string_view name) {
+  const AlgorithmInfo* info = find_algorithm(collective, name);
+  if (info == nullptr) {
+    throw Error(ErrorCode::Internal,
+                fmt::format("no {} algorithm '{}' is registered", collective, name));
+  }
+  return *info;
+}
+
+}  // namespace
+
+bool has_constructor(const AlgorithmInfo& info) noexcept {
+  const auto rows = registered_algorithms();
+  const auto i = static_cast<std::size_t>(&info - rows.data());
+  return rows.size() == kBuilders.size() && i < rows.size() &&
+         kBuilders[i].collective == info.collective && kBuilders[i].name == info.name;
+}
+
+std::unique_ptr<CollectiveOp> build_algorithm(const AlgorithmInfo& info, const BuildContext& ctx) {
+  if (!has_constructor(info)) {
+    throw Error(ErrorCode::Internal,
+                fmt::format("the registry has no constructor for {} algorithm '{}' (the tables of "
+                            "selection.cpp and registry.cpp differ)",
+                            info.collective, info.name));
+  }
+  return kBuilders[static_cast<std::size_t>(&info - registered_algorithms().data())].build(ctx);
+}
+
+const AlgorithmInfo& choose_compressed(const CodecChoice& codec, bool multi_site) {
+  static const AlgorithmInfo& kPowerSgd = row("allreduce_compressed", "powersgd");
+  static const AlgorithmInfo& kHierarchical = row("allreduce_compressed", "hierarchical");
+  static const AlgorithmInfo& kAllgather = row("allreduce_compressed", "allgather");
+  static const AlgorithmInfo& kRing = row("allreduce_compressed", "ring");
+  if (codec.powersgd) return kPowerSgd;
+  if (multi_site) return kHierarchical;
+  if (codec.spec.starts_with("topk")) return kAllgather;
+  return kRing;
+}
+
+std::uint64_t sequence_numbers(const AlgorithmInfo& info) {
+  static const AlgorithmInfo& kPowerSgd = row("allreduce_compressed", "powersgd");
+  return &info == &kPowerSgd ? PowerSgdAllreduce::kSeqs : 1;
+}
+
+}  // namespace strait::comm

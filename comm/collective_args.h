@@ -1,0 +1,203 @@
+// CollectiveArgs: one Communicator operation as an argument record (the role of NCCL's ncclInfo).
+// Every entry point of comm/communicator.h fills one and posts it (Communicator::post), where it
+// is checked once (comm/collective_check.h), routed to the host algorithms or to NCCL by the
+// memory its buffers live in (resolved once), built from the selection table's row
+// (comm/algorithms/registry.h), fingerprinted and submitted. The C API and the torch backend go
+// through the same entry points, so a new collective is added here, in the check, the describe and
+// one registry row.
+//
+// Buffers and counts follow NCCL's conventions, per kind (counts in elements of dtype):
+//   Send        send: count bytes                to rank `root` (the peer), tag `tag`
+//   Recv        recv: count bytes                from rank `root` (the peer), tag `tag`
+//   Barrier     no buffers
+//   Broadcast   recv: count (in place; send is ignored)
+//   Allreduce   send, recv: count
+//   AllreduceCompressed  send, recv: count f32 (`compression` says how)
+//   Allgather   send: count, recv: size * count
+//   AllgatherV  send: counts[rank], recv: sum(counts)
+//   ReduceScatter  send: size * count, recv: count
+//   ReduceScatterV send: sum(counts), recv: counts[rank]
+//   Reduce      send: count, recv: count (used on the root only)
+//   Gather      send: count, recv: size * count (used on the root only)
+//   Scatter     send: size * count (used on the root only), recv: count
+//   Alltoall    send, recv: size * count (block j goes to / comes from rank j)
+//   AlltoallV   send: sum(counts) (counts = send counts), recv: sum(recv_counts)
+// Only the buffers a rank uses count: recv of Reduce and Gather and send of Scatter on non-roots
+// are ignored (may be null or host memory), and null buffers are ignored (count 0).
+// The spans and `compression` are borrowed: they must outlive the post() call only (what an
+// operation needs later is copied when it is built).
+// Thread-safety: a value type.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string_view>
+
+#include "comm/work.h"
+#include "core/export.h"
+#include "kernels/dtype.h"
+#include "kernels/reduce.h"
+
+namespace strait::comm {
+
+struct Compression;
+
+// Where an operation's buffers live: decided once per operation (comm/collective_check.h).
+enum class MemoryKind : std::uint8_t { Host, Device };
+
+struct CollectiveArgs {
+  enum class Kind : std::uint8_t {
+    Send,
+    Recv,
+    Broadcast,
+    Allreduce,
+    Allgather,
+    ReduceScatter,
+    Reduce,
+    Gather,
+    Scatter,
+    Alltoall,
+    // Host memory only (NCCL has no equivalent):
+    Barrier,
+    AllreduceCompressed,
+    AllgatherV,
+    ReduceScatterV,
+    AlltoallV,
+  };
+  Kind kind = Kind::Allreduce;
+  const void* send = nullptr;
+  void* recv = nullptr;
+  std::size_t count = 0;
+  kernels::DType dtype = kernels::DType::U8;
+  kernels::ReduceOp op = kernels::ReduceOp::Sum;  // the reducing kinds
+  int root = 0;                                   // the root; the peer of Send and Recv
+  std::uint64_t tag = 0;                          // Send, Recv (device buffers: must be 0)
+  std::span<const std::size_t> counts{};          // AllgatherV, ReduceScatterV; AlltoallV: send
+  std::span<const std::size_t> recv_counts{};     // AlltoallV
+  const Compression* compression = nullptr;       // AllreduceCompressed
+  DeadlineStart start = DeadlineStart::AtSubmit;
+
+  // One per entry point, with the Communicator's argument order (Send and Recv count bytes).
+  static CollectiveArgs send_to(const void* buf, std::size_t bytes, int peer, std::uint64_t tag,
+                                DeadlineStart start = DeadlineStart::AtSubmit) {
+    return {
+        .kind = Kind::Send, .send = buf, .count = bytes, .root = peer, .tag = tag, .start = start};
+  }
+  static CollectiveArgs recv_from(void* buf, std::size_t bytes, int peer, std::uint64_t tag,
+                                  DeadlineStart start = DeadlineStart::AtSubmit) {
+    return {
+        .kind = Kind::Recv, .recv = buf, .count = bytes, .root = peer, .tag = tag, .start = start};
+  }
+  static CollectiveArgs barrier() { return {.kind = Kind::Barrier}; }
+  static CollectiveArgs broadcast(void* buf, std::size_t count, kernels::DType dtype, int root) {
+    return {.kind = Kind::Broadcast, .recv = buf, .count = count, .dtype = dtype, .root = root};
+  }
+  static CollectiveArgs allreduce(const void* send, void* recv, std::size_t count,
+                                  kernels::DType dtype, kernels::ReduceOp op) {
+    return {.kind = Kind::Allreduce,
+            .send = send,
+            .recv = recv,
+            .count = count,
+            .dtype = dtype,
+            .op = op};
+  }
+  static CollectiveArgs allreduce_compressed(const float* send, float* recv, std::size_t count,
+                                             kernels::ReduceOp op, const Compression& c) {
+    return {.kind = Kind::AllreduceCompressed,
+            .send = send,
+            .recv = recv,
+            .count = count,
+            .dtype = kernels::DType::F32,
+            .op = op,
+            .compression = &c};
+  }
+  static CollectiveArgs allgather(const void* send, void* recv, std::size_t count,
+                                  kernels::DType dtype) {
+    return {.kind = Kind::Allgather, .send = send, .recv = recv, .count = count, .dtype = dtype};
+  }
+  static CollectiveArgs allgather_v(const void* send, void* recv,
+                                    std::span<const std::size_t> counts, kernels::DType dtype) {
+    return {.kind = Kind::AllgatherV, .send = send, .recv = recv, .dtype = dtype, .counts = counts};
+  }
+  static CollectiveArgs reduce_scatter(const void* send, void* recv, std::size_t count,
+                                       kernels::DType dtype, kernels::ReduceOp op) {
+    return {.kind = Kind::ReduceScatter,
+            .send = send,
+            .recv = recv,
+            .count = count,
+            .dtype = dtype,
+            .op = op};
+  }
+  static CollectiveArgs reduce_scatter_v(const void* send, void* recv,
+                                         std::span<const std::size_t> counts, kernels::DType dtype,
+                                         kernels::ReduceOp op) {
+    return {.kind = Kind::ReduceScatterV,
+            .send = send,
+            .recv = recv,
+            .dtype = dtype,
+            .op = op,
+            .counts = counts};
+  }
+  static CollectiveArgs reduce(const void* send, void* recv, std::size_t count,
+                               kernels::DType dtype, kernels::ReduceOp op, int root) {
+    return {.kind = Kind::Reduce,
+            .send = send,
+            .recv = recv,
+            .count = count,
+            .dtype = dtype,
+            .op = op,
+            .root = root};
+  }
+  static CollectiveArgs gather(const void* send, void* recv, std::size_t count,
+                               kernels::DType dtype, int root) {
+    return {.kind = Kind::Gather,
+            .send = send,
+            .recv = recv,
+            .count = count,
+            .dtype = dtype,
+            .root = root};
+  }
+  static CollectiveArgs scatter(const void* send, void* recv, std::size_t count,
+                                kernels::DType dtype, int root) {
+    return {.kind = Kind::Scatter,
+            .send = send,
+            .recv = recv,
+            .count = count,
+            .dtype = dtype,
+            .root = root};
+  }
+  static CollectiveArgs alltoall(const void* send, void* recv, std::size_t count,
+                                 kernels::DType dtype) {
+    return {.kind = Kind::Alltoall, .send = send, .recv = recv, .count = count, .dtype = dtype};
+  }
+  static CollectiveArgs alltoall_v(const void* send, std::span<const std::size_t> send_counts,
+                                   void* recv, std::span<const std::size_t> recv_counts,
+                                   kernels::DType dtype) {
+    return {.kind = Kind::AlltoallV,
+            .send = send,
+            .recv = recv,
+            .dtype = dtype,
+            .counts = send_counts,
+            .recv_counts = recv_counts};
+  }
+
+  [[nodiscard]] bool point_to_point() const noexcept {
+    return kind == Kind::Send || kind == Kind::Recv;
+  }
+  [[nodiscard]] bool reduces() const noexcept {
+    return kind == Kind::Allreduce || kind == Kind::ReduceScatter || kind == Kind::Reduce ||
+           kind == Kind::AllreduceCompressed || kind == Kind::ReduceScatterV;
+  }
+  [[nodiscard]] bool rooted() const noexcept {
+    return kind == Kind::Broadcast || kind == Kind::Reduce || kind == Kind::Gather ||
+           kind == Kind::Scatter;
+  }
+  // The kinds NCCL runs when the buffers are device memory.
+  [[nodiscard]] bool device_capable() const noexcept { return kind <= Kind::Alltoall; }
+};
+
+// "allreduce", "reduce_scatter_v", ... (the Communicator's names).
+[[nodiscard]] STRAIT_API std::string_view collective_name(CollectiveArgs::Kind kind) noexcept;
+
+}  // namespace strait::comm

@@ -1,0 +1,334 @@
+// Communicator's creation (create, from_env), its sites (setup_sites, STRAIT_SITES=measure),
+// split and lifetime: everything of comm/communicator.h but the operations, which go through
+// Communicator::post (communicator.cpp).
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdlib>
+#include <tuple>
+#include <vector>
+
+#include "comm/algorithms/codec_rules.h"
+#include "comm/algorithms/collective_op.h"
+#include "comm/algorithms/dissemination_barrier.h"
+#include "comm/algorithms/hierarchical_allreduce.h"
+#include "comm/algorithms/selection.h"
+#include "comm/bootstrap/launch_env.h"
+#include "comm/collective_describe.h"
+#include "comm/communicator.h"
+#include "comm/communicator_shared.h"
+#include "comm/compress/compression_state.h"
+#include "comm/nccl/device_collectives.h"
+#include "comm/progress_engine.h"
+#include "comm/transport/ucx/ucx_transport.h"
+#include "core/error.h"
+
+namespace strait::comm {
+
+using kernels::DType;
+
+std::chrono::milliseconds CommOptions::default_timeout() {
+  const char* v = std::getenv("STRAIT_TIMEOUT_S");
+  if (v == nullptr || *v == '\0') return std::chrono::seconds(300);
+  char* end = nullptr;
+  const double s = std::strtod(v, &end);
+  // At least a millisecond (the unit the engine works in), at most about 11 days.
+  if (*end != '\0' || !(s >= 0.001 && s <= 1e6)) {
+    throw Error(ErrorCode::InvalidArgument,
+                fmt::format("STRAIT_TIMEOUT_S={} is not a number of seconds between 0.001 and "
+                            "1e6: it is the deadline of every collective (default 300)",
+                            v));
+  }
+  return std::chrono::milliseconds(static_cast<std::int64_t>(s * 1000));
+}
+
+int CommOptions::default_streams() {
+  const char* v = std::getenv("STRAIT_STREAMS");
+  if (v == nullptr || *v == '\0') return 1;
+  char* end = nullptr;
+  const long n = std::strtol(v, &end, 10);
+  if (*end != '\0' || n < 1 || n > kMaxLanes) {
+    throw Error(ErrorCode::InvalidArgument,
+                fmt::format("STRAIT_STREAMS={} is not a whole number from 1 to {}: it is how many "
+                            "connections carry the messages to each peer on another host "
+                            "(default 1)",
+                            v, kMaxLanes));
+  }
+  return static_cast<int>(n);
+}
+
+std::unique_ptr<Communicator> Communicator::create(std::shared_ptr<Store> store, int rank, int size,
+                                                   const CommOptions& options) {
+  if (!store) throw Error(ErrorCode::InvalidArgument, "Communicator::create: the store is null");
+  if (size < 1 || size > kMaxRanks || rank < 0 || rank >= size) {
+    throw Error(ErrorCode::InvalidArgument,
+                fmt::format("Communicator::create: rank {} of world size {} is out of range (world "
+                            "sizes 1..{})",
+                            rank, size, kMaxRanks));
+  }
+  if (options.streams < 1 || options.streams > kMaxLanes) {
+    throw Error(ErrorCode::InvalidArgument,
+                fmt::format("Communicator::create: CommOptions::streams is {}; 1 .. {} are "
+                            "possible",
+                            options.streams, kMaxLanes));
+  }
+  // Read before connecting; a malformed value is reported after the ranks have compared their
+  // readings (setup_sites), so that the others fail too instead of waiting for this rank.
+  std::optional<Sites> sites;
+  std::string sites_error;
+  try {
+    sites = Sites::from_environment(size, options.sites);
+  } catch (const Error& e) {
+    sites_error = e.what();
+  }
+  // Read before connecting, so that a malformed STRAIT_TUNE fails at once.
+  auto algorithms =
+      options.algorithms
+          ? options.algorithms
+          : std::make_shared<const AlgorithmTable>(AlgorithmTable::from_environment());
+  check_rule_codecs(*algorithms);
+  auto transport = std::make_unique<UcxTransport>(*store, "strait/ucx", rank, size, options.timeout,
+                                                  options.streams);
+  auto shared = std::make_shared<Shared>();
+  shared->algorithms = std::move(algorithms);
+  shared->store = std::move(store);
+  shared->engine = std::make_shared<ProgressEngine>(std::move(transport));
+  auto group = std::make_shared<Group>();
+  group->comm_id = 0;
+  group->rank = rank;
+  group->world_ranks.resize(static_cast<std::size_t>(size));
+  for (int i = 0; i < size; ++i) group->world_ranks[static_cast<std::size_t>(i)] = i;
+  auto world =
+      std::make_unique<Communicator>(Key{}, std::move(shared), std::move(group), options.timeout);
+  // No rank leaves creation (and could finish and tear down its endpoints) before every rank has
+  // connected to it: a peer still connecting would otherwise find it gone. It takes the last
+  // sequence number, so the caller's operations are numbered from 0 (its messages are all
+  // consumed long before the sequence numbers wrap around to it).
+  auto op = std::make_unique<DisseminationBarrier>(world->group_, kSeqMask);
+  op->set_fingerprint(Fingerprint{.seq = kSeqMask, .kind = Fingerprint::Kind::Barrier});
+  OpSummary what = OpSummary::of(CollectiveArgs::barrier(), 0, rank, size);
+  what.name = "connection barrier";
+  what.seq = kSeqMask;
+  world
+      ->submit(
+          std::move(op), [what] { return what.describe(); }, true)
+      .wait();
+  world->setup_sites(std::move(sites), sites_error, options.streams);
+  return world;
+}
+
+void Communicator::setup_sites(std::optional<Sites> mine, const std::string& error, int streams) {
+  // Every rank learns every rank's reading (status: 0 read, 1 failed, 2 measure; its hash; its
+  // stream count), so that a rank with a bad or different setting makes all of them fail at once.
+  const bool measure = !mine && error.empty();
+  const std::int64_t status = !error.empty() ? 1 : (measure ? 2 : 0);
+  const std::int64_t words[3] = {status, mine ? static_cast<std::int64_t>(mine->hash()) : 0,
+                                 streams};
+  std::vector<std::int64_t> all(static_cast<std::size_t>(3 * size()));
+  allgather(words, all.data(), 3, DType::I64);
+  if (!error.empty()) throw Error(ErrorCode::InvalidArgument, error);
+  std::vector<int> failed;
+  std::vector<int> differ;
+  std::vector<int> other_streams;
+  for (int r = 0; r < size(); ++r) {
+    const auto at = 3 * static_cast<std::size_t>(r);
+    if (all[at] == 1) failed.push_back(r);
+    if (all[at] != words[0] || all[at + 1] != words[1]) differ.push_back(r);
+    if (all[at + 2] != streams) other_streams.push_back(r);
+  }
+  if (!failed.empty()) {
+    throw Error(ErrorCode::InvalidArgument,
+                fmt::format("rank(s) {} could not read their sites (CommOptions::sites, "
+                            "STRAIT_SITES, STRAIT_TOPOLOGY_FILE); their errors say why",
+                            fmt::join(failed, ", ")));
+  }
+  if (!other_streams.empty()) {
+    throw Error(ErrorCode::Mismatch,
+                fmt::format("rank {} uses {} stream(s) per remote peer, but rank(s) {} use "
+                            "another count: set the same STRAIT_STREAMS (CommOptions::streams) on "
+                            "every rank",
+                            rank(), streams, fmt::join(other_streams, ", ")));
+  }
+  if (!differ.empty()) {
+    throw Error(ErrorCode::Mismatch,
+                fmt::format("rank {} has the sites {}, but rank(s) {} have other sites: every rank "
+                            "must see the same CommOptions::sites, STRAIT_SITES and "
+                            "STRAIT_TOPOLOGY_FILE",
+                            rank(), mine ? mine->describe() : "STRAIT_SITES=measure",
+                            fmt::join(differ, ", ")));
+  }
+  Sites sites = measure ? cluster_by_bandwidth(measure_bandwidth(), size()) : std::move(*mine);
+  if (measure && rank() == 0) spdlog::info("strait: sites {}", sites.describe());
+  // Ids for the site groups (one: sites are disjoint) and for each shard's inter-site group.
+  int shards = 1;
+  for (const auto& m : sites.members()) shards = std::max(shards, static_cast<int>(m.size()));
+  // One site needs no shard groups (nothing crosses sites): one id, whatever the world size.
+  const int needed = sites.count() > 1 ? 1 + shards : 1;
+  std::int64_t base = 0;
+  if (rank() == 0) base = shared_->store->add("strait/comm_ids", needed) - needed + 1;
+  broadcast(&base, 1, DType::I64, 0);
+  if (base + needed > kMaxComms) {
+    throw Error(ErrorCode::InvalidArgument,
+                fmt::format("the hierarchical allreduce of {} needs {} communicator ids, but "
+                            "only {} of {} are left (comm/tag.h)",
+                            sites.describe(), needed, kMaxComms - base, kMaxComms));
+  }
+  hierarchy_ = Hierarchy::build(sites, rank(), static_cast<int>(base), static_cast<int>(base) + 1);
+  sites_ = std::move(sites);
+  // The caller's operations are numbered from 0, and its statistics start at 0. Safe to reuse
+  // the numbers: each of the operations above has consumed every message sent to this rank under
+  // its number before it completed.
+  for (auto* c : {&counters_.allreduce, &counters_.broadcast, &counters_.allgather, &counters_.send,
+                  &counters_.reduce_scatter, &counters_.reduce, &counters_.gather,
+                  &counters_.scatter, &counters_.alltoall}) {
+    c->store(0, std::memory_order_relaxed);
+  }
+  const std::lock_guard lock(mutex_);
+  seq_ = 0;
+}
+
+std::vector<double> Communicator::measure_bandwidth() {
+  // One pair at a time (a barrier between pairs), so that two transfers never share a link: a
+  // 64 KiB warm-up round trip (connection set-up), then 4 MiB one way and a 1-byte answer.
+  constexpr std::size_t kWarm = 64 << 10;
+  constexpr std::size_t kBytes = 4 << 20;
+  constexpr std::uint64_t kTag = kMaxUserTag;
+  const auto p = static_cast<std::size_t>(size());
+  const auto me = static_cast<std::size_t>(rank());
+  std::vector<std::byte> buf(kBytes);
+  std::byte ack{};
+  std::vector<double> row(p, 0.0);
+  for (std::size_t i = 0; i < p; ++i) {
+    for (std::size_t j = i + 1; j < p; ++j) {
+      const int pi = static_cast<int>(i);
+      const int pj = static_cast<int>(j);
+      if (me == i) {
+        send(buf.data(), kWarm, pj, kTag);
+        recv(&ack, 1, pj, kTag);
+        const auto t0 = std::chrono::steady_clock::now();
+        send(buf.data(), kBytes, pj, kTag);
+        recv(&ack, 1, pj, kTag);
+        const std::chrono::duration<double> took = std::chrono::steady_clock::now() - t0;
+        row[j] = static_cast<double>(kBytes) / std::max(took.count(), 1e-9);
+      } else if (me == j) {
+        recv(buf.data(), kWarm, pi, kTag);
+        send(&ack, 1, pi, kTag);
+        recv(buf.data(), kBytes, pi, kTag);
+        send(&ack, 1, pi, kTag);
+      }
+      barrier();
+    }
+  }
+  std::vector<double> all(p * p);
+  allgather(row.data(), all.data(), p, DType::F64);
+  // Row i holds what rank i measured to j > i; mirror it, so every rank has the same matrix.
+  for (std::size_t i = 0; i < p; ++i) {
+    for (std::size_t j = 0; j < i; ++j) all[i * p + j] = all[j * p + i];
+  }
+  return all;
+}
+
+std::unique_ptr<Communicator> Communicator::from_env(const CommOptions& options) {
+  const LaunchEnv env = launch_env_from_environment();
+  std::shared_ptr<Store> store = make_launch_store(env, options.timeout, options.timeout);
+  return create(std::move(store), env.rank, env.world_size, options);
+}
+
+Communicator::Communicator(Key /*key*/, std::shared_ptr<Shared> shared,
+                           std::shared_ptr<const Group> group, std::chrono::milliseconds timeout)
+    : shared_(std::move(shared)),
+      group_(std::move(group)),
+      timeout_ms_(timeout.count()),
+      device_(std::make_unique<DeviceComm>(shared_->store, group_->comm_id, group_->rank,
+                                           group_->size())),
+      compression_(std::make_shared<CompressionState>()),
+      sites_(Sites::single(group_->size())) {}
+
+Communicator::~Communicator() {
+  // Pending operations of this communicator cannot outlive it: their buffers may go with it, and
+  // they count their bytes in counters_. Wait until the engine has failed them (it outlives a
+  // sub-communicator), so that none is advanced once this returns.
+  shared_->engine->abort_and_wait(static_cast<std::uint64_t>(group_->comm_id) + 1,
+                                  "the communicator was destroyed");
+}
+
+int Communicator::rank() const noexcept {
+  return group_->rank;
+}
+int Communicator::size() const noexcept {
+  return group_->size();
+}
+const Sites& Communicator::sites() const noexcept {
+  return sites_;
+}
+
+std::unique_ptr<Communicator> Communicator::split(int color, int key) {
+  // Everyone learns everyone's (color, key); members are then ordered by (key, old rank).
+  const std::int64_t mine[2] = {color, key};
+  std::vector<std::int64_t> all(static_cast<std::size_t>(2 * size()));
+  allgather(mine, all.data(), 2, DType::I64);
+  std::uint64_t split_index = 0;
+  {
+    const std::lock_guard lock(mutex_);
+    split_index = splits_++;
+  }
+  if (color < 0) return nullptr;
+
+  std::vector<std::tuple<std::int64_t, int>> members;  // (key, old rank)
+  for (std::size_t r = 0; r < static_cast<std::size_t>(size()); ++r) {
+    if (all[2 * r] == color) members.emplace_back(all[2 * r + 1], static_cast<int>(r));
+  }
+  std::sort(members.begin(), members.end());
+  auto group = std::make_shared<Group>();
+  for (std::size_t i = 0; i < members.size(); ++i) {
+    const int old_rank = std::get<1>(members[i]);
+    if (old_rank == rank()) group->rank = static_cast<int>(i);
+    group->world_ranks.push_back(group_->world_ranks[static_cast<std::size_t>(old_rank)]);
+  }
+  // A job-wide unique id, drawn by the new group's first member and shared through the store.
+  const std::string id_key =
+      fmt::format("strait/split/{}/{}/{}", group_->comm_id, split_index, color);
+  std::int64_t id = 0;
+  if (group->rank == 0) {
+    id = shared_->store->add("strait/comm_ids", 1);
+    shared_->store->set(id_key, std::to_string(id));
+  } else {
+    id = std::stoll(shared_->store->get_string(id_key, timeout()));
+  }
+  if (id >= kMaxComms) {
+    throw Error(ErrorCode::InvalidArgument,
+                fmt::format("split: this job has created {} communicators; at most {} can exist "
+                            "(comm/tag.h)",
+                            id, kMaxComms - 1));
+  }
+  group->comm_id = static_cast<int>(id);
+  return std::make_unique<Communicator>(Key{}, shared_, std::move(group), timeout());
+}
+
+void Communicator::abort(const std::string& why) {
+  device_->abort();
+  shared_->engine->abort(static_cast<std::uint64_t>(group_->comm_id) + 1, why);
+}
+
+void Communicator::set_stream(kernels::CudaStream stream) noexcept {
+  device_->set_stream(stream);
+}
+CommStats Communicator::stats() const noexcept {
+  CommStats s;
+  s.allreduce_bytes = counters_.allreduce.load(std::memory_order_relaxed);
+  s.broadcast_bytes = counters_.broadcast.load(std::memory_order_relaxed);
+  s.allgather_bytes = counters_.allgather.load(std::memory_order_relaxed);
+  s.send_bytes = counters_.send.load(std::memory_order_relaxed);
+  s.reduce_scatter_bytes = counters_.reduce_scatter.load(std::memory_order_relaxed);
+  s.reduce_bytes = counters_.reduce.load(std::memory_order_relaxed);
+  s.gather_bytes = counters_.gather.load(std::memory_order_relaxed);
+  s.scatter_bytes = counters_.scatter.load(std::memory_order_relaxed);
+  s.alltoall_bytes = counters_.alltoall.load(std::memory_order_relaxed);
+  return s;
+}
+
+}  // namespace strait::comm
