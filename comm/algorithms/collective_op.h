@@ -29,7 +29,11 @@ struct Group {
   [[nodiscard]] std::string describe_rank(int group_rank) const;
 };
 
+class RingEngine;
+
 class CollectiveOp : public Op {
+  friend class RingEngine;  // posts the ring's messages with this op's tags and fingerprints
+
  public:
   // `bytes_sent` (may be null) is incremented by the size of every message this op sends.
   CollectiveOp(std::shared_ptr<const Group> group, std::uint64_t seq,

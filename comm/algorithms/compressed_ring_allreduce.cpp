@@ -34,7 +34,7 @@ CompressedRingAllreduce::Piece CompressedRingAllreduce::piece(std::size_t unit,
   const Part c = part(count_, static_cast<std::size_t>(p), static_cast<std::size_t>(chunk));
   // Segments cut at multiples of segment_elems_; a chunk one element shorter than the largest may
   // end with an empty one (0 bytes on the wire).
-  const std::size_t first = std::min(c.count, (unit % segments_) * segment_elems_);
+  const std::size_t first = std::min(c.count, (unit % ring_.segments()) * segment_elems_);
   const std::size_t last = std::min(c.count, first + segment_elems_);
   return Piece{c.offset + first, last - first};
 }
@@ -57,9 +57,9 @@ void CompressedRingAllreduce::start() {
     const std::size_t per = (largest + wanted - 1) / wanted;
     segment_elems_ = (per + g - 1) / g * g;
   }
-  segments_ = (std::max<std::size_t>(largest, 1) + segment_elems_ - 1) / segment_elems_;
-  units_ = 2 * (p - 1) * segments_;
-  window_ = std::min(kWindow, segments_);
+  const std::size_t segments =
+      (std::max<std::size_t>(largest, 1) + segment_elems_ - 1) / segment_elems_;
+  ring_.configure(p == 1 ? 0 : 2 * (p - 1), segments, std::min(kWindow, segments));
 }
 
 CompressedRingAllreduce::Bytes CompressedRingAllreduce::encode(Piece pc) {
@@ -75,25 +75,40 @@ CompressedRingAllreduce::Bytes CompressedRingAllreduce::encode(Piece pc) {
   return bytes;
 }
 
-CompressedRingAllreduce::Bytes CompressedRingAllreduce::outgoing(std::size_t unit) {
+RingEngine::Outgoing CompressedRingAllreduce::outgoing(std::size_t unit) {
   const int p = group().size();
   const int step = step_of(unit);
-  if (step < p - 1) return encode(piece(unit, true));  // a partial sum
-  if (step == p - 1) {
+  Bytes bytes;
+  if (step < p - 1) {
+    bytes = encode(piece(unit, true));  // a partial sum
+  } else if (step == p - 1) {
     // The owner's one encode of its reduced segment; it keeps the decoded bytes too, like everyone.
     const Piece owned = piece(unit, true);
-    Bytes bytes = encode(owned);
+    bytes = encode(owned);
     codec_->decode(*bytes, std::span<float>(out_ + owned.offset, owned.count));
-    return bytes;
+  } else {
+    // Forward what the previous step brought, unchanged.
+    const auto it = to_forward_.find(unit);
+    bytes = std::move(it->second);
+    to_forward_.erase(it);
   }
-  // Forward what the previous step brought, unchanged.
-  const auto it = to_forward_.find(unit);
-  Bytes bytes = std::move(it->second);
-  to_forward_.erase(it);
-  return bytes;
+  const std::byte* data = bytes->data();
+  const std::size_t size = bytes->size();
+  return {data, size, std::move(bytes)};
 }
 
-void CompressedRingAllreduce::take_in(std::size_t unit, const Bytes& bytes) {
+RingEngine::Landing CompressedRingAllreduce::landing(std::size_t unit) {
+  auto bytes =
+      std::make_shared<std::vector<std::byte>>(codec_->encoded_bytes(piece(unit, false).count));
+  std::byte* data = bytes->data();
+  const std::size_t size = bytes->size();
+  landed_.push_back(bytes);
+  return {data, size, std::move(bytes)};
+}
+
+void CompressedRingAllreduce::arrived(std::size_t unit) {
+  const Bytes bytes = std::move(landed_.front());
+  landed_.pop_front();
   const int p = group().size();
   const int step = step_of(unit);
   const Piece in = piece(unit, false);
@@ -103,66 +118,19 @@ void CompressedRingAllreduce::take_in(std::size_t unit, const Bytes& bytes) {
     return;
   }
   codec_->decode(*bytes, into);
-  if (step < 2 * (p - 1) - 1) to_forward_.emplace(unit + segments_, bytes);
+  if (step < 2 * (p - 1) - 1) to_forward_.emplace(unit + ring_.segments(), bytes);
 }
 
 bool CompressedRingAllreduce::advance(Transport& t) {
   if (!started_) start();
-  const int p = group().size();
-  const int r = group().rank;
-  if (p == 1) {
-    if (received_ == 0) {  // alone, the rank owns everything: one encode, one decode
-      const Bytes bytes = encode(Piece{0, count_});
-      codec_->decode(*bytes, std::span<float>(out_, count_));
-      received_ = 1;
-    }
+  if (group().size() == 1) {
+    // Alone, the rank owns everything: one encode, one decode (advance runs once: it finishes).
+    const Bytes bytes = encode(Piece{0, count_});
+    codec_->decode(*bytes, std::span<float>(out_, count_));
     scale_if_average();
     return true;
   }
-  // Units share a tag's step field only 65535 units apart, with at most 2 kWindow in flight.
-  const auto tag_step = [](std::size_t unit) {
-    return static_cast<int>(unit % static_cast<std::size_t>(kHeaderStep));
-  };
-  all_done(t);  // throws when a message failed or had the wrong size
-  for (bool moved = true; moved;) {
-    moved = false;
-    while (!recvs_.empty() && recvs_.front().first->state == TransportRequest::State::Done) {
-      take_in(received_, recvs_.front().second);
-      recvs_.pop_front();
-      ++received_;
-      moved = true;
-    }
-    while (!sends_.empty() && sends_.front()->state == TransportRequest::State::Done) {
-      sends_.pop_front();
-      ++sent_;
-      moved = true;
-    }
-    // Unsegmented (window 1), a step's receive waits for the previous step's send, so a rank
-    // waits on one peer at a time and names the right one when it is lost.
-    while (recv_posted_ < units_ && recv_posted_ < received_ + window_ &&
-           recv_posted_ < sent_ + window_) {
-      const std::size_t u = recv_posted_;
-      auto bytes =
-          std::make_shared<std::vector<std::byte>>(codec_->encoded_bytes(piece(u, false).count));
-      RequestPtr rx = recv_from(t, (r - 1 + p) % p, tag_step(u), bytes->data(), bytes->size());
-      rx->keep_alive = bytes;
-      recvs_.emplace_back(std::move(rx), std::move(bytes));
-      ++recv_posted_;
-      moved = true;
-    }
-    // Segment s of step k goes once segment s of step k-1 has come in and been decoded.
-    while (send_posted_ < units_ && send_posted_ < sent_ + window_ &&
-           (send_posted_ < segments_ || send_posted_ - segments_ < received_)) {
-      const std::size_t u = send_posted_;
-      Bytes bytes = outgoing(u);
-      RequestPtr tx = send_to(t, (r + 1) % p, tag_step(u), bytes->data(), bytes->size());
-      tx->keep_alive = std::move(bytes);
-      sends_.push_back(std::move(tx));
-      ++send_posted_;
-      moved = true;
-    }
-  }
-  if (received_ < units_ || sent_ < units_ || !all_done(t)) return false;
+  if (!ring_.advance(*this, t, *this)) return false;
   scale_if_average();
   return true;
 }

@@ -33,14 +33,14 @@
 #include <map>
 #include <memory>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "comm/algorithms/compressed_allreduce_op.h"
+#include "comm/algorithms/ring_engine.h"
 
 namespace strait::comm {
 
-class CompressedRingAllreduce final : public CompressedAllreduceOp {
+class CompressedRingAllreduce final : public CompressedAllreduceOp, private RingEngine::Policy {
  public:
   // Elements (fp32) per pipeline segment, before rounding to the codec's granularity: 1 MiB of
   // input, a few hundred KiB or less on the wire, large enough that a message's fixed costs do
@@ -58,36 +58,30 @@ class CompressedRingAllreduce final : public CompressedAllreduceOp {
 
  private:
   using Bytes = std::shared_ptr<std::vector<std::byte>>;
-  // A unit of the pipeline is (step, segment), numbered step * segments_ + segment; a piece is
-  // the range of the output it covers.
+  // The engine's units (comm/algorithms/ring_engine.h); a piece is the range of the output a unit
+  // covers.
   struct Piece {
     std::size_t offset = 0;  // elements, into out_
     std::size_t count = 0;
   };
   [[nodiscard]] Piece piece(std::size_t unit, bool outgoing) const;
-  [[nodiscard]] int step_of(std::size_t unit) const { return static_cast<int>(unit / segments_); }
+  [[nodiscard]] int step_of(std::size_t unit) const {
+    return static_cast<int>(unit / ring_.segments());
+  }
   void start();
   // Encodes out_[piece] into a new buffer, keeping the encoding error in the residual.
   Bytes encode(Piece piece);
-  // The buffer unit `unit` sends (encoding it, or the bytes unit - segments_ brought in).
-  Bytes outgoing(std::size_t unit);
-  // Decodes (adds, in the reduce-scatter) what unit `unit` brought in.
-  void take_in(std::size_t unit, const Bytes& bytes);
+  // The ring's policy: encoded messages land in buffers of their own; the reduce-scatter decodes
+  // and adds them, the allgather decodes them and keeps them to forward unchanged.
+  RingEngine::Landing landing(std::size_t unit) override;
+  void arrived(std::size_t unit) override;
+  RingEngine::Outgoing outgoing(std::size_t unit) override;
 
   std::span<float> residual_;  // empty without error feedback
   bool started_ = false;
-  std::size_t segments_ = 1;       // per chunk
   std::size_t segment_elems_ = 0;  // a multiple of the codec's granularity
-  std::size_t units_ = 0;          // 2 (P-1) * segments_
-  std::size_t window_ = 1;
-  std::size_t received_ = 0;  // units received and decoded, in order
-  std::size_t recv_posted_ = 0;
-  std::size_t sent_ = 0;  // units whose send completed, in order
-  std::size_t send_posted_ = 0;
-  // Requests in flight, oldest first; each request keeps its buffer alive (a failed op may go
-  // while UCX still reads or writes it).
-  std::deque<std::pair<RequestPtr, Bytes>> recvs_;
-  std::deque<RequestPtr> sends_;
+  RingEngine ring_;
+  std::deque<Bytes> landed_;  // the buffers of the receives posted, oldest first
   std::map<std::size_t, Bytes>
       to_forward_;              // allgather bytes received, by the unit that sends them
   std::vector<float> decoded_;  // scratch of the error-feedback decode

@@ -17,16 +17,16 @@
 #pragma once
 
 #include <cstddef>
-#include <deque>
 #include <memory>
 
 #include "comm/algorithms/allreduce_op.h"
+#include "comm/algorithms/ring_engine.h"
 #include "kernels/dtype.h"
 #include "kernels/reduce.h"
 
 namespace strait::comm {
 
-class RingAllreduce final : public AllreduceOp {
+class RingAllreduce final : public AllreduceOp, private RingEngine::Policy {
  public:
   // Segments in flight each way when pipelining (each needs one segment of scratch).
   static constexpr std::size_t kWindow = 4;
@@ -40,32 +40,28 @@ class RingAllreduce final : public AllreduceOp {
   bool advance(Transport& t) override;
 
  private:
-  // A unit of the pipeline is (step, segment), numbered step * segments_ + segment.
+  // The engine's units (comm/algorithms/ring_engine.h): the first P-1 steps reduce-scatter into
+  // scratch slots and reduce on arrival, the last P-1 allgather straight into the output.
   struct Piece {
     std::size_t offset = 0;  // in elements, into the output
     std::size_t count = 0;
   };
   [[nodiscard]] Piece piece(std::size_t unit, bool outgoing) const;
-  [[nodiscard]] bool reduces(std::size_t unit) const { return unit < units_ / 2; }
+  [[nodiscard]] bool reduces(std::size_t unit) const { return unit < ring_.units() / 2; }
   [[nodiscard]] std::byte* slot(std::size_t unit) const {
     return scratch_.get() + (unit % window_) * slot_bytes_;
   }
-  // The step field of a unit's tags (comm/tag.h): its number, modulo the steps a tag can name.
-  static int tag_step(std::size_t unit);
   void start();
+  RingEngine::Landing landing(std::size_t unit) override;
+  void arrived(std::size_t unit) override;
+  RingEngine::Outgoing outgoing(std::size_t unit) override;
+  [[nodiscard]] bool may_receive(std::size_t unit, std::size_t sent) const override;
 
   std::size_t segment_bytes_;
   bool started_ = false;
-  std::size_t segments_ = 1;  // per chunk
-  std::size_t units_ = 0;     // 2 (P-1) * segments_
   std::size_t window_ = 1;
   std::size_t slot_bytes_ = 0;
-  std::size_t received_ = 0;  // units received (and reduced), in order
-  std::size_t recv_posted_ = 0;
-  std::size_t sent_ = 0;  // units whose send completed, in order
-  std::size_t send_posted_ = 0;
-  std::deque<RequestPtr> recvs_;  // units received_ .. recv_posted_ - 1
-  std::deque<RequestPtr> sends_;  // units sent_ .. send_posted_ - 1
+  RingEngine ring_;
   // Incoming segments of the reduce-scatter, window_ slots. Shared with the receives' requests: a
   // receive UCX has matched still lands after this op has failed and gone.
   std::shared_ptr<std::byte[]> scratch_;

@@ -11,6 +11,80 @@ int wrap(int i, int p) {
   return (i % p + p) % p;
 }
 
+// Reduce-scatter: step k sends block r-k-1's partial (this rank's own block at step 0, else what
+// step k-1 reduced) and receives block r-k-2's into the other of two slots, then reduces this
+// rank's contribution into it (or, for block r, the partial into `own`).
+class ReduceScatterPolicy final : public RingEngine::Policy {
+ public:
+  ReduceScatterPolicy(RingOp::ReduceScatterPhase& s, int rank, int size)
+      : s_(s), r_(rank), p_(size), elem_(kernels::dtype_size(s.dtype)) {}
+
+  RingEngine::Landing landing(std::size_t unit) override {
+    const int k = static_cast<int>(unit);
+    return {slot(k), count(wrap(r_ - k - 2, p_)) * elem_, s_.scratch};
+  }
+  void arrived(std::size_t unit) override {
+    const int k = static_cast<int>(unit);
+    const int recv_block = wrap(r_ - k - 2, p_);
+    const auto op = s_.op == kernels::ReduceOp::Avg ? kernels::ReduceOp::Sum : s_.op;
+    if (recv_block == r_) {
+      kernels::reduce(s_.dtype, op, s_.own, slot(k), count(r_));
+    } else {
+      kernels::reduce(s_.dtype, op, slot(k), block(recv_block), count(recv_block));
+    }
+  }
+  RingEngine::Outgoing outgoing(std::size_t unit) override {
+    const int k = static_cast<int>(unit);
+    const int send_block = wrap(r_ - k - 1, p_);
+    const std::byte* data = k == 0 ? block(send_block) : slot(k - 1);
+    return {data, count(send_block) * elem_, s_.scratch};
+  }
+
+ private:
+  [[nodiscard]] const std::byte* block(int b) const {
+    return s_.send + s_.blocks.offset[static_cast<std::size_t>(b)] * elem_;
+  }
+  [[nodiscard]] std::size_t count(int b) const {
+    return s_.blocks.count[static_cast<std::size_t>(b)];
+  }
+  [[nodiscard]] std::byte* slot(int k) const {
+    return s_.scratch.get() + static_cast<std::size_t>(k % 2) * s_.blocks.largest() * elem_;
+  }
+
+  RingOp::ReduceScatterPhase& s_;
+  int r_;
+  int p_;
+  std::size_t elem_;
+};
+
+// Allgather: step k sends block r-k and receives block r-k-1, in place in the output.
+class AllgatherPolicy final : public RingEngine::Policy {
+ public:
+  AllgatherPolicy(RingOp::AllgatherPhase& s, int rank, int size) : s_(s), r_(rank), p_(size) {}
+
+  RingEngine::Landing landing(std::size_t unit) override {
+    const int b = wrap(r_ - static_cast<int>(unit) - 1, p_);
+    return {block(b), bytes(b), nullptr};
+  }
+  void arrived(std::size_t /*unit*/) override {}
+  RingEngine::Outgoing outgoing(std::size_t unit) override {
+    const int b = wrap(r_ - static_cast<int>(unit), p_);
+    return {block(b), bytes(b), nullptr};
+  }
+
+ private:
+  [[nodiscard]] std::byte* block(int b) const {
+    return s_.out + s_.blocks.offset[static_cast<std::size_t>(b)];
+  }
+  [[nodiscard]] std::size_t bytes(int b) const {
+    return s_.blocks.count[static_cast<std::size_t>(b)];
+  }
+
+  RingOp::AllgatherPhase& s_;
+  int r_;
+  int p_;
+};
+
 }  // namespace
 
 bool RingOp::advance_phase(Transport& t, ReduceScatterPhase& s) {
@@ -18,47 +92,19 @@ bool RingOp::advance_phase(Transport& t, ReduceScatterPhase& s) {
   const int p = group().size();
   const int r = group().rank;
   const std::size_t elem = kernels::dtype_size(s.dtype);
-  const auto block = [&](int b) {
-    return s.send + s.blocks.offset[static_cast<std::size_t>(b)] * elem;
-  };
-  const auto count = [&](int b) { return s.blocks.count[static_cast<std::size_t>(b)]; };
-  const std::size_t slot_bytes = s.blocks.largest() * elem;
-  const auto slot = [&](int k) {
-    return s.scratch.get() + static_cast<std::size_t>(k % 2) * slot_bytes;
-  };
+  const std::size_t own_count = s.blocks.count[static_cast<std::size_t>(r)];
   if (!s.started) {
     s.started = true;
     // The last step reduces the incoming partial into `own`, which starts as this rank's block.
-    if (count(r) != 0 && s.own != block(r)) std::memcpy(s.own, block(r), count(r) * elem);
-    if (p > 1) s.scratch = scratch_buffer(2 * slot_bytes);
+    const std::byte* mine = s.send + s.blocks.offset[static_cast<std::size_t>(r)] * elem;
+    if (own_count != 0 && s.own != mine) std::memcpy(s.own, mine, own_count * elem);
+    if (p > 1) s.scratch = scratch_buffer(2 * s.blocks.largest() * elem);
+    s.ring.configure(static_cast<std::size_t>(p - 1), 1, 1, s.first_step);
   }
-  const auto reduce_op = s.op == kernels::ReduceOp::Avg ? kernels::ReduceOp::Sum : s.op;
-  while (s.step < p - 1) {
-    const int k = s.step;
-    const int send_block = wrap(r - k - 1, p);
-    const int recv_block = wrap(r - k - 2, p);
-    if (!s.posted) {
-      s.posted = true;
-      RequestPtr rx =
-          recv_from(t, wrap(r - 1, p), s.first_step + k, slot(k), count(recv_block) * elem);
-      rx->keep_alive = s.scratch;
-      // Step 0 sends this rank's own contribution; later steps what the previous one reduced.
-      const std::byte* outgoing = k == 0 ? block(send_block) : slot(k - 1);
-      RequestPtr tx =
-          send_to(t, wrap(r + 1, p), s.first_step + k, outgoing, count(send_block) * elem);
-      tx->keep_alive = s.scratch;
-    }
-    if (!all_done(t)) return false;
-    s.posted = false;
-    ++s.step;
-    if (recv_block == r) {
-      kernels::reduce(s.dtype, reduce_op, s.own, slot(k), count(r));
-    } else {
-      kernels::reduce(s.dtype, reduce_op, slot(k), block(recv_block), count(recv_block));
-    }
-  }
-  if (s.op == kernels::ReduceOp::Avg && count(r) != 0) {
-    kernels::scale(s.dtype, s.own, count(r), 1.0 / p);
+  ReduceScatterPolicy policy(s, r, p);
+  if (!s.ring.advance(*this, t, policy)) return false;
+  if (s.op == kernels::ReduceOp::Avg && own_count != 0) {
+    kernels::scale(s.dtype, s.own, own_count, 1.0 / p);
   }
   s.finished = true;
   return true;
@@ -67,26 +113,15 @@ bool RingOp::advance_phase(Transport& t, ReduceScatterPhase& s) {
 bool RingOp::advance_phase(Transport& t, AllgatherPhase& s) {
   const int p = group().size();
   const int r = group().rank;
-  const auto block = [&](int b) {
-    return s.out + s.blocks.offset[static_cast<std::size_t>(wrap(b, p))];
-  };
-  const auto bytes = [&](int b) { return s.blocks.count[static_cast<std::size_t>(wrap(b, p))]; };
   if (!s.started) {
     s.started = true;
-    if (s.own_send != block(r) && bytes(r) != 0) std::memmove(block(r), s.own_send, bytes(r));
+    std::byte* mine = s.out + s.blocks.offset[static_cast<std::size_t>(r)];
+    const std::size_t bytes = s.blocks.count[static_cast<std::size_t>(r)];
+    if (s.own_send != mine && bytes != 0) std::memmove(mine, s.own_send, bytes);
+    s.ring.configure(static_cast<std::size_t>(p - 1), 1, 1, s.first_step);
   }
-  while (s.step < p - 1) {
-    const int k = s.step;
-    if (!s.posted) {
-      s.posted = true;
-      recv_from(t, wrap(r - 1, p), s.first_step + k, block(r - k - 1), bytes(r - k - 1));
-      send_to(t, wrap(r + 1, p), s.first_step + k, block(r - k), bytes(r - k));
-    }
-    if (!all_done(t)) return false;
-    s.posted = false;
-    ++s.step;
-  }
-  return true;
+  AllgatherPolicy policy(s, r, p);
+  return s.ring.advance(*this, t, policy);
 }
 
 }  // namespace strait::comm

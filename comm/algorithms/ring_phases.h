@@ -12,7 +12,8 @@
 //   Each block is reduced in one fixed order (starting at rank b+1 around the ring), by one rank.
 // - Allgather: step k sends block r-k to the right and receives block r-k-1 from the left. Rank r
 //   sends every block but block r+1: total - count[r+1] elements.
-// Both: (P-1)/P of the data for even blocks, the bandwidth lower bound.
+// Both: (P-1)/P of the data for even blocks, the bandwidth lower bound. Both run on the ring engine
+// (comm/algorithms/ring_engine.h), unsegmented: one message each way per step.
 #pragma once
 
 #include <cstddef>
@@ -20,15 +21,15 @@
 
 #include "comm/algorithms/blocks.h"
 #include "comm/algorithms/collective_op.h"
+#include "comm/algorithms/ring_engine.h"
 #include "kernels/dtype.h"
 #include "kernels/reduce.h"
 
 namespace strait::comm {
 
 class RingOp : public CollectiveOp {
- protected:
-  using CollectiveOp::CollectiveOp;
-
+ public:
+  // A phase's arguments and progress (public so that the ring engine's policies can read them).
   struct ReduceScatterPhase {
     // This rank's contribution: one block per rank (layout `blocks`, in elements); read only.
     const std::byte* send = nullptr;
@@ -40,9 +41,8 @@ class RingOp : public CollectiveOp {
     int first_step = 0;      // the message step (comm/tag.h) of the phase's first step
     // Progress.
     bool started = false;
-    bool posted = false;
     bool finished = false;
-    int step = 0;
+    RingEngine ring{};
     // Two slots of the largest block: the partial being received and the one being sent. Shared
     // with the requests: a receive UCX has matched still lands after the operation has failed
     // and gone, and a queued send may still be read.
@@ -55,9 +55,11 @@ class RingOp : public CollectiveOp {
     Blocks blocks;
     int first_step = 0;
     bool started = false;
-    bool posted = false;
-    int step = 0;
+    RingEngine ring{};
   };
+
+ protected:
+  using CollectiveOp::CollectiveOp;
 
   // Advance a phase; true when it has finished. Throws as CollectiveOp::all_done does.
   bool advance_phase(Transport& t, ReduceScatterPhase& s);
