@@ -275,7 +275,8 @@ void ProgressEngine::check_deadlines(Clock::time_point now) {
 }
 
 void ProgressEngine::complete_in_order() {
-  std::vector<std::uint64_t> blocked;  // streams with an unfinished earlier ordered work
+  auto& blocked = blocked_streams_;  // streams with an unfinished earlier ordered work
+  blocked.clear();
   for (auto it = active_.begin(); it != active_.end();) {
     const bool is_blocked =
         it->ordered && std::find(blocked.begin(), blocked.end(), it->stream) != blocked.end();

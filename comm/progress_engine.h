@@ -167,6 +167,8 @@ class ProgressEngine : public std::enable_shared_from_this<ProgressEngine> {
   std::chrono::steady_clock::time_point last_activity_{};
   std::chrono::steady_clock::time_point last_peer_check_{};
   std::deque<Entry> active_;
+  // complete_in_order()'s scratch, kept so that polling allocates nothing.
+  std::vector<std::uint64_t> blocked_streams_;
   std::vector<std::pair<std::uint64_t, Error>> broken_;  // guarded by mutex_
   Fd wake_fd_;                                           // eventfd: submissions and commands
   Fd epoll_fd_;                                          // wake_fd_ and the transport's event fd

@@ -15,8 +15,7 @@ const std::string& WorkState::description() const {
 }
 
 bool WorkState::done() const {
-  const std::lock_guard lock(mutex_);
-  return done_;
+  return finished_.load(std::memory_order_acquire);
 }
 
 bool WorkState::wait_until(std::chrono::steady_clock::time_point until) const {
@@ -36,6 +35,7 @@ void WorkState::complete(std::optional<Error> error) {
     if (done_) return;
     done_ = true;
     error_ = std::move(error);
+    finished_.store(true, std::memory_order_release);
     callbacks.swap(callbacks_);
   }
   cv_.notify_all();

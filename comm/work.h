@@ -15,6 +15,7 @@
 // and must be short and must not block (hand work to another thread, e.g. by fulfilling a promise).
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -74,6 +75,8 @@ class STRAIT_API WorkState {
   mutable std::mutex mutex_;
   mutable std::condition_variable cv_;
   bool done_ = false;
+  // done_ for readers that poll (the engine, test()): no lock on the hot path.
+  std::atomic<bool> finished_{false};
   std::optional<Error> error_;
   std::vector<std::function<void(const std::optional<Error>&)>> callbacks_;
 };
