@@ -20,6 +20,8 @@
 #include <filesystem>
 #include <string>
 
+#include "scheduler/sampling.h"
+
 namespace strait::sched {
 
 struct TrainConfig {
@@ -71,6 +73,12 @@ struct TrainConfig {
   int eval_every = 0;        // also evaluate every N steps (0: only at the end)
   std::string prompt = "The ";
   int sample_bytes = 200;
+  // How the sample picks each byte: "topk" draws from the top_k most likely bytes at `temperature`
+  // with its own seed (nanoGPT sample.py's defaults), "greedy" takes the most likely one.
+  std::string sample = "topk";
+  double temperature = 0.8;
+  int top_k = 200;
+  std::uint64_t sample_seed = 1337;
   // Output.
   std::filesystem::path metrics;  // JSON lines (one per step, then a summary), written by rank 0
   int blas_threads = 0;           // OpenBLAS threads per rank; 0: cores / local ranks
@@ -82,6 +90,8 @@ struct TrainConfig {
   [[nodiscard]] int world_size() const { return stages * replicas; }
   // The codec spec ("name" or "name:args"); empty when uncompressed.
   [[nodiscard]] std::string codec_spec() const;
+  // The sampler's settings (sample, temperature, top_k, sample_seed).
+  [[nodiscard]] SamplingOptions sampling() const;
   // The step after which AdamW's v is frozen (AdamWHyper::freeze_variance_after); 0: never.
   [[nodiscard]] std::int64_t freeze_variance_after() const;
 };
