@@ -19,6 +19,7 @@
 #include <iterator>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <utility>
@@ -652,6 +653,31 @@ TEST(StraitTrainErrors, MomentumCompressionNeedsACodecAFrozenVarianceAndAWarmup)
 
 // --- A rank killed mid-step ----------------------------------------------------------------------
 
+// The ranks of a running job by rank (the launcher's children with RANK in their environment),
+// once the first step line shows every rank inside the training loop; empty after 60 s without.
+std::map<int, pid_t> ranks_in_training(const Strait& run) {
+  const auto deadline = Clock::now() + 60s;
+  while (!contains(run.output(), "\nstep ") && Clock::now() < deadline) {
+    std::this_thread::sleep_for(10ms);
+  }
+  std::map<int, pid_t> ranks;
+  if (!contains(run.output(), "\nstep ")) return ranks;
+  for (const pid_t child : child_processes(run.pid())) {
+    const auto env = process_environment(child);
+    if (const auto it = env.find("RANK"); it != env.end()) ranks[std::stoi(it->second)] = child;
+  }
+  return ranks;
+}
+
+// What a user reads holds strait's messages only: no line from UCX's own printer ("UCX  WARN")
+// and none of strait's "ucx:" debug lines.
+void expect_no_ucx_line(const std::string& out) {
+  std::istringstream in(out);
+  for (std::string line; std::getline(in, line);) {
+    EXPECT_FALSE(contains(line, "UCX") || contains(line, "ucx:")) << line << "\nin:\n" << out;
+  }
+}
+
 TEST(StraitTrainErrors, ARankKilledMidStepEndsTheJobAndLeavesNoProcessBehind) {
   const Job job;
   // Every process of this job, the ranks and anything they start, inherits this marker.
@@ -660,22 +686,8 @@ TEST(StraitTrainErrors, ARankKilledMidStepEndsTheJobAndLeavesNoProcessBehind) {
   Strait run(job.train_args(
                  {"--steps", "1000000", "--stages", "2", "--replicas", "2", "--microbatches", "4"}),
              job.dir().path() / "out", {"STRAIT_TEST_JOB=" + marker});
-
-  // Wait for the first step line: every rank is then inside the training loop.
-  const auto deadline = Clock::now() + 60s;
-  while (!contains(run.output(), "\nstep ") && Clock::now() < deadline) {
-    std::this_thread::sleep_for(10ms);
-  }
-  ASSERT_TRUE(contains(run.output(), "\nstep ")) << "no step within 60 s:\n" << run.output();
-
-  // The ranks are the launcher's children; rank 1 is the one with RANK=1 in its environment.
-  std::map<int, pid_t> ranks;
-  for (const pid_t child : child_processes(run.pid())) {
-    const auto env = process_environment(child);
-    if (const auto it = env.find("RANK"); it != env.end()) ranks[std::stoi(it->second)] = child;
-  }
+  const std::map<int, pid_t> ranks = ranks_in_training(run);
   ASSERT_EQ(ranks.size(), 4U) << run.output();
-  ASSERT_TRUE(ranks.contains(1));
   const pid_t victim = ranks.at(1);
   ASSERT_EQ(kill(victim, SIGKILL), 0);
 
@@ -692,6 +704,34 @@ TEST(StraitTrainErrors, ARankKilledMidStepEndsTheJobAndLeavesNoProcessBehind) {
   }
   EXPECT_TRUE(processes_with_environment("STRAIT_TEST_JOB", marker).empty())
       << "processes of the job are left behind";
+  expect_no_ucx_line(out);
+}
+
+// A stopped rank (SIGSTOP) cannot fail by itself: its peers' collectives time out (--timeout 2),
+// and the launcher's summary names the timeout and the suspended rank, with no UCX line.
+TEST(StraitTrainErrors, AStoppedRankTimesOutItsPeersAndTheSummaryNamesIt) {
+  const Job job;
+  const std::string marker = job.dir().str();
+  Strait run(job.train_args({"--steps", "1000000", "--stages", "2", "--replicas", "2",
+                             "--microbatches", "4", "--timeout", "2"}),
+             job.dir().path() / "out", {"STRAIT_TEST_JOB=" + marker});
+  const std::map<int, pid_t> ranks = ranks_in_training(run);
+  ASSERT_EQ(ranks.size(), 4U) << run.output();
+  ASSERT_EQ(kill(ranks.at(1), SIGSTOP), 0);
+
+  const int code = run.exit_code(kQuick);
+  const std::string out = run.output();
+  EXPECT_NE(code, 0) << out;
+  EXPECT_TRUE(contains(out, "Timeout: ")) << out;
+  EXPECT_TRUE(contains(out, "rank 1")) << out;
+  EXPECT_TRUE(contains(out, "failed first ==========")) << out;
+  EXPECT_TRUE(contains(out, "rank 1: was suspended by SIGSTOP at")) << out;
+  for (const auto& [rank, pid] : ranks) {
+    EXPECT_FALSE(process_exists(pid)) << "rank " << rank << " (pid " << pid << ") is still alive";
+  }
+  EXPECT_TRUE(processes_with_environment("STRAIT_TEST_JOB", marker).empty())
+      << "processes of the job are left behind";
+  expect_no_ucx_line(out);
 }
 
 }  // namespace
