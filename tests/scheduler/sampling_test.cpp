@@ -114,12 +114,12 @@ TEST(Sampler, LowTemperatureApproachesGreedyAndHighApproachesUniform) {
 
 TEST(Sampler, AFixedSeedGivesTheSameTokensAndAnotherSeedOthers) {
   std::mt19937 rng(3);
-  std::vector<std::vector<float>> steps;
-  for (int i = 0; i < 200; ++i) steps.push_back(random_logits(rng, 256));
+  std::vector<std::vector<float>> steps(200);
+  for (auto& logits : steps) logits = random_logits(rng, 256);
   const auto run = [&](std::uint64_t seed) {
     const Sampler s(topk(200, 0.8, seed));
-    std::vector<std::int32_t> out;
-    for (std::size_t i = 0; i < steps.size(); ++i) out.push_back(s.next(steps[i], i));
+    std::vector<std::int32_t> out(steps.size());
+    for (std::size_t i = 0; i < steps.size(); ++i) out[i] = s.next(steps[i], i);
     return out;
   };
   const auto a = run(1337);
