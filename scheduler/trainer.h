@@ -37,7 +37,7 @@ struct TrainConfig {
   int heads = 4;
   int ctx = 128;
   // Optimization.
-  int steps = 300;
+  int steps = 600;
   double lr = 3e-3;
   int warmup_steps = 30;
   double min_lr_ratio = 0.1;
