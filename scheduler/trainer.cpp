@@ -539,8 +539,10 @@ void Job::run() {
   world_->barrier();  // nobody tears down its endpoints while others still send
   if (rank_ == 0) {
     const double total_s = std::chrono::duration<double>(Clock::now() - t0).count();
-    fmt::print("sample ({}; {} bytes after {:?}):\n{}\n", cfg_.sampling().describe(),
-               cfg_.sample_bytes, cfg_.prompt, printable(sample));
+    if (cfg_.sample_bytes > 0) {  // --sample-bytes 0 asks for none
+      fmt::print("sample ({}; {} bytes after {:?}):\n{}\n", cfg_.sampling().describe(),
+                 cfg_.sample_bytes, cfg_.prompt, printable(sample));
+    }
     fmt::print("total time {:.1f} s\n", total_s);
     std::fflush(stdout);
     emit({{"type", "summary"},

@@ -28,12 +28,12 @@ prints the held-out loss in nats and bits per byte next to byte n-gram baselines
 bigram models counted on the training split, add-one smoothed, scored on the same held-out bytes;
 and the training split's own entropies), the time taken, and a sample drawn as nanoGPT's
 sample.py does (top-k 200 at temperature 0.8, from --sample-seed: the same seed and weights give
-the same bytes whatever the ranks layout; --sample greedy for the argmax). The AdamW moments (8 bytes per
-parameter; the fp32 weights are the master weights and stay in the model) live in locked host RAM
-with --offload-optimizer cpu, or with nvme in a file per rank under --offload-dir, streamed in
-chunks through io_uring and O_DIRECT (where the file system allows) while the multithreaded
-AdamW updates the previous chunk. Both give bit-identical results; --metrics records each step's
-optimizer time and how long it waited for the disk.
+the same bytes whatever the ranks layout; --sample greedy for the argmax).
+The AdamW moments (8 bytes per parameter; the fp32 weights are the master weights and stay in the
+model) live in locked host RAM with --offload-optimizer cpu, or with nvme in a file per rank under
+--offload-dir, streamed in chunks through io_uring and O_DIRECT (where the file system allows)
+while the multithreaded AdamW updates the previous chunk. Both give bit-identical results;
+--metrics records each step's optimizer time and how long it waited for the disk.
 --offload-activations cpu|nvme moves a microbatch's stashed activations out of its stage after the
 forward and back before the backward (--offload-prefetch computes ahead): the losses are
 bit-identical, and each stage keeps at most prefetch + 1 activation slots instead of up to
