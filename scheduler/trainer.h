@@ -11,6 +11,9 @@
 // it is split between replicas and microbatches.
 // Learning rate: linear warm-up over warmup_steps, then cosine decay to min_lr_ratio * lr
 // (as nanoGPT). Gradients are clipped to grad_clip in global norm.
+// End of a run (rank 0 prints it): the held-out loss in nats and bits per byte next to byte n-gram
+// baselines of the same corpus (baselines.h), then a sample from each replica's pipeline
+// (sampling.h: top-k at a temperature from its own seed, or greedy).
 // Errors: strait::Error with a message naming the wrong setting and the fix (world size not
 // stages x replicas, more stages than layers, a missing data path, an unknown --offload-optimizer,
 // a missing offload directory for nvme, ...).
