@@ -27,9 +27,11 @@
 #include "offload/activation_store.h"
 #include "offload/io_engine_factory.h"
 #include "offload/optimizer_offload.h"
+#include "scheduler/baselines.h"
 #include "scheduler/corpus.h"
 #include "scheduler/data.h"
 #include "scheduler/executor.h"
+#include "scheduler/sampling.h"
 #include "scheduler/schedule.h"
 #include "scheduler/schedule_sim.h"
 #include "scheduler/schedule_validate.h"
@@ -170,6 +172,31 @@ std::string printable(const std::vector<std::int32_t>& tokens) {
     }
   }
   return out;
+}
+
+// Add-one (Laplace) smoothing for the n-gram baselines: every byte keeps a non-zero probability, so
+// held-out bytes unseen in training (or pairs, for the bigram) cost a finite loss.
+constexpr double kBaselineSmoothing = 1.0;
+
+// The held-out loss next to what byte frequencies alone achieve, in nats and bits per byte: the
+// n-gram models' cross-entropy on the same held-out bytes, then the training split's own entropies
+// (what those models score on the text they were counted on).
+void print_held_out(double eval_loss, const ByteBaselines& b) {
+  const auto row = [](std::string_view name, double nats) {
+    fmt::print("  {:<44} {:>9.4f} {:>9.4f}\n", name, nats, bits_per_byte(nats));
+  };
+  fmt::print("{:<46} {:>9} {:>9}\n", fmt::format("held-out loss, {} bytes", b.positions),
+             "nats/byte", "bits/byte");
+  row("model", eval_loss);
+  row("bigram baseline (add-one, training counts)", b.bigram_held_out);
+  row("unigram baseline (add-one, training counts)", b.unigram_held_out);
+  row("training split H(X_t | X_t-1) (plug-in)", b.bigram_entropy);
+  row("training split H(X) (plug-in)", b.unigram_entropy);
+  if (b.bigram_held_out > 0) {
+    fmt::print("model vs bigram baseline: {:.1f}% {} loss\n",
+               100.0 * std::abs(eval_loss / b.bigram_held_out - 1.0),
+               eval_loss <= b.bigram_held_out ? "lower" : "higher");
+  }
 }
 
 class Job {
@@ -325,10 +352,12 @@ double Job::evaluate() {
 }
 
 std::vector<std::int32_t> Job::generate() {
-  // Greedy decoding through each replica's pipeline (the replicas hold the same weights, so they
-  // produce the same text; running them all keeps every rank equally busy, and no rank waits for
-  // another's generation). The last stage picks each byte and sends it to the first, which extends
-  // the context; every stage knows the growing length.
+  // Decoding through each replica's pipeline (the replicas hold the same weights and draw byte i
+  // from the same (seed, i), so they produce the same text; running them all keeps every rank
+  // equally busy, and no rank waits for another's generation). The last stage picks each byte
+  // (sampling.h: top-k at a temperature, or greedy) and sends it to the first, which extends the
+  // context; every stage knows the growing length.
+  const Sampler sampler(cfg_.sampling());
   std::vector<std::int32_t> text;
   for (const char c : cfg_.prompt) text.push_back(static_cast<unsigned char>(c));
   if (cfg_.sample_bytes <= 0 || text.empty()) return text;
@@ -345,8 +374,9 @@ std::vector<std::int32_t> Job::generate() {
                             std::uint64_t{1'000'000} + static_cast<std::uint64_t>(i));
     std::int32_t next = 0;
     if (stage_ == p - 1) {
-      const float* logits = model_->logits(0).data() + static_cast<std::size_t>(t - 1) * 256;
-      next = static_cast<std::int32_t>(std::max_element(logits, logits + 256) - logits);
+      const std::span<const float> logits =
+          model_->logits(0).subspan(static_cast<std::size_t>(t - 1) * 256, 256);
+      next = sampler.next(logits, static_cast<std::uint64_t>(i));
       if (p > 1)
         pipe_->send(&next, sizeof next, 0,
                     std::uint64_t{2'000'000} + static_cast<std::uint64_t>(i));
@@ -485,7 +515,8 @@ void Job::run() {
     if (cfg_.eval_every > 0 && (step + 1) % cfg_.eval_every == 0 && step + 1 != cfg_.steps) {
       const double eval_loss = evaluate();
       if (rank_ == 0) {
-        fmt::print("eval at step {}: loss {:.4f}\n", step + 1, eval_loss);
+        fmt::print("eval at step {}: loss {:.4f} nats/byte ({:.4f} bits/byte)\n", step + 1,
+                   eval_loss, bits_per_byte(eval_loss));
         std::fflush(stdout);
         emit({{"type", "eval"}, {"step", step + 1}, {"eval_loss", eval_loss}});
       }
@@ -494,9 +525,13 @@ void Job::run() {
   check_momentum();
   const double tps = train_s > 0 ? tokens_per_step * cfg_.steps / train_s : 0.0;
   const double eval_loss = evaluate();
+  // Rank 0 (stage 0) holds the corpus: the baselines come from its counts, scored on the same
+  // held-out positions as the model.
+  ByteBaselines baselines;
   if (rank_ == 0) {
-    fmt::print("done: {} in {:.1f} s ({:.0f} tok/s); eval loss {:.4f} on the held-out tail\n",
-               plural(cfg_.steps, "step"), train_s, tps, eval_loss);
+    baselines = held_out_baselines(*dataset_, kBaselineSmoothing);
+    fmt::print("done: {} in {:.1f} s ({:.0f} tok/s)\n", plural(cfg_.steps, "step"), train_s, tps);
+    print_held_out(eval_loss, baselines);
     std::fflush(stdout);
     emit({{"type", "eval"}, {"step", cfg_.steps}, {"eval_loss", eval_loss}});
   }
@@ -504,12 +539,24 @@ void Job::run() {
   world_->barrier();  // nobody tears down its endpoints while others still send
   if (rank_ == 0) {
     const double total_s = std::chrono::duration<double>(Clock::now() - t0).count();
-    fmt::print("sample (greedy, {} bytes after {:?}):\n{}\n", cfg_.sample_bytes, cfg_.prompt,
-               printable(sample));
+    if (cfg_.sample_bytes > 0) {  // --sample-bytes 0 asks for none
+      fmt::print("sample ({}; {} bytes after {:?}):\n{}\n", cfg_.sampling().describe(),
+                 cfg_.sample_bytes, cfg_.prompt, printable(sample));
+    }
     fmt::print("total time {:.1f} s\n", total_s);
     std::fflush(stdout);
     emit({{"type", "summary"},
           {"eval_loss", eval_loss},
+          {"eval_bits_per_byte", bits_per_byte(eval_loss)},
+          {"eval_positions", baselines.positions},
+          // nats per byte; *_held_out: add-alpha cross-entropy on the eval positions.
+          {"baselines",
+           {{"smoothing_alpha", baselines.alpha},
+            {"unigram_entropy", baselines.unigram_entropy},
+            {"bigram_entropy", baselines.bigram_entropy},
+            {"unigram_held_out", baselines.unigram_held_out},
+            {"bigram_held_out", baselines.bigram_held_out}}},
+          {"sampling", cfg_.sampling().describe()},
           {"seconds", total_s},
           {"train_seconds", train_s},
           {"tokens_per_s", tps},
@@ -560,6 +607,10 @@ void TrainConfig::validate() const {
   if (sample_bytes < 0 || eval_sequences < 0 || eval_every < 0) {
     throw bad("--sample-bytes, --eval-sequences and --eval-every must be >= 0");
   }
+  if (sample != "topk" && sample != "greedy") {
+    throw bad(fmt::format("--sample {}: choose topk or greedy", sample));
+  }
+  sampling().validate();
   if (sample_bytes > 0 && prompt.empty()) {
     throw bad(
         "--prompt is empty: the sample needs at least one byte to start from (or pass "
@@ -636,6 +687,15 @@ void TrainConfig::validate() const {
 std::int64_t TrainConfig::freeze_variance_after() const {
   const bool frozen = freeze_variance == "on" || compress == "momentum";
   return !codec.empty() && frozen ? codec_warmup_steps : 0;
+}
+
+SamplingOptions TrainConfig::sampling() const {
+  SamplingOptions o;
+  o.greedy = sample == "greedy";
+  o.temperature = temperature;
+  o.top_k = top_k;
+  o.seed = sample_seed;
+  return o;
 }
 
 std::string TrainConfig::codec_spec() const {

@@ -11,6 +11,9 @@
 // it is split between replicas and microbatches.
 // Learning rate: linear warm-up over warmup_steps, then cosine decay to min_lr_ratio * lr
 // (as nanoGPT). Gradients are clipped to grad_clip in global norm.
+// End of a run (rank 0 prints it): the held-out loss in nats and bits per byte next to byte n-gram
+// baselines of the same corpus (baselines.h), then a sample from each replica's pipeline
+// (sampling.h: top-k at a temperature from its own seed, or greedy).
 // Errors: strait::Error with a message naming the wrong setting and the fix (world size not
 // stages x replicas, more stages than layers, a missing data path, an unknown --offload-optimizer,
 // a missing offload directory for nvme, ...).
@@ -19,6 +22,8 @@
 #include <cstdint>
 #include <filesystem>
 #include <string>
+
+#include "scheduler/sampling.h"
 
 namespace strait::sched {
 
@@ -35,7 +40,7 @@ struct TrainConfig {
   int heads = 4;
   int ctx = 128;
   // Optimization.
-  int steps = 300;
+  int steps = 600;
   double lr = 3e-3;
   int warmup_steps = 30;
   double min_lr_ratio = 0.1;
@@ -71,6 +76,12 @@ struct TrainConfig {
   int eval_every = 0;        // also evaluate every N steps (0: only at the end)
   std::string prompt = "The ";
   int sample_bytes = 200;
+  // How the sample picks each byte: "topk" draws from the top_k most likely bytes at `temperature`
+  // with its own seed (nanoGPT sample.py's defaults), "greedy" takes the most likely one.
+  std::string sample = "topk";
+  double temperature = 0.8;
+  int top_k = 200;
+  std::uint64_t sample_seed = 1337;
   // Output.
   std::filesystem::path metrics;  // JSON lines (one per step, then a summary), written by rank 0
   int blas_threads = 0;           // OpenBLAS threads per rank; 0: cores / local ranks
@@ -82,6 +93,8 @@ struct TrainConfig {
   [[nodiscard]] int world_size() const { return stages * replicas; }
   // The codec spec ("name" or "name:args"); empty when uncompressed.
   [[nodiscard]] std::string codec_spec() const;
+  // The sampler's settings (sample, temperature, top_k, sample_seed).
+  [[nodiscard]] SamplingOptions sampling() const;
   // The step after which AdamW's v is frozen (AdamWHyper::freeze_variance_after); 0: never.
   [[nodiscard]] std::int64_t freeze_variance_after() const;
 };

@@ -23,13 +23,17 @@ Without RANK in the environment, `strait train` checks its settings and starts
 stages x replicas ranks of itself on this machine (as `strait run` does); under torchrun, Slurm or
 `strait run` it runs as the rank the environment names. Rank = replica * stages + stage.
 Each step prints the loss (mean over the global batch), the learning rate, the global gradient
-norm, tokens per second and the bytes the gradient all-reduces sent (all ranks together); the end
-prints the held-out loss, the time taken and a greedy sample. The AdamW moments (8 bytes per
-parameter; the fp32 weights are the master weights and stay in the model) live in locked host RAM
-with --offload-optimizer cpu, or with nvme in a file per rank under --offload-dir, streamed in
-chunks through io_uring and O_DIRECT (where the file system allows) while the multithreaded
-AdamW updates the previous chunk. Both give bit-identical results; --metrics records each step's
-optimizer time and how long it waited for the disk.
+norm, tokens per second and the bytes the gradient all-reduces sent (all ranks together). The end
+prints the held-out loss in nats and bits per byte next to byte n-gram baselines (unigram and
+bigram models counted on the training split, add-one smoothed, scored on the same held-out bytes;
+and the training split's own entropies), the time taken, and a sample drawn as nanoGPT's
+sample.py does (top-k 200 at temperature 0.8, from --sample-seed: the same seed and weights give
+the same bytes whatever the ranks layout; --sample greedy for the argmax).
+The AdamW moments (8 bytes per parameter; the fp32 weights are the master weights and stay in the
+model) live in locked host RAM with --offload-optimizer cpu, or with nvme in a file per rank under
+--offload-dir, streamed in chunks through io_uring and O_DIRECT (where the file system allows)
+while the multithreaded AdamW updates the previous chunk. Both give bit-identical results;
+--metrics records each step's optimizer time and how long it waited for the disk.
 --offload-activations cpu|nvme moves a microbatch's stashed activations out of its stage after the
 forward and back before the backward (--offload-prefetch computes ahead): the losses are
 bit-identical, and each stage keeps at most prefetch + 1 activation slots instead of up to
@@ -43,6 +47,15 @@ void check_data(const sched::TrainConfig& c) {
   d.seed = c.seed;
   const sched::ByteDataset dataset(sched::ByteCorpus::load(c.data), d);
   (void)dataset;
+}
+
+// Seeds are unsigned: a leading minus is refused with a message that says so.
+CLI::Validator non_negative_integer() {
+  return {[](const std::string& v) {
+            return !v.empty() && v.front() == '-' ? std::string("must be a non-negative integer")
+                                                  : std::string();
+          },
+          "UINT"};
 }
 
 std::string self_executable(const std::string& argv0) {
@@ -89,12 +102,7 @@ void add_train_command(CLI::App& app, const std::vector<std::string>& argv, int&
   train->add_option("--grad-clip", c->grad_clip, "Global gradient-norm clip (0: off)")
       ->capture_default_str();
   train->add_option("--seed", c->seed, "Seed of the initial weights and the data order")
-      ->check(CLI::Validator(
-          [](const std::string& v) {
-            return !v.empty() && v.front() == '-' ? std::string("must be a non-negative integer")
-                                                  : std::string();
-          },
-          "UINT"))
+      ->check(non_negative_integer())
       ->capture_default_str();
   train
       ->add_option("--codec", c->codec,
@@ -152,8 +160,25 @@ void add_train_command(CLI::App& app, const std::vector<std::string>& argv, int&
       ->capture_default_str();
   train->add_option("--eval-every", c->eval_every, "Also evaluate every N steps (0: at the end)")
       ->capture_default_str();
-  train->add_option("--prompt", c->prompt, "Prompt of the greedy sample")->capture_default_str();
+  train->add_option("--prompt", c->prompt, "Prompt of the sample")->capture_default_str();
   train->add_option("--sample-bytes", c->sample_bytes, "Bytes to generate at the end")
+      ->capture_default_str();
+  train
+      ->add_option("--sample", c->sample,
+                   "How the sample picks each byte: topk (drawn from the --top-k most likely at "
+                   "--temperature) or greedy (the most likely)")
+      ->check(CLI::IsMember({"topk", "greedy"}))
+      ->capture_default_str();
+  train
+      ->add_option("--temperature", c->temperature,
+                   "Sampling temperature: the logits are divided by it (lower: closer to greedy)")
+      ->capture_default_str();
+  train->add_option("--top-k", c->top_k, "Draw from the k most likely bytes (1: greedy)")
+      ->capture_default_str();
+  train
+      ->add_option("--sample-seed", c->sample_seed,
+                   "Seed of the sample's draws (the same seed and weights give the same bytes)")
+      ->check(non_negative_integer())
       ->capture_default_str();
   train->add_option("--metrics", *metrics, "Write one JSON line per step (and a summary) here");
   train

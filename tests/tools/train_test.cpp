@@ -13,10 +13,13 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <utility>
@@ -55,7 +58,7 @@ fs::path write_corpus(const fs::path& dir) {
   static const std::vector<std::string> kWords = {
       "the", "quick", "brown", "fox", "jumps", "over",  "lazy", "dog", "and",  "a",
       "cat", "sat",   "on",    "mat", "while", "birds", "sing", "in",  "tall", "trees"};
-  const fs::path path = dir / "corpus.txt";
+  fs::path path = dir / "corpus.txt";  // not const: returned by move
   std::ofstream out(path);
   std::uint32_t state = 12345;
   for (int i = 1; i <= 4000; ++i) {
@@ -101,6 +104,7 @@ class Job {
   fs::path corpus_;
 };
 
+// NOLINTNEXTLINE(bugprone-exception-escape): a throw clang-tidy sees inside nlohmann::json
 struct Metrics {
   std::vector<json> steps;  // the per-step records, in order
   json summary;             // the final record (eval_loss, sample, ...)
@@ -225,6 +229,98 @@ TEST(StraitTrain, FirstLossIsThatOfUniformPredictionsAndTrainingLowersIt) {
   EXPECT_LT(eval, first - 1.0);
   // The sample continues the prompt.
   EXPECT_EQ(m.summary.at("sample").get<std::string>().rfind("The ", 0), 0U) << m.summary.dump();
+}
+
+// --- What the end of a run shows ----------------------------------------------------------------
+
+// "  NAME   NATS   BITS" as the end-of-run table prints a row (4 decimals each).
+std::string fmt_figures(const std::string& name, double nats) {
+  char row[160];
+  std::snprintf(row, sizeof row, "  %-44s %9.4f %9.4f", name.c_str(), nats, nats / std::log(2.0));
+  return row;
+}
+
+std::string read_text(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+// The held-out loss is given in bits per byte too, next to byte n-gram baselines. The training
+// split's entropies are recomputed here from the corpus file (one file: its last floor(5% n) bytes
+// are held out, corpus.h), with std::map counts.
+TEST(StraitTrain, HeldOutLossComesInBitsNextToNgramBaselines) {
+  const Job job;
+  const Metrics m = train(job, "baselines",
+                          {"--stages", "1", "--replicas", "1", "--microbatches", "4", "--steps",
+                           "20", "--warmup", "5"});
+  const json& s = m.summary;
+  ASSERT_TRUE(s.contains("baselines")) << s.dump();
+  const double eval = s.at("eval_loss").get<double>();
+  EXPECT_NEAR(s.at("eval_bits_per_byte").get<double>(), eval / std::log(2.0), 1e-12);
+  EXPECT_EQ(s.at("eval_positions").get<std::int64_t>(), 8 * 32);  // --eval-sequences x --ctx
+
+  const std::string text = read_text(job.dir().path() / "corpus.txt");
+  const std::string train_part = text.substr(0, text.size() - text.size() / 20);
+  std::map<char, double> uni;
+  std::map<std::pair<char, char>, double> pairs;
+  std::map<char, double> rows;
+  for (std::size_t i = 0; i < train_part.size(); ++i) {
+    uni[train_part[i]] += 1;
+    if (i + 1 < train_part.size()) {
+      pairs[{train_part[i], train_part[i + 1]}] += 1;
+      rows[train_part[i]] += 1;
+    }
+  }
+  const auto n = static_cast<double>(train_part.size());
+  double h1 = 0;
+  for (const auto& [b, c] : uni) h1 -= c / n * std::log(c / n);
+  double h2 = 0;
+  for (const auto& [ab, c] : pairs) h2 -= c / (n - 1) * std::log(c / rows[ab.first]);
+  const json& b = s.at("baselines");
+  EXPECT_EQ(b.at("smoothing_alpha").get<double>(), 1.0);
+  EXPECT_NEAR(b.at("unigram_entropy").get<double>(), h1, 1e-9);
+  EXPECT_NEAR(b.at("bigram_entropy").get<double>(), h2, 1e-9);
+  // Smoothing and unseen text cost a little on held-out bytes; the previous byte helps.
+  const double unigram = b.at("unigram_held_out").get<double>();
+  const double bigram = b.at("bigram_held_out").get<double>();
+  EXPECT_GT(unigram, h1 - 0.1);
+  EXPECT_LT(bigram, unigram - 0.5);
+
+  // The printed table holds the same figures.
+  const std::string out = read_text(job.dir().path() / "baselines.out");
+  EXPECT_TRUE(contains(out, "held-out loss, 256 bytes")) << out;
+  EXPECT_TRUE(contains(out, fmt_figures("model", eval))) << out;
+  EXPECT_TRUE(contains(out, fmt_figures("bigram baseline (add-one, training counts)", bigram)))
+      << out;
+  EXPECT_TRUE(contains(out, fmt_figures("unigram baseline (add-one, training counts)", unigram)))
+      << out;
+  EXPECT_TRUE(contains(out, "model vs bigram baseline: ")) << out;
+  EXPECT_TRUE(
+      contains(out, "sample (top-k 200, temperature 0.8, seed 1337; 8 bytes after \"The \")"))
+      << out;
+}
+
+// The sample's byte i is drawn from (--sample-seed, i) and the logits. With the initial weights
+// (--steps 0), which are bit-identical for any stage split (transformer.h), every ranks layout
+// writes the same bytes; another seed writes other bytes; --top-k 1 is --sample greedy.
+TEST(StraitTrain, SampleIsFixedByItsSeedWhateverTheRanksLayout) {
+  const Job job;
+  const auto sample = [&](const std::string& name, std::vector<std::string> args) {
+    args.insert(args.end(), {"--steps", "0", "--sample-bytes", "48"});
+    const Metrics m = train(job, name, args);
+    return m.summary.at("sample").get<std::string>();
+  };
+  const std::string one = sample("1x1", {"--stages", "1", "--replicas", "1"});
+  EXPECT_EQ(one.rfind("The ", 0), 0U) << one;
+  EXPECT_GT(one.size(), 4U + 48U - 1U) << one;
+  EXPECT_EQ(sample("2x1", {"--stages", "2", "--replicas", "1"}), one);
+  EXPECT_EQ(sample("2x2", {"--stages", "2", "--replicas", "2", "--microbatches", "2"}), one);
+  EXPECT_EQ(sample("1x1-again", {"--stages", "1", "--replicas", "1"}), one);
+  EXPECT_NE(sample("seed", {"--stages", "1", "--replicas", "1", "--sample-seed", "7"}), one);
+  const std::string greedy =
+      sample("greedy", {"--stages", "1", "--replicas", "1", "--sample", "greedy"});
+  EXPECT_NE(greedy, one);
+  EXPECT_EQ(sample("top1", {"--stages", "2", "--replicas", "1", "--top-k", "1"}), greedy);
 }
 
 // --- Activation offload --------------------------------------------------------------------------
@@ -402,6 +498,16 @@ void expect_rejected_before_launch(Strait& run, const std::vector<std::string>& 
   EXPECT_FALSE(contains(out, "strait run:")) << out;
 }
 
+TEST(StraitTrainErrors, SamplingSettingsOutOfRange) {
+  const Job job;
+  Strait temperature(job.train_args({"--steps", "1", "--temperature", "0"}),
+                     job.dir().path() / "temperature");
+  expect_rejected_before_launch(temperature,
+                                {"--temperature 0 must be a finite number > 0", "--sample greedy"});
+  Strait top_k(job.train_args({"--steps", "1", "--top-k", "0"}), job.dir().path() / "top-k");
+  expect_rejected_before_launch(top_k, {"--top-k 0 must be at least 1"});
+}
+
 TEST(StraitTrainErrors, DataPathThatDoesNotExist) {
   const Job job;
   const std::string missing = (job.dir().path() / "no-such-corpus").string();
@@ -548,6 +654,31 @@ TEST(StraitTrainErrors, MomentumCompressionNeedsACodecAFrozenVarianceAndAWarmup)
 
 // --- A rank killed mid-step ----------------------------------------------------------------------
 
+// The ranks of a running job by rank (the launcher's children with RANK in their environment),
+// once the first step line shows every rank inside the training loop; empty after 60 s without.
+std::map<int, pid_t> ranks_in_training(const Strait& run) {
+  const auto deadline = Clock::now() + 60s;
+  while (!contains(run.output(), "\nstep ") && Clock::now() < deadline) {
+    std::this_thread::sleep_for(10ms);
+  }
+  std::map<int, pid_t> ranks;
+  if (!contains(run.output(), "\nstep ")) return ranks;
+  for (const pid_t child : child_processes(run.pid())) {
+    const auto env = process_environment(child);
+    if (const auto it = env.find("RANK"); it != env.end()) ranks[std::stoi(it->second)] = child;
+  }
+  return ranks;
+}
+
+// What a user reads holds strait's messages only: no line from UCX's own printer ("UCX  WARN")
+// and none of strait's "ucx:" debug lines.
+void expect_no_ucx_line(const std::string& out) {
+  std::istringstream in(out);
+  for (std::string line; std::getline(in, line);) {
+    EXPECT_FALSE(contains(line, "UCX") || contains(line, "ucx:")) << line << "\nin:\n" << out;
+  }
+}
+
 TEST(StraitTrainErrors, ARankKilledMidStepEndsTheJobAndLeavesNoProcessBehind) {
   const Job job;
   // Every process of this job, the ranks and anything they start, inherits this marker.
@@ -556,22 +687,8 @@ TEST(StraitTrainErrors, ARankKilledMidStepEndsTheJobAndLeavesNoProcessBehind) {
   Strait run(job.train_args(
                  {"--steps", "1000000", "--stages", "2", "--replicas", "2", "--microbatches", "4"}),
              job.dir().path() / "out", {"STRAIT_TEST_JOB=" + marker});
-
-  // Wait for the first step line: every rank is then inside the training loop.
-  const auto deadline = Clock::now() + 60s;
-  while (!contains(run.output(), "\nstep ") && Clock::now() < deadline) {
-    std::this_thread::sleep_for(10ms);
-  }
-  ASSERT_TRUE(contains(run.output(), "\nstep ")) << "no step within 60 s:\n" << run.output();
-
-  // The ranks are the launcher's children; rank 1 is the one with RANK=1 in its environment.
-  std::map<int, pid_t> ranks;
-  for (const pid_t child : child_processes(run.pid())) {
-    const auto env = process_environment(child);
-    if (const auto it = env.find("RANK"); it != env.end()) ranks[std::stoi(it->second)] = child;
-  }
+  const std::map<int, pid_t> ranks = ranks_in_training(run);
   ASSERT_EQ(ranks.size(), 4U) << run.output();
-  ASSERT_TRUE(ranks.contains(1));
   const pid_t victim = ranks.at(1);
   ASSERT_EQ(kill(victim, SIGKILL), 0);
 
@@ -588,6 +705,34 @@ TEST(StraitTrainErrors, ARankKilledMidStepEndsTheJobAndLeavesNoProcessBehind) {
   }
   EXPECT_TRUE(processes_with_environment("STRAIT_TEST_JOB", marker).empty())
       << "processes of the job are left behind";
+  expect_no_ucx_line(out);
+}
+
+// A stopped rank (SIGSTOP) cannot fail by itself: its peers' collectives time out (--timeout 2),
+// and the launcher's summary names the timeout and the suspended rank, with no UCX line.
+TEST(StraitTrainErrors, AStoppedRankTimesOutItsPeersAndTheSummaryNamesIt) {
+  const Job job;
+  const std::string marker = job.dir().str();
+  Strait run(job.train_args({"--steps", "1000000", "--stages", "2", "--replicas", "2",
+                             "--microbatches", "4", "--timeout", "2"}),
+             job.dir().path() / "out", {"STRAIT_TEST_JOB=" + marker});
+  const std::map<int, pid_t> ranks = ranks_in_training(run);
+  ASSERT_EQ(ranks.size(), 4U) << run.output();
+  ASSERT_EQ(kill(ranks.at(1), SIGSTOP), 0);
+
+  const int code = run.exit_code(kQuick);
+  const std::string out = run.output();
+  EXPECT_NE(code, 0) << out;
+  EXPECT_TRUE(contains(out, "Timeout: ")) << out;
+  EXPECT_TRUE(contains(out, "rank 1")) << out;
+  EXPECT_TRUE(contains(out, "failed first ==========")) << out;
+  EXPECT_TRUE(contains(out, "rank 1: was suspended by SIGSTOP at")) << out;
+  for (const auto& [rank, pid] : ranks) {
+    EXPECT_FALSE(process_exists(pid)) << "rank " << rank << " (pid " << pid << ") is still alive";
+  }
+  EXPECT_TRUE(processes_with_environment("STRAIT_TEST_JOB", marker).empty())
+      << "processes of the job are left behind";
+  expect_no_ucx_line(out);
 }
 
 }  // namespace
