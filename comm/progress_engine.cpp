@@ -394,12 +394,15 @@ void ProgressEngine::grow_spin() {
 }
 
 void ProgressEngine::wait_ended(std::chrono::steady_clock::duration waited) {
-  // Adaptive spinning (as adaptive mutexes do). A wait that outlasted the polling budget but not
-  // kMaxDriveSpin would have been cheaper polled through (the hand-over to the engine thread and
-  // back costs milliseconds on a loaded host): grow the budget. One far longer (a peer computing
-  // through a pipeline bubble) only burns CPU that ranks sharing the cores need: shrink it. 4
-  // training ranks on 2 cores, 300 steps: 131 s polling 5 ms always, 109 s adaptive; 4 ranks'
-  // back-to-back 8-byte allreduces: 2.7 ms polling 50 us always, tens of us adaptive.
+  // Adaptive spinning (as adaptive mutexes do). A wait whose operation completed after the polling
+  // budget but within kMaxDriveSpin would have been cheaper polled through (the hand-over to the
+  // engine thread and back costs milliseconds on a loaded host): grow the budget. `waited` ends at
+  // the completion, not at this thread's wake-up: counting the wake-up's own milliseconds made a
+  // loaded host shrink the budget after every hand-over and never recover (every later wait then
+  // handed over too and took 4-5 ms; bench/RESULTS.md, "torch.distributed backend"). One far longer
+  // (a peer computing through a pipeline bubble) only burns CPU that ranks sharing the cores need:
+  // shrink it. 4 training ranks on 2 cores, 300 steps: 131 s polling 5 ms always, 109 s adaptive; 4
+  // ranks' back-to-back 8-byte allreduces: 2.7 ms polling 50 us always, tens of us adaptive.
   if (!adaptive_spin_) return;
   if (waited <= kMaxDriveSpin) return grow_spin();
   const std::chrono::microseconds budget(drive_spin_us_.load(std::memory_order_relaxed));

@@ -104,8 +104,8 @@ class ProgressEngine : public std::enable_shared_from_this<ProgressEngine> {
   // meanwhile run on the caller's thread. Returns work.done(). A no-op on the engine thread and
   // inside a completion callback.
   bool drive(const WorkState& work);
-  // Called by Work::wait() when a wait that drive() did not finish has ended, with how long it
-  // took in all: adapts the polling budget (see the .cpp).
+  // Called by Work::wait() when a wait that drive() did not finish has ended, with how long after
+  // the wait began the operation completed: adapts the polling budget (see the .cpp).
   void wait_ended(std::chrono::steady_clock::duration waited);
   // Fails one pending operation (no-op when already finished).
   void fail(const std::shared_ptr<WorkState>& work, const Error& error);

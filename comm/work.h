@@ -58,6 +58,11 @@ class STRAIT_API WorkState {
   // Waits until done or `until`; returns done().
   bool wait_until(std::chrono::steady_clock::time_point until) const;
   [[nodiscard]] std::optional<Error> error() const;
+  // When complete() ran (steady clock); the epoch while pending.
+  [[nodiscard]] std::chrono::steady_clock::time_point completed_at() const noexcept {
+    return std::chrono::steady_clock::time_point(
+        std::chrono::steady_clock::duration(completed_at_.load(std::memory_order_acquire)));
+  }
 
   // Engine side: first call wins; later calls are ignored.
   void complete(std::optional<Error> error);
@@ -77,6 +82,7 @@ class STRAIT_API WorkState {
   bool done_ = false;
   // done_ for readers that poll (the engine, test()): no lock on the hot path.
   std::atomic<bool> finished_{false};
+  std::atomic<std::chrono::steady_clock::rep> completed_at_{0};
   std::optional<Error> error_;
   std::vector<std::function<void(const std::optional<Error>&)>> callbacks_;
 };
