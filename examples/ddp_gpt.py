@@ -163,9 +163,10 @@ def parse_args(argv=None):
     p.add_argument("--backend", default="gloo", choices=["gloo", "strait"],
                    help="torch.distributed backend of the process group")
     p.add_argument("--hook", default="NONE",
-                   help="NONE (DDP's own allreduce) or a strait codec spec for "
-                        "strait.torch.hooks.compressed_allreduce: int8, "
-                        "topk:fraction=0.01, powersgd:rank=4, none, ...")
+                   help="NONE (no hook: DDP's own allreduce over the backend) or a strait codec "
+                        "spec for strait.torch.hooks.compressed_allreduce: int8, "
+                        "topk:fraction=0.01, powersgd:rank=4, ..., or none (the hook with "
+                        "strait's plain allreduce)")
     p.add_argument("--start-iter", type=int, default=10,
                    help="hook: steps of plain averaging before compression (default 10)")
     p.add_argument("--no-error-feedback", action="store_true", help="hook: no error feedback")
@@ -192,26 +193,34 @@ def init_group(backend):
     if backend == "strait":
         try:
             import strait.torch  # noqa: F401  (registers the "strait" backend)
-        except ImportError as e:
+            dist.Backend("strait")
+        except (ImportError, ValueError) as e:
             raise SystemExit(f"ddp_gpt: --backend strait needs the strait package "
                              f"(tools/python on PYTHONPATH, libstrait.so built): {e}")
     dist.init_process_group(backend=backend)
 
 
-def main(argv=None):
-    args = parse_args(argv)
-    torch.set_num_threads(args.threads)
-    init_group(args.backend)
-    rank, world = dist.get_rank(), dist.get_world_size()
-    train_text, eval_text = load_corpus(args.data)
+def train(args, process_group=None, hook=None, log=None):
+    """Trains args.steps steps with DDP over process_group (None: the default group) and returns
+    {"losses": [per-step loss averaged over ranks], "held_out_loss", "median_step_s", ...}.
 
+    hook: None for args.hook, else (state, hook_fn) to register (the tests wrap the hook). With
+    args.check_identical, raises RuntimeError at the first step whose parameters differ between
+    ranks. Every rank must call it alike (it is collective)."""
+    rank = dist.get_rank(process_group)
+    world = dist.get_world_size(process_group)
+    train_text, eval_text = load_corpus(args.data)
     torch.manual_seed(args.seed)  # the same initial weights on every rank (DDP also broadcasts)
     model = GPT(256, args.ctx, args.layers, args.dim, args.heads)
-    ddp = DDP(model, bucket_cap_mb=args.bucket_mb)
+    ddp = DDP(model, bucket_cap_mb=args.bucket_mb, process_group=process_group)
     state = None
-    if args.hook.upper() != "NONE":
+    if hook is not None:
+        state, fn = hook
+        ddp.register_comm_hook(state, fn)
+    elif args.hook != "NONE":
         from strait.torch import hooks
         state = hooks.CompressionState(codec=args.hook, start_iter=args.start_iter,
+                                       process_group=process_group,
                                        error_feedback=not args.no_error_feedback)
         ddp.register_comm_hook(state, hooks.compressed_allreduce)
     # Weight decay on 2-D tensors only (nanoGPT, transformer.h).
@@ -220,13 +229,13 @@ def main(argv=None):
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
                              {"params": no_decay, "weight_decay": 0.0}], lr=args.lr)
     nparams = sum(p.numel() for p in model.parameters())
-    log = open(args.log, "w") if args.log and rank == 0 else None
     if rank == 0 and not args.quiet:
-        print(f"ddp_gpt: {world} ranks, backend {args.backend}, hook {args.hook}, "
+        backend = dist.get_backend(process_group)
+        print(f"ddp_gpt: {world} ranks, backend {backend}, hook {args.hook if hook is None else 'given'}, "
               f"{nparams} parameters ({nparams * 4 / 2**20:.2f} MiB of f32 gradients), "
               f"{train_text.numel()} train bytes, {eval_text.numel()} held-out bytes", flush=True)
 
-    step_times = []
+    step_times, losses = [], []
     for step in range(args.steps):
         tokens, targets = batch(train_text, step, args.seed, rank, args.batch, world, args.ctx)
         start = time.perf_counter()
@@ -237,17 +246,18 @@ def main(argv=None):
         elapsed = time.perf_counter() - start
         step_times.append(elapsed)
         mean_loss = loss.detach().clone()
-        dist.all_reduce(mean_loss)
+        dist.all_reduce(mean_loss, group=process_group)
         mean_loss = mean_loss.item() / world
+        losses.append(mean_loss)
         identical = None
         if args.check_identical:
             h = param_hash(model)
             hashes = [torch.zeros_like(h) for _ in range(world)]
-            dist.all_gather(hashes, h)
+            dist.all_gather(hashes, h, group=process_group)
             identical = all(int(x) == int(hashes[0]) for x in hashes)
             if not identical:
-                raise SystemExit(f"ddp_gpt: step {step}: parameters differ between ranks "
-                                 f"(hashes {[int(x) for x in hashes]})")
+                raise RuntimeError(f"ddp_gpt: step {step}: parameters differ between ranks "
+                                   f"(hashes {[int(x) for x in hashes]})")
         if rank == 0:
             if not args.quiet:
                 print(f"step {step:4d} loss {mean_loss:.6f} time {elapsed * 1e3:.1f} ms",
@@ -262,19 +272,35 @@ def main(argv=None):
     held = held_out_loss(model, eval_text, args.ctx, args.eval_windows)
     steady = sorted(step_times[min(2, len(step_times) - 1):])  # skip the first (bucket rebuild)
     median = steady[len(steady) // 2] if steady else float("nan")
-    summary = {"final": True, "backend": args.backend, "hook": args.hook, "steps": args.steps,
-               "held_out_loss": held, "median_step_s": median, "params": nparams,
+    summary = {"final": True, "backend": dist.get_backend(process_group), "hook": args.hook,
+               "steps": args.steps, "held_out_loss": held, "median_step_s": median,
+               "mean_step_s": sum(steady) / max(len(steady), 1), "params": nparams,
                "world_size": world}
-    if state is not None:
+    if state is not None and hasattr(state, "stats"):
         summary["hook_allreduce_bytes"] = state.stats()["allreduceBytes"]
     if rank == 0:
         print(f"held-out loss {held:.6f} after {args.steps} steps; median step "
               f"{median * 1e3:.1f} ms", flush=True)
         if log:
             log.write(json.dumps(summary) + "\n")
-            log.close()
-    if state is not None:
+    if state is not None and hook is None:
         state.close()
+    summary["losses"] = losses
+    summary["step_times"] = step_times
+    return summary
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    torch.set_num_threads(args.threads)
+    init_group(args.backend)
+    log = open(args.log, "w") if args.log and dist.get_rank() == 0 else None
+    try:
+        train(args, log=log)
+    except RuntimeError as e:
+        raise SystemExit(str(e))
+    if log:
+        log.close()
     dist.barrier()
     dist.destroy_process_group()
 

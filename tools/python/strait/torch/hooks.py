@@ -22,8 +22,6 @@ The library is libstrait.so: $STRAIT_LIBRARY, else the build tree next to this p
 (build/lib), else the loader's search path.
 """
 
-from __future__ import annotations
-
 import ctypes
 import datetime
 import hashlib
@@ -88,7 +86,7 @@ _AddFn = ctypes.CFUNCTYPE(
     ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(ctypes.c_char), ctypes.c_size_t, ctypes.c_int64,
     ctypes.POINTER(ctypes.c_int64))
 _WaitFn = ctypes.CFUNCTYPE(
-    ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(ctypes.c_char_p),
+    ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p),
     ctypes.POINTER(ctypes.c_size_t), ctypes.c_size_t, ctypes.c_int64)
 
 
@@ -436,8 +434,9 @@ class CompressionState:
         return array, len(shapes)
 
 
+# Real (not string) annotations: DDP's register_comm_hook checks them against these types.
 def compressed_allreduce(state: CompressionState,
-                         bucket: "dist.GradBucket") -> torch.futures.Future:
+                         bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
     """DDP comm hook: averages the bucket's gradients over the group with strait, compressed by
     state.codec after state.start_iter iterations (plain averaging allreduce before).
 
