@@ -8,6 +8,7 @@
                            reproduces gloo's losses (1e-6); int8 stays within 2% of them
     ddp_test.py wire       the int8 hook sends exactly the bytes the int8 format says
                            (strait's stats against an independent model of the encoding)
+    ddp_test.py dtypes     a float64 bucket: staged through float32, averaged right
     ddp_test.py errors     a bad codec fails backward() on every rank with a message naming it
 
 The reference is always torch's own Gloo backend. Exit 77 (ctest's SKIP) when a prerequisite
@@ -124,6 +125,46 @@ def case_wire():
     return 0
 
 
+def case_dtypes():
+    """A float64 bucket goes through the hook's float32 staging: DDP's averaged gradients match
+    the mean of the ranks' own gradients (computed without DDP, gathered over Gloo) within int8's
+    error, and are bit-identical on both ranks. (bfloat16 cannot be tried here: torch 1.13's Gloo
+    cannot broadcast it, which DDP's constructor does; float16 has no CPU matmul in 1.13.)"""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    for dtype in (torch.float64,):
+        torch.manual_seed(0)
+        model = torch.nn.Linear(300, 40).to(dtype)
+        ref_model = torch.nn.Linear(300, 40).to(dtype)
+        ref_model.load_state_dict(model.state_dict())
+        state = hooks.CompressionState(codec="int8", start_iter=0)
+        ddp = torch.nn.parallel.DistributedDataParallel(model)
+        ddp.register_comm_hook(state, hooks.compressed_allreduce)
+        torch.manual_seed(100 + rank)  # each rank its own input
+        x = torch.randn(16, 300).to(dtype)
+        ddp(x).square().sum().backward()
+        ref_model(x).square().sum().backward()
+        for p, q in zip(model.parameters(), ref_model.parameters()):
+            assert p.grad.dtype == dtype, f"the hook returned {p.grad.dtype} for {dtype}"
+            local = q.grad.float()
+            gathered = [torch.zeros_like(local) for _ in range(world)]
+            dist.all_gather(gathered, local)
+            mean = torch.stack(gathered).mean(0)
+            got = p.grad.float()
+            # int8: each value is quantized at most twice (partial sum, owner's result), each
+            # within half a step of absmax / 127 of its block; bf16 adds its own rounding.
+            tol = 3 * mean.abs().max().item() / 127 + (0.01 * mean.abs().max().item()
+                                                       if dtype == torch.bfloat16 else 0)
+            err = (got - mean).abs().max().item()
+            both = [torch.zeros_like(got) for _ in range(world)]
+            dist.all_gather(both, got)
+            if err > tol or not torch.equal(both[0], both[1]):
+                raise SystemExit(f"ddp_test: {dtype}: averaged gradient off by {err:.3g} "
+                                 f"(tolerance {tol:.3g}) or differs between ranks")
+        say(f"dtypes: {dtype} bucket averaged within int8's error, identical on both ranks")
+        state.close()
+    return 0
+
+
 def case_errors():
     state = hooks.CompressionState(codec="int9", start_iter=0)
     try:
@@ -139,12 +180,12 @@ def case_errors():
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("case", choices=["backend", "identical", "wire", "errors"])
+    p.add_argument("case", choices=["backend", "identical", "wire", "dtypes", "errors"])
     case = p.parse_args().case
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
     rc = {"backend": case_backend, "identical": case_identical, "wire": case_wire,
-          "errors": case_errors}[case]()
+          "dtypes": case_dtypes, "errors": case_errors}[case]()
     if case != "errors":
         dist.barrier()
     if rc == 0:

@@ -2,7 +2,7 @@
 # 2 ranks under the launcher, Debian's python3-torch at /usr/bin/python3 (the `python3` on PATH may
 # have no torch). Each compares against torch's own Gloo backend; exit 77 is a skip (a
 # prerequisite from another branch is missing: the message names it).
-foreach(case backend identical wire errors)
+foreach(case backend identical wire dtypes errors)
   set(name torch_ddp_${case})
   add_test(NAME ${name}
            COMMAND $<TARGET_FILE:strait> run -n 2 --kill-grace 20 --
