@@ -7,7 +7,8 @@ the duration of each call, so a blocking collective does not stall other Python 
 
 The library is found, in this order, at:
   1. ``$STRAIT_LIBRARY`` (a path to libstrait.so), when set;
-  2. the install prefix this package sits in: ``PREFIX/lib/python3/dist-packages/strait`` ->
+  2. the install prefix this package sits in: the folder the install rule recorded in
+     ``strait/_install.py``, else ``PREFIX/lib/python3/dist-packages/strait`` ->
      ``PREFIX/lib/libstrait.so`` (also ``lib64``), as ``scripts/install.sh PREFIX`` lays it out;
   3. the build tree next to the sources: ``tools/python/strait`` -> ``build/lib/libstrait.so``
      (``$STRAIT_BUILD_DIR`` first, when set);
@@ -63,8 +64,15 @@ def _candidates():
     env = os.environ.get("STRAIT_LIBRARY")
     if env:
         yield "$STRAIT_LIBRARY", env
-    # Installed: PREFIX/lib/python3/dist-packages/strait -> PREFIX/lib (STRAIT_PYTHON_INSTALL_DIR
-    # may put the package elsewhere; then set STRAIT_LIBRARY).
+    # Installed: the install rule writes _install.py with libstrait.so's folder relative to the
+    # package (tools/python/CMakeLists.txt), whatever STRAIT_PYTHON_INSTALL_DIR was.
+    try:
+        from . import _install
+        yield "install prefix", os.path.normpath(os.path.join(here, _install.LIBDIR,
+                                                              "libstrait.so"))
+    except ImportError:
+        pass
+    # The default layout, PREFIX/lib/python3/dist-packages/strait -> PREFIX/lib.
     site = os.path.dirname(here)
     for up in (os.path.join(site, "..", ".."), os.path.join(site, "..", "..", "..")):
         for libdir in ("lib", "lib64", ""):
@@ -196,13 +204,13 @@ for _name, (_restype, _argtypes) in _SIGNATURES.items():
 
 def error_string(code):
     """The name and meaning of a straitResult_t ("straitTimeout: ...")."""
-    s = straitGetErrorString(code)  # noqa: F821 (bound above)
+    s = lib.straitGetErrorString(code)
     return s.decode("utf-8", "replace") if s else f"straitResult_t {code}"
 
 
 def last_error(comm):
     """The whole message of the last failure on comm (None: on this thread)."""
-    s = straitGetLastError(comm)  # noqa: F821
+    s = lib.straitGetLastError(comm)
     return s.decode("utf-8", "replace") if s else ""
 
 
@@ -216,5 +224,5 @@ def check(code, comm, what):
 def version():
     """The library's STRAIT_VERSION_CODE (major * 10000 + minor * 100 + patch)."""
     v = c_int()
-    check(straitGetVersion(ctypes.byref(v)), None, "straitGetVersion")  # noqa: F821
+    check(lib.straitGetVersion(ctypes.byref(v)), None, "straitGetVersion")
     return v.value

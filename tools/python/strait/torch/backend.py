@@ -118,6 +118,10 @@ class StraitWork(dist.Work):
             else:
                 self._exc = _message(rc, self._req, self._name)
             self._done = True
+            if self._exc is not None and rc != C.SUCCESS:
+                # A peer may still be writing into a failed operation's buffers (UCX cannot
+                # cancel a receive in flight): keep them until the communicator is destroyed.
+                self._pg._failed_buffers.append(self._keep)
             self._keep = None
             raw = self._raw
         if raw is not None:
@@ -318,6 +322,7 @@ class ProcessGroupStrait(dist.ProcessGroup):
         self._size = size
         self._lock = threading.Lock()
         self._orphans = []
+        self._failed_buffers = []
         self._completer_box = [None]
         self._store = _StoreCallbacks(store)
         config = C.Config.new()
