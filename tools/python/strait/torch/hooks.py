@@ -18,8 +18,10 @@ store (torch's default store, under a prefix of its own), so a job keeps Gloo fo
 and takes only the codecs. With strait's own backend the same holds (a second communicator over the
 same store; the hook's traffic then never interleaves with the backend's).
 
-The library is libstrait.so: $STRAIT_LIBRARY, else the build tree next to this package
-(build/lib), else the loader's search path.
+The library is the libstrait.so strait._capi finds ($STRAIT_LIBRARY, the install prefix, the
+build tree, the loader's path). The hooks bind the few C functions they need themselves
+(straitAllReduceCompressedAsync, straitCommGetStats and the structs they take are not in
+strait._capi).
 """
 
 import ctypes
@@ -54,12 +56,16 @@ _UNDEF_INT = -(2**31)
 _HEADER_VERSION = 100  # STRAIT_VERSION(0, 1, 0): the struct layouts below are version 0.1's
 
 
-class StraitError(RuntimeError):
-    """A strait call failed: `code` is its straitResult_t, the message strait's own."""
+try:
+    # One exception type for the backend and the hooks (strait._capi loads libstrait.so).
+    from strait._capi import StraitError
+except ImportError:  # the library cannot be loaded: load_library() says why when called
+    class StraitError(RuntimeError):  # type: ignore[no-redef]
+        """A strait call failed: `code` is its straitResult_t, the message strait's own."""
 
-    def __init__(self, code: int, message: str):
-        super().__init__(message)
-        self.code = code
+        def __init__(self, code: int, message: str):
+            super().__init__(message)
+            self.code = code
 
 
 class _Config(ctypes.Structure):
@@ -133,15 +139,24 @@ _lib_lock = threading.Lock()
 
 
 def _library_candidates() -> List[str]:
+    try:
+        # The library the backend found (strait._capi: $STRAIT_LIBRARY, the install prefix, the
+        # build tree, the loader's path), so that both use one libstrait.so.
+        from strait import _capi
+        return [_capi.library_path]
+    except ImportError:
+        pass
     if os.environ.get("STRAIT_LIBRARY"):
         return [os.environ["STRAIT_LIBRARY"]]
     here = os.path.dirname(os.path.abspath(__file__))
     root = os.path.normpath(os.path.join(here, "..", "..", "..", ".."))  # tools/python/strait/torch
-    return [os.path.join(root, "build", "lib", "libstrait.so"), "libstrait.so"]
+    return [os.path.join(root, "build", "lib", "libstrait.so"), "libstrait.so.0"]
 
 
 def load_library() -> ctypes.CDLL:
-    """Loads libstrait.so once ($STRAIT_LIBRARY, else the build tree, else the loader's path).
+    """Loads libstrait.so once: the one strait._capi found, else $STRAIT_LIBRARY, else the
+    build tree, else the loader's path. A CDLL of its own (the same loaded library) so that the
+    argument types set here do not clash with strait._capi's.
 
     Raises OSError naming every place tried when none loads.
     """
