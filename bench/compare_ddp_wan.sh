@@ -7,15 +7,17 @@
 # uncompressed. Needs root (namespaces, tc) and a built tree.
 #   sudo bench/compare_ddp_wan.sh
 # Environment: STEPS (300), RATE (100mbit), HOOKS ("int8"), START_ITER (10), MODEL (a model
-# where communication matters at 100 Mbit/s: "--layers 2 --dim 384 --ctx 64 --batch 4", 3.6 M
-# parameters, 14.4 MB of f32 gradients per step), OUT (bench/results/$(date +%F)-ddp).
+# where communication dominates at 100 Mbit/s: "--layers 2 --dim 384 --ctx 32 --batch 2
+# --bucket-mb 1", 3.66 M parameters, 14.6 MB of f32 gradients per step, 1.17 s on the link for
+# Gloo's 2-rank ring, about 0.2 s of compute at load 12; 1 MB buckets so that the allreduces start
+# while backward still runs, for both), OUT (bench/results/$(date +%F)-ddp).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${STRAIT_BUILD_DIR:-$root/build}
 steps=${STEPS:-300}
 rate=${RATE:-100mbit}
 start_iter=${START_ITER:-10}
-model=${MODEL:---layers 2 --dim 384 --ctx 64 --batch 4}
+model=${MODEL:---layers 2 --dim 384 --ctx 32 --batch 2 --bucket-mb 1}
 read -r -a hooks <<< "${HOOKS:-int8}"
 out=${OUT:-$root/bench/results/$(date -u +%F)-ddp}
 prefix=sdw$$

@@ -227,7 +227,8 @@ def train(args, process_group=None, hook=None, log=None):
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
-                             {"params": no_decay, "weight_decay": 0.0}], lr=args.lr)
+                             {"params": no_decay, "weight_decay": 0.0}], lr=args.lr,
+                            foreach=True)  # one multi-tensor kernel per op, not a loop
     nparams = sum(p.numel() for p in model.parameters())
     if rank == 0 and not args.quiet:
         backend = dist.get_backend(process_group)
@@ -235,15 +236,18 @@ def train(args, process_group=None, hook=None, log=None):
               f"{nparams} parameters ({nparams * 4 / 2**20:.2f} MiB of f32 gradients), "
               f"{train_text.numel()} train bytes, {eval_text.numel()} held-out bytes", flush=True)
 
-    step_times, losses = [], []
+    step_times, losses, phases = [], [], []
     for step in range(args.steps):
         tokens, targets = batch(train_text, step, args.seed, rank, args.batch, world, args.ctx)
         start = time.perf_counter()
         opt.zero_grad(set_to_none=True)
         loss = loss_of(ddp, tokens, targets)
-        loss.backward()
+        t_fwd = time.perf_counter()
+        loss.backward()  # returns once DDP has waited for every bucket's allreduce
+        t_bwd = time.perf_counter()
         opt.step()
         elapsed = time.perf_counter() - start
+        phases.append((t_fwd - start, t_bwd - t_fwd, start + elapsed - t_bwd))
         step_times.append(elapsed)
         mean_loss = loss.detach().clone()
         dist.all_reduce(mean_loss, group=process_group)
@@ -276,6 +280,11 @@ def train(args, process_group=None, hook=None, log=None):
                "steps": args.steps, "held_out_loss": held, "median_step_s": median,
                "mean_step_s": sum(steady) / max(len(steady), 1), "params": nparams,
                "world_size": world}
+    # Where a step's time goes (medians over the steady steps): forward, backward including the
+    # wait for the last buckets' allreduce, optimizer.
+    skip = min(2, len(phases) - 1)
+    summary["phases_s"] = {k: sorted(v)[len(v) // 2] for k, v in zip(
+        ("forward", "backward", "optimizer"), zip(*phases[skip:]))} if phases[skip:] else {}
     if state is not None and hasattr(state, "stats"):
         summary["hook_allreduce_bytes"] = state.stats()["allreduceBytes"]
     if rank == 0:
