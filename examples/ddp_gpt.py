@@ -1,9 +1,13 @@
 #!/usr/bin/python3
-"""Data-parallel training of a small GPT with torch DDP over strait (or Gloo), optionally with a
+r"""Data-parallel training of a small GPT with torch DDP over strait (or Gloo), optionally with a
 strait compression hook on the gradient buckets.
 
-    torchrun --nproc-per-node 2 examples/ddp_gpt.py --backend gloo --hook int8
     build/strait run -n 2 -- /usr/bin/python3 examples/ddp_gpt.py --backend strait --hook int8
+    /usr/bin/torchrun --standalone --nproc_per_node 2 --redirects 1 --tee 1 \
+        examples/ddp_gpt.py --backend gloo --hook int8
+
+(torch 1.13's torchrun spells it --nproc_per_node; under Python 3.11 it needs --redirects 1
+--tee 1, its default 0 being parsed to None: examples/README.md.)
 
 The model is strait's reference transformer (scheduler/transformer.h) in torch: GPT-2 with pre-LN
 blocks, tanh-GELU, learned positions, an unembedding tied to the token embedding, and bytes as
