@@ -55,6 +55,9 @@ expect_raises("mixed devices",
                                       torch.zeros(3)), ValueError, "one device", "meta")
 expect_raises("unsupported device", lambda: dist.all_reduce(torch.empty(3, device="meta")),
               ValueError, "meta", "not supported")
+expect_raises("sparse tensor",
+              lambda: dist.all_reduce(torch.sparse_coo_tensor([[0]], [1.0], (4,))), ValueError,
+              "sparse", "to_dense")
 expect_raises("unsupported op BAND",
               lambda: dist.all_reduce(torch.ones(3, dtype=torch.int32), op=dist.ReduceOp.BAND),
               ValueError, "BAND", "not supported", "SUM")

@@ -43,6 +43,7 @@ _REDUCE_DTYPES = {
     torch.bfloat16: C.BFLOAT16, torch.int32: C.INT32, torch.int64: C.INT64,
     torch.int8: C.INT8, torch.uint8: C.UINT8,
 }
+_STRIDED = torch.strided
 _FLOATS = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 
 # ReduceOp.RedOpType -> straitRedOp_t; the other ops (BAND, BOR, BXOR, PREMUL_SUM) are refused.
@@ -56,6 +57,7 @@ _THIS_FILE = __file__[:-1] if __file__.endswith(".pyc") else __file__
 _C10D_FILE = _compat.c10d_file
 
 _ALLREDUCE_ASYNC = C.straitAllReduceAsync
+_ALLREDUCE = C.straitAllReduce
 _WAIT = C.straitWait
 _TEST = C.straitTest
 _FREE = C.straitRequestFree
@@ -102,6 +104,13 @@ class StraitWork(dist.Work):
         self._exc = None
         self._raw = None
         self._fut = None
+
+    @classmethod
+    def _finished(cls, pg, result, name):
+        """A Work for an operation that has already succeeded (the blocking path)."""
+        work = cls(pg, None, None, result, None, name)
+        work._done = True
+        return work
 
     def _complete(self, rc):
         """Records how the operation ended (once), runs its copy-out, completes the future."""
@@ -393,6 +402,14 @@ class ProcessGroupStrait(dist.ProcessGroup):
         return work
 
     @staticmethod
+    def _sync_call():
+        """Whether torch's Python API called us with async_op=False: it then waits on the Work
+        at once, so the blocking C call is used (it skips handing the operation to strait's
+        progress thread and back, the larger part of a small operation's time)."""
+        f = sys._getframe(2)  # 0: here, 1: the collective, 2: its caller
+        return f.f_code.co_filename == _C10D_FILE and f.f_locals.get("async_op") is False
+
+    @staticmethod
     def _called_from_cpp():
         # The first frame outside this file is the caller. torch's Python API
         # (distributed_c10d.py) calls us directly; anything else reaching us without a Python
@@ -410,25 +427,32 @@ class ProcessGroupStrait(dist.ProcessGroup):
         return torch.cuda.current_stream(t.device).cuda_stream
 
     def _check(self, t, name, device=None):
-        """Validates a tensor; returns its stream (None for host tensors)."""
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"strait: {name}: expected a torch.Tensor, got {type(t).__name__}")
-        if t.layout != torch.strided:
+        """Validates a tensor; returns its stream (None for host tensors). The common case (a
+        contiguous host tensor) costs three attribute reads: this runs on every call."""
+        try:
+            contiguous = t.is_contiguous()
+        except (AttributeError, RuntimeError, TypeError):  # not a tensor; sparse, mkldnn
+            if not isinstance(t, torch.Tensor):
+                raise TypeError(f"strait: {name}: expected a torch.Tensor, got "
+                                f"{type(t).__name__}") from None
+            raise ValueError(f"strait: {name}: {t.layout} tensors are not supported; pass a "
+                             "dense tensor (tensor.to_dense())") from None
+        if t.layout is not _STRIDED:
             raise ValueError(f"strait: {name}: {t.layout} tensors are not supported; pass a "
                              "dense tensor (tensor.to_dense())")
-        if not t.is_contiguous():
+        if not contiguous:
             raise ValueError(f"strait: {name}: the tensor of shape {tuple(t.shape)} and strides "
                              f"{t.stride()} is not contiguous; pass tensor.contiguous() (and copy "
                              "the result back if it is an output)")
         if device is not None and t.device != device:
             raise ValueError(f"strait: {name}: tensors on {device} and {t.device} in one call; "
                              "put every tensor of a call on one device")
+        if t.is_cpu:
+            return None
         if t.is_cuda:
             return self._stream(t)
-        if t.device.type != "cpu":
-            raise ValueError(f"strait: {name}: tensors on {t.device} are not supported; strait "
-                             "takes host (cpu) and CUDA tensors")
-        return None
+        raise ValueError(f"strait: {name}: tensors on {t.device} are not supported; strait "
+                         "takes host (cpu) and CUDA tensors")
 
     def _checks(self, tensors, name, device):
         for t in tensors:
@@ -508,6 +532,11 @@ class ProcessGroupStrait(dist.ProcessGroup):
         op = self._op(opts, t, "allreduce")
         dt = _REDUCE_DTYPES.get(t.dtype) or self._rdtype(t, "allreduce")
         p = t.data_ptr()
+        if self._sync_call():
+            rc = _ALLREDUCE(p, p, t.numel(), dt, op, self._comm, stream)
+            if rc != C.SUCCESS:
+                self._fail_submit(rc, "allreduce")
+            return StraitWork._finished(self, tensors, "allreduce")
         return self._submit(_ALLREDUCE_ASYNC, (p, p, t.numel(), dt, op, self._comm, stream),
                             tensors, tensors, "allreduce")
 
@@ -541,6 +570,11 @@ class ProcessGroupStrait(dist.ProcessGroup):
         if opts is not None and opts.rootTensor != 0:
             raise ValueError("strait: broadcast: rootTensor must be 0 (one tensor per process)")
         dt, k = self._mdtype(t)
+        if self._sync_call():
+            rc = C.straitBroadcast(t.data_ptr(), t.numel() * k, dt, root, self._comm, stream)
+            if rc != C.SUCCESS:
+                self._fail_submit(rc, "broadcast")
+            return StraitWork._finished(self, tensors, "broadcast")
         return self._submit(C.straitBroadcastAsync,
                             (t.data_ptr(), t.numel() * k, dt, root, self._comm, stream),
                             tensors, tensors, "broadcast")
