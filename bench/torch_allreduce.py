@@ -71,7 +71,10 @@ def main():
     p.add_argument("--large-iters", type=int, default=50)
     p.add_argument("--huge-iters", type=int, default=5)
     p.add_argument("--warmup", type=int, default=5)
-    p.add_argument("--overhead-iters", type=int, default=20000)
+    p.add_argument("--overhead-iters", type=int, default=2000,
+                   help="calls per round of the 2-rank overhead figures")
+    p.add_argument("--local-iters", type=int, default=20000,
+                   help="calls per round of the 1-rank (local) overhead figures")
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--json", default=None)
     a = p.parse_args()
@@ -95,7 +98,7 @@ def main():
         row = {"bytes": nbytes, "count": count, "iters": iters}
         for name, g in (("strait", strait_g), ("gloo", gloo)):
             t.fill_(1.0)
-            for _ in range(a.warmup):
+            for _ in range(min(a.warmup, iters)):
                 dist.all_reduce(t, group=g)
             dist.barrier(group=g)
             us = max_over_ranks(timed(lambda: dist.all_reduce(t, group=g), iters), gloo)
@@ -132,10 +135,11 @@ def main():
         dist.barrier(group=gloo)
         samples["capi_8B"].append(timed(
             lambda: allreduce(ptr, ptr, 2, C.FLOAT32, C.SUM, world_comm, None), k))
-        samples["ws1_pg"].append(timed(lambda: dist.all_reduce(x, group=solo), k))
+        kl = a.local_iters
+        samples["ws1_pg"].append(timed(lambda: dist.all_reduce(x, group=solo), kl))
         samples["ws1_capi"].append(timed(
-            lambda: allreduce(ptr, ptr, 2, C.FLOAT32, C.SUM, solo_comm, None), k))
-        samples["ctypes_noop"].append(timed(lambda: get_version(vref), k))
+            lambda: allreduce(ptr, ptr, 2, C.FLOAT32, C.SUM, solo_comm, None), kl))
+        samples["ctypes_noop"].append(timed(lambda: get_version(vref), kl))
     med = {key: statistics.median(vals) for key, vals in samples.items()}
     med = {key: max_over_ranks(val, gloo) for key, val in med.items()}
     med["overhead_2ranks"] = med["pg_8B"] - med["capi_8B"]

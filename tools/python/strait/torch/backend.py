@@ -51,6 +51,12 @@ _RT = dist.ReduceOp.RedOpType
 _REDUCE_OPS = {_RT.SUM: C.SUM, _RT.PRODUCT: C.PROD, _RT.MIN: C.MIN, _RT.MAX: C.MAX}
 if hasattr(_RT, "AVG"):
     _REDUCE_OPS[_RT.AVG] = C.AVG
+# The ReduceOp constants (dist.ReduceOp.SUM, ...) by identity, for torch's callers that pass
+# one (see allreduce); _OP_CONSTANTS keeps them referenced, so their ids stay theirs.
+_OP_CONSTANTS = tuple((getattr(dist.ReduceOp, n), code) for n, code in
+                      (("SUM", C.SUM), ("PRODUCT", C.PROD), ("MIN", C.MIN), ("MAX", C.MAX),
+                       ("AVG", C.AVG)) if hasattr(dist.ReduceOp, n))
+_OPS_BY_ID = {id(obj): code for obj, code in _OP_CONSTANTS}
 _REDUCE_OP_NAMES = ", ".join(str(k).split(".")[-1] for k in _REDUCE_OPS)
 
 _THIS_FILE = __file__[:-1] if __file__.endswith(".pyc") else __file__
@@ -104,13 +110,6 @@ class StraitWork(dist.Work):
         self._exc = None
         self._raw = None
         self._fut = None
-
-    @classmethod
-    def _finished(cls, pg, result, name):
-        """A Work for an operation that has already succeeded (the blocking path)."""
-        work = cls(pg, None, None, result, None, name)
-        work._done = True
-        return work
 
     def _complete(self, rc):
         """Records how the operation ended (once), runs its copy-out, completes the future."""
@@ -176,6 +175,9 @@ class StraitWork(dist.Work):
         if self._fut is None:
             raw = torch.futures.Future()
             self._fut = raw.then(_unwrap)
+            if self._done:  # final once set: no lock needed (the shared _DONE has no group)
+                raw.set_result(self._exc if self._exc is not None else self._result)
+                return self._fut
             with self._pg._lock:
                 done = self._done
                 if not done:
@@ -196,6 +198,17 @@ class StraitWork(dist.Work):
                 self._req = None
         except Exception:  # interpreter shutdown: the library may be gone already
             pass
+
+
+def _done_work():
+    work = StraitWork(None, None, None, [], None, "finished")
+    work._done = True
+    return work
+
+
+# The Work of every operation done by a blocking C call (torch's async_op=False path, which
+# waits on it and drops it): one shared, already finished Work instead of one per call.
+_DONE = _done_work()
 
 
 class _Completer:
@@ -402,12 +415,15 @@ class ProcessGroupStrait(dist.ProcessGroup):
         return work
 
     @staticmethod
-    def _sync_call():
-        """Whether torch's Python API called us with async_op=False: it then waits on the Work
-        at once, so the blocking C call is used (it skips handing the operation to strait's
-        progress thread and back, the larger part of a small operation's time)."""
+    def _torch_caller():
+        """The local variables of torch's Python API function that called the collective (e.g.
+        all_reduce's tensor, op, group, async_op), or None when something else called it.
+
+        With async_op=False torch waits on the Work at once, so the collectives with a blocking
+        C form use it and return a finished Work: that skips handing the operation to strait's
+        progress thread and back, which is most of a small operation's time."""
         f = sys._getframe(2)  # 0: here, 1: the collective, 2: its caller
-        return f.f_code.co_filename == _C10D_FILE and f.f_locals.get("async_op") is False
+        return f.f_locals if f.f_code.co_filename == _C10D_FILE else None
 
     @staticmethod
     def _called_from_cpp():
@@ -529,14 +545,23 @@ class ProcessGroupStrait(dist.ProcessGroup):
     def allreduce(self, tensors, opts=None):
         t = self._one(tensors, "allreduce")
         stream = self._check(t, "allreduce")
-        op = self._op(opts, t, "allreduce")
         dt = _REDUCE_DTYPES.get(t.dtype) or self._rdtype(t, "allreduce")
         p = t.data_ptr()
-        if self._sync_call():
-            rc = _ALLREDUCE(p, p, t.numel(), dt, op, self._comm, stream)
-            if rc != C.SUCCESS:
-                self._fail_submit(rc, "allreduce")
-            return StraitWork._finished(self, tensors, "allreduce")
+        caller = self._torch_caller()
+        if caller is not None:
+            # torch's all_reduce: its `op` argument is one of the ReduceOp constants (no need to
+            # read it back out of opts, which costs ~2 us of pybind calls), and with
+            # async_op=False it waits at once, so the blocking C call does the operation.
+            op = _OPS_BY_ID.get(id(caller.get("op")))
+            if op is None or (op == C.AVG and t.dtype not in _FLOATS):
+                op = self._op(opts, t, "allreduce")
+            if caller.get("async_op") is False:
+                rc = _ALLREDUCE(p, p, t.numel(), dt, op, self._comm, stream)
+                if rc != C.SUCCESS:
+                    self._fail_submit(rc, "allreduce")
+                return _DONE
+        else:
+            op = self._op(opts, t, "allreduce")
         return self._submit(_ALLREDUCE_ASYNC, (p, p, t.numel(), dt, op, self._comm, stream),
                             tensors, tensors, "allreduce")
 
@@ -570,11 +595,12 @@ class ProcessGroupStrait(dist.ProcessGroup):
         if opts is not None and opts.rootTensor != 0:
             raise ValueError("strait: broadcast: rootTensor must be 0 (one tensor per process)")
         dt, k = self._mdtype(t)
-        if self._sync_call():
+        caller = self._torch_caller()
+        if caller is not None and caller.get("async_op") is False:
             rc = C.straitBroadcast(t.data_ptr(), t.numel() * k, dt, root, self._comm, stream)
             if rc != C.SUCCESS:
                 self._fail_submit(rc, "broadcast")
-            return StraitWork._finished(self, tensors, "broadcast")
+            return _DONE
         return self._submit(C.straitBroadcastAsync,
                             (t.data_ptr(), t.numel() * k, dt, root, self._comm, stream),
                             tensors, tensors, "broadcast")
