@@ -116,6 +116,19 @@ expect_raises("count mismatch",
               "strait")
 dist.barrier(group=GLOO)
 
+# ---- a rank that never joins a new group: creating it fails within the timeout (last: the
+# ranks' group counters differ afterwards, so no group can be created after this) ----
+if RANK == 0:
+    start = time.monotonic()
+    expect_raises("a rank never joins",
+                  lambda: dist.new_group(backend="strait",
+                                         timeout=datetime.timedelta(seconds=2)),
+                  RuntimeError, "strait", "rank 0 of 2", "rank(s) 1")
+    elapsed = time.monotonic() - start
+    if elapsed > 2.0 + 5.0:
+        failures.append(f"a rank never joins: creation failed after {elapsed:.1f} s, timeout 2 s")
+dist.barrier(group=GLOO)
+
 print(f"rank {RANK}: {len(failures)} failures", flush=True)
 for f in failures:
     print(f"rank {RANK}: FAIL {f}", flush=True)

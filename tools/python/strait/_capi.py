@@ -186,6 +186,7 @@ _SIGNATURES = {
     "straitScatterAsync": (_R, [_P, _P, _I64, c_int, c_int, _P, _P, _PP]),
     "straitAllToAllAsync": (_R, [_P, _P, _I64, c_int, _P, _P, _PP]),
     "straitAllToAllVAsync": (_R, [_P, POINTER(_I64), _P, POINTER(_I64), c_int, _P, _PP]),
+    "straitBarrier": (_R, [_P]),
     "straitBarrierAsync": (_R, [_P, _PP]),
     "straitSendAsync": (_R, [_P, _I64, c_int, c_int, c_uint64, _P, _P, _PP]),
     "straitRecvAsync": (_R, [_P, _I64, c_int, c_int, c_uint64, _P, _P, _PP]),

@@ -861,6 +861,12 @@ class ProcessGroupStrait(dist.ProcessGroup):
                             (keep, sc, rc), [output], name)
 
     def barrier(self, opts=None):
+        caller = self._torch_caller()
+        if caller is not None and caller.get("async_op") is False:
+            rc = C.straitBarrier(self._comm)
+            if rc != C.SUCCESS:
+                self._fail_submit(rc, "barrier")
+            return _DONE
         return self._submit(C.straitBarrierAsync, (self._comm,), None, [], "barrier")
 
     def send(self, tensors, dstRank, tag=0):
