@@ -11,10 +11,16 @@ Reductions take float32, float64, float16, bfloat16, int32, int64, int8 and uint
 PRODUCT, MIN, MAX and AVG (floating point only); data movement (broadcast, gathers, scatters,
 all-to-all, send/recv) takes any dtype, moved as bytes.
 
-Works: every method returns a ``StraitWork`` (a ``torch.distributed.Work``) at once; the
-operation runs in strait's progress engine. Its buffers (inputs and outputs) stay referenced until
-it has finished, even when the Work is dropped. ``wait()`` raises RuntimeError (StraitError)
-carrying strait's whole message; ``get_future()`` gives a torch Future of the output tensors.
+Works: with ``async_op=True`` a method returns a ``StraitWork`` (a ``torch.distributed.Work``)
+at once and the operation runs in strait's progress engine; its buffers (inputs and outputs) stay
+referenced until it has finished, even when the Work is dropped. ``wait()`` raises RuntimeError
+(StraitError) carrying strait's whole message; ``get_future()`` gives a torch Future of the output
+tensors. Two cases finish the operation before returning, raising its error directly:
+- torch's own API with ``async_op=False`` (it waits at once anyway): all_reduce, broadcast and
+  barrier then call strait's blocking form, which is cheaper for small tensors, and return a
+  shared finished Work;
+- callers in C++ under torch < 2.1 (DDP's Reducer, ``_broadcast_coalesced``), which cannot see a
+  Python Work's ``wait``: they get a finished C++ Work (see ``_compat``).
 
 Thread-safety: the operations of one group must be issued in the same order on every rank, so
 issue them from one thread; waiting on Works from other threads is safe.
