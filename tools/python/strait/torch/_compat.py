@@ -4,8 +4,9 @@ Written against torch 1.13 (Debian 12's python3-torch, where it is tested) and t
 API as documented; the 2.x branches are untested here.
 
 1.13 vs 2.x:
-- ``Backend.register_backend(name, func, extended_api=False)``; 2.x adds ``devices=``, and needs
-  it (["cpu", "cuda"]) for the backend to be chosen for both devices.
+- ``Backend.register_backend(name, func, extended_api=False)``; 2.1 adds ``devices=``, and needs
+  it (["cpu", "cuda"]) for the backend to be chosen for both devices. From 2.1, torch also keeps a
+  creator's ProcessGroup subclass as the group itself (2.0 expected a c10d::Backend: unsupported).
 - A Python subclass of ``dist.Work`` is only seen by Python callers in 1.13: C++ callers
   (``dist._broadcast_coalesced``, ``_verify_params_across_processes``, DDP's Reducer) call the
   C++ base ``Work::wait()``, which never returns for a Python subclass, and ``getFuture()``,
@@ -53,9 +54,12 @@ def register_backend(name, creator):
     if name.upper() in getattr(dist.Backend, "_plugins", {}):
         return  # already registered (a second import of the module under another name)
     if TORCH_VERSION >= (2, 0):
-        dist.Backend.register_backend(name, creator, devices=["cpu", "cuda"])
-    else:
-        dist.Backend.register_backend(name, creator)
+        try:
+            dist.Backend.register_backend(name, creator, devices=["cpu", "cuda"])
+            return
+        except TypeError:  # a 2.x without devices= (2.0): the creator is then used for both
+            pass
+    dist.Backend.register_backend(name, creator)
 
 
 def work_from_completed_future(value):
