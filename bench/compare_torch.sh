@@ -5,10 +5,12 @@
 # Python/binding overhead per call (8 B through the ProcessGroup minus straitAllReduce of the same
 # 8 B on the same communicator; the same on a group of one rank).
 #   bench/compare_torch.sh [RANKS]        (default 2)
-# Writes torch.json and torch.log to $STRAIT_COMPARE_OUT (default bench/results/DATE-torch; data
-# only). Environment: SIZES (8,64,512,4K,16K,64K,256K,1M,4M,16M,64M,256M), SMALL_ITERS (1000,
+# Then strait-bench's allreduce (C++, no Python) over the same range, as the baseline below the
+# binding. Writes torch.json, strait_bench.json and torch.log to $STRAIT_COMPARE_OUT (default
+# bench/results/DATE-torch; data only). Environment: SIZES (8,64,512,4K,16K,64K,256K,1M,4M,16M,64M,256M), SMALL_ITERS (1000,
 # up to 64 KiB), LARGE_ITERS (50, up to 4 MiB), HUGE_ITERS (5), OVERHEAD_ITERS (2000,
-# 2-rank overhead calls per round), LOCAL_ITERS (20000, 1-rank ones), ROUNDS (5).
+# 2-rank overhead calls per round), LOCAL_ITERS (20000, 1-rank ones), ROUNDS (5),
+# BENCH_ITERS (20, strait-bench's timed calls per size).
 # Needs a built tree (scripts/build.sh) and Debian's python3-torch (scripts/setup.sh).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -33,6 +35,11 @@ mkdir -p "$out"
       --huge-iters "${HUGE_ITERS:-5}" --overhead-iters "${OVERHEAD_ITERS:-2000}" \
       --local-iters "${LOCAL_ITERS:-20000}" \
       --rounds "${ROUNDS:-5}" --json "$out/torch.json"
+  # The same allreduce from C++ (no Python), right after: where both are slow, the cause is
+  # below the binding.
+  echo "# strait-bench (C++, no Python), same sizes' range, load: $(cut -d' ' -f1-3 /proc/loadavg)"
+  "$build/strait" run -n "$ranks" -- "$build/strait-bench" allreduce -b 8 -e 256M -f 4 \
+    -n "${BENCH_ITERS:-20}" -w 3 -c 0 --json "$out/strait_bench.json"
   echo "# load after: $(cut -d' ' -f1-3 /proc/loadavg)"
 } 2>&1 | tee "$out/torch.log"
 echo "compare_torch: results in $out" >&2
