@@ -34,8 +34,9 @@ for nbytes in (16384, 65536, 262144):
     own = torch.ones(nbytes // 4)
     view = big[: nbytes // 4]
     p = own.data_ptr()
+    count = nbytes // 4
     print(f"rank {dist.get_rank()} {nbytes:>7} B: own tensor "
           f"{timed(lambda: dist.all_reduce(own)):8.1f} us, view "
           f"{timed(lambda: dist.all_reduce(view)):8.1f} us, straitAllReduce "
-          f"{timed(lambda: C.straitAllReduce(p, p, nbytes // 4, C.FLOAT32, C.SUM, comm, None)):8.1f}"
+          f"{timed(lambda: C.straitAllReduce(p, p, count, C.FLOAT32, C.SUM, comm, None)):8.1f}"
           " us", flush=True)
