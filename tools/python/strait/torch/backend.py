@@ -16,9 +16,8 @@ at once and the operation runs in strait's progress engine; its buffers (inputs 
 referenced until it has finished, even when the Work is dropped. ``wait()`` raises RuntimeError
 (StraitError) carrying strait's whole message; ``get_future()`` gives a torch Future of the output
 tensors. Two cases finish the operation before returning, raising its error directly:
-- torch's own API with ``async_op=False`` (it waits at once anyway): all_reduce, broadcast and
-  barrier then call strait's blocking form, which is cheaper for small tensors, and return a
-  shared finished Work;
+- torch's own API with ``async_op=False`` (it waits at once anyway): the collectives then call
+  strait's blocking form, which is cheaper for small tensors, and return a shared finished Work;
 - callers in C++ under torch < 2.1 (DDP's Reducer, ``_broadcast_coalesced``), which cannot see a
   Python Work's ``wait``: they get a finished C++ Work (see ``_compat``).
 
@@ -70,6 +69,12 @@ _C10D_FILE = _compat.c10d_file
 
 _ALLREDUCE_ASYNC = C.straitAllReduceAsync
 _ALLREDUCE = C.straitAllReduce
+# Each Async entry point's blocking form (the same arguments but the request), by the id of the
+# Async one (ctypes functions are not hashable; both live as long as the module).
+_BLOCKING = {id(getattr(C, name + "Async")): getattr(C, name) for name in (
+    "straitAllReduce", "straitBroadcast", "straitReduce", "straitAllGather", "straitAllGatherV",
+    "straitReduceScatter", "straitReduceScatterV", "straitGather", "straitScatter",
+    "straitAllToAll", "straitAllToAllV", "straitBarrier", "straitSend", "straitRecv")}
 _WAIT = C.straitWait
 _TEST = C.straitTest
 _FREE = C.straitRequestFree
@@ -405,9 +410,20 @@ class ProcessGroupStrait(dist.ProcessGroup):
                             f"{C.last_error(self._comm) or C.error_string(rc)}")
 
     def _submit(self, fn, args, keep, result, name, post=None):
-        """Calls an Async entry point (args without the request) and wraps its request."""
+        """Calls an Async entry point (args without the request) and wraps its request; for
+        torch's API with async_op=False, the blocking form with the same args instead (see
+        _torch_caller)."""
         if self._orphans:
             self._reap()
+        f = sys._getframe(2)  # 0: here, 1: the collective, 2: its caller
+        if f.f_code.co_filename == _C10D_FILE and f.f_locals.get("async_op") is False:
+            rc = _BLOCKING[id(fn)](*args)
+            if rc != C.SUCCESS:
+                self._failed_buffers.append(keep)  # see StraitWork._complete
+                self._fail_submit(rc, name)
+            if post is not None:
+                post()
+            return _DONE
         req = c_void_p()
         rc = fn(*args, byref(req))
         if rc != C.SUCCESS:
@@ -601,12 +617,6 @@ class ProcessGroupStrait(dist.ProcessGroup):
         if opts is not None and opts.rootTensor != 0:
             raise ValueError("strait: broadcast: rootTensor must be 0 (one tensor per process)")
         dt, k = self._mdtype(t)
-        caller = self._torch_caller()
-        if caller is not None and caller.get("async_op") is False:
-            rc = C.straitBroadcast(t.data_ptr(), t.numel() * k, dt, root, self._comm, stream)
-            if rc != C.SUCCESS:
-                self._fail_submit(rc, "broadcast")
-            return _DONE
         return self._submit(C.straitBroadcastAsync,
                             (t.data_ptr(), t.numel() * k, dt, root, self._comm, stream),
                             tensors, tensors, "broadcast")
@@ -867,12 +877,6 @@ class ProcessGroupStrait(dist.ProcessGroup):
                             (keep, sc, rc), [output], name)
 
     def barrier(self, opts=None):
-        caller = self._torch_caller()
-        if caller is not None and caller.get("async_op") is False:
-            rc = C.straitBarrier(self._comm)
-            if rc != C.SUCCESS:
-                self._fail_submit(rc, "barrier")
-            return _DONE
         return self._submit(C.straitBarrierAsync, (self._comm,), None, [], "barrier")
 
     def send(self, tensors, dstRank, tag=0):
