@@ -11,7 +11,7 @@ API as documented; the 2.x branches are untested here.
   (``dist._broadcast_coalesced``, ``_verify_params_across_processes``, DDP's Reducer) call the
   C++ base ``Work::wait()``, which never returns for a Python subclass, and ``getFuture()``,
   which throws. 2.x has a trampoline (``PyProcessGroup::PyWork``) that dispatches those calls to
-  Python. See ``python_work_seen_by_cpp`` and backend.py's ``_cpp_caller``.
+  Python. See ``python_work_seen_by_cpp`` and backend.py's ``_called_from_cpp``.
 - ``ReduceOp`` objects: ``op.op`` is the ``ReduceOp.RedOpType`` in both.
 """
 
@@ -34,9 +34,13 @@ def _version(text):
 
 TORCH_VERSION = _version(torch.__version__)
 
-# PyWork (C++ callers reach a Python Work's wait/get_future) arrived in torch 2.1's
-# torch/csrc/distributed/c10d/PyProcessGroup.hpp; below it, see backend._cpp_caller.
-python_work_seen_by_cpp = TORCH_VERSION >= (2, 1)
+# Whether C++ callers reach a Python Work's wait/get_future. Later torch has a trampoline for it
+# (PyProcessGroup::PyWork in torch/csrc/distributed/c10d/PyProcessGroup.hpp), 1.13 has not; the
+# version it arrived in is not verified here, and guessing too low would make C++ callers hang,
+# so every version takes the path that works everywhere: C++ callers get a finished C++ Work
+# (backend.ProcessGroupStrait._submit). Set True where a torch is known to have PyWork to let
+# DDP's Reducer overlap its allreduces without a comm hook.
+python_work_seen_by_cpp = False
 
 # The file whose functions (all_reduce, broadcast, ...) are the Python callers of a ProcessGroup.
 c10d_file = sys.modules[dist.distributed_c10d.__name__].__file__
