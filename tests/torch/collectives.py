@@ -269,6 +269,20 @@ def low_precision():
                                         f"{ref[i].item()} (bound {bound[i].item()})")
 
 
+def op_forms():
+    """The op given as a ReduceOp.RedOpType rather than the ReduceOp constants (the backend reads
+    those by identity, anything else from the options)."""
+    for op, ref_op in ((R.RedOpType.MAX, R.MAX), (R.RedOpType.PRODUCT, R.PRODUCT)):
+        for async_op in (False, True):
+            x = inputs(321, 100, torch.int64) % 3
+            t, ref = x.clone(), x.clone()
+            w = dist.all_reduce(t, op=op, async_op=async_op)
+            if async_op:
+                w.wait()
+            dist.all_reduce(ref, op=ref_op, group=GLOO)
+            expect_equal(f"all_reduce op={op} async={async_op}", t, ref)
+
+
 def overlapping():
     """Several async operations in flight at once, waited in reverse order."""
     xs = [inputs(500 + i, 4096, torch.float32) for i in range(4)]
@@ -295,6 +309,7 @@ for dtype in DTYPES:
         case(seed, n, dtype)
         seed += 1
 random_floats()
+op_forms()
 low_precision()
 overlapping()
 barrier()

@@ -55,6 +55,9 @@ expect_raises("mixed devices",
                                       torch.zeros(3)), ValueError, "one device", "meta")
 expect_raises("unsupported device", lambda: dist.all_reduce(torch.empty(3, device="meta")),
               ValueError, "meta", "not supported")
+expect_raises("sparse tensor",
+              lambda: dist.all_reduce(torch.sparse_coo_tensor([[0]], [1.0], (4,))), ValueError,
+              "sparse", "to_dense")
 expect_raises("unsupported op BAND",
               lambda: dist.all_reduce(torch.ones(3, dtype=torch.int32), op=dist.ReduceOp.BAND),
               ValueError, "BAND", "not supported", "SUM")
@@ -111,6 +114,19 @@ mism = dist.new_group(backend="strait", timeout=datetime.timedelta(seconds=10))
 expect_raises("count mismatch",
               lambda: dist.all_reduce(torch.ones(100 + RANK), group=mism), RuntimeError,
               "strait")
+dist.barrier(group=GLOO)
+
+# ---- a rank that never joins a new group: creating it fails within the timeout (last: the
+# ranks' group counters differ afterwards, so no group can be created after this) ----
+if RANK == 0:
+    start = time.monotonic()
+    expect_raises("a rank never joins",
+                  lambda: dist.new_group(backend="strait",
+                                         timeout=datetime.timedelta(seconds=2)),
+                  RuntimeError, "strait", "rank 0 of 2", "rank(s) 1")
+    elapsed = time.monotonic() - start
+    if elapsed > 2.0 + 5.0:
+        failures.append(f"a rank never joins: creation failed after {elapsed:.1f} s, timeout 2 s")
 dist.barrier(group=GLOO)
 
 print(f"rank {RANK}: {len(failures)} failures", flush=True)

@@ -11,10 +11,15 @@ Reductions take float32, float64, float16, bfloat16, int32, int64, int8 and uint
 PRODUCT, MIN, MAX and AVG (floating point only); data movement (broadcast, gathers, scatters,
 all-to-all, send/recv) takes any dtype, moved as bytes.
 
-Works: every method returns a ``StraitWork`` (a ``torch.distributed.Work``) at once; the
-operation runs in strait's progress engine. Its buffers (inputs and outputs) stay referenced until
-it has finished, even when the Work is dropped. ``wait()`` raises RuntimeError (StraitError)
-carrying strait's whole message; ``get_future()`` gives a torch Future of the output tensors.
+Works: with ``async_op=True`` a method returns a ``StraitWork`` (a ``torch.distributed.Work``)
+at once and the operation runs in strait's progress engine; its buffers (inputs and outputs) stay
+referenced until it has finished, even when the Work is dropped. ``wait()`` raises RuntimeError
+(StraitError) carrying strait's whole message; ``get_future()`` gives a torch Future of the output
+tensors. Two cases finish the operation before returning, raising its error directly:
+- torch's own API with ``async_op=False`` (it waits at once anyway): the collectives then call
+  strait's blocking form, which is cheaper for small tensors, and return a shared finished Work;
+- callers in C++ under torch < 2.1 (DDP's Reducer, ``_broadcast_coalesced``), which cannot see a
+  Python Work's ``wait``: they get a finished C++ Work (see ``_compat``).
 
 Thread-safety: the operations of one group must be issued in the same order on every rank, so
 issue them from one thread; waiting on Works from other threads is safe.
@@ -43,6 +48,7 @@ _REDUCE_DTYPES = {
     torch.bfloat16: C.BFLOAT16, torch.int32: C.INT32, torch.int64: C.INT64,
     torch.int8: C.INT8, torch.uint8: C.UINT8,
 }
+_STRIDED = torch.strided
 _FLOATS = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 
 # ReduceOp.RedOpType -> straitRedOp_t; the other ops (BAND, BOR, BXOR, PREMUL_SUM) are refused.
@@ -50,12 +56,25 @@ _RT = dist.ReduceOp.RedOpType
 _REDUCE_OPS = {_RT.SUM: C.SUM, _RT.PRODUCT: C.PROD, _RT.MIN: C.MIN, _RT.MAX: C.MAX}
 if hasattr(_RT, "AVG"):
     _REDUCE_OPS[_RT.AVG] = C.AVG
+# The ReduceOp constants (dist.ReduceOp.SUM, ...) by identity, for torch's callers that pass
+# one (see allreduce); _OP_CONSTANTS keeps them referenced, so their ids stay theirs.
+_OP_CONSTANTS = tuple((getattr(dist.ReduceOp, n), code) for n, code in
+                      (("SUM", C.SUM), ("PRODUCT", C.PROD), ("MIN", C.MIN), ("MAX", C.MAX),
+                       ("AVG", C.AVG)) if hasattr(dist.ReduceOp, n))
+_OPS_BY_ID = {id(obj): code for obj, code in _OP_CONSTANTS}
 _REDUCE_OP_NAMES = ", ".join(str(k).split(".")[-1] for k in _REDUCE_OPS)
 
 _THIS_FILE = __file__[:-1] if __file__.endswith(".pyc") else __file__
 _C10D_FILE = _compat.c10d_file
 
 _ALLREDUCE_ASYNC = C.straitAllReduceAsync
+_ALLREDUCE = C.straitAllReduce
+# Each Async entry point's blocking form (the same arguments but the request), by the id of the
+# Async one (ctypes functions are not hashable; both live as long as the module).
+_BLOCKING = {id(getattr(C, name + "Async")): getattr(C, name) for name in (
+    "straitAllReduce", "straitBroadcast", "straitReduce", "straitAllGather", "straitAllGatherV",
+    "straitReduceScatter", "straitReduceScatterV", "straitGather", "straitScatter",
+    "straitAllToAll", "straitAllToAllV", "straitBarrier", "straitSend", "straitRecv")}
 _WAIT = C.straitWait
 _TEST = C.straitTest
 _FREE = C.straitRequestFree
@@ -167,6 +186,9 @@ class StraitWork(dist.Work):
         if self._fut is None:
             raw = torch.futures.Future()
             self._fut = raw.then(_unwrap)
+            if self._done:  # final once set: no lock needed (the shared _DONE has no group)
+                raw.set_result(self._exc if self._exc is not None else self._result)
+                return self._fut
             with self._pg._lock:
                 done = self._done
                 if not done:
@@ -187,6 +209,17 @@ class StraitWork(dist.Work):
                 self._req = None
         except Exception:  # interpreter shutdown: the library may be gone already
             pass
+
+
+def _done_work():
+    work = StraitWork(None, None, None, [], None, "finished")
+    work._done = True
+    return work
+
+
+# The Work of every operation done by a blocking C call (torch's async_op=False path, which
+# waits on it and drops it): one shared, already finished Work instead of one per call.
+_DONE = _done_work()
 
 
 class _Completer:
@@ -377,9 +410,20 @@ class ProcessGroupStrait(dist.ProcessGroup):
                             f"{C.last_error(self._comm) or C.error_string(rc)}")
 
     def _submit(self, fn, args, keep, result, name, post=None):
-        """Calls an Async entry point (args without the request) and wraps its request."""
+        """Calls an Async entry point (args without the request) and wraps its request; for
+        torch's API with async_op=False, the blocking form with the same args instead (see
+        _torch_caller)."""
         if self._orphans:
             self._reap()
+        f = sys._getframe(2)  # 0: here, 1: the collective, 2: its caller
+        if f.f_code.co_filename == _C10D_FILE and f.f_locals.get("async_op") is False:
+            rc = _BLOCKING[id(fn)](*args)
+            if rc != C.SUCCESS:
+                self._failed_buffers.append(keep)  # see StraitWork._complete
+                self._fail_submit(rc, name)
+            if post is not None:
+                post()
+            return _DONE
         req = c_void_p()
         rc = fn(*args, byref(req))
         if rc != C.SUCCESS:
@@ -391,6 +435,17 @@ class ProcessGroupStrait(dist.ProcessGroup):
             work.wait()
             return _compat.work_from_completed_future(result)
         return work
+
+    @staticmethod
+    def _torch_caller():
+        """The local variables of torch's Python API function that called the collective (e.g.
+        all_reduce's tensor, op, group, async_op), or None when something else called it.
+
+        With async_op=False torch waits on the Work at once, so the collectives with a blocking
+        C form use it and return a finished Work: that skips handing the operation to strait's
+        progress thread and back, which is most of a small operation's time."""
+        f = sys._getframe(2)  # 0: here, 1: the collective, 2: its caller
+        return f.f_locals if f.f_code.co_filename == _C10D_FILE else None
 
     @staticmethod
     def _called_from_cpp():
@@ -410,25 +465,32 @@ class ProcessGroupStrait(dist.ProcessGroup):
         return torch.cuda.current_stream(t.device).cuda_stream
 
     def _check(self, t, name, device=None):
-        """Validates a tensor; returns its stream (None for host tensors)."""
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"strait: {name}: expected a torch.Tensor, got {type(t).__name__}")
-        if t.layout != torch.strided:
+        """Validates a tensor; returns its stream (None for host tensors). The common case (a
+        contiguous host tensor) costs three attribute reads: this runs on every call."""
+        try:
+            contiguous = t.is_contiguous()
+        except (AttributeError, RuntimeError, TypeError):  # not a tensor; sparse, mkldnn
+            if not isinstance(t, torch.Tensor):
+                raise TypeError(f"strait: {name}: expected a torch.Tensor, got "
+                                f"{type(t).__name__}") from None
+            raise ValueError(f"strait: {name}: {t.layout} tensors are not supported; pass a "
+                             "dense tensor (tensor.to_dense())") from None
+        if t.layout is not _STRIDED:
             raise ValueError(f"strait: {name}: {t.layout} tensors are not supported; pass a "
                              "dense tensor (tensor.to_dense())")
-        if not t.is_contiguous():
+        if not contiguous:
             raise ValueError(f"strait: {name}: the tensor of shape {tuple(t.shape)} and strides "
                              f"{t.stride()} is not contiguous; pass tensor.contiguous() (and copy "
                              "the result back if it is an output)")
         if device is not None and t.device != device:
             raise ValueError(f"strait: {name}: tensors on {device} and {t.device} in one call; "
                              "put every tensor of a call on one device")
+        if t.is_cpu:
+            return None
         if t.is_cuda:
             return self._stream(t)
-        if t.device.type != "cpu":
-            raise ValueError(f"strait: {name}: tensors on {t.device} are not supported; strait "
-                             "takes host (cpu) and CUDA tensors")
-        return None
+        raise ValueError(f"strait: {name}: tensors on {t.device} are not supported; strait "
+                         "takes host (cpu) and CUDA tensors")
 
     def _checks(self, tensors, name, device):
         for t in tensors:
@@ -505,9 +567,23 @@ class ProcessGroupStrait(dist.ProcessGroup):
     def allreduce(self, tensors, opts=None):
         t = self._one(tensors, "allreduce")
         stream = self._check(t, "allreduce")
-        op = self._op(opts, t, "allreduce")
         dt = _REDUCE_DTYPES.get(t.dtype) or self._rdtype(t, "allreduce")
         p = t.data_ptr()
+        caller = self._torch_caller()
+        if caller is not None:
+            # torch's all_reduce: its `op` argument is one of the ReduceOp constants (no need to
+            # read it back out of opts, which costs ~2 us of pybind calls), and with
+            # async_op=False it waits at once, so the blocking C call does the operation.
+            op = _OPS_BY_ID.get(id(caller.get("op")))
+            if op is None or (op == C.AVG and t.dtype not in _FLOATS):
+                op = self._op(opts, t, "allreduce")
+            if caller.get("async_op") is False:
+                rc = _ALLREDUCE(p, p, t.numel(), dt, op, self._comm, stream)
+                if rc != C.SUCCESS:
+                    self._fail_submit(rc, "allreduce")
+                return _DONE
+        else:
+            op = self._op(opts, t, "allreduce")
         return self._submit(_ALLREDUCE_ASYNC, (p, p, t.numel(), dt, op, self._comm, stream),
                             tensors, tensors, "allreduce")
 
