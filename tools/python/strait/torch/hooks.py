@@ -16,7 +16,9 @@ exchanges strait's PowerSGD makes.
 The process group may be Gloo: the state then opens its own strait communicator over the group's
 store (torch's default store, under a prefix of its own), so a job keeps Gloo for everything else
 and takes only the codecs. With strait's own backend the same holds (a second communicator over the
-same store; the hook's traffic then never interleaves with the backend's).
+same store; the hook's traffic then never interleaves with the backend's). On torch 1.13 the
+backend hands DDP's C++ Reducer finished operations (README, PyTorch), so without a hook DDP's
+allreduce does not overlap the backward pass; this hook's futures do, even with codec "none".
 
 The library is the libstrait.so strait._capi finds ($STRAIT_LIBRARY, the install prefix, the
 build tree, the loader's path). The hooks bind the few C functions they need themselves
