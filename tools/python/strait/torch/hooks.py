@@ -490,7 +490,7 @@ def compressed_allreduce(state: CompressionState,
         matrices, n = (state._matrices(bucket, buffer) if state._powersgd else (None, 0))
         comp = _Compression(ctypes.sizeof(_Compression), _COMPRESSION_MAGIC, _HEADER_VERSION,
                             state.codec.encode(), key, matrices, n)
-        keep = (work, matrices)
+        keep = (work, matrices, comp, key)  # alive until the request is done, copied or not
         rc = lib.straitAllReduceCompressedAsync(ptr, ptr, count, _FLOAT32, _AVG,
                                                 ctypes.byref(comp), state._comm,
                                                 ctypes.byref(request))
