@@ -13,6 +13,7 @@ packages=(
   clang-format clang-tidy clang libclang-rt-14-dev
   iproute2 procps
   fortunes
+  python3-torch
 )
 
 [ $# -gt 0 ] && packages=("$@")

@@ -1,0 +1,76 @@
+"""Every difference between torch versions that the strait backend meets, in one place.
+
+Written against torch 1.13 (Debian 12's python3-torch, where it is tested) and the torch 2.x
+API as documented; the 2.x branches are untested here.
+
+1.13 vs 2.x:
+- ``Backend.register_backend(name, func, extended_api=False)``; 2.1 adds ``devices=``, and needs
+  it (["cpu", "cuda"]) for the backend to be chosen for both devices. From 2.1, torch also keeps a
+  creator's ProcessGroup subclass as the group itself (2.0 expected a c10d::Backend: unsupported).
+- A Python subclass of ``dist.Work`` is only seen by Python callers in 1.13: C++ callers
+  (``dist._broadcast_coalesced``, ``_verify_params_across_processes``, DDP's Reducer) call the
+  C++ base ``Work::wait()``, which never returns for a Python subclass, and ``getFuture()``,
+  which throws. 2.x has a trampoline (``PyProcessGroup::PyWork``) that dispatches those calls to
+  Python. See ``python_work_seen_by_cpp`` and backend.py's ``_called_from_cpp``.
+- ``ReduceOp`` objects: ``op.op`` is the ``ReduceOp.RedOpType`` in both.
+"""
+
+import sys
+
+import torch
+import torch.distributed as dist
+
+__all__ = ["TORCH_VERSION", "register_backend", "python_work_seen_by_cpp", "red_op_type",
+           "work_from_completed_future", "c10d_file"]
+
+
+def _version(text):
+    parts = []
+    for p in text.split("+")[0].split(".")[:2]:
+        digits = "".join(ch for ch in p if ch.isdigit())
+        parts.append(int(digits) if digits else 0)
+    return tuple(parts)
+
+
+TORCH_VERSION = _version(torch.__version__)
+
+# Whether C++ callers reach a Python Work's wait/get_future. Later torch has a trampoline for it
+# (PyProcessGroup::PyWork in torch/csrc/distributed/c10d/PyProcessGroup.hpp), 1.13 has not; the
+# version it arrived in is not verified here, and guessing too low would make C++ callers hang,
+# so every version takes the path that works everywhere: C++ callers get a finished C++ Work
+# (backend.ProcessGroupStrait._submit). Set True where a torch is known to have PyWork to let
+# DDP's Reducer overlap its allreduces without a comm hook.
+python_work_seen_by_cpp = False
+
+# The file whose functions (all_reduce, broadcast, ...) are the Python callers of a ProcessGroup.
+c10d_file = sys.modules[dist.distributed_c10d.__name__].__file__
+if c10d_file.endswith((".pyc", ".pyo")):
+    c10d_file = c10d_file[:-1]
+
+
+def red_op_type(op):
+    """The ReduceOp.RedOpType of a ReduceOp (1.13 and 2.x objects, or a bare RedOpType)."""
+    return getattr(op, "op", op)
+
+
+def register_backend(name, creator):
+    """Registers creator(store, rank, size, timeout) -> ProcessGroup for host and CUDA tensors."""
+    if name.upper() in getattr(dist.Backend, "_plugins", {}):
+        return  # already registered (a second import of the module under another name)
+    if TORCH_VERSION >= (2, 0):
+        try:
+            dist.Backend.register_backend(name, creator, devices=["cpu", "cuda"])
+            return
+        except TypeError:  # a 2.x without devices= (2.0): the creator is then used for both
+            pass
+    dist.Backend.register_backend(name, creator)
+
+
+def work_from_completed_future(value):
+    """A C++ Work (FutureWrappingWork) already completed with ``value``: what C++ callers get in
+    torch < 2.1, whose wait() returns at once and whose get_future() works."""
+    fut = torch.futures.Future()
+    fut.set_result(value)
+    return dist.distributed_c10d._create_work_from_future(fut) if hasattr(
+        dist.distributed_c10d, "_create_work_from_future") else \
+        torch._C._distributed_c10d._create_work_from_future(fut)
