@@ -1,4 +1,4 @@
-#include "scheduler/transformer.h"
+#include "scheduler/model/transformer.h"
 
 #include <gtest/gtest.h>
 
