@@ -49,6 +49,12 @@ class PipelineStage {
   // dout_acts: null on the last stage (which propagates loss_scale * mean loss); din_acts: null on
   // the first stage.
   virtual void backward(int slot, const float* dout_acts, float loss_scale, float* din_acts) = 0;
+  // The same backward in two halves, for zero-bubble schedules (Qi et al., ICLR 2024): B computes
+  // din_acts only and keeps the slot; W, which may run later, accumulates the weight gradients
+  // and frees it. B then W gives backward's bits.
+  virtual void backward_input(int slot, const float* dout_acts, float loss_scale,
+                              float* din_acts) = 0;
+  virtual void backward_weight(int slot) = 0;
 
   // Activation offload: the slot's stash bytes (fixed address), taking a forward off the books
   // while a copy of its bytes may be in flight, and declaring them back (bit for bit).

@@ -39,6 +39,11 @@ class TransformerStage final : public PipelineStage {
   void backward(int slot, const float* dout_acts, float loss_scale, float* din_acts) override {
     model_.backward(slot, dout_acts, loss_scale, din_acts);
   }
+  void backward_input(int slot, const float* dout_acts, float loss_scale,
+                      float* din_acts) override {
+    model_.backward_input(slot, dout_acts, loss_scale, din_acts);
+  }
+  void backward_weight(int slot) override { model_.backward_weight(slot); }
 
   std::span<std::byte> stash(int slot) override { return model_.stash(slot); }
   StashInfo release_stash(int slot) override {
