@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <deque>
 #include <exception>
 #include <limits>
@@ -15,9 +14,6 @@
 
 namespace strait::sched {
 namespace {
-
-using kernels::DType;
-using kernels::ReduceOp;
 
 // Message tags: step, microbatch and direction, so a late or early message can never be taken for
 // another (comm also matches on the sender). Forward-only passes use their own space (bit 36).
@@ -46,7 +42,7 @@ struct StepCopies {
 
 }  // namespace
 
-PipelineExecutor::PipelineExecutor(Schedule schedule, int stage, StageModel<float>& model,
+PipelineExecutor::PipelineExecutor(Schedule schedule, int stage, PipelineStage& model,
                                    PipelineComms comms, int microbatch_size, int context)
     : schedule_(std::move(schedule)),
       stage_(stage),
@@ -77,7 +73,7 @@ PipelineExecutor::PipelineExecutor(Schedule schedule, int stage, StageModel<floa
                             stage_, slots_, model_.slots()));
   }
   act_elems_ = static_cast<std::size_t>(batch_) * static_cast<std::size_t>(context_) *
-               static_cast<std::size_t>(model_.config().dim);
+               static_cast<std::size_t>(model_.width());
   const auto m = static_cast<std::size_t>(schedule_.microbatches);
   const bool first = stage_ == 0;
   const bool last = stage_ == p - 1;
@@ -88,7 +84,7 @@ PipelineExecutor::PipelineExecutor(Schedule schedule, int stage, StageModel<floa
 }
 
 StepStats PipelineExecutor::run_step(std::int64_t step, std::span<const std::int32_t> tokens,
-                                     std::span<const std::int32_t> targets, double grad_clip,
+                                     std::span<const std::int32_t> targets,
                                      const OptimizerStep& optimizer) {
   const int p = schedule_.stages;
   const int m = schedule_.microbatches;
@@ -131,7 +127,7 @@ StepStats PipelineExecutor::run_step(std::int64_t step, std::span<const std::int
   StepCopies copies(static_cast<std::size_t>(m));
   auto& offloading = copies.offloading;
   auto& reloading = copies.reloading;
-  std::vector<StageModel<float>::StashInfo> stash_info(static_cast<std::size_t>(m));
+  std::vector<StashInfo> stash_info(static_cast<std::size_t>(m));
   std::deque<int> draining;
   const auto& actions = schedule_.ranks[static_cast<std::size_t>(stage_)];
   if (store_ == nullptr && std::any_of(actions.begin(), actions.end(), [](const Action& a) {
@@ -176,15 +172,9 @@ StepStats PipelineExecutor::run_step(std::int64_t step, std::span<const std::int
         slot_of[i] = slot;
         const std::int32_t* tok = first ? tokens.data() + i * seq_elems : nullptr;
         const std::int32_t* tgt = last ? targets.data() + i * seq_elems : nullptr;
-        if (first && last) {
-          loss_sum += model_.forward(slot, tok, tgt, batch_, context_);
-        } else if (first) {
-          model_.forward(slot, tok, batch_, context_, out_acts_[i].data());
-        } else if (last) {
-          loss_sum += model_.forward(slot, in_acts_[i].data(), tgt, batch_, context_);
-        } else {
-          model_.forward(slot, in_acts_[i].data(), batch_, context_, out_acts_[i].data());
-        }
+        const double loss = model_.forward(slot, tok, first ? nullptr : in_acts_[i].data(), tgt,
+                                           batch_, context_, last ? nullptr : out_acts_[i].data());
+        if (last) loss_sum += loss;
         break;
       }
       case ActionKind::SendF:
@@ -238,11 +228,14 @@ StepStats PipelineExecutor::run_step(std::int64_t step, std::span<const std::int
       case ActionKind::AllreduceGrad:
         for (const auto& w : sends) w.wait();
         sends.clear();
-        all_reduce_gradients(step, grad_clip, stats);
+        if (sync_) {
+          sync_->reduce_grads(step, model_.grads());
+          stats.allreduce_bytes = sync_->bytes_sent();
+        }
         break;
       case ActionKind::Optim:
-        stats.grad_norm = clipped_ ? norm_ : clip_gradients(grad_clip);
-        clipped_ = false;
+        stats.grad_norm =
+            sync_ ? sync_->clip_grads(model_.grads()) : std::numeric_limits<double>::quiet_NaN();
         optimizer(model_.params(), model_.grads());
         break;
     }
@@ -278,112 +271,6 @@ void PipelineExecutor::copy_failed(const char* what, int microbatch) const {
   }
 }
 
-void PipelineExecutor::all_reduce_gradients(std::int64_t step, double grad_clip, StepStats& stats) {
-  auto grads = model_.grads();
-  const auto before = [](comm::Communicator* c) {
-    return c != nullptr ? c->stats().allreduce_bytes : 0;
-  };
-  const std::uint64_t sent0 = before(comms_.tied) + before(comms_.data);
-  if (comms_.tied != nullptr) {
-    if (const auto tied = model_.tied_wte()) {
-      float* w = grads.data() + tied->offset;
-      comms_.tied->allreduce(w, w, tied->count, DType::F32, ReduceOp::Sum);
-    }
-  }
-  if (comms_.data != nullptr && comms_.data->size() > 1) {
-    if (!compression_.codec.empty() && step >= compression_.warmup_steps) {
-      comm::Compression c;
-      c.codec = compression_.codec;
-      c.key = fmt::format("grads/stage{}", stage_);
-      // PowerSGD approximates each 2-D weight as shape[0] x shape[1] (PyTorch's hook views a
-      // tensor as (shape[0], -1)); the elementwise codecs ignore the layout.
-      for (const auto& t : model_.tensors()) {
-        if (t.shape.size() == 2) {
-          c.matrices.push_back({t.offset, static_cast<std::size_t>(t.shape[0]),
-                                static_cast<std::size_t>(t.shape[1])});
-        }
-      }
-      if (compression_.momentum) {
-        average_momentum(grads, grad_clip, c);
-      } else {
-        comms_.data->allreduce_compressed(grads.data(), grads.data(), grads.size(), ReduceOp::Avg,
-                                          c);
-      }
-      // Each stage's data-parallel group compressed its own buffer, so the first and the last
-      // stage's copies of the tied wte came out differently: average them back into one.
-      if (comms_.tied != nullptr) {
-        if (const auto tied = model_.tied_wte()) {
-          float* w = grads.data() + tied->offset;
-          comms_.tied->allreduce(w, w, tied->count, DType::F32, ReduceOp::Avg);
-        }
-      }
-      if (compression_.momentum) advance_momentum(grads);
-    } else {
-      comms_.data->allreduce(grads.data(), grads.data(), grads.size(), DType::F32, ReduceOp::Avg);
-    }
-  }
-  stats.allreduce_bytes = before(comms_.tied) + before(comms_.data) - sent0;
-}
-
-void PipelineExecutor::average_momentum(std::span<float> grads, double grad_clip,
-                                        const comm::Compression& c) {
-  if (momentum_.size() != grads.size()) {
-    throw Error(ErrorCode::InvalidArgument,
-                fmt::format("momentum compression at stage {}: the momentum has {} values for {} "
-                            "parameters; call set_momentum with the optimizer's m at the switch",
-                            stage_, momentum_.size(), grads.size()));
-  }
-  norm_ = clip_gradients(grad_clip);  // this replica's own gradient (DGC's local clipping)
-  clipped_ = true;
-  // avg_r (g_r + b1 / (1 - b1) m) = avg_r (b1 m + (1 - b1) g_r) / (1 - b1): the local momenta,
-  // scaled so that the result is gradient-sized and needs no division afterwards.
-  const auto k = static_cast<float>(compression_.beta1 / (1.0 - compression_.beta1));
-  for (std::size_t i = 0; i < grads.size(); ++i) grads[i] += k * momentum_[i];
-  comms_.data->allreduce_compressed(grads.data(), grads.data(), grads.size(), ReduceOp::Avg, c);
-  for (std::size_t i = 0; i < grads.size(); ++i) grads[i] -= k * momentum_[i];
-}
-
-void PipelineExecutor::advance_momentum(std::span<const float> grads) {
-  // kernels/adamw_simd.h's m update, operation for operation, so the copy stays bit-identical.
-  const auto b1 = static_cast<float>(compression_.beta1);
-  const auto one_minus_b1 = static_cast<float>(1.0 - compression_.beta1);
-  for (std::size_t i = 0; i < grads.size(); ++i) {
-    momentum_[i] = b1 * momentum_[i] + one_minus_b1 * grads[i];
-  }
-}
-
-double PipelineExecutor::clip_gradients(double max_norm) {
-  auto grads = model_.grads();
-  // The last stage's copy of wte duplicates the first stage's: count it once.
-  std::size_t skip_begin = 0, skip_end = 0;
-  if (schedule_.stages > 1 && stage_ == schedule_.stages - 1) {
-    if (const auto tied = model_.tied_wte()) {
-      skip_begin = tied->offset;
-      skip_end = tied->offset + tied->count;
-    }
-  }
-  double sumsq = 0;
-  for (std::size_t j = 0; j < grads.size(); ++j) {
-    if (j >= skip_begin && j < skip_end) continue;
-    sumsq += static_cast<double>(grads[j]) * grads[j];
-  }
-  if (comms_.pipeline != nullptr && comms_.pipeline->size() > 1) {
-    comms_.pipeline->allreduce(&sumsq, &sumsq, 1, DType::F64, ReduceOp::Sum);
-  }
-  const double norm = std::sqrt(sumsq);
-  if (!std::isfinite(norm)) {
-    throw Error(ErrorCode::InvalidArgument,
-                fmt::format("the gradient norm is {} at stage {}: training diverged; lower the "
-                            "learning rate or enable gradient clipping",
-                            norm, stage_));
-  }
-  if (max_norm > 0 && norm > max_norm) {
-    const auto scale = static_cast<float>(max_norm / (norm + 1e-6));
-    for (float& g : grads) g *= scale;
-  }
-  return norm;
-}
-
 double PipelineExecutor::forward_only(std::span<const std::int32_t> tokens,
                                       std::span<const std::int32_t> targets, int batch, int length,
                                       std::uint64_t tag) {
@@ -400,21 +287,14 @@ double PipelineExecutor::forward_only(std::span<const std::int32_t> tokens,
                 fmt::format("forward_only: {} tokens / {} targets for a {} x {} batch",
                             tokens.size(), targets.size(), batch, length));
   }
-  const std::size_t bytes = n * static_cast<std::size_t>(model_.config().dim) * sizeof(float);
+  const std::size_t bytes = n * static_cast<std::size_t>(model_.width()) * sizeof(float);
   const std::uint64_t t = kForwardOnlyTag | (tag & ((1ULL << 36) - 1));
   comm::Communicator* pipe = comms_.pipeline;
   if (!first) pipe->recv(in_acts_[0].data(), bytes, stage_ - 1, t);
   const std::int32_t* tgt = last && !targets.empty() ? targets.data() : nullptr;
-  double loss = 0;
-  if (first && last) {
-    loss = model_.forward(0, tokens.data(), tgt, batch, length);
-  } else if (first) {
-    model_.forward(0, tokens.data(), batch, length, out_acts_[0].data());
-  } else if (last) {
-    loss = model_.forward(0, in_acts_[0].data(), tgt, batch, length);
-  } else {
-    model_.forward(0, in_acts_[0].data(), batch, length, out_acts_[0].data());
-  }
+  const double loss =
+      model_.forward(0, first ? tokens.data() : nullptr, first ? nullptr : in_acts_[0].data(), tgt,
+                     batch, length, last ? nullptr : out_acts_[0].data());
   if (!last) pipe->send(out_acts_[0].data(), bytes, stage_ + 1, t);
   return last && tgt != nullptr ? loss * static_cast<double>(n) : 0.0;
 }

@@ -1,6 +1,7 @@
-// The byte n-gram baselines (scheduler/baselines.h) against values worked out by hand for a short
-// text, and against a naive computation (std::map counts, the textbook formulas) on a longer one.
-#include "scheduler/baselines.h"
+// The byte n-gram baselines (scheduler/model/baselines.h) against values worked out by hand for a
+// short text, and against a naive computation (std::map counts, the textbook formulas) on a longer
+// one.
+#include "scheduler/model/baselines.h"
 
 #include <gtest/gtest.h>
 
@@ -13,8 +14,8 @@
 #include <vector>
 
 #include "core/error.h"
-#include "scheduler/corpus.h"
-#include "scheduler/data.h"
+#include "scheduler/model/corpus.h"
+#include "scheduler/model/data.h"
 
 namespace strait::sched {
 namespace {

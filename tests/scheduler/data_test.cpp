@@ -1,4 +1,4 @@
-#include "scheduler/data.h"
+#include "scheduler/model/data.h"
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "core/error.h"
-#include "scheduler/corpus.h"
+#include "scheduler/model/corpus.h"
 #include "tests/common/temp_dir.h"
 
 namespace strait::sched {

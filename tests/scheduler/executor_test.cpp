@@ -14,6 +14,8 @@
 
 #include "core/error.h"
 #include "offload/activation_store.h"
+#include "scheduler/grad_sync.h"
+#include "scheduler/model/transformer_stage.h"
 #include "scheduler/schedule.h"
 #include "scheduler/schedule_sim.h"
 
@@ -92,7 +94,10 @@ struct Result {
 // Three SGD steps of the whole model as one stage under `schedule`.
 Result train(const Schedule& schedule, std::unique_ptr<offload::ActivationStore> store = nullptr) {
   StageModel<float> model(tiny(), {0, 2}, kB, peak_stashed_microbatches(schedule, 0), 5);
-  PipelineExecutor exec(schedule, 0, model, {}, kB, kT);
+  TransformerStage stage(model);
+  PipelineExecutor exec(schedule, 0, stage, {}, kB, kT);
+  exec.set_gradient_sync(std::make_unique<DataParallelSync>(PipelineComms{}, 0, 1, GradientLayout{},
+                                                            GradientCompression{}, 1.0));
   if (store) exec.set_activation_store(std::move(store));
   std::mt19937_64 rng(9);
   Result run;
@@ -101,7 +106,7 @@ Result train(const Schedule& schedule, std::unique_ptr<offload::ActivationStore>
     const auto tokens = random_ids(rng, kM * kB * kT);
     const auto targets = random_ids(rng, kM * kB * kT);
     const StepStats st =
-        exec.run_step(step, tokens, targets, 1.0, [](std::span<float> p, std::span<const float> g) {
+        exec.run_step(step, tokens, targets, [](std::span<float> p, std::span<const float> g) {
           for (std::size_t i = 0; i < p.size(); ++i) {
             p[i] -= 0.05F * g[i];
           }
@@ -165,8 +170,9 @@ TEST(ExecutorActivationOffload, MissingStoreOrTooFewSlotsAreRejected) {
     EXPECT_NE(std::string(e.what()).find("no activation store"), std::string::npos) << e.what();
   }
   StageModel<float> model(tiny(), {0, 2}, kB, 1, 5);
+  TransformerStage stage(model);
   try {
-    PipelineExecutor exec(s, 0, model, {}, kB, kT);
+    PipelineExecutor exec(s, 0, stage, {}, kB, kT);
     ADD_FAILURE() << "accepted a model with too few slots";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::InvalidArgument);

@@ -1,7 +1,7 @@
-// Sampling the next token (scheduler/sampling.h): top-k 1 is greedy, the draws follow
+// Sampling the next token (scheduler/model/sampling.h): top-k 1 is greedy, the draws follow
 // softmax(logits / T) restricted to the top k (chi-square against probabilities computed here), and
 // a seed fixes the bytes.
-#include "scheduler/sampling.h"
+#include "scheduler/model/sampling.h"
 
 #include <gtest/gtest.h>
 

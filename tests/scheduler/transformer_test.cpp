@@ -1,12 +1,14 @@
-#include "scheduler/transformer.h"
+#include "scheduler/model/transformer.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <map>
 #include <numbers>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -665,6 +667,101 @@ TEST(StageModel, FloatAgreesWithDoubleAtTrainingSize) {
     const auto gf = f.grad(t.name);
     EXPECT_LT(relative_error({gf.begin(), gf.end()}, to_vector(d.grad(t.name))), 1e-4) << t.name;
   }
+}
+
+// Backward split into B (backward_input) and W (backward_weight), as zero-bubble schedules run it:
+// every stage shape (single, first, middle, last; the single stage's tied wte gets both its
+// contributions), microbatches in flight, all Bs first and the Ws deferred. The input gradients
+// and the accumulated weight gradients equal the fused backward's bit for bit.
+TEST(StageModel, BackwardSplitIntoInputAndWeightIsBitIdentical) {
+  const GptConfig cfg = tiny(3);
+  const int B = 2, T = 5, M = 3;
+  const auto nc = static_cast<std::size_t>(B) * T * static_cast<std::size_t>(cfg.dim);
+  std::mt19937_64 rng(11);
+  std::normal_distribution<float> normal(0.0F, 1.0F);
+  const auto same_bits = [](std::span<const float> a, std::span<const float> b) {
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+  };
+  for (const int P : {1, 3}) {
+    for (const LayerRange r : split_layers(cfg.layers, P)) {
+      SCOPED_TRACE("P=" + std::to_string(P) + " layers [" + std::to_string(r.first) + ", " +
+                   std::to_string(r.last) + ")");
+      StageModel<float> fused(cfg, r, B, M, 21);
+      StageModel<float> split(cfg, r, B, M, 21);
+      const bool first = fused.is_first(), last = fused.is_last();
+      const auto mbs = random_batches(rng, M, B, T, cfg.vocab);
+      std::vector<std::vector<float>> in(M, std::vector<float>(nc)), dout = in;
+      for (auto* v : {&in, &dout}) {
+        for (auto& mb : *v) {
+          for (float& x : mb) x = normal(rng);
+        }
+      }
+      std::vector<std::vector<float>> din_fused(M, std::vector<float>(nc)), din_split = din_fused;
+      std::vector<float> out(nc);
+      for (StageModel<float>* m : {&fused, &split}) {
+        for (int i = 0; i < M; ++i) {
+          const auto& mb = mbs[static_cast<std::size_t>(i)];
+          const float* x = in[static_cast<std::size_t>(i)].data();
+          if (first && last) {
+            m->forward(i, mb.tokens.data(), mb.targets.data(), B, T);
+          } else if (first) {
+            m->forward(i, mb.tokens.data(), B, T, out.data());
+          } else if (last) {
+            m->forward(i, x, mb.targets.data(), B, T);
+          } else {
+            m->forward(i, x, B, T, out.data());
+          }
+        }
+      }
+      const float scale = 1.0F / M;
+      for (int i = 0; i < M; ++i) {
+        const auto j = static_cast<std::size_t>(i);
+        fused.backward(i, last ? nullptr : dout[j].data(), scale,
+                       first ? nullptr : din_fused[j].data());
+      }
+      for (int i = 0; i < M; ++i) {
+        const auto j = static_cast<std::size_t>(i);
+        split.backward_input(i, last ? nullptr : dout[j].data(), scale,
+                             first ? nullptr : din_split[j].data());
+      }
+      // B leaves the weight gradients alone.
+      for (const float g : split.grads()) ASSERT_EQ(g, 0.0F);
+      for (int i = 0; i < M; ++i) {
+        if (!first) {
+          EXPECT_TRUE(same_bits(din_split[static_cast<std::size_t>(i)],
+                                din_fused[static_cast<std::size_t>(i)]))
+              << "microbatch " << i;
+        }
+        split.backward_weight(i);
+      }
+      EXPECT_TRUE(same_bits(split.grads(), fused.grads()));
+      // The fused backward is no trivial reference: it changed the gradients.
+      EXPECT_NE(fused.grads()[0], 0.0F);
+    }
+  }
+}
+
+TEST(StageModel, BackwardSplitMisuseIsRejected) {
+  const GptConfig cfg = tiny(2);
+  const int B = 1, T = 3;
+  StageModel<float> m(cfg, {0, 2}, B, 1, 3);
+  std::mt19937_64 rng(2);
+  const auto mb = random_batches(rng, 1, B, T, cfg.vocab)[0];
+  EXPECT_THROW(m.backward_weight(0), Error);  // nothing pending
+  m.forward(0, mb.tokens.data(), mb.targets.data(), B, T);
+  m.backward_input(0, nullptr, 1.0F, nullptr);
+  EXPECT_THROW(m.backward_input(0, nullptr, 1.0F, nullptr), Error);  // B twice
+  try {
+    m.forward(0, mb.tokens.data(), mb.targets.data(), B, T);
+    ADD_FAILURE() << "a forward overwrote a slot whose W was pending";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::InvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("waits for backward_weight"), std::string::npos)
+        << e.what();
+  }
+  m.backward_weight(0);
+  EXPECT_THROW(m.backward_weight(0), Error);                // W twice
+  m.forward(0, mb.tokens.data(), mb.targets.data(), B, T);  // the slot is free again
 }
 
 }  // namespace

@@ -29,7 +29,7 @@
 #include <span>
 #include <vector>
 
-#include "scheduler/data.h"
+#include "scheduler/model/data.h"
 
 namespace strait::sched {
 

@@ -1,4 +1,4 @@
-#include "scheduler/trainer.h"
+#include "tools/train/trainer.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -27,17 +27,22 @@
 #include "offload/activation_store.h"
 #include "offload/io_engine_factory.h"
 #include "offload/optimizer_offload.h"
-#include "scheduler/baselines.h"
-#include "scheduler/corpus.h"
-#include "scheduler/data.h"
 #include "scheduler/executor.h"
-#include "scheduler/sampling.h"
+#include "scheduler/grad_sync.h"
+#include "scheduler/model/baselines.h"
+#include "scheduler/model/corpus.h"
+#include "scheduler/model/data.h"
+#include "scheduler/model/sampling.h"
+#include "scheduler/model/transformer.h"
+#include "scheduler/model/transformer_stage.h"
 #include "scheduler/schedule.h"
 #include "scheduler/schedule_sim.h"
 #include "scheduler/schedule_validate.h"
-#include "scheduler/transformer.h"
 
-namespace strait::sched {
+namespace strait::tools {
+// The reference model and the scheduler are this application's vocabulary.
+using namespace strait::sched;  // NOLINT(google-build-using-namespace)
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -60,8 +65,10 @@ GptConfig model_config(const TrainConfig& c) {
 
 // The job's pipeline schedule, with activation offload when asked for.
 Schedule job_schedule(const TrainConfig& c) {
-  Schedule s = make_schedule(parse_schedule_kind(c.schedule), c.stages, c.microbatches);
-  if (c.offload_activations != "none") s = add_activation_offload(s, c.offload_prefetch);
+  Schedule s = make_schedule(c.schedule, c.stages, c.microbatches);
+  if (c.offload_activations != ActivationOffload::None) {
+    s = add_activation_offload(s, c.offload_prefetch);
+  }
   return s;
 }
 
@@ -77,7 +84,7 @@ int peak_offloaded(const Schedule& schedule, int stage) {
 }
 
 std::unique_ptr<offload::ActivationStore> make_activation_store(const TrainConfig& c, int rank) {
-  if (c.offload_activations == "nvme") {
+  if (c.offload_activations == ActivationOffload::Nvme) {
     offload::SwapStoreOptions o;
     o.dir = c.offload_dir;
     o.tag = fmt::format("activations-rank{}", rank);
@@ -117,8 +124,9 @@ void check_memory(const TrainConfig& c) {
     const double per_position = (r.last - r.first) * (16.0 * c.dim + 2.0 * c.heads * c.ctx) +
                                 (s == c.stages - 1 ? 3.0 * 256 : 0.0) + c.dim;
     // Pinned host buffers of the cpu activation store count as well.
-    const double slots = peak_stashed_microbatches(schedule, s) +
-                         (c.offload_activations == "cpu" ? peak_offloaded(schedule, s) : 0);
+    const double slots =
+        peak_stashed_microbatches(schedule, s) +
+        (c.offload_activations == ActivationOffload::Cpu ? peak_offloaded(schedule, s) : 0);
     bytes += slots * c.microbatch_size * c.ctx * per_position * sizeof(float) * c.replicas;
   }
   const double available = static_cast<double>(::sysconf(_SC_PHYS_PAGES)) *
@@ -130,6 +138,21 @@ void check_memory(const TrainConfig& c) {
         "({}) or the model size",
         bytes / (1 << 30), available / (1 << 30), c.ctx, c.microbatch_size, c.microbatches));
   }
+}
+
+// What the gradient sync treats specially: the tied word embedding and, for PowerSGD, each 2-D
+// weight as shape[0] x shape[1] (PyTorch's hook views a tensor as (shape[0], -1)).
+GradientLayout gradient_layout(const StageModel<float>& model) {
+  GradientLayout layout;
+  if (const auto tied = model.tied_wte())
+    layout.tied = GradientLayout::Range{tied->offset, tied->count};
+  for (const auto& t : model.tensors()) {
+    if (t.shape.size() == 2) {
+      layout.matrices.push_back(
+          {t.offset, static_cast<std::size_t>(t.shape[0]), static_cast<std::size_t>(t.shape[1])});
+    }
+  }
+  return layout;
 }
 
 // Contiguous runs of tensors with the same weight-decay rule become one optimizer group.
@@ -216,6 +239,8 @@ class Job {
   int rank_ = 0, stage_ = 0, replica_ = 0;
   std::optional<ByteDataset> dataset_;
   std::unique_ptr<StageModel<float>> model_;
+  std::unique_ptr<TransformerStage> stage_view_;  // model_ as the executor sees it
+  DataParallelSync* sync_ = nullptr;              // owned by executor_
   std::unique_ptr<PipelineExecutor> executor_;
   std::unique_ptr<offload::AdamWState> moments_;
   std::vector<offload::DecayGroup> groups_;
@@ -268,11 +293,17 @@ void Job::setup() {
       model_config(cfg_), ranges[static_cast<std::size_t>(stage_)], cfg_.microbatch_size,
       peak_stashed_microbatches(schedule, stage_), cfg_.seed);
   PipelineComms comms{pipe_.get(), data_.get(), tied_.get()};
-  executor_ = std::make_unique<PipelineExecutor>(schedule, stage_, *model_, comms,
+  stage_view_ = std::make_unique<TransformerStage>(*model_);
+  executor_ = std::make_unique<PipelineExecutor>(schedule, stage_, *stage_view_, comms,
                                                  cfg_.microbatch_size, cfg_.ctx);
-  executor_->set_gradient_compression(
-      {cfg_.codec_spec(), cfg_.codec_warmup_steps, cfg_.compress == "momentum", cfg_.beta1});
-  if (cfg_.offload_activations != "none")
+  auto sync = std::make_unique<DataParallelSync>(
+      comms, stage_, p, gradient_layout(*model_),
+      GradientCompression{cfg_.codec_spec(), cfg_.codec_warmup_steps,
+                          cfg_.compress == CompressTarget::Momentum, cfg_.beta1},
+      cfg_.grad_clip);
+  sync_ = sync.get();
+  executor_->set_gradient_sync(std::move(sync));
+  if (cfg_.offload_activations != ActivationOffload::None)
     executor_->set_activation_store(make_activation_store(cfg_, rank_));
   // Activation memory of replica 0, per stage: resident slots and bytes, with and without offload.
   activations_.assign(3 * static_cast<std::size_t>(p), 0.0);
@@ -281,12 +312,11 @@ void Job::setup() {
       return activations_[k * static_cast<std::size_t>(p) + static_cast<std::size_t>(stage_)];
     };
     at(0) = model_->slots();
-    at(1) = peak_stashed_microbatches(
-        make_schedule(parse_schedule_kind(cfg_.schedule), p, cfg_.microbatches), stage_);
+    at(1) = peak_stashed_microbatches(make_schedule(cfg_.schedule, p, cfg_.microbatches), stage_);
     at(2) = static_cast<double>(model_->stash_bytes());
   }
   offload::OptimizerOffloadOptions mopt;
-  mopt.where = offload::parse_optimizer_offload(cfg_.offload_optimizer);
+  mopt.where = cfg_.offload_optimizer;
   mopt.threads = static_cast<unsigned>(threads);  // the update shares the cores as GEMMs do
   mopt.file.dir = cfg_.offload_dir;
   mopt.file.tag = fmt::format("rank{}", rank_);
@@ -302,11 +332,11 @@ void Job::emit(const nlohmann::json& record) {
   if (metrics_.is_open()) metrics_ << record.dump() << '\n' << std::flush;
 }
 
-// Momentum compression keeps its own copy of AdamW's m (executor.h); after training it must equal
+// Momentum compression keeps its own copy of AdamW's m (grad_sync.h); after training it must equal
 // the optimizer's bit for bit, or what was compressed was not the momentum. One read of the
 // moments per run.
 void Job::check_momentum() {
-  const std::span<const float> mine = executor_->momentum();
+  const std::span<const float> mine = sync_->momentum();
   if (mine.empty()) return;
   std::vector<float> m(mine.size()), v(mine.size());
   moments_->read_moments(m, v);
@@ -417,7 +447,7 @@ void Job::run() {
     fmt::print(
         "strait train: {} = {} x {}, {} schedule, {} of {} x {} bytes per replica per step\n",
         plural(cfg_.world_size(), "rank"), plural(p, "stage"), plural(cfg_.replicas, "replica"),
-        cfg_.schedule, plural(cfg_.microbatches, "microbatch", "microbatches"),
+        schedule_kind_name(cfg_.schedule), plural(cfg_.microbatches, "microbatch", "microbatches"),
         plural(cfg_.microbatch_size, "sequence"), cfg_.ctx);
     fmt::print(
         "model: GPT-2, {} layers, dim {}, {} heads, context {}, {:.2f} M parameters; AdamW "
@@ -428,12 +458,13 @@ void Job::run() {
                human_bytes(static_cast<double>(corpus.train().size())),
                human_bytes(static_cast<double>(corpus.eval().size())));
     fmt::print("optimizer moments (--offload-optimizer {}): rank 0's {}; update on {}\n",
-               cfg_.offload_optimizer, moments_->describe(), plural(moments_->threads(), "thread"));
-    if (cfg_.offload_activations != "none") {
+               offload::to_string(cfg_.offload_optimizer), moments_->describe(),
+               plural(moments_->threads(), "thread"));
+    if (cfg_.offload_activations != ActivationOffload::None) {
       fmt::print(
           "activations: offloaded to {} (prefetch {}): {} per replica in activation slots "
           "{} per stage, instead of {} in {}\n",
-          cfg_.offload_activations, cfg_.offload_prefetch, human_bytes(act_bytes[0]),
+          to_string(cfg_.offload_activations), cfg_.offload_prefetch, human_bytes(act_bytes[0]),
           fmt::join(slots, "/"), human_bytes(act_bytes[1]), fmt::join(slots_without, "/"));
     } else {
       fmt::print("activations: {} per replica in activation slots {} per stage\n",
@@ -441,7 +472,8 @@ void Job::run() {
     }
     if (!cfg_.codec.empty()) {
       fmt::print("{} average: {} after {} uncompressed, with error feedback per stage{}\n",
-                 cfg_.compress, cfg_.codec_spec(), plural(cfg_.codec_warmup_steps, "step"),
+                 to_string(cfg_.compress), cfg_.codec_spec(),
+                 plural(cfg_.codec_warmup_steps, "step"),
                  cfg_.freeze_variance_after() > 0 ? "; AdamW's variance frozen from then on" : "");
     }
     std::fflush(stdout);
@@ -467,19 +499,18 @@ void Job::run() {
     hyper.beta2 = cfg_.beta2;
     hyper.weight_decay = cfg_.weight_decay;
     hyper.freeze_variance_after = cfg_.freeze_variance_after();
-    if (cfg_.compress == "momentum" && !cfg_.codec.empty() && cfg_.replicas > 1 &&
+    if (cfg_.compress == CompressTarget::Momentum && !cfg_.codec.empty() && cfg_.replicas > 1 &&
         step == cfg_.codec_warmup_steps) {
       // The momentum compression starts from the optimizer's own m (v is read and dropped).
       const std::size_t params = model_->params().size();
       std::vector<float> m(params), v(params);
       moments_->read_moments(m, v);
-      executor_->set_momentum(std::move(m));
+      sync_->set_momentum(std::move(m));
     }
-    const StepStats st =
-        executor_->run_step(step, tokens, targets, cfg_.grad_clip,
-                            [&](std::span<float> params, std::span<const float> grads) {
-                              moments_->step(params, grads, groups_, hyper, step + 1);
-                            });
+    const StepStats st = executor_->run_step(
+        step, tokens, targets, [&](std::span<float> params, std::span<const float> grads) {
+          moments_->step(params, grads, groups_, hyper, step + 1);
+        });
     // Job-wide: the loss (last stages, averaged over replicas) and the bytes all-reduce sent.
     double agg[3] = {executor_->last_stage() ? st.loss / cfg_.replicas : 0.0,
                      static_cast<double>(st.allreduce_bytes),
@@ -563,9 +594,9 @@ void Job::run() {
           {"codec", cfg_.codec_spec()},
           {"codec_warmup_steps", cfg_.codec_warmup_steps},
           {"freeze_variance_after", cfg_.freeze_variance_after()},
-          {"compress", cfg_.compress},
-          {"offload_optimizer", cfg_.offload_optimizer},
-          {"offload_activations", cfg_.offload_activations},
+          {"compress", to_string(cfg_.compress)},
+          {"offload_optimizer", offload::to_string(cfg_.offload_optimizer)},
+          {"offload_activations", to_string(cfg_.offload_activations)},
           {"offload_prefetch", cfg_.offload_prefetch},
           {"activation_slots", slots},
           {"activation_slots_without_offload", slots_without},
@@ -607,9 +638,6 @@ void TrainConfig::validate() const {
   if (sample_bytes < 0 || eval_sequences < 0 || eval_every < 0) {
     throw bad("--sample-bytes, --eval-sequences and --eval-every must be >= 0");
   }
-  if (sample != "topk" && sample != "greedy") {
-    throw bad(fmt::format("--sample {}: choose topk or greedy", sample));
-  }
   sampling().validate();
   if (sample_bytes > 0 && prompt.empty()) {
     throw bad(
@@ -625,11 +653,6 @@ void TrainConfig::validate() const {
     throw bad(fmt::format("--codec-args {} given without --codec: name the codec they are for",
                           codec_args));
   }
-  if (offload_activations != "none" && offload_activations != "cpu" &&
-      offload_activations != "nvme") {
-    throw bad(
-        fmt::format("--offload-activations {}: choose none, cpu or nvme", offload_activations));
-  }
   if (offload_prefetch < 0) {
     throw bad(
         fmt::format("--offload-prefetch {} must be >= 0 (computes between a reload and its "
@@ -639,40 +662,33 @@ void TrainConfig::validate() const {
   if (codec_warmup_steps < 0) {
     throw bad(fmt::format("--codec-warmup {} must be >= 0", codec_warmup_steps));
   }
-  if (freeze_variance != "auto" && freeze_variance != "on" && freeze_variance != "off") {
-    throw bad(fmt::format("--freeze-variance {} is not auto, on or off", freeze_variance));
-  }
-  if (compress != "gradient" && compress != "momentum") {
-    throw bad(fmt::format("--compress {} is not gradient or momentum", compress));
-  }
-  if (compress == "momentum" && codec.empty()) {
+  if (compress == CompressTarget::Momentum && codec.empty()) {
     throw bad("--compress momentum needs --codec: name the codec that compresses the momentum");
   }
-  if (compress == "momentum" && freeze_variance == "off") {
+  if (compress == CompressTarget::Momentum && freeze_variance == FreezeVariance::Off) {
     throw bad(
         "--compress momentum freezes AdamW's variance at the switch (1-bit Adam): the gradient "
         "the optimizer gets carries the compression error; drop --freeze-variance off");
   }
-  if (compress == "momentum" && codec_warmup_steps < 1) {
+  if (compress == CompressTarget::Momentum && codec_warmup_steps < 1) {
     throw bad(
         "--compress momentum needs --codec-warmup >= 1: AdamW's second moment must be estimated "
         "from uncompressed steps before it is frozen");
   }
-  if (freeze_variance == "on" && codec.empty()) {
+  if (freeze_variance == FreezeVariance::On && codec.empty()) {
     throw bad("--freeze-variance on needs --codec: the variance freezes when the codec takes over");
   }
-  if (freeze_variance == "on" && codec_warmup_steps < 1) {
+  if (freeze_variance == FreezeVariance::On && codec_warmup_steps < 1) {
     throw bad(
         "--freeze-variance on needs --codec-warmup >= 1: AdamW's second moment must be estimated "
         "from uncompressed steps before it is frozen");
   }
   // "auto": the codec of the STRAIT_TUNE_FILE rules (`strait tune`), checked when they are read.
   if (!codec.empty() && codec != "auto") (void)comm::canonical_codec_spec(codec_spec());
-  (void)parse_schedule_kind(schedule);
   (void)comm::CommOptions::default_timeout();  // a bad STRAIT_TIMEOUT_S fails here, once
   check_memory(*this);
-  if (offload::parse_optimizer_offload(offload_optimizer) == offload::OptimizerOffload::Nvme ||
-      offload_activations == "nvme") {
+  if (offload_optimizer == offload::OptimizerOffload::Nvme ||
+      offload_activations == ActivationOffload::Nvme) {
     check_writable(offload_dir);
   }
   if (!metrics.empty()) {
@@ -685,13 +701,39 @@ void TrainConfig::validate() const {
 }
 
 std::int64_t TrainConfig::freeze_variance_after() const {
-  const bool frozen = freeze_variance == "on" || compress == "momentum";
+  const bool frozen = freeze_variance == FreezeVariance::On || compress == CompressTarget::Momentum;
   return !codec.empty() && frozen ? codec_warmup_steps : 0;
+}
+
+std::string_view to_string(ActivationOffload where) noexcept {
+  switch (where) {
+    case ActivationOffload::None: return "none";
+    case ActivationOffload::Cpu: return "cpu";
+    case ActivationOffload::Nvme: return "nvme";
+  }
+  return "?";
+}
+
+std::string_view to_string(FreezeVariance mode) noexcept {
+  switch (mode) {
+    case FreezeVariance::Auto: return "auto";
+    case FreezeVariance::On: return "on";
+    case FreezeVariance::Off: return "off";
+  }
+  return "?";
+}
+
+std::string_view to_string(CompressTarget target) noexcept {
+  switch (target) {
+    case CompressTarget::Gradient: return "gradient";
+    case CompressTarget::Momentum: return "momentum";
+  }
+  return "?";
 }
 
 SamplingOptions TrainConfig::sampling() const {
   SamplingOptions o;
-  o.greedy = sample == "greedy";
+  o.greedy = greedy;
   o.temperature = temperature;
   o.top_k = top_k;
   o.seed = sample_seed;
@@ -716,4 +758,4 @@ void run_training_rank(const TrainConfig& config) {
   job.run();
 }
 
-}  // namespace strait::sched
+}  // namespace strait::tools

@@ -1,4 +1,4 @@
-#include "scheduler/data.h"
+#include "scheduler/model/data.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>

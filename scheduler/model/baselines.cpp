@@ -1,4 +1,4 @@
-#include "scheduler/baselines.h"
+#include "scheduler/model/baselines.h"
 
 #include <fmt/format.h>
 

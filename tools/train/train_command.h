@@ -1,7 +1,7 @@
 // `strait train`: trains the reference transformer with pipeline and data parallelism.
 // Run without RANK in the environment it validates its settings and launches
 // stages x replicas local ranks of itself through the launcher (tools/launcher.h); run as a rank
-// (by `strait run`, torchrun, Slurm, ...) it trains (scheduler/trainer.h).
+// (by `strait run`, torchrun, Slurm, ...) it trains (tools/train/trainer.h).
 #pragma once
 
 #include <string>

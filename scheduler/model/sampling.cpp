@@ -1,4 +1,4 @@
-#include "scheduler/sampling.h"
+#include "scheduler/model/sampling.h"
 
 #include <fmt/format.h>
 

@@ -1,7 +1,8 @@
 // The training loop of `strait train`: one process per (stage, replica) pair trains the reference
-// transformer (scheduler/transformer.h) on a byte corpus, with pipeline parallelism across
-// `stages` and data parallelism across `replicas`, AdamW moments in pinned RAM or on NVMe
-// (offload/optimizer_offload.h).
+// transformer (scheduler/model/transformer.h, run by scheduler/executor.h through
+// scheduler/model/transformer_stage.h, its gradients averaged by scheduler/grad_sync.h) on a byte
+// corpus, with pipeline parallelism across `stages` and data parallelism across `replicas`, AdamW
+// moments in pinned RAM or on NVMe (offload/optimizer_offload.h).
 //
 // Ranks: world rank = replica * stages + stage, so a replica's stages are neighbours. Groups: the
 // pipeline (same replica), the data-parallel group (same stage) and the tied-embedding group
@@ -16,22 +17,38 @@
 // (sampling.h: top-k at a temperature from its own seed, or greedy).
 // Errors: strait::Error with a message naming the wrong setting and the fix (world size not
 // stages x replicas, more stages than layers, a missing data path, an unknown --offload-optimizer,
-// a missing offload directory for nvme, ...).
+// a missing offload directory for nvme, ...). String options are parsed into the enums below once,
+// by the command line (tools/train/train_command.cpp).
 #pragma once
 
 #include <cstdint>
 #include <filesystem>
 #include <string>
+#include <string_view>
 
-#include "scheduler/sampling.h"
+#include "offload/optimizer_offload.h"
+#include "scheduler/model/sampling.h"
+#include "scheduler/schedule.h"
 
-namespace strait::sched {
+namespace strait::tools {
+
+// Where stashed activations go between a microbatch's forward and backward.
+enum class ActivationOffload : std::uint8_t { None, Cpu, Nvme };
+// When AdamW's second moment stops updating (see TrainConfig::freeze_variance).
+enum class FreezeVariance : std::uint8_t { Auto, On, Off };
+// What the codec compresses (see TrainConfig::compress).
+enum class CompressTarget : std::uint8_t { Gradient, Momentum };
+
+// The option values, as the command line spells them.
+std::string_view to_string(ActivationOffload where) noexcept;
+std::string_view to_string(FreezeVariance mode) noexcept;
+std::string_view to_string(CompressTarget target) noexcept;
 
 struct TrainConfig {
   // Parallelism and schedule.
   int stages = 2;
   int replicas = 2;
-  std::string schedule = "1f1b";
+  sched::ScheduleKind schedule = sched::ScheduleKind::OneFOneB;
   int microbatches = 4;     // per replica per step
   int microbatch_size = 4;  // sequences per microbatch
   // Model (GPT-2 shape, byte vocabulary).
@@ -49,36 +66,37 @@ struct TrainConfig {
   double beta2 = 0.95;
   double grad_clip = 1.0;
   std::uint64_t seed = 1337;
-  // Compressed data-parallel gradient average (scheduler/executor.h's GradientCompression).
+  // Compressed data-parallel gradient average (scheduler/grad_sync.h's GradientCompression).
   std::string codec;            // codec name ("int8", "topk", ...); empty: uncompressed
   std::string codec_args;       // "key=value,..." for the codec ("fraction=0.01")
   int codec_warmup_steps = 30;  // uncompressed steps before the codec takes over
-  // "on": AdamW's second moment stops updating when the codec takes over (kernels::AdamWHyper::
-  // freeze_variance_after; 1-bit Adam's compression stage). "auto": on with compress ==
-  // "momentum", which needs it, else off (for gradient compression it did not close top-k's gap
-  // on the reference transformer: bench/RESULTS.md, "Convergence"). "off": never.
-  std::string freeze_variance = "auto";
-  // What the codec compresses: "gradient" (the gradients' average) or "momentum" (the replicas'
-  // local AdamW momenta, as 1-bit Adam; executor.h's GradientCompression::momentum), which
-  // freezes the variance at the switch.
-  std::string compress = "gradient";
+  // On: AdamW's second moment stops updating when the codec takes over (kernels::AdamWHyper::
+  // freeze_variance_after; 1-bit Adam's compression stage). Auto: on with compress ==
+  // Momentum, which needs it, else off (for gradient compression it did not close top-k's gap
+  // on the reference transformer: bench/RESULTS.md, "Convergence"). Off: never.
+  FreezeVariance freeze_variance = FreezeVariance::Auto;
+  // What the codec compresses: the gradients' average or the replicas' local AdamW momenta (as
+  // 1-bit Adam; grad_sync.h's GradientCompression::momentum), which freezes the variance at the
+  // switch.
+  CompressTarget compress = CompressTarget::Gradient;
   // Data and offload.
   std::filesystem::path data = "/usr/share/games/fortunes";
-  std::string offload_optimizer = "cpu";  // AdamW moments: "cpu" (pinned RAM) or "nvme" (files)
+  // AdamW moments: Cpu (pinned RAM) or Nvme (files in offload_dir).
+  offload::OptimizerOffload offload_optimizer = offload::OptimizerOffload::Cpu;
   std::filesystem::path offload_dir = "/var/tmp";  // where nvme keeps them (optimizer, activations)
-  // Activation offload (scheduler/schedule.h's add_activation_offload): "none", "cpu" (pinned host
-  // buffers) or "nvme" (files in offload_dir); offload_prefetch: computes between a RELOAD and its
+  // Activation offload (scheduler/schedule.h's add_activation_offload): None, Cpu (pinned host
+  // buffers) or Nvme (files in offload_dir); offload_prefetch: computes between a RELOAD and its
   // backward. Training gives the same bits either way; the model keeps fewer activation slots.
-  std::string offload_activations = "none";
+  ActivationOffload offload_activations = ActivationOffload::None;
   int offload_prefetch = 1;
   // Evaluation and sampling.
   int eval_sequences = 128;  // held-out sequences for the final eval loss (0: all)
   int eval_every = 0;        // also evaluate every N steps (0: only at the end)
   std::string prompt = "The ";
   int sample_bytes = 200;
-  // How the sample picks each byte: "topk" draws from the top_k most likely bytes at `temperature`
-  // with its own seed (nanoGPT sample.py's defaults), "greedy" takes the most likely one.
-  std::string sample = "topk";
+  // How the sample picks each byte: top-k draws from the top_k most likely bytes at `temperature`
+  // with its own seed (nanoGPT sample.py's defaults), greedy takes the most likely one.
+  bool greedy = false;
   double temperature = 0.8;
   int top_k = 200;
   std::uint64_t sample_seed = 1337;
@@ -94,7 +112,7 @@ struct TrainConfig {
   // The codec spec ("name" or "name:args"); empty when uncompressed.
   [[nodiscard]] std::string codec_spec() const;
   // The sampler's settings (sample, temperature, top_k, sample_seed).
-  [[nodiscard]] SamplingOptions sampling() const;
+  [[nodiscard]] sched::SamplingOptions sampling() const;
   // The step after which AdamW's v is frozen (AdamWHyper::freeze_variance_after); 0: never.
   [[nodiscard]] std::int64_t freeze_variance_after() const;
 };
@@ -106,4 +124,4 @@ double learning_rate(const TrainConfig& config, std::int64_t step);
 // Returns normally when training finished on every rank.
 void run_training_rank(const TrainConfig& config);
 
-}  // namespace strait::sched
+}  // namespace strait::tools

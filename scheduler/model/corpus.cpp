@@ -1,4 +1,4 @@
-#include "scheduler/corpus.h"
+#include "scheduler/model/corpus.h"
 
 #include <fcntl.h>
 #include <fmt/format.h>

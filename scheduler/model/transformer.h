@@ -172,6 +172,18 @@ class StageModel {
   // null.
   void backward(int slot, const F* dout_acts, F loss_scale, F* din_acts);
 
+  // The same backward in two halves, as zero-bubble pipelines (Qi et al., "Zero Bubble Pipeline
+  // Parallelism", ICLR 2024) run it. backward_input (B) takes backward's arguments and computes
+  // only din_acts, what the previous stage waits for; it touches no grads() and keeps the slot,
+  // saving the gradients of every weight op's output (about 11 x B x T x C values per block, plus
+  // the logits' gradient on the last stage) for backward_weight (W), which accumulates the weight
+  // gradients and frees the slot. W may wait: other slots' forwards and B's may run in between.
+  // B then W gives bit for bit what backward gives (din_acts and grads()), and Ws run in the
+  // order of the fused backwards accumulate the same bits. A slot whose W is pending cannot take
+  // a forward; W without a pending B throws InvalidArgument.
+  void backward_input(int slot, const F* dout_acts, F loss_scale, F* din_acts);
+  void backward_weight(int slot);
+
   // Activation offload. A slot's stash is stash_bytes() bytes: the [max_batch x ctx]-sized
   // activation layout, then the tokens (first stage) and targets (last stage) as int32, padded to
   // whole 4 KiB pages. stash(slot) is its address, 4 KiB-aligned and fixed for the model's
@@ -219,9 +231,11 @@ class StageModel {
     std::vector<F, detail::PageAlignedAllocator<F>> acts;
     int B = 0;
     int T = 0;
-    bool forwarded = false;     // holds a forward (logits/losses readable)
-    bool backwardable = false;  // holds a forward with targets (or a non-last stage's forward)
-    bool has_loss = false;      // last stage: losses of the latest forward are valid
+    bool forwarded = false;       // holds a forward (logits/losses readable)
+    bool backwardable = false;    // holds a forward with targets (or a non-last stage's forward)
+    bool has_loss = false;        // last stage: losses of the latest forward are valid
+    bool weight_pending = false;  // backward_input ran; backward_weight has not
+    std::vector<F> wgrads;        // what backward_weight needs (see run_backward)
   };
 
   std::size_t add_tensor(const std::string& name, std::vector<int> shape, bool decay);
@@ -236,6 +250,9 @@ class StageModel {
   }
   void put_ids(Slot& s, std::size_t at, const std::int32_t* ids, int n);
   void get_ids(const Slot& s, std::size_t at, int n);  // into ids_
+  // split = false: the fused backward; true: backward_input, saving into the slot's wgrads the
+  // gradients backward_weight replays.
+  void run_backward(int slot, const F* dout_acts, F loss_scale, F* din_acts, bool split);
   double run_forward(int slot, const std::int32_t* tokens, const F* in_acts,
                      const std::int32_t* targets, int B, int T, F* out_acts);
 
@@ -261,6 +278,7 @@ class StageModel {
       ids_;  // backward's copy of a slot's tokens or targets [max_batch x ctx]
   // Backward scratch, shared by all slots (one backward runs at a time).
   std::vector<F> dres_, dln_, datty_, dqkv_, dfch_, dfch_gelu_, dlogits_, datt_scratch_;
+  std::vector<F> ln_discard_;  // backward_input: the layernorm weight gradients it drops [2C]
 };
 
 extern template class StageModel<float>;

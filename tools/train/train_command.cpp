@@ -1,4 +1,4 @@
-#include "tools/train_command.h"
+#include "tools/train/train_command.h"
 
 #include <fmt/format.h>
 #include <unistd.h>
@@ -8,12 +8,15 @@
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
+#include <string>
 
 #include "core/error.h"
-#include "scheduler/corpus.h"
-#include "scheduler/data.h"
-#include "scheduler/trainer.h"
+#include "offload/optimizer_offload.h"
+#include "scheduler/model/corpus.h"
+#include "scheduler/model/data.h"
+#include "scheduler/schedule.h"
 #include "tools/launcher.h"
+#include "tools/train/trainer.h"
 
 namespace strait::tools {
 namespace {
@@ -41,12 +44,37 @@ microbatches.
 Environment: STRAIT_TIMEOUT_S (collective timeout, default 300), STRAIT_IO_ENGINE=posix|uring.)";
 
 // The same data checks a rank makes, made once before any process starts.
-void check_data(const sched::TrainConfig& c) {
+void check_data(const TrainConfig& c) {
   sched::DatasetOptions d;
   d.context = c.ctx;
   d.seed = c.seed;
   const sched::ByteDataset dataset(sched::ByteCorpus::load(c.data), d);
   (void)dataset;
+}
+
+// The options whose values are words, as given; CLI::IsMember has checked those it can.
+struct Choices {
+  std::string schedule = "1f1b";
+  std::string freeze_variance = "auto";
+  std::string compress = "gradient";
+  std::string offload_optimizer = "cpu";
+  std::string offload_activations = "none";
+  std::string sample = "topk";
+};
+
+// The one place where the words become TrainConfig's enums; an unknown schedule or optimizer
+// place is an InvalidArgument naming the option and the choices.
+void parse_choices(const Choices& w, TrainConfig& c) {
+  c.schedule = sched::parse_schedule_kind(w.schedule);
+  c.offload_optimizer = offload::parse_optimizer_offload(w.offload_optimizer);
+  c.freeze_variance = w.freeze_variance == "on"    ? FreezeVariance::On
+                      : w.freeze_variance == "off" ? FreezeVariance::Off
+                                                   : FreezeVariance::Auto;
+  c.compress = w.compress == "momentum" ? CompressTarget::Momentum : CompressTarget::Gradient;
+  c.offload_activations = w.offload_activations == "cpu"    ? ActivationOffload::Cpu
+                          : w.offload_activations == "nvme" ? ActivationOffload::Nvme
+                                                            : ActivationOffload::None;
+  c.greedy = w.sample == "greedy";
 }
 
 // Seeds are unsigned: a leading minus is refused with a message that says so.
@@ -72,7 +100,9 @@ void add_train_command(CLI::App& app, const std::vector<std::string>& argv, int&
       "Train the reference GPT on a text corpus across local pipeline stages and "
       "data-parallel replicas");
   train->footer(kFooter);
-  auto c = std::make_shared<sched::TrainConfig>();
+  auto c = std::make_shared<TrainConfig>();
+  // The options spelled as words, parsed into TrainConfig's enums once, here (parse_choices).
+  auto words = std::make_shared<Choices>();
   auto data = std::make_shared<std::string>(c->data.string());
   auto offload = std::make_shared<std::string>(c->offload_dir.string());
   auto metrics = std::make_shared<std::string>();
@@ -80,7 +110,7 @@ void add_train_command(CLI::App& app, const std::vector<std::string>& argv, int&
 
   train->add_option("--stages", c->stages, "Pipeline stages")->capture_default_str();
   train->add_option("--replicas", c->replicas, "Data-parallel replicas")->capture_default_str();
-  train->add_option("--schedule", c->schedule, "Pipeline schedule: 1f1b or gpipe")
+  train->add_option("--schedule", words->schedule, "Pipeline schedule: 1f1b or gpipe")
       ->capture_default_str();
   train->add_option("--microbatches", c->microbatches, "Microbatches per replica per step")
       ->capture_default_str();
@@ -118,13 +148,13 @@ void add_train_command(CLI::App& app, const std::vector<std::string>& argv, int&
                    "Uncompressed steps before the codec takes over")
       ->capture_default_str();
   train
-      ->add_option("--freeze-variance", c->freeze_variance,
+      ->add_option("--freeze-variance", words->freeze_variance,
                    "Freeze AdamW's second moment when the codec takes over, as 1-bit Adam "
                    "does (auto: only with --compress momentum, which needs it)")
       ->check(CLI::IsMember({"auto", "on", "off"}))
       ->capture_default_str();
   train
-      ->add_option("--compress", c->compress,
+      ->add_option("--compress", words->compress,
                    "What the codec compresses: the gradient average, or each replica's AdamW "
                    "momentum (1-bit Adam; far closer to uncompressed training for topk and "
                    "onebit)")
@@ -132,7 +162,7 @@ void add_train_command(CLI::App& app, const std::vector<std::string>& argv, int&
       ->capture_default_str();
   train->add_option("--data", *data, "Text file or directory of text files")->capture_default_str();
   train
-      ->add_option("--offload-optimizer", c->offload_optimizer,
+      ->add_option("--offload-optimizer", words->offload_optimizer,
                    "Where the AdamW moments live: cpu (pinned host RAM) or nvme (a file per rank "
                    "under --offload-dir, streamed through io_uring)")
       ->capture_default_str();
@@ -143,7 +173,7 @@ void add_train_command(CLI::App& app, const std::vector<std::string>& argv, int&
                        "nvme)")
           ->capture_default_str();
   train
-      ->add_option("--offload-activations", c->offload_activations,
+      ->add_option("--offload-activations", words->offload_activations,
                    "Move each microbatch's stashed activations out of the model between its "
                    "forward and backward: none, cpu (pinned RAM) or nvme (files in --offload-dir); "
                    "same results, fewer resident activation slots")
@@ -164,7 +194,7 @@ void add_train_command(CLI::App& app, const std::vector<std::string>& argv, int&
   train->add_option("--sample-bytes", c->sample_bytes, "Bytes to generate at the end")
       ->capture_default_str();
   train
-      ->add_option("--sample", c->sample,
+      ->add_option("--sample", words->sample,
                    "How the sample picks each byte: topk (drawn from the --top-k most likely at "
                    "--temperature) or greedy (the most likely)")
       ->check(CLI::IsMember({"topk", "greedy"}))
@@ -191,7 +221,8 @@ void add_train_command(CLI::App& app, const std::vector<std::string>& argv, int&
                    "Seconds before a stuck collective fails (sets STRAIT_TIMEOUT_S; default 300)")
       ->check(CLI::Range(0.001, 1e6));
 
-  train->callback([c, data, offload, offload_dir, metrics, timeout_s, argv, &exit_code] {
+  train->callback([c, words, data, offload, offload_dir, metrics, timeout_s, argv, &exit_code] {
+    parse_choices(*words, *c);
     c->data = *data;
     c->offload_dir = *offload;
     c->metrics = *metrics;
@@ -201,13 +232,13 @@ void add_train_command(CLI::App& app, const std::vector<std::string>& argv, int&
       // Parent: fail fast on bad settings, then start the ranks.
       c->validate();
       check_data(*c);
-      if (offload_dir->count() > 0 && c->offload_optimizer != "nvme" &&
-          c->offload_activations != "nvme") {
+      if (offload_dir->count() > 0 && c->offload_optimizer != offload::OptimizerOffload::Nvme &&
+          c->offload_activations != ActivationOffload::Nvme) {
         fmt::print(stderr,
                    "strait train: note: --offload-dir is unused: the optimizer state stays in "
                    "RAM (--offload-optimizer {}) and activations are not offloaded to disk; pass "
                    "--offload-optimizer nvme or --offload-activations nvme to use it\n",
-                   c->offload_optimizer);
+                   words->offload_optimizer);
       }
       LaunchOptions launch_options;
       launch_options.nproc = c->world_size();
@@ -218,7 +249,7 @@ void add_train_command(CLI::App& app, const std::vector<std::string>& argv, int&
     }
     const std::string rank = rank_env;
     try {
-      sched::run_training_rank(*c);
+      run_training_rank(*c);
       exit_code = 0;
     } catch (const Error& e) {
       fmt::print(stderr, "strait train: rank {}: {}\n", rank, e.what());

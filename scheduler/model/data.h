@@ -21,7 +21,7 @@
 #include <cstdint>
 #include <span>
 
-#include "scheduler/corpus.h"
+#include "scheduler/model/corpus.h"
 
 namespace strait::sched {
 

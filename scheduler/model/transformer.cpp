@@ -1,4 +1,4 @@
-#include "scheduler/transformer.h"
+#include "scheduler/model/transformer.h"
 
 #include <fmt/format.h>
 
@@ -368,6 +368,11 @@ double StageModel<F>::run_forward(int slot, const std::int32_t* tokens, const F*
         "StageModel::forward: tokens (first stage), in_acts (other stages) and out_acts "
         "(non-last stages) must not be null");
   }
+  if (s.weight_pending) {
+    invalid(fmt::format(
+        "StageModel::forward: slot {} waits for backward_weight; run it before reusing the slot",
+        slot));
+  }
   s.forwarded = false;  // stays false if a check below throws
   s.backwardable = false;
   s.has_loss = false;
@@ -427,18 +432,30 @@ double StageModel<F>::run_forward(int slot, const std::int32_t* tokens, const F*
 
 template <class F>
 void StageModel<F>::backward(int slot, const F* dout_acts, F loss_scale, F* din_acts) {
-  check_slot(slot, "backward");
+  run_backward(slot, dout_acts, loss_scale, din_acts, false);
+}
+
+template <class F>
+void StageModel<F>::backward_input(int slot, const F* dout_acts, F loss_scale, F* din_acts) {
+  run_backward(slot, dout_acts, loss_scale, din_acts, true);
+}
+
+template <class F>
+void StageModel<F>::run_backward(int slot, const F* dout_acts, F loss_scale, F* din_acts,
+                                 bool split) {
+  const char* op = split ? "backward_input" : "backward";
+  check_slot(slot, op);
   Slot& s = slots_[sz(slot)];
   if (!s.backwardable) {
     invalid(
-        fmt::format("StageModel::backward: slot {} holds no forward to backpropagate (never "
+        fmt::format("StageModel::{}: slot {} holds no forward to backpropagate (never "
                     "run, already backpropagated, or run without targets): run forward on "
                     "it first",
-                    slot));
+                    op, slot));
   }
-  require_role(is_last() == (dout_acts == nullptr), "backward",
+  require_role(is_last() == (dout_acts == nullptr), op,
                "takes dout_acts if and only if it is not the last stage");
-  require_role(is_first() == (din_acts == nullptr), "backward",
+  require_role(is_first() == (din_acts == nullptr), op,
                "writes din_acts if and only if it is not the first stage");
   const int V = config_.vocab, C = config_.dim, NH = config_.heads;
   const int B = s.B, T = s.T, N = B * T;
@@ -449,6 +466,24 @@ void StageModel<F>::backward(int slot, const F* dout_acts, F loss_scale, F* din_
   F* dres = dres_.data();
   // Input of ln_f: the output of the stage's last block (every stage has at least one).
   const F* x_last = acts + blocks_base_ + (blocks_.size() - 1) * block_acts_.size + block_acts_.out;
+  // Split: weight gradients go nowhere (matmul) or to a discarded buffer (layernorm), and the
+  // gradient each weight op received is saved, in this order, for backward_weight.
+  const auto gw = [&](std::size_t offset) -> F* { return split ? nullptr : G + offset; };
+  const auto ln_w = [&](std::size_t offset) { return split ? ln_discard_.data() : G + offset; };
+  const auto ln_b = [&](std::size_t offset) { return split ? ln_discard_.data() + C : G + offset; };
+  F* saved = nullptr;
+  if (split) {
+    const std::ptrdiff_t per_block = 11 * nc;
+    const auto total = static_cast<std::size_t>(
+        per_block * static_cast<std::ptrdiff_t>(blocks_.size()) +
+        (is_last() ? static_cast<std::ptrdiff_t>(N) * V + nc : 0) + (is_first() ? nc : 0));
+    s.wgrads.resize(total);
+    saved = s.wgrads.data();
+    ln_discard_.assign(2 * static_cast<std::size_t>(C), F(0));
+  }
+  const auto save = [&](const F* from, std::ptrdiff_t n) {
+    if (saved != nullptr) saved = std::copy_n(from, n, saved);
+  };
 
   if (is_last()) {
     const HeadActs& h = head_acts_;
@@ -458,11 +493,13 @@ void StageModel<F>::backward(int slot, const F* dout_acts, F loss_scale, F* din_
     k::crossentropy_backward(dlogits_.data(), head + h.probs, ids_.data(),
                              loss_scale / static_cast<F>(N), N, V);
     std::fill_n(dln_.begin(), nc, F(0));
-    k::matmul_backward<F>(dln_.data(), G + *wte_, nullptr, dlogits_.data(), head + h.lnf, P + *wte_,
+    k::matmul_backward<F>(dln_.data(), gw(*wte_), nullptr, dlogits_.data(), head + h.lnf, P + *wte_,
                           N, C, V);
+    save(dlogits_.data(), static_cast<std::ptrdiff_t>(N) * V);
     std::fill_n(dres, nc, F(0));
-    k::layernorm_backward(dres, G + lnf_w_, G + lnf_b_, dln_.data(), x_last, P + lnf_w_,
+    k::layernorm_backward(dres, ln_w(lnf_w_), ln_b(lnf_b_), dln_.data(), x_last, P + lnf_w_,
                           head + h.lnf_mean, head + h.lnf_rstd, N, C);
+    save(dln_.data(), nc);
   } else {
     std::copy_n(dout_acts, nc, dres);
   }
@@ -473,36 +510,128 @@ void StageModel<F>::backward(int slot, const F* dout_acts, F loss_scale, F* din_
     F* a = acts + blocks_base_ + l * o.size;
     const F* x_in = l == 0 ? acts : acts + blocks_base_ + (l - 1) * o.size + o.out;
     // MLP branch: out = res2 + c_proj(gelu(c_fc(ln_2(res2)))).
+    save(dres, nc);
     std::fill_n(dfch_gelu_.begin(), 4 * nc, F(0));
-    k::matmul_backward(dfch_gelu_.data(), G + p.fcproj_w, G + p.fcproj_b, dres, a + o.fch_gelu,
+    k::matmul_backward(dfch_gelu_.data(), gw(p.fcproj_w), gw(p.fcproj_b), dres, a + o.fch_gelu,
                        P + p.fcproj_w, N, 4 * C, C);
     std::fill_n(dfch_.begin(), 4 * nc, F(0));
     k::gelu_backward(dfch_.data(), a + o.fch, dfch_gelu_.data(), 4 * nc);
     std::fill_n(dln_.begin(), nc, F(0));
-    k::matmul_backward(dln_.data(), G + p.fc_w, G + p.fc_b, dfch_.data(), a + o.ln2, P + p.fc_w, N,
+    k::matmul_backward(dln_.data(), gw(p.fc_w), gw(p.fc_b), dfch_.data(), a + o.ln2, P + p.fc_w, N,
                        C, 4 * C);
-    k::layernorm_backward(dres, G + p.ln2_w, G + p.ln2_b, dln_.data(), a + o.res2, P + p.ln2_w,
+    save(dfch_.data(), 4 * nc);
+    k::layernorm_backward(dres, ln_w(p.ln2_w), ln_b(p.ln2_b), dln_.data(), a + o.res2, P + p.ln2_w,
                           a + o.ln2_mean, a + o.ln2_rstd, N, C);
+    save(dln_.data(), nc);
     // Attention branch: res2 = x + c_proj(attn(c_attn(ln_1(x)))).
+    save(dres, nc);
     std::fill_n(datty_.begin(), nc, F(0));
-    k::matmul_backward(datty_.data(), G + p.attproj_w, G + p.attproj_b, dres, a + o.atty,
+    k::matmul_backward(datty_.data(), gw(p.attproj_w), gw(p.attproj_b), dres, a + o.atty,
                        P + p.attproj_w, N, C, C);
     std::fill_n(dqkv_.begin(), 3 * nc, F(0));
     k::attention_backward(dqkv_.data(), datt_scratch_.data(), datty_.data(), a + o.qkv, a + o.att,
                           B, T, C, NH);
     std::fill_n(dln_.begin(), nc, F(0));
-    k::matmul_backward(dln_.data(), G + p.qkv_w, G + p.qkv_b, dqkv_.data(), a + o.ln1, P + p.qkv_w,
+    k::matmul_backward(dln_.data(), gw(p.qkv_w), gw(p.qkv_b), dqkv_.data(), a + o.ln1, P + p.qkv_w,
                        N, C, 3 * C);
-    k::layernorm_backward(dres, G + p.ln1_w, G + p.ln1_b, dln_.data(), x_in, P + p.ln1_w,
+    save(dqkv_.data(), 3 * nc);
+    k::layernorm_backward(dres, ln_w(p.ln1_w), ln_b(p.ln1_b), dln_.data(), x_in, P + p.ln1_w,
                           a + o.ln1_mean, a + o.ln1_rstd, N, C);
+    save(dln_.data(), nc);
   }
   if (is_first()) {
-    get_ids(s, 0, N);
-    k::encoder_backward(G + *wte_, G + wpe_, dres, ids_.data(), B, T, C, V);
+    if (split) {
+      save(dres, nc);
+    } else {
+      get_ids(s, 0, N);
+      k::encoder_backward(G + *wte_, G + wpe_, dres, ids_.data(), B, T, C, V);
+    }
   } else {
     std::copy_n(dres, nc, din_acts);
   }
   s.backwardable = false;
+  s.weight_pending = split;
+}
+
+namespace {
+
+// layernorm_backward's weight and bias gradients alone, operation for operation
+// (kernels/layernorm.cpp), so that backward_weight adds the bits the fused backward adds.
+template <class F>
+void layernorm_weight_backward(F* dweight, F* dbias, const F* dout, const F* inp, const F* mean,
+                               const F* rstd, int N, int C) {
+  const auto c = static_cast<std::size_t>(C);
+  for (std::size_t r = 0; r < static_cast<std::size_t>(N); ++r) {
+    const F* x = inp + r * c;
+    const F* d = dout + r * c;
+    const F m = mean[r];
+    const F s = rstd[r];
+    for (std::size_t i = 0; i < c; ++i) {
+      const F n = (x[i] - m) * s;
+      dweight[i] += n * d[i];
+      dbias[i] += d[i];
+    }
+  }
+}
+
+}  // namespace
+
+template <class F>
+void StageModel<F>::backward_weight(int slot) {
+  check_slot(slot, "backward_weight");
+  Slot& s = slots_[sz(slot)];
+  if (!s.weight_pending) {
+    invalid(
+        fmt::format("StageModel::backward_weight: slot {} has no pending weight gradients: run "
+                    "backward_input on it first",
+                    slot));
+  }
+  const int V = config_.vocab, C = config_.dim;
+  const int B = s.B, T = s.T, N = B * T;
+  const auto nc = static_cast<std::ptrdiff_t>(N) * C;
+  const F* acts = s.acts.data();
+  const F* P = params_.data();
+  F* G = grads_.data();
+  const F* saved = s.wgrads.data();
+  const auto take = [&](std::ptrdiff_t n) {
+    const F* at = saved;
+    saved += n;
+    return at;
+  };
+  const F* x_last = acts + blocks_base_ + (blocks_.size() - 1) * block_acts_.size + block_acts_.out;
+  // The fused backward's weight-gradient calls, in its order (the tied wte of a single stage gets
+  // the unembedding's contribution first, the embedding's last).
+  if (is_last()) {
+    const HeadActs& h = head_acts_;
+    const F* head = acts + head_base_;
+    k::matmul_backward<F>(nullptr, G + *wte_, nullptr, take(static_cast<std::ptrdiff_t>(N) * V),
+                          head + h.lnf, P + *wte_, N, C, V);
+    layernorm_weight_backward(G + lnf_w_, G + lnf_b_, take(nc), x_last, head + h.lnf_mean,
+                              head + h.lnf_rstd, N, C);
+  }
+  for (std::size_t l = blocks_.size(); l-- > 0;) {
+    const BlockParams& p = blocks_[l];
+    const BlockActs& o = block_acts_;
+    const F* a = acts + blocks_base_ + l * o.size;
+    const F* x_in = l == 0 ? acts : acts + blocks_base_ + (l - 1) * o.size + o.out;
+    k::matmul_backward<F>(nullptr, G + p.fcproj_w, G + p.fcproj_b, take(nc), a + o.fch_gelu,
+                          P + p.fcproj_w, N, 4 * C, C);
+    k::matmul_backward<F>(nullptr, G + p.fc_w, G + p.fc_b, take(4 * nc), a + o.ln2, P + p.fc_w, N,
+                          C, 4 * C);
+    layernorm_weight_backward(G + p.ln2_w, G + p.ln2_b, take(nc), a + o.res2, a + o.ln2_mean,
+                              a + o.ln2_rstd, N, C);
+    k::matmul_backward<F>(nullptr, G + p.attproj_w, G + p.attproj_b, take(nc), a + o.atty,
+                          P + p.attproj_w, N, C, C);
+    k::matmul_backward<F>(nullptr, G + p.qkv_w, G + p.qkv_b, take(3 * nc), a + o.ln1, P + p.qkv_w,
+                          N, C, 3 * C);
+    layernorm_weight_backward(G + p.ln1_w, G + p.ln1_b, take(nc), x_in, a + o.ln1_mean,
+                              a + o.ln1_rstd, N, C);
+  }
+  if (is_first()) {
+    get_ids(s, 0, N);
+    k::encoder_backward(G + *wte_, G + wpe_, take(nc), ids_.data(), B, T, C, V);
+  }
+  s.weight_pending = false;
 }
 
 template <class F>
@@ -552,6 +681,12 @@ void StageModel<F>::restore_stash(int slot, const StashInfo& info) {
                         info.has_loss, is_last() ? "last" : "non-last"));
   }
   Slot& s = slots_[sz(slot)];
+  if (s.weight_pending) {
+    invalid(fmt::format(
+        "StageModel::restore_stash: slot {} waits for backward_weight; run it before reusing the "
+        "slot",
+        slot));
+  }
   s.B = info.B;
   s.T = info.T;
   s.forwarded = true;
