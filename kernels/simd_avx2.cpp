@@ -11,6 +11,7 @@
 #endif
 
 #include "kernels/adamw_simd.h"
+#include "kernels/quantize_impl.h"
 #include "kernels/reduce_simd.h"
 
 #if defined(__x86_64__)
@@ -182,6 +183,71 @@ struct Avx2 {
       return _mm256_blendv_epi8(x, y, _mm256_cmpgt_epi64(y, x));
     }
   };
+
+  // The codec lane type: F32 with 32-bit integer lanes beside it (kernels/quantize_impl.h).
+  struct Codec : F32 {
+    using U = __m256i;
+    STRAIT_SIMD_TARGET static U bits(V x) { return _mm256_castps_si256(x); }
+    STRAIT_SIMD_TARGET static V floats(U x) { return _mm256_castsi256_ps(x); }
+    STRAIT_SIMD_TARGET static V to_float(U x) { return _mm256_cvtepi32_ps(x); }
+    STRAIT_SIMD_TARGET static U trunc(V x) { return _mm256_cvttps_epi32(x); }
+    STRAIT_SIMD_TARGET static V floor(V x) {
+      return _mm256_round_ps(x, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+    }
+    STRAIT_SIMD_TARGET static V nearest(V x) {
+      return _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    }
+    STRAIT_SIMD_TARGET static U and_u(U x, U y) { return _mm256_and_si256(x, y); }
+    STRAIT_SIMD_TARGET static U or_u(U x, U y) { return _mm256_or_si256(x, y); }
+    STRAIT_SIMD_TARGET static U xor_u(U x, U y) { return _mm256_xor_si256(x, y); }
+    STRAIT_SIMD_TARGET static U add_u(U x, U y) { return _mm256_add_epi32(x, y); }
+    STRAIT_SIMD_TARGET static U mullo_u(U x, U y) { return _mm256_mullo_epi32(x, y); }
+    STRAIT_SIMD_TARGET static U min_u(U x, U y) { return _mm256_min_epu32(x, y); }
+    STRAIT_SIMD_TARGET static U max_u(U x, U y) { return _mm256_max_epu32(x, y); }
+    template <int kBits>
+    STRAIT_SIMD_TARGET static U srli_u(U x) {
+      return _mm256_srli_epi32(x, kBits);
+    }
+    STRAIT_SIMD_TARGET static U set1_u(std::uint32_t v) {
+      return _mm256_set1_epi32(static_cast<int>(v));
+    }
+    STRAIT_SIMD_TARGET static U iota_u() { return _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7); }
+    STRAIT_SIMD_TARGET static std::uint32_t hmax_u(U v) {
+      __m128i m = _mm_max_epu32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+      m = _mm_max_epu32(m, _mm_shuffle_epi32(m, 0x4e));
+      m = _mm_max_epu32(m, _mm_shuffle_epi32(m, 0xb1));
+      return static_cast<std::uint32_t>(_mm_cvtsi128_si32(m));
+    }
+    STRAIT_SIMD_TARGET static std::uint32_t sign_bits(V x) {
+      return static_cast<std::uint32_t>(_mm256_movemask_ps(x));
+    }
+    STRAIT_SIMD_TARGET static V select_signs(std::uint32_t m, V pos, V neg) {
+      const __m256i lane_bit = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
+      const __m256i set = _mm256_cmpeq_epi32(
+          _mm256_and_si256(_mm256_set1_epi32(static_cast<int>(m)), lane_bit), lane_bit);
+      return _mm256_blendv_ps(pos, neg, _mm256_castsi256_ps(set));
+    }
+    // The packs work per 128-bit lane: dwords come out as a0 b0 c0 d0 a1 b1 c1 d1.
+    STRAIT_SIMD_TARGET static __m256i pack_i8(const U* r) {
+      const __m256i packed =
+          _mm256_packs_epi16(_mm256_packs_epi32(r[0], r[1]), _mm256_packs_epi32(r[2], r[3]));
+      return _mm256_permutevar8x32_epi32(packed, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    }
+    STRAIT_SIMD_TARGET static __m128i narrow_i16(__m256i w) {
+      return _mm256_castsi256_si128(_mm256_permute4x64_epi64(_mm256_packus_epi16(w, w), 0x08));
+    }
+    STRAIT_SIMD_TARGET static void from_i8(__m128i e, V* v) {
+      v[0] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(e));
+      v[1] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(e, 8)));
+    }
+    STRAIT_SIMD_TARGET static void store_u16(void* out, const U* r) {
+      const __m256i p = _mm256_packus_epi32(r[0], r[1]);  // per 128-bit lane
+      _mm256_storeu_si256(static_cast<__m256i*>(out), _mm256_permute4x64_epi64(p, 0xd8));
+    }
+    STRAIT_SIMD_TARGET static void store_f16(void* out, V v) {
+      store128(out, _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
+    }
+  };
 };
 
 }  // namespace
@@ -196,6 +262,10 @@ std::size_t scale_avx2(DType dtype, void* inout, std::size_t count, double facto
 
 std::size_t adamw_avx2(const AdamWScalars& s, const AdamWRange& r) noexcept {
   return simd::adamw_driver<Avx2::F32>(s, r);
+}
+
+const CodecKernels& avx2_codec_kernels() {
+  return simd::codec_driver<Avx2>();
 }
 
 }  // namespace strait::kernels::detail

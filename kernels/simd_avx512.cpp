@@ -13,6 +13,7 @@
 #endif
 
 #include "kernels/adamw_simd.h"
+#include "kernels/quantize_impl.h"
 #include "kernels/reduce_simd.h"
 
 #if defined(__x86_64__)
@@ -215,6 +216,60 @@ struct Avx512 {
     STRAIT_SIMD_TARGET static V min(V x, V y) { return _mm512_min_epi64(x, y); }
     STRAIT_SIMD_TARGET static V max(V x, V y) { return _mm512_max_epi64(x, y); }
   };
+
+  // The codec lane type: F32 with 32-bit integer lanes beside it (kernels/quantize_impl.h).
+  struct Codec : F32 {
+    using U = __m512i;
+    STRAIT_SIMD_TARGET static U bits(V x) { return _mm512_castps_si512(x); }
+    STRAIT_SIMD_TARGET static V floats(U x) { return _mm512_castsi512_ps(x); }
+    STRAIT_SIMD_TARGET static V to_float(U x) { return _mm512_cvtepi32_ps(x); }
+    STRAIT_SIMD_TARGET static U trunc(V x) { return _mm512_cvttps_epi32(x); }
+    STRAIT_SIMD_TARGET static V floor(V x) {
+      return _mm512_roundscale_ps(x, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+    }
+    STRAIT_SIMD_TARGET static V nearest(V x) {
+      return _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    }
+    STRAIT_SIMD_TARGET static U and_u(U x, U y) { return _mm512_and_si512(x, y); }
+    STRAIT_SIMD_TARGET static U or_u(U x, U y) { return _mm512_or_si512(x, y); }
+    STRAIT_SIMD_TARGET static U xor_u(U x, U y) { return _mm512_xor_si512(x, y); }
+    STRAIT_SIMD_TARGET static U add_u(U x, U y) { return _mm512_add_epi32(x, y); }
+    STRAIT_SIMD_TARGET static U mullo_u(U x, U y) { return _mm512_mullo_epi32(x, y); }
+    STRAIT_SIMD_TARGET static U min_u(U x, U y) { return _mm512_min_epu32(x, y); }
+    STRAIT_SIMD_TARGET static U max_u(U x, U y) { return _mm512_max_epu32(x, y); }
+    template <int kBits>
+    STRAIT_SIMD_TARGET static U srli_u(U x) {
+      return _mm512_srli_epi32(x, kBits);
+    }
+    STRAIT_SIMD_TARGET static U set1_u(std::uint32_t v) {
+      return _mm512_set1_epi32(static_cast<int>(v));
+    }
+    STRAIT_SIMD_TARGET static U iota_u() {
+      return _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    }
+    STRAIT_SIMD_TARGET static std::uint32_t hmax_u(U v) { return _mm512_reduce_max_epu32(v); }
+    STRAIT_SIMD_TARGET static std::uint32_t sign_bits(V x) {
+      return _mm512_movepi32_mask(_mm512_castps_si512(x));
+    }
+    STRAIT_SIMD_TARGET static V select_signs(std::uint32_t m, V pos, V neg) {
+      return _mm512_mask_blend_ps(static_cast<__mmask16>(m), pos, neg);
+    }
+    // Each narrowing holds: the values are within -127..127.
+    STRAIT_SIMD_TARGET static __m256i pack_i8(const U* r) {
+      return _mm256_setr_m128i(_mm512_cvtepi32_epi8(r[0]), _mm512_cvtepi32_epi8(r[1]));
+    }
+    STRAIT_SIMD_TARGET static __m128i narrow_i16(__m256i w) { return _mm256_cvtepi16_epi8(w); }
+    STRAIT_SIMD_TARGET static void from_i8(__m128i e, V* v) {
+      v[0] = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(e));
+    }
+    STRAIT_SIMD_TARGET static void store_u16(void* out, const U* r) {
+      _mm256_storeu_si256(static_cast<__m256i*>(out), _mm512_cvtepi32_epi16(r[0]));
+    }
+    STRAIT_SIMD_TARGET static void store_f16(void* out, V v) {
+      _mm256_storeu_si256(static_cast<__m256i*>(out),
+                          _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
+    }
+  };
 };
 
 }  // namespace
@@ -230,6 +285,10 @@ std::size_t scale_avx512(DType dtype, void* inout, std::size_t count, double fac
 
 std::size_t adamw_avx512(const AdamWScalars& s, const AdamWRange& r) noexcept {
   return simd::adamw_driver<Avx512::F32>(s, r);
+}
+
+const CodecKernels& avx512_codec_kernels() {
+  return simd::codec_driver<Avx512>();
 }
 
 }  // namespace strait::kernels::detail
