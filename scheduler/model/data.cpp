@@ -11,17 +11,10 @@
 #include <vector>
 
 #include "core/error.h"
+#include "scheduler/model/mix64.h"
 
 namespace strait::sched {
 namespace {
-
-// splitmix64's output function (Steele, Lea, Flood 2014): a bijection with full avalanche.
-constexpr std::uint64_t mix64(std::uint64_t z) {
-  z += 0x9e3779b97f4a7c15ULL;
-  z = (z ^ (z >> 30U)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27U)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31U);
-}
 
 // Uniform in [0, n) from the splitmix64 stream seeded with `key`: values below 2^64 mod n are
 // rejected so that the remaining range is a multiple of n (no modulo bias).

@@ -8,17 +8,10 @@
 #include <vector>
 
 #include "core/error.h"
+#include "scheduler/model/mix64.h"
 
 namespace strait::sched {
 namespace {
-
-// splitmix64's output function: nearby keys give unrelated outputs.
-constexpr std::uint64_t mix64(std::uint64_t z) {
-  z += 0x9e3779b97f4a7c15ULL;
-  z = (z ^ (z >> 30U)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27U)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31U);
-}
 
 Error bad(const std::string& message) {
   return Error(ErrorCode::InvalidArgument, message);

@@ -17,6 +17,7 @@
 #include "kernels/layernorm.h"
 #include "kernels/matmul.h"
 #include "kernels/residual.h"
+#include "scheduler/model/mix64.h"
 
 namespace strait::sched {
 namespace {
@@ -41,19 +42,11 @@ std::uint64_t fnv1a(std::string_view s) {
   return h;
 }
 
-// SplitMix64 finaliser (Steele, Lea, Flood 2014): decorrelates nearby seeds.
-std::uint64_t splitmix64(std::uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
-
 // N(0, stddev) values for one tensor, a function of (seed, name) only. Box-Muller on
 // std::mt19937_64, whose output sequence the standard fixes (std::normal_distribution's is not).
 template <class F>
 void fill_normal(std::span<F> out, double stddev, std::uint64_t seed, std::string_view name) {
-  std::mt19937_64 gen(splitmix64(splitmix64(seed) ^ fnv1a(name)));
+  std::mt19937_64 gen(mix64(mix64(seed) ^ fnv1a(name)));
   constexpr double kTwoPow53 = 9007199254740992.0;
   auto uniform = [&gen] { return static_cast<double>(gen() >> 11) / kTwoPow53; };  // [0, 1)
   for (std::size_t i = 0; i < out.size(); i += 2) {
