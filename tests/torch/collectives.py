@@ -10,22 +10,14 @@ list all_to_all) are compared with what gloo's allreduce / all_gather / all_to_a
 Exits 0 when every check passed; prints each failure.
 """
 
-import datetime
 import sys
 
-try:
-    import torch
-except ImportError as _e:  # skipped (ctest SKIP_RETURN_CODE 77) only when torch is missing
-    print(f"SKIP: {sys.executable} has no torch ({_e}); scripts/setup.sh installs python3-torch",
-          flush=True)
-    sys.exit(77)
+import torch_job  # torch (or skip), strait's default group, a gloo group
+
+import torch
 import torch.distributed as dist
 
-import strait.torch  # noqa: F401 (registers the backend)
-
-dist.init_process_group("strait", timeout=datetime.timedelta(seconds=60))
-RANK, P = dist.get_rank(), dist.get_world_size()
-GLOO = dist.new_group(backend="gloo")
+RANK, P, GLOO = torch_job.start()
 STRAIT = dist.group.WORLD
 failures = []
 checks = 0

@@ -5,23 +5,15 @@ bit-identical parameters (2 ranks: each gradient element is one addition, the sa
 order). Run as 2 ranks: `strait run -n 2 -- /usr/bin/python3 tests/torch/ddp.py`.
 """
 
-import datetime
 import sys
 
-try:
-    import torch
-except ImportError as _e:  # skipped (ctest SKIP_RETURN_CODE 77) only when torch is missing
-    print(f"SKIP: {sys.executable} has no torch ({_e}); scripts/setup.sh installs python3-torch",
-          flush=True)
-    sys.exit(77)
+import torch_job  # torch (or skip), strait's default group, a gloo group
+
+import torch
 import torch.distributed as dist
 import torch.nn as nn
 
-import strait.torch  # noqa: F401
-
-dist.init_process_group("strait", timeout=datetime.timedelta(seconds=60))
-RANK = dist.get_rank()
-GLOO = dist.new_group(backend="gloo")
+RANK, _, GLOO = torch_job.start()
 
 
 def train(group, steps=4):

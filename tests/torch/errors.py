@@ -8,20 +8,13 @@ import datetime
 import sys
 import time
 
-try:
-    import torch
-except ImportError as _e:  # skipped (ctest SKIP_RETURN_CODE 77) only when torch is missing
-    print(f"SKIP: {sys.executable} has no torch ({_e}); scripts/setup.sh installs python3-torch",
-          flush=True)
-    sys.exit(77)
+import torch_job  # torch (or skip), strait's default group, a gloo group
+
+import torch
 import torch.distributed as dist
 
-import strait.torch  # noqa: F401
-
-dist.init_process_group("strait", timeout=datetime.timedelta(seconds=60))
-RANK, P = dist.get_rank(), dist.get_world_size()
+RANK, P, GLOO = torch_job.start()
 assert P == 2, "run with 2 ranks"
-GLOO = dist.new_group(backend="gloo")
 failures = []
 
 
