@@ -4,7 +4,7 @@
 // memory its buffers live in (resolved once), built from the selection table's row
 // (comm/algorithms/registry.h), fingerprinted and submitted. The C API and the torch backend go
 // through the same entry points, so a new collective is added here, in the check, the describe and
-// one registry row.
+// one registry row (its name in selection.cpp, its constructor in registry.cpp).
 //
 // Buffers and counts follow NCCL's conventions, per kind (counts in elements of dtype):
 //   Send        send: count bytes                to rank `root` (the peer), tag `tag`
