@@ -24,7 +24,8 @@ import os
 from ctypes import POINTER, c_char_p, c_int, c_int64, c_size_t, c_uint, c_uint64, c_void_p
 
 __all__ = ["lib", "library_path", "find_library", "StraitError", "check", "error_string",
-           "Config", "Store", "STORE_SET", "STORE_GET", "STORE_ADD", "STORE_WAIT"]
+           "Config", "Store", "STORE_SET", "STORE_GET", "STORE_ADD", "STORE_WAIT", "MatrixShape",
+           "Compression", "Stats", "STATS_FIELDS"]
 
 # straitResult_t (strait.h); names as straitGetErrorString gives them.
 SUCCESS = 0
@@ -47,6 +48,7 @@ WAIT_DEADLINE = -1
 CONFIG_UNDEF_INT = -(2**31)
 CONFIG_MAGIC = 0x57A17C0F
 STORE_MAGIC = 0x57A1570F
+COMPRESSION_MAGIC = 0x57A1C0DF
 HEADER_VERSION = 0 * 10000 + 1 * 100 + 0  # STRAIT_VERSION(0, 1, 0) of the strait.h bound here
 
 
@@ -149,6 +151,38 @@ class Store(ctypes.Structure):
                    wait_cb if wait_cb is not None else STORE_WAIT())
 
 
+class MatrixShape(ctypes.Structure):
+    """straitMatrixShape_t: rows x cols elements, row-major, `offset` elements into the buffer."""
+    _fields_ = [("offset", c_int64), ("rows", c_int64), ("cols", c_int64)]
+
+
+class Compression(ctypes.Structure):
+    """straitCompression_v1. Construct with Compression.new(codec, key, matrices, count)."""
+    _fields_ = [("size", c_size_t), ("magic", c_uint), ("version", c_uint),
+                ("codec", c_char_p), ("key", c_char_p), ("matrices", POINTER(MatrixShape)),
+                ("matrixCount", c_int64)]
+
+    @classmethod
+    def new(cls, codec, key=None, matrices=None, count=0):
+        """codec and key as bytes; matrices: a ctypes array of `count` MatrixShape, or None."""
+        return cls(ctypes.sizeof(cls), COMPRESSION_MAGIC, HEADER_VERSION, codec, key, matrices,
+                   count)
+
+
+STATS_FIELDS = ["allreduceBytes", "broadcastBytes", "allgatherBytes", "sendBytes",
+                "reduceScatterBytes", "reduceBytes", "gatherBytes", "scatterBytes",
+                "alltoallBytes"]
+
+
+class Stats(ctypes.Structure):
+    """straitStats_v1: payload bytes sent, by operation. Construct with Stats.new()."""
+    _fields_ = [("size", c_size_t)] + [(f, c_uint64) for f in STATS_FIELDS]
+
+    @classmethod
+    def new(cls):
+        return cls(ctypes.sizeof(cls))
+
+
 # ---- functions ----
 
 _R = c_int  # straitResult_t
@@ -168,6 +202,7 @@ _SIGNATURES = {
     "straitCommUserRank": (_R, [_P, POINTER(c_int)]),
     "straitCommSetTimeout": (_R, [_P, _I64]),
     "straitCommGetTimeout": (_R, [_P, POINTER(_I64)]),
+    "straitCommGetStats": (_R, [_P, POINTER(Stats)]),
     "straitTest": (_R, [_P]),
     "straitWait": (_R, [_P, _I64]),
     "straitRequestGetError": (c_char_p, [_P]),
@@ -175,6 +210,10 @@ _SIGNATURES = {
     # (send, recv, count, dtype, op, comm, stream[, request])
     "straitAllReduce": (_R, [_P, _P, _I64, c_int, c_int, _P, _P]),
     "straitAllReduceAsync": (_R, [_P, _P, _I64, c_int, c_int, _P, _P, _PP]),
+    # (send, recv, count, dtype, op, compression, comm[, request])
+    "straitAllReduceCompressed": (_R, [_P, _P, _I64, c_int, c_int, POINTER(Compression), _P]),
+    "straitAllReduceCompressedAsync": (_R, [_P, _P, _I64, c_int, c_int, POINTER(Compression),
+                                            _P, _PP]),
     "straitBroadcast": (_R, [_P, _I64, c_int, c_int, _P, _P]),
     "straitBroadcastAsync": (_R, [_P, _I64, c_int, c_int, _P, _P, _PP]),
     "straitReduce": (_R, [_P, _P, _I64, c_int, c_int, c_int, _P, _P]),

@@ -21,9 +21,8 @@ backend hands DDP's C++ Reducer finished operations (README, PyTorch), so withou
 allreduce does not overlap the backward pass; this hook's futures do, even with codec "none".
 
 The library is the libstrait.so strait._capi finds ($STRAIT_LIBRARY, the install prefix, the
-build tree, the loader's path). The hooks bind the few C functions they need themselves
-(straitAllReduceCompressedAsync, straitCommGetStats and the structs they take are not in
-strait._capi).
+build tree, the loader's path), through that one binding; the hook's communicator bootstraps over
+the c10d store with the backend's store callbacks.
 """
 
 import ctypes
@@ -35,7 +34,7 @@ import queue
 import threading
 import warnings
 import weakref
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 import torch
 import torch.distributed as dist
@@ -48,227 +47,21 @@ __all__ = [
     "load_library",
 ]
 
-# ---- the C API (tools/capi/strait.h), only what the hooks use --------------------------------
+# ---- the C API: strait._capi's binding, the backend's store callbacks ------------------------
 
-_SUCCESS, _TIMEOUT, _PEER_LOST, _IO_ERROR, _INTERNAL = 0, 3, 4, 6, 8
-_FLOAT32, _AVG = 7, 4
-_WAIT_DEADLINE = -1
-_CONFIG_MAGIC, _STORE_MAGIC, _COMPRESSION_MAGIC = 0x57A17C0F, 0x57A1570F, 0x57A1C0DF
-_UNDEF_INT = -(2**31)
-_HEADER_VERSION = 100  # STRAIT_VERSION(0, 1, 0): the struct layouts below are version 0.1's
-
-
-try:
-    # One exception type for the backend and the hooks (strait._capi loads libstrait.so).
-    from strait._capi import StraitError
-except ImportError:  # the library cannot be loaded: load_library() says why when called
-    class StraitError(RuntimeError):  # type: ignore[no-redef]
-        """A strait call failed: `code` is its straitResult_t, the message strait's own."""
-
-        def __init__(self, code: int, message: str):
-            super().__init__(message)
-            self.code = code
-
-
-class _Config(ctypes.Structure):
-    _fields_ = [
-        ("size", ctypes.c_size_t),
-        ("magic", ctypes.c_uint),
-        ("version", ctypes.c_uint),
-        ("timeoutMs", ctypes.c_int64),
-        ("streams", ctypes.c_int),
-        ("siteCount", ctypes.c_int),
-        ("sites", ctypes.POINTER(ctypes.c_int)),
-        ("tuneFile", ctypes.c_char_p),
-        ("tune", ctypes.c_char_p),
-    ]
-
-
-_SetFn = ctypes.CFUNCTYPE(
-    ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(ctypes.c_char), ctypes.c_size_t,
-    ctypes.c_void_p, ctypes.c_size_t)
-_GetFn = ctypes.CFUNCTYPE(
-    ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(ctypes.c_char), ctypes.c_size_t, ctypes.c_int64,
-    ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t))
-_AddFn = ctypes.CFUNCTYPE(
-    ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(ctypes.c_char), ctypes.c_size_t, ctypes.c_int64,
-    ctypes.POINTER(ctypes.c_int64))
-_WaitFn = ctypes.CFUNCTYPE(
-    ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p),
-    ctypes.POINTER(ctypes.c_size_t), ctypes.c_size_t, ctypes.c_int64)
-
-
-class _Store(ctypes.Structure):
-    _fields_ = [
-        ("size", ctypes.c_size_t),
-        ("magic", ctypes.c_uint),
-        ("version", ctypes.c_uint),
-        ("userData", ctypes.c_void_p),
-        ("set", _SetFn),
-        ("get", _GetFn),
-        ("add", _AddFn),
-        ("wait", _WaitFn),
-    ]
-
-
-class _MatrixShape(ctypes.Structure):
-    _fields_ = [("offset", ctypes.c_int64), ("rows", ctypes.c_int64), ("cols", ctypes.c_int64)]
-
-
-class _Compression(ctypes.Structure):
-    _fields_ = [
-        ("size", ctypes.c_size_t),
-        ("magic", ctypes.c_uint),
-        ("version", ctypes.c_uint),
-        ("codec", ctypes.c_char_p),
-        ("key", ctypes.c_char_p),
-        ("matrices", ctypes.POINTER(_MatrixShape)),
-        ("matrixCount", ctypes.c_int64),
-    ]
-
-
-_STATS_FIELDS = ["allreduceBytes", "broadcastBytes", "allgatherBytes", "sendBytes",
-                 "reduceScatterBytes", "reduceBytes", "gatherBytes", "scatterBytes",
-                 "alltoallBytes"]
-
-
-class _Stats(ctypes.Structure):
-    _fields_ = [("size", ctypes.c_size_t)] + [(f, ctypes.c_uint64) for f in _STATS_FIELDS]
-
-
-_lib: Optional[ctypes.CDLL] = None
-_lib_lock = threading.Lock()
-
-
-def _library_candidates() -> List[str]:
-    try:
-        # The library the backend found (strait._capi: $STRAIT_LIBRARY, the install prefix, the
-        # build tree, the loader's path), so that both use one libstrait.so.
-        from strait import _capi
-        return [_capi.library_path]
-    except ImportError:
-        pass
-    if os.environ.get("STRAIT_LIBRARY"):
-        return [os.environ["STRAIT_LIBRARY"]]
-    here = os.path.dirname(os.path.abspath(__file__))
-    root = os.path.normpath(os.path.join(here, "..", "..", "..", ".."))  # tools/python/strait/torch
-    return [os.path.join(root, "build", "lib", "libstrait.so"), "libstrait.so.0"]
+from strait import _capi as C  # noqa: E402 (after torch: the backend's module needs it)
+from strait._capi import StraitError  # noqa: E402
+from strait.torch.backend import _StoreCallbacks  # noqa: E402
 
 
 def load_library() -> ctypes.CDLL:
-    """Loads libstrait.so once: the one strait._capi found, else $STRAIT_LIBRARY, else the
-    build tree, else the loader's path. A CDLL of its own (the same loaded library) so that the
-    argument types set here do not clash with strait._capi's.
-
-    Raises OSError naming every place tried when none loads.
-    """
-    global _lib
-    with _lib_lock:
-        if _lib is not None:
-            return _lib
-        errors = []
-        for path in _library_candidates():
-            try:
-                lib = ctypes.CDLL(path)
-                break
-            except OSError as e:
-                errors.append(f"{path}: {e}")
-        else:
-            raise OSError("strait.torch.hooks: cannot load libstrait.so (" + "; ".join(errors) +
-                          "): build it (scripts/build.sh) or set STRAIT_LIBRARY to its path")
-        c = ctypes
-        sigs = {
-            "straitGetErrorString": (c.c_char_p, [c.c_int]),
-            "straitGetLastError": (c.c_char_p, [c.c_void_p]),
-            "straitCommInitStore": (c.c_int, [c.POINTER(c.c_void_p), c.c_int, c.c_int,
-                                              c.POINTER(_Store), c.POINTER(_Config)]),
-            "straitCommDestroy": (c.c_int, [c.c_void_p]),
-            "straitCommGetStats": (c.c_int, [c.c_void_p, c.POINTER(_Stats)]),
-            "straitAllReduceAsync": (c.c_int, [c.c_void_p, c.c_void_p, c.c_int64, c.c_int, c.c_int,
-                                               c.c_void_p, c.c_void_p, c.POINTER(c.c_void_p)]),
-            "straitAllReduceCompressedAsync": (c.c_int, [
-                c.c_void_p, c.c_void_p, c.c_int64, c.c_int, c.c_int, c.POINTER(_Compression),
-                c.c_void_p, c.POINTER(c.c_void_p)]),
-            "straitWait": (c.c_int, [c.c_void_p, c.c_int64]),
-            "straitRequestGetError": (c.c_char_p, [c.c_void_p]),
-            "straitRequestFree": (c.c_int, [c.c_void_p]),
-        }
-        for name, (restype, argtypes) in sigs.items():
-            fn = getattr(lib, name)
-            fn.restype, fn.argtypes = restype, argtypes
-        _lib = lib
-        return lib
+    """The libstrait.so strait._capi loaded ($STRAIT_LIBRARY, the install prefix, the build
+    tree, the loader's path), with its functions' argument types set."""
+    return C.lib
 
 
 def _check(rc: int, what: str, comm: Optional[int] = None) -> None:
-    if rc == _SUCCESS:
-        return
-    lib = load_library()
-    detail = lib.straitGetLastError(comm).decode(errors="replace")
-    name = lib.straitGetErrorString(rc).decode(errors="replace")
-    raise StraitError(rc, f"{what} failed: {detail or name}")
-
-
-# ---- bootstrap over a c10d Store ---------------------------------------------------------------
-
-
-class _StoreBridge:
-    """straitStore_t callbacks over a torch.distributed Store (c10d). Keeps the ctypes thunks
-    alive as long as the communicator (strait calls them only while connecting)."""
-
-    def __init__(self, store: "dist.Store"):
-        self.store = store
-        self.failure = ""  # the last Python exception, for the error strait then reports
-        self.struct = _Store(ctypes.sizeof(_Store), _STORE_MAGIC, _HEADER_VERSION, None,
-                             _SetFn(self._set), _GetFn(self._get), _AddFn(self._add),
-                             _WaitFn(self._wait))
-
-    def _fail(self, e: BaseException) -> int:
-        self.failure = f"{type(e).__name__}: {e}"
-        text = str(e).lower()
-        if "timeout" in text or "timed out" in text:
-            return _TIMEOUT
-        if "connect" in text or "broken pipe" in text or "reset by peer" in text:
-            return _PEER_LOST
-        return _IO_ERROR
-
-    @staticmethod
-    def _key(key, length) -> str:
-        return ctypes.string_at(key, length).decode("latin-1")
-
-    def _set(self, _ud, key, klen, value, vlen):
-        try:
-            self.store.set(self._key(key, klen), ctypes.string_at(value, vlen) if vlen else b"")
-            return _SUCCESS
-        except BaseException as e:  # noqa: BLE001 (no exception may cross into C)
-            return self._fail(e)
-
-    def _get(self, _ud, key, klen, timeout_ms, value, capacity, out_len):
-        try:
-            k = self._key(key, klen)
-            self.store.wait([k], datetime.timedelta(milliseconds=max(int(timeout_ms), 1)))
-            data = self.store.get(k)
-            out_len[0] = len(data)
-            if capacity:
-                ctypes.memmove(value, data, min(len(data), capacity))
-            return _SUCCESS
-        except BaseException as e:  # noqa: BLE001
-            return self._fail(e)
-
-    def _add(self, _ud, key, klen, delta, result):
-        try:
-            result[0] = int(self.store.add(self._key(key, klen), int(delta)))
-            return _SUCCESS
-        except BaseException as e:  # noqa: BLE001
-            return self._fail(e)
-
-    def _wait(self, _ud, keys, lens, count, timeout_ms):
-        try:
-            names = [ctypes.string_at(keys[i], lens[i]).decode("latin-1") for i in range(count)]
-            self.store.wait(names, datetime.timedelta(milliseconds=max(int(timeout_ms), 1)))
-            return _SUCCESS
-        except BaseException as e:  # noqa: BLE001
-            return self._fail(e)
+    C.check(rc, comm, what)
 
 
 _instances = itertools.count()
@@ -312,18 +105,17 @@ class _Waiter:
         self._thread.join(timeout=60)
 
     def _run(self) -> None:
-        lib = load_library()
         while True:
             item = self._queue.get()
             if item is None:
                 return
             request, fut, result, finish, _keep = item
             # The wait is bounded by the operation's own deadline (the communicator's timeout).
-            rc = lib.straitWait(request, _WAIT_DEADLINE)
+            rc = C.straitWait(request, C.WAIT_DEADLINE)
             try:
-                if rc != _SUCCESS:
-                    msg = lib.straitRequestGetError(request).decode(errors="replace")
-                    name = lib.straitGetErrorString(rc).decode(errors="replace")
+                if rc != C.SUCCESS:
+                    msg = (C.straitRequestGetError(request) or b"").decode(errors="replace")
+                    name = C.error_string(rc)
                     fut.set_exception(StraitError(
                         rc, f"strait.torch.hooks: bucket allreduce failed: {msg or name}"))
                     continue
@@ -333,7 +125,7 @@ class _Waiter:
             except BaseException as e:  # noqa: BLE001 (the future carries it to DDP)
                 fut.set_exception(e)
             finally:
-                lib.straitRequestFree(request)
+                C.straitRequestFree(request)
 
 
 # ---- the state and the hook --------------------------------------------------------------------
@@ -389,17 +181,16 @@ class CompressionState:
         # one default store.
         ranks = dist.distributed_c10d._pg_group_ranks.get(group) if group is not None else None
         tag = hashlib.sha1(repr(sorted(ranks) if ranks else "world").encode()).hexdigest()[:8]
-        self._bridge = _StoreBridge(
+        self._bridge = _StoreCallbacks(
             dist.PrefixStore(f"strait_hooks/{self.key_prefix}/{tag}/", _group_store(group)))
-        lib = load_library()
-        config = _Config(ctypes.sizeof(_Config), _CONFIG_MAGIC, _HEADER_VERSION,
-                         max(1, int(timeout_s * 1000)), _UNDEF_INT, 0, None, None, None)
+        config = C.Config.new()
+        config.timeoutMs = max(1, int(timeout_s * 1000))
         comm = ctypes.c_void_p()
-        rc = lib.straitCommInitStore(ctypes.byref(comm), self.world_size, self.rank,
-                                     ctypes.byref(self._bridge.struct), ctypes.byref(config))
-        if rc != _SUCCESS:
-            detail = lib.straitGetLastError(None).decode(errors="replace")
-            extra = f" (store: {self._bridge.failure})" if self._bridge.failure else ""
+        rc = C.straitCommInitStore(ctypes.byref(comm), self.world_size, self.rank,
+                                   ctypes.byref(self._bridge.struct), ctypes.byref(config))
+        if rc != C.SUCCESS:
+            detail = C.last_error(None)
+            extra = f" (store: {self._bridge.errors[-1]})" if self._bridge.errors else ""
             raise StraitError(rc, f"CompressionState: connecting rank {self.rank} of "
                                   f"{self.world_size} over the process group's store failed: "
                                   f"{detail}{extra}")
@@ -412,7 +203,7 @@ class CompressionState:
     @staticmethod
     def _release(waiter: _Waiter, comm: int) -> None:
         waiter.close()
-        load_library().straitCommDestroy(comm)
+        C.straitCommDestroy(comm)
 
     def close(self) -> None:
         """Finishes pending buckets and frees the communicator (also done at exit)."""
@@ -421,11 +212,10 @@ class CompressionState:
     def stats(self) -> Dict[str, int]:
         """Payload bytes this rank's hook communicator has sent, by operation (strait's
         straitCommGetStats): {"allreduceBytes": ..., ...}."""
-        s = _Stats()
-        s.size = ctypes.sizeof(_Stats)
-        _check(load_library().straitCommGetStats(self._comm, ctypes.byref(s)),
-               "straitCommGetStats", self._comm)
-        return {f: int(getattr(s, f)) for f in _STATS_FIELDS}
+        s = C.Stats.new()
+        _check(C.straitCommGetStats(self._comm, ctypes.byref(s)), "straitCommGetStats",
+               self._comm)
+        return {f: int(getattr(s, f)) for f in C.STATS_FIELDS}
 
     # PowerSGD: the bucket's >= 2-D gradients as rows x cols matrices (conv kernels flattened to
     # [out, in * kh * kw], as torch's PowerSGD hook does), cached per bucket index and layout.
@@ -445,8 +235,8 @@ class CompressionState:
             offset = delta // g.element_size() if inside else running
             running = offset + g.numel()
             if g.dim() >= 2 and g.numel() > 0:
-                shapes.append(_MatrixShape(offset, g.shape[0], g.numel() // g.shape[0]))
-        array = (_MatrixShape * len(shapes))(*shapes) if shapes else None
+                shapes.append(C.MatrixShape(offset, g.shape[0], g.numel() // g.shape[0]))
+        array = (C.MatrixShape * len(shapes))(*shapes) if shapes else None
         self._layouts[bucket.index()] = (layout, (array, len(shapes)))
         return array, len(shapes)
 
@@ -465,7 +255,6 @@ def compressed_allreduce(state: CompressionState,
     raises from backward(). A NaN or Inf gradient fails the step on its rank at once
     (straitInvalidArgument) and on the others at the timeout.
     """
-    lib = load_library()
     buffer = bucket.buffer()
     if not buffer.is_floating_point():
         raise TypeError(f"compressed_allreduce: bucket {bucket.index()} holds {buffer.dtype}; "
@@ -488,20 +277,19 @@ def compressed_allreduce(state: CompressionState,
         key = f"{state.key_prefix}/bucket{bucket.index()}".encode() if state.error_feedback \
             else None
         matrices, n = (state._matrices(bucket, buffer) if state._powersgd else (None, 0))
-        comp = _Compression(ctypes.sizeof(_Compression), _COMPRESSION_MAGIC, _HEADER_VERSION,
-                            state.codec.encode(), key, matrices, n)
+        comp = C.Compression.new(state.codec.encode(), key, matrices, n)
         keep = (work, matrices, comp, key)  # alive until the request is done, copied or not
-        rc = lib.straitAllReduceCompressedAsync(ptr, ptr, count, _FLOAT32, _AVG,
-                                                ctypes.byref(comp), state._comm,
-                                                ctypes.byref(request))
+        rc = C.straitAllReduceCompressedAsync(ptr, ptr, count, C.FLOAT32, C.AVG,
+                                              ctypes.byref(comp), state._comm,
+                                              ctypes.byref(request))
         what = f"straitAllReduceCompressedAsync({state.codec}, bucket {bucket.index()})"
     else:
-        rc = lib.straitAllReduceAsync(ptr, ptr, count, _FLOAT32, _AVG, state._comm, None,
-                                      ctypes.byref(request))
+        rc = C.straitAllReduceAsync(ptr, ptr, count, C.FLOAT32, C.AVG, state._comm, None,
+                                    ctypes.byref(request))
         what = f"straitAllReduceAsync(bucket {bucket.index()})"
     if bucket.is_last():
         state.iter += 1
-    if rc != _SUCCESS:
+    if rc != C.SUCCESS:
         # Refused before anything was sent: raise in DDP's thread (backward() fails here).
         _check(rc, what, state._comm)
     fut: torch.futures.Future = torch.futures.Future()
