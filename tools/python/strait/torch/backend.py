@@ -558,6 +558,33 @@ class ProcessGroupStrait(dist.ProcessGroup):
             base += t.numel() * t.element_size()
         return True
 
+    def _per_rank(self, tensors, like, name, what):
+        """Checks a list of one tensor per rank (`what`: "the output list", ...) against `like`."""
+        if len(tensors) != self._size:
+            raise ValueError(f"strait: {name}: {what} has {len(tensors)} tensors; it needs one "
+                             f"per rank ({self._size})")
+        self._checks(tensors, name, like.device)
+        self._same(tensors, like, name)
+
+    def _joined(self, tensors):
+        """The tensors as one flat buffer: themselves when packed, else a copy."""
+        return tensors[0] if self._packed(tensors) else torch.cat([t.reshape(-1) for t in tensors])
+
+    def _split(self, outs, like):
+        """A flat buffer for the tensors `outs` and the function that copies it into them
+        afterwards: (outs[0], None) when they are packed, else a staging buffer."""
+        if self._packed(outs):
+            return outs[0], None
+        flat = torch.empty(sum(o.numel() for o in outs), dtype=like.dtype, device=like.device)
+
+        def post():
+            offset = 0
+            for o in outs:
+                o.copy_(flat[offset:offset + o.numel()].view_as(o))
+                offset += o.numel()
+
+        return flat, post
+
     @staticmethod
     def _counts(values):
         return (c_int64 * len(values))(*values)
@@ -638,32 +665,16 @@ class ProcessGroupStrait(dist.ProcessGroup):
         inp = self._one(input_tensors, name)
         outs = self._one(output_tensors, name)
         stream = self._check(inp, name)
-        if len(outs) != self._size:
-            raise ValueError(f"strait: {name}: the output list has {len(outs)} tensors; it needs "
-                             f"one per rank ({self._size})")
-        self._checks(outs, name, inp.device)
-        self._same(outs, inp, name)
+        self._per_rank(outs, inp, name, "the output list")
         dt, k = self._mdtype(inp)
         n = inp.numel()
         counts = [o.numel() for o in outs]
         if counts[self._rank] != n:
             raise ValueError(f"strait: {name}: output {self._rank} has {counts[self._rank]} "
                              f"elements, the input {n}; they must match")
-        keep = (output_tensors, input_tensors)
-        uneven = any(c != n for c in counts)
-        if self._packed(outs):
-            flat, post = outs[0], None
-        else:
-            flat = torch.empty(sum(counts), dtype=inp.dtype, device=inp.device)
-
-            def post():
-                offset = 0
-                for o, c in zip(outs, counts):
-                    o.copy_(flat[offset:offset + c].view_as(o))
-                    offset += c
-
-            keep = (output_tensors, input_tensors, flat)
-        if uneven:
+        flat, post = self._split(outs, inp)
+        keep = (output_tensors, input_tensors, flat)
+        if any(c != n for c in counts):
             rc = self._counts([c * k for c in counts])
             return self._submit(C.straitAllGatherVAsync,
                                 (inp.data_ptr(), flat.data_ptr(), rc, dt, self._comm),
@@ -695,18 +706,14 @@ class ProcessGroupStrait(dist.ProcessGroup):
         out = self._one(output_tensors, name)
         ins = self._one(input_tensors, name)
         stream = self._check(out, name)
-        if len(ins) != self._size:
-            raise ValueError(f"strait: {name}: the input list has {len(ins)} tensors; it needs "
-                             f"one per rank ({self._size})")
-        self._checks(ins, name, out.device)
-        self._same(ins, out, name)
+        self._per_rank(ins, out, name, "the input list")
         op = self._op(opts, out, name)
         dt = self._rdtype(out, name)
         counts = [i.numel() for i in ins]
         if counts[self._rank] != out.numel():
             raise ValueError(f"strait: {name}: input {self._rank} has {counts[self._rank]} "
                              f"elements, the output {out.numel()}; they must match")
-        flat = ins[0] if self._packed(ins) else torch.cat([i.reshape(-1) for i in ins])
+        flat = self._joined(ins)
         keep = (output_tensors, input_tensors, flat)
         if any(c != out.numel() for c in counts):
             rc = self._counts(counts)
@@ -743,25 +750,13 @@ class ProcessGroupStrait(dist.ProcessGroup):
         flat, post, keep = None, None, (output_tensors, input_tensors)
         if self._rank == root:
             outs = self._one(output_tensors, name)
-            if len(outs) != self._size:
-                raise ValueError(f"strait: {name}: the root's output list has {len(outs)} "
-                                 f"tensors; it needs one per rank ({self._size})")
-            self._checks(outs, name, inp.device)
-            self._same(outs, inp, name)
+            self._per_rank(outs, inp, name, "the root's output list")
             for o in outs:
                 if o.numel() != n:
                     raise ValueError(f"strait: {name}: an output has {o.numel()} elements, the "
                                      f"input {n}; every tensor must have the same size")
-            if self._packed(outs):
-                flat = outs[0]
-            else:
-                flat = torch.empty(n * self._size, dtype=inp.dtype, device=inp.device)
-
-                def post():
-                    for r, o in enumerate(outs):
-                        o.copy_(flat[r * n:(r + 1) * n].view_as(o))
-
-                keep = (output_tensors, input_tensors, flat)
+            flat, post = self._split(outs, inp)
+            keep = (output_tensors, input_tensors, flat)
         elif output_tensors and any(len(x) for x in output_tensors):
             raise ValueError(f"strait: {name}: only the root (rank {root}) passes an output "
                              "list")
@@ -780,16 +775,12 @@ class ProcessGroupStrait(dist.ProcessGroup):
         flat = None
         if self._rank == root:
             ins = self._one(input_tensors, name)
-            if len(ins) != self._size:
-                raise ValueError(f"strait: {name}: the root's input list has {len(ins)} "
-                                 f"tensors; it needs one per rank ({self._size})")
-            self._checks(ins, name, out.device)
-            self._same(ins, out, name)
+            self._per_rank(ins, out, name, "the root's input list")
             for i in ins:
                 if i.numel() != n:
                     raise ValueError(f"strait: {name}: an input has {i.numel()} elements, the "
                                      f"output {n}; every tensor must have the same size")
-            flat = ins[0] if self._packed(ins) else torch.cat([i.reshape(-1) for i in ins])
+            flat = self._joined(ins)
         elif input_tensors and any(len(x) for x in input_tensors):
             raise ValueError(f"strait: {name}: only the root (rank {root}) passes an input list")
         return self._submit(C.straitScatterAsync,
@@ -812,21 +803,8 @@ class ProcessGroupStrait(dist.ProcessGroup):
         dt, k = self._mdtype(first)
         send = [t.numel() * k for t in input_tensors]
         recv = [t.numel() * k for t in output_tensors]
-        sflat = input_tensors[0] if self._packed(input_tensors) else \
-            torch.cat([t.reshape(-1) for t in input_tensors])
-        post = None
-        if self._packed(output_tensors):
-            rflat = output_tensors[0]
-        else:
-            rflat = torch.empty(sum(t.numel() for t in output_tensors), dtype=first.dtype,
-                                device=first.device)
-
-            def post():
-                offset = 0
-                for o in output_tensors:
-                    c = o.numel()
-                    o.copy_(rflat[offset:offset + c].view_as(o))
-                    offset += c
+        sflat = self._joined(input_tensors)
+        rflat, post = self._split(output_tensors, first)
 
         keep = (output_tensors, input_tensors, sflat, rflat)
         if len(set(send)) == 1 and len(set(recv)) == 1 and send[0] == recv[0]:
