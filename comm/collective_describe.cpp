@@ -83,7 +83,17 @@ std::string OpSummary::describe() const {
       detail = fmt::format("({} x {}, {}, {})", dtype_name, count, op_name, selection.describe());
       break;
     case Kind::AllreduceCompressed:
-      detail = fmt::format("(f32 x {}, {}, {})", count, op_name, codec);
+      detail = fmt::format("(f32 x {}, {}, {}", count, op_name, codec);
+      if (plan) {
+        detail += fmt::format(
+            ", {} of {} matrices compressed, {} elements plain", plan->compressed.size(),
+            plan->layout_matrices == 0 ? std::size_t{1} : plan->layout_matrices, plan->plain_count);
+      }
+      if (error_feedback) detail += ", error feedback";
+      if (selection.algorithm != nullptr && selection.algorithm->name == "hierarchical") {
+        detail += ", hierarchical";
+      }
+      detail += ")";
       break;
     case Kind::Allgather: detail = fmt::format("({} x {})", dtype_name, count); break;
     case Kind::AllgatherV: detail = fmt::format("({} x {})", dtype_name, list(counts)); break;

@@ -8,11 +8,13 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "comm/algorithms/selection.h"
 #include "comm/collective_args.h"
+#include "comm/compress/powersgd.h"
 
 namespace strait::comm {
 
@@ -28,13 +30,15 @@ struct OpSummary {
   kernels::ReduceOp op = kernels::ReduceOp::Sum;
   int root = 0;
   std::uint64_t tag = 0;
-  std::vector<std::size_t> counts{};       // v-forms
-  std::vector<std::size_t> recv_counts{};  // alltoall_v
-  Selection selection{};                   // allreduce
-  std::string codec{};                     // allreduce_compressed: ", int8, error feedback, ..."
-  int device = -1;                         // >= 0: the operation runs on this GPU via NCCL
+  std::vector<std::size_t> counts{};           // v-forms
+  std::vector<std::size_t> recv_counts{};      // alltoall_v
+  Selection selection{};                       // allreduce
+  std::string codec{};                         // allreduce_compressed: the canonical codec spec
+  std::shared_ptr<const PowerSgdPlan> plan{};  // powersgd: what it compresses
+  bool error_feedback = false;                 // allreduce_compressed with a key
+  int device = -1;                             // >= 0: the operation runs on this GPU via NCCL
 
-  // What the arguments say; the caller fills seq, selection, codec and device.
+  // What the arguments say; the caller fills seq, selection, the codec's fields and device.
   static OpSummary of(const CollectiveArgs& args, int comm_id, int rank, int size);
   [[nodiscard]] std::string describe() const;
 };

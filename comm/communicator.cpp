@@ -213,17 +213,9 @@ Work Communicator::post(const CollectiveArgs& args) {
   OpSummary what = OpSummary::of(args, group_->comm_id, rank(), size());
   what.selection = chosen;
   if (codec) {
-    const PowerSgdPlan* plan = codec->plan.get();
-    what.codec = fmt::format(
-        "{}{}{}{}", codec->spec,
-        plan == nullptr
-            ? std::string()
-            : fmt::format(", {} of {} matrices compressed, {} elements plain",
-                          plan->compressed.size(),
-                          plan->layout_matrices == 0 ? std::size_t{1} : plan->layout_matrices,
-                          plan->plain_count),
-        codec->key.empty() ? "" : ", error feedback",
-        chosen.algorithm->name == "hierarchical" ? ", hierarchical" : "");
+    what.codec = codec->spec;
+    what.plan = codec->plan;
+    what.error_feedback = !codec->key.empty();
   }
   const bool p2p = args.point_to_point();
   const std::uint64_t seq = p2p ? 0 : next_seq(sequence_numbers(*chosen.algorithm));
