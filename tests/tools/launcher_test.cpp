@@ -311,10 +311,13 @@ TEST(StraitRun, OtherRanksSeePeerLostWhenRankZeroDies) {
     EXPECT_TRUE(contains(out, "rank " + std::to_string(r) + ": PeerLost")) << out;
   }
   // Both detected it themselves (status 42) during the grace period: the launcher's line at
-  // each exit ("rank R (pid P) exited ..."), besides the summary.
+  // each exit ("rank R (pid P) exited with status 42" ending the line). The summary repeats
+  // the first failure's line with " at <time>" after it, so it is not counted when a rank
+  // other than 0 is reaped first.
+  const std::string exit_line = ") exited with status 42\n";
   std::size_t count = 0;
-  for (std::size_t pos = out.find(") exited with status 42"); pos != std::string::npos;
-       pos = out.find(") exited with status 42", pos + 1)) {
+  for (std::size_t pos = out.find(exit_line); pos != std::string::npos;
+       pos = out.find(exit_line, pos + 1)) {
     ++count;
   }
   EXPECT_EQ(count, 2U) << out;
