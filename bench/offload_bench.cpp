@@ -124,7 +124,7 @@ std::vector<std::string> split_list(const std::string& text) {
 // O_DIRECT so reads find written blocks and writes overwrite allocated ones, as fio's laid-out
 // files do.
 void create_file(const std::string& path, std::size_t bytes) {
-  auto choice = offload::make_io_engine(std::filesystem::path(path).parent_path());
+  auto choice = offload::make_io_engine(std::filesystem::absolute(path).parent_path());
   IoEngine& engine = *choice.engine;
   const IoFile file = engine.open(path, OpenMode::CreateExclusive);
   offload::preallocate(file, bytes);
@@ -178,7 +178,7 @@ Point run_point(const Options& o, const std::string& path, const std::string& en
   io.register_buffers = fixed;
   io.register_files = fixed;
   io.force = engine_name == "posix" ? IoEngineKind::Posix : IoEngineKind::Uring;
-  auto choice = offload::make_io_engine(std::filesystem::path(path).parent_path(), io);
+  auto choice = offload::make_io_engine(std::filesystem::absolute(path).parent_path(), io);
   IoEngine& engine = *choice.engine;
   const IoFile file = engine.open(path, OpenMode::Existing);
   const std::uint64_t file_size = file.size() / block * block;

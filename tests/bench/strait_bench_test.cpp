@@ -3,8 +3,10 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <nlohmann/json.hpp>
 #include <ostream>
+#include <regex>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -187,3 +189,19 @@ TEST(StraitBenchJson, UnwritablePathIsAnError) {
 }
 
 }  // namespace
+
+// `--file` relative to the working directory: the engine is chosen for the file's own folder
+// (it once looked for the folder "" and failed).
+TEST(StraitBenchOffload, ARelativeFileIsTakenFromTheWorkingDirectory) {
+  const TempDir dir;
+  const std::string command = fmt::format(
+      "cd '{}' && exec '{}' offload --file io.dat --file-size 1M --engines posix "
+      "--ops write,read -b 64K -e 64K --qd 1 --bytes 256K --adamw-params 0",
+      dir.str(), STRAIT_BENCH_BIN);
+  strait::test::Process p("/bin/sh", {"-c", command}, dir.path() / "out");
+  const int status = p.wait(std::chrono::seconds(60));
+  const std::string out = read_file(dir.path() / "out");
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << out;
+  EXPECT_TRUE(std::regex_search(out, std::regex(R"(posix +read +64K +1 +262144)"))) << out;
+  EXPECT_TRUE(std::regex_search(out, std::regex(R"(posix +write +64K +1 +262144)"))) << out;
+}
