@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 
 #include "core/error.h"
 
@@ -13,6 +14,14 @@ namespace {
 std::string at_step(int step) {
   if (step == kHeaderStep) return " (the operation's header)";
   return step < 0 ? std::string() : fmt::format(" at step {}", step);
+}
+
+// Algorithms frame only what fits one frame (CollectiveOp::frame_first_exchange_with).
+void check_framed_length(std::size_t len) {
+  if (len > CollectiveOp::kMaxFramedPayload) {
+    throw Error(ErrorCode::InvalidArgument, fmt::format("a framed message of {} bytes (at most {})",
+                                                        len, CollectiveOp::kMaxFramedPayload));
+  }
 }
 
 }  // namespace
@@ -29,12 +38,14 @@ CollectiveOp::CollectiveOp(std::shared_ptr<const Group> group, std::uint64_t seq
 
 RequestPtr CollectiveOp::send_to(Transport& t, int peer, int step, const void* buf,
                                  std::size_t len) {
+  if (peer == framed_peer_ && !framed_sent_) return post_framed_send(t, peer, step, buf, len);
   exchange_fingerprint(t, peer, false);
   return post_send(t, peer, collective_tag(group_->comm_id, group_->rank, seq_, step), buf, len,
                    step);
 }
 
 RequestPtr CollectiveOp::recv_from(Transport& t, int peer, int step, void* buf, std::size_t len) {
+  if (peer == framed_peer_ && !framed_received_) return post_framed_recv(t, peer, step, buf, len);
   exchange_fingerprint(t, peer, true);
   return post_recv(t, peer, collective_tag(group_->comm_id, peer, seq_, step), buf, len, step);
 }
@@ -70,9 +81,12 @@ void CollectiveOp::exchange_one_way(Transport& t, int peer, bool is_recv) {
   // Posted ahead of the data, so all_done() checks it first when both have arrived. Not counted
   // in bytes_sent_ (the statistics are payload bytes).
   if (is_recv) {
-    auto theirs = std::make_shared<Fingerprint>();
-    RequestPtr req = t.irecv(world, tag, theirs.get(), kBytes);
-    posted_.push_back(Posted{req, peer, kHeaderStep, true, kBytes, theirs.get()});
+    // Room for a framed message too: a peer that frames where this rank does not (it runs a
+    // short-vector algorithm on another count) still arrives whole, and its fingerprint says how.
+    auto theirs = frame_buffer();
+    RequestPtr req = t.irecv(world, tag, theirs.get(), kFramedBytes);
+    const auto* header = reinterpret_cast<const Fingerprint*>(theirs.get());
+    posted_.push_back(Posted{req, peer, kHeaderStep, true, kBytes, header});
     req->keep_alive = std::move(theirs);
   } else {
     // One header for every peer, unless it depends on the peer (set_pair_counts).
@@ -84,15 +98,52 @@ void CollectiveOp::exchange_one_way(Transport& t, int peer, bool is_recv) {
   }
 }
 
+RequestPtr CollectiveOp::post_framed_send(Transport& t, int peer, int step, const void* buf,
+                                          std::size_t len) {
+  check_framed_length(len);
+  framed_sent_ = true;
+  constexpr std::size_t kHeader = sizeof(Fingerprint);
+  auto frame = frame_buffer();
+  const Fingerprint mine = header_for(peer, false);
+  std::memcpy(frame.get(), &mine, kHeader);
+  if (len != 0) std::memcpy(frame.get() + kHeader, buf, len);
+  const int world = group_->world_ranks.at(static_cast<std::size_t>(peer));
+  const Tag tag = collective_tag(group_->comm_id, group_->rank, seq_, kHeaderStep);
+  auto req = t.isend(world, tag, frame.get(), kHeader + len);
+  req->keep_alive = std::move(frame);
+  if (bytes_sent_ != nullptr) bytes_sent_->fetch_add(len, std::memory_order_relaxed);
+  posted_.push_back(Posted{req, peer, step, false, len});
+  return req;
+}
+
+RequestPtr CollectiveOp::post_framed_recv(Transport& t, int peer, int step, void* buf,
+                                          std::size_t len) {
+  check_framed_length(len);
+  framed_received_ = true;
+  // Room for any framed message, so that a peer which called the operation with another count
+  // still arrives whole and its fingerprint names the difference.
+  auto frame = frame_buffer();
+  const int world = group_->world_ranks.at(static_cast<std::size_t>(peer));
+  const Tag tag = collective_tag(group_->comm_id, peer, seq_, kHeaderStep);
+  auto req = t.irecv(world, tag, frame.get(), kFramedBytes);
+  const auto* header = reinterpret_cast<const Fingerprint*>(frame.get());
+  req->keep_alive = std::move(frame);
+  posted_.push_back(Posted{req, peer, step, true, len, header, true, buf});
+  return req;
+}
+
 void CollectiveOp::check_header(const Posted& p) const {
-  if (p.request->bytes != sizeof(Fingerprint)) {
+  // A bare fingerprint, or one framing p.bytes of payload.
+  const std::size_t length = sizeof(Fingerprint) + (p.framed ? p.bytes : 0);
+  const Fingerprint expected = header_for(p.peer, true);
+  const bool readable = p.request->bytes >= sizeof(Fingerprint);
+  if (readable && *p.header == expected && p.request->bytes == length) return;
+  if (!readable || *p.header == expected) {
     throw Error(ErrorCode::Mismatch,
                 fmt::format("{} sent an operation header of {} bytes, not {}: are all ranks "
                             "running the same strait build?",
-                            group_->describe_rank(p.peer), p.request->bytes, sizeof(Fingerprint)));
+                            group_->describe_rank(p.peer), p.request->bytes, length));
   }
-  const Fingerprint expected = header_for(p.peer, true);
-  if (*p.header == expected) return;
   const std::string peer = group_->describe_rank(p.peer);
   Fingerprint same_counts = *p.header;
   same_counts.count = expected.count;
@@ -184,7 +235,14 @@ bool CollectiveOp::all_done(Transport& t) {
                   fmt::format("{} {} failed{}: {}{}", what, group_->describe_rank(p.peer),
                               at_step(p.step), r.error, others_lost(t, p.peer)));
     }
-    if (r.state == TransportRequest::State::Done && p.is_recv && p.header != nullptr) continue;
+    if (r.state == TransportRequest::State::Done && p.is_recv && p.header != nullptr) {
+      // Checked by check_arrived_headers() above; runs once, as done entries are dropped below.
+      if (p.framed && p.bytes != 0) {
+        std::memcpy(p.payload, reinterpret_cast<const std::byte*>(p.header) + sizeof(Fingerprint),
+                    p.bytes);
+      }
+      continue;
+    }
     if (r.state == TransportRequest::State::Done && p.is_recv && r.bytes != p.bytes) {
       throw Error(ErrorCode::Mismatch,
                   fmt::format("{} sent {} bytes where this rank expected {}{}: the ranks called "

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "comm/algorithms/fingerprint.h"
+#include "comm/algorithms/scratch.h"
 #include "comm/progress_engine.h"
 #include "comm/tag.h"
 #include "comm/transport/transport.h"
@@ -62,6 +63,13 @@ class CollectiveOp : public Op {
     pair_recv_ = std::move(recv);
   }
 
+  // Short messages carry the fingerprint in front of their payload, in one message on the header
+  // tag, instead of in a message of their own: one message each way per exchange instead of two,
+  // which is most of a short allreduce's time. kFramedBytes is one eager UCX shared-memory
+  // message (see selection.cpp), so a framed message never takes the rendezvous protocol.
+  static constexpr std::size_t kFramedBytes = kFrameBufferBytes;
+  static constexpr std::size_t kMaxFramedPayload = kFramedBytes - sizeof(Fingerprint);
+
  protected:
   // Post a message of step `step` to / from group rank `peer` (collective tags, see comm/tag.h).
   RequestPtr send_to(Transport& t, int peer, int step, const void* buf, std::size_t len);
@@ -80,6 +88,20 @@ class CollectiveOp : public Op {
   // Sends this rank's fingerprint to rank + 1 and checks rank - 1's (as the ring does anyway).
   // Algorithms that pair ranks otherwise call it too: ranks that chose different algorithms (other
   // tuning tables) may never talk to each other, but some pair of neighbours then disagrees.
+  // After set_fingerprint, before the first message: this op's first send_to(peer) and first
+  // recv_from(peer), which the algorithm posts in the same step, carry the fingerprint inside
+  // (framed), and the separate exchange with `peer` (exchange_fingerprints, the ring's) is
+  // skipped. Both sides must frame, which they do when they run the same algorithm on the same
+  // count: a peer that did not frame sends a bare fingerprint, which this side reads and finds
+  // different (Mismatch naming both), and a peer that framed where this side did not overflows
+  // the bare header this side expects (Mismatch naming the peer). Payloads above
+  // kMaxFramedPayload are refused (InvalidArgument: the algorithm must not ask).
+  void frame_first_exchange_with(int peer) {
+    if (!fingerprint_) return;  // nothing to carry (point-to-point, tests of bare algorithms)
+    framed_peer_ = peer;
+    header_sent_to_.push_back(peer);
+    header_received_from_.push_back(peer);
+  }
   void exchange_fingerprints_around_ring(Transport& t) {
     const int p = group_->size();
     if (p < 2) return;
@@ -101,7 +123,12 @@ class CollectiveOp : public Op {
     bool is_recv = false;
     std::size_t bytes = 0;
     const Fingerprint* header = nullptr;  // a fingerprint message (owned by its request)
+    // A framed receive: its payload (`bytes` of it, after the header) is copied here on arrival.
+    bool framed = false;
+    void* payload = nullptr;
   };
+  RequestPtr post_framed_send(Transport& t, int peer, int step, const void* buf, std::size_t len);
+  RequestPtr post_framed_recv(Transport& t, int peer, int step, void* buf, std::size_t len);
   // Posts the fingerprint exchange with `peer` the first time this op sends to / receives from it.
   void exchange_fingerprint(Transport& t, int peer, bool is_recv);
   void exchange_one_way(Transport& t, int peer, bool is_recv);
@@ -127,6 +154,9 @@ class CollectiveOp : public Op {
   std::vector<std::uint64_t> pair_send_, pair_recv_;  // empty unless set_pair_counts()
   std::vector<int> header_sent_to_;                   // group ranks
   std::vector<int> header_received_from_;             // group ranks
+  int framed_peer_ = -1;                              // frame_first_exchange_with()
+  bool framed_sent_ = false;
+  bool framed_received_ = false;
 };
 
 }  // namespace strait::comm

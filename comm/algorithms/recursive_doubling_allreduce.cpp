@@ -33,8 +33,11 @@ bool RecursiveDoublingAllreduce::post_step(Transport& t) {
     if (fold_.sits_out()) return false;
     partner_ = fold_.new_rank() ^ (1 << (step_ - 1));
     const int peer = fold_.real_rank(partner_);
-    recv_from(t, peer, step_, other, bytes_)->keep_alive = scratch_;
-    send_to(t, peer, step_, current_, bytes_)->keep_alive = scratch_;
+    // A framed message keeps its own frame alive; the others read or write the scratch.
+    const RequestPtr rx = recv_from(t, peer, step_, other, bytes_);
+    if (!rx->keep_alive) rx->keep_alive = scratch_;
+    const RequestPtr tx = send_to(t, peer, step_, current_, bytes_);
+    if (!tx->keep_alive) tx->keep_alive = scratch_;
     return true;
   }
   // The unfold. The ranks that ran the algorithm hold the result in current_.
@@ -78,6 +81,14 @@ bool RecursiveDoublingAllreduce::advance(Transport& t) {
       scratch_ = scratch_buffer(bytes_);
     }
     current_ = out_;
+    // The first step's partner gets the fingerprint inside the data (one message each way, and
+    // both are posted at once, before anything can fail); partners of later steps and ring
+    // neighbours still get theirs up front, so a rank learns of a disagreement before it waits
+    // on them. Not with a fold: a folding rank could fail at the fold before its first step.
+    const bool no_fold = fold_.pof2() == group().size();
+    if (no_fold && fold_.log2() >= 1 && bytes_ <= kMaxFramedPayload) {
+      frame_first_exchange_with(fold_.real_rank(fold_.new_rank() ^ 1));
+    }
     fold_.for_each_partner([&](int peer) { exchange_fingerprints(t, peer); });
     exchange_fingerprints_around_ring(t);
   }

@@ -37,4 +37,14 @@ std::shared_ptr<std::byte[]> scratch_buffer(std::size_t bytes) {
   return fresh.buffer;
 }
 
+std::shared_ptr<std::byte[]> frame_buffer() {
+  thread_local std::vector<std::shared_ptr<std::byte[]>> pool;
+  for (const auto& b : pool) {
+    if (b.use_count() == 1) return b;
+  }
+  auto fresh = std::make_shared_for_overwrite<std::byte[]>(kFrameBufferBytes);
+  if (pool.size() < kFrameCacheSlots) pool.push_back(fresh);
+  return fresh;
+}
+
 }  // namespace strait::comm

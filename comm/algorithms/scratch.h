@@ -22,4 +22,12 @@ inline constexpr std::size_t kScratchCacheSlots = 8;
 
 std::shared_ptr<std::byte[]> scratch_buffer(std::size_t bytes);
 
+// frame_buffer: a buffer of kFrameBufferBytes for an operation's short messages (its fingerprint
+// alone, or a fingerprint framing a short payload: comm/algorithms/collective_op.h), from a pool
+// of kFrameCacheSlots per thread, so that posting them does not allocate. Separate from the
+// scratch cache, whose large buffers it must not occupy. Same lifetime rules as scratch_buffer.
+inline constexpr std::size_t kFrameBufferBytes = 8192;
+inline constexpr std::size_t kFrameCacheSlots = 16;
+std::shared_ptr<std::byte[]> frame_buffer();
+
 }  // namespace strait::comm
