@@ -1,7 +1,10 @@
 // GELU and residual add.
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
+#include <cstdint>
+#include <limits>
 #include <numbers>
 #include <random>
 #include <vector>
@@ -74,6 +77,39 @@ TEST(Gelu, FloatMatchesDouble) {
     EXPECT_NEAR(yf[i], y[i], 1e-6 * (1.0 + std::fabs(y[i])));
     EXPECT_NEAR(dxf[i], dx[i], 1e-6 * (1.0 + std::fabs(dx[i])));
   }
+}
+
+TEST(Gelu, FloatGivesTheSameBitsAtEveryPositionAndHandlesExtremes) {
+  // The float loops vectorise; their scalar tail must give each value the same bits, whatever
+  // its position. 4 + 3 values: one vector and a tail, then shifted by one.
+  const std::vector<float> values = {-3.7F, -0.0F, 1e-6F, 0.73F, 2.5F, -11.0F, 6.0F};
+  for (std::size_t shift = 0; shift < values.size(); ++shift) {
+    std::vector<float> x(values.size());
+    for (std::size_t i = 0; i < x.size(); ++i) x[i] = values[(i + shift) % values.size()];
+    std::vector<float> y(x.size()), dx(x.size(), 0.0F), ones(x.size(), 1.0F);
+    const auto N = static_cast<std::ptrdiff_t>(x.size());
+    gelu_forward(y.data(), x.data(), N);
+    gelu_backward(dx.data(), x.data(), ones.data(), N);
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      float y1 = 0, dx1 = 0;
+      const float one = 1.0F;
+      gelu_forward(&y1, &x[i], 1);
+      gelu_backward(&dx1, &x[i], &one, 1);
+      EXPECT_EQ(std::bit_cast<std::uint32_t>(y[i]), std::bit_cast<std::uint32_t>(y1)) << x[i];
+      EXPECT_EQ(std::bit_cast<std::uint32_t>(dx[i]), std::bit_cast<std::uint32_t>(dx1)) << x[i];
+    }
+  }
+  const float inf = std::numeric_limits<float>::infinity();
+  const std::vector<float> x = {inf, -inf, 100.0F, -100.0F, std::nanf("")};
+  std::vector<float> y(x.size()), dx(x.size(), 0.0F), ones(x.size(), 1.0F);
+  gelu_forward(y.data(), x.data(), static_cast<std::ptrdiff_t>(x.size()));
+  gelu_backward(dx.data(), x.data(), ones.data(), static_cast<std::ptrdiff_t>(x.size()));
+  EXPECT_EQ(y[0], inf);
+  EXPECT_EQ(y[2], 100.0F);
+  EXPECT_EQ(dx[2], 1.0F);
+  EXPECT_LE(std::fabs(y[3]), 1e-30F);  // -100 Phi(-100) underflows
+  EXPECT_LE(std::fabs(dx[3]), 1e-30F);
+  EXPECT_TRUE(std::isnan(y[4]) && std::isnan(dx[4]));
 }
 
 TEST(Residual, ForwardAddsAndBackwardAccumulatesIntoBoth) {
