@@ -1,0 +1,141 @@
+#include "tools/train/train_checkpoint.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "scheduler/schedule.h"
+
+namespace strait::tools {
+namespace {
+
+using nlohmann::json;
+
+constexpr std::string_view kExpAvg = "optimizer.exp_avg.";
+constexpr std::string_view kExpAvgSq = "optimizer.exp_avg_sq.";
+
+// The last stage's wte is a copy of the first stage's (transformer.h): saved once, by stage 0.
+bool is_tied_copy(const sched::StageModel<float>& model, const sched::TensorInfo& t) {
+  return t.name == "wte" && !model.is_first();
+}
+
+json model_json(const TrainConfig& c) {
+  return {{"vocab", 256}, {"ctx", c.ctx}, {"layers", c.layers}, {"dim", c.dim}, {"heads", c.heads}};
+}
+
+}  // namespace
+
+json train_checkpoint_meta(const TrainConfig& c, std::int64_t step) {
+  const std::int64_t global_batch =
+      static_cast<std::int64_t>(c.microbatches) * c.microbatch_size * c.replicas;
+  return {{"step", step},
+          {"model", model_json(c)},
+          {"init_seed", c.seed},
+          {"data",
+           {{"sampler",
+             "ByteDataset (scheduler/model/data.h): sequence g of step s is drawn from a "
+             "splitmix64 stream keyed by (seed, s, g)"},
+            {"seed", c.seed},
+            {"next_step", step},
+            {"global_batch_sequences", global_batch},
+            {"context", c.ctx},
+            {"corpus", c.data.string()}}},
+          {"rng",
+           {{"state",
+             "none beyond data.seed and data.next_step: training draws no other random "
+             "numbers (no dropout)"},
+            {"sample_seed", c.sample_seed}}},
+          {"optimizer",
+           {{"kind", "AdamW"},
+            {"t", step},
+            {"lr", c.lr},
+            {"warmup_steps", c.warmup_steps},
+            {"min_lr_ratio", c.min_lr_ratio},
+            {"total_steps", c.steps},
+            {"beta1", c.beta1},
+            {"beta2", c.beta2},
+            {"eps", kernels::AdamWHyper{}.eps},
+            {"weight_decay", c.weight_decay},
+            {"weight_decay_applies_to", "2-D tensors (wte, wpe, matrices)"},
+            {"grad_clip", c.grad_clip}}},
+          {"saved_by",
+           {{"stages", c.stages},
+            {"replicas", c.replicas},
+            {"schedule", sched::schedule_kind_name(c.schedule)},
+            {"microbatches", c.microbatches},
+            {"microbatch_size", c.microbatch_size},
+            {"offload_optimizer", offload::to_string(c.offload_optimizer)}}}};
+}
+
+void save_checkpoint(comm::Communicator& world, const TrainConfig& c, int stage, int replica,
+                     const sched::StageModel<float>& model, offload::AdamWState& moments,
+                     std::int64_t step) {
+  if (world.rank() == 0) sched::begin_checkpoint(c.save, step);
+  world.barrier();
+  if (replica == 0) {
+    const std::size_t n = model.params().size();
+    std::vector<float> m(n), v(n);
+    moments.read_moments(m, v);
+    std::vector<sched::CheckpointTensor> tensors;
+    const auto params = model.params();
+    for (const sched::TensorInfo& t : model.tensors()) {
+      if (is_tied_copy(model, t)) continue;
+      const std::vector<std::int64_t> shape(t.shape.begin(), t.shape.end());
+      const auto slice = [&](auto first) {
+        return std::vector<float>(first + static_cast<std::ptrdiff_t>(t.offset),
+                                  first + static_cast<std::ptrdiff_t>(t.offset + t.count));
+      };
+      tensors.push_back({t.name, shape, slice(params.begin())});
+      tensors.push_back({std::string(kExpAvg) + t.name, shape, slice(m.cbegin())});
+      tensors.push_back({std::string(kExpAvgSq) + t.name, shape, slice(v.cbegin())});
+    }
+    sched::write_checkpoint_shard(c.save, step, stage, tensors);
+  }
+  world.barrier();
+  if (world.rank() == 0)
+    sched::commit_checkpoint(c.save, step, c.stages, train_checkpoint_meta(c, step));
+  world.barrier();  // the step directory exists for everyone once save_checkpoint returns
+}
+
+std::int64_t load_checkpoint(const TrainConfig& c, sched::StageModel<float>& model,
+                             offload::AdamWState& moments) {
+  const sched::CheckpointReader reader(c.resume);
+  const json& meta = reader.meta();
+  const json want = model_json(c);
+  const json& got = meta.at("model");
+  std::vector<std::string> wrong;
+  for (const auto& [key, value] : want.items()) {
+    if (got.value(key, json()) != value) {
+      wrong.push_back(fmt::format("--{} {} (the checkpoint has {})", key, value.dump(),
+                                  got.value(key, json()).dump()));
+    }
+  }
+  if (!wrong.empty()) {
+    throw Error(ErrorCode::InvalidArgument,
+                fmt::format("--resume {}: the checkpoint's model differs from this run's: {}; "
+                            "pass the checkpoint's values",
+                            reader.dir().string(), fmt::join(wrong, ", ")));
+  }
+  if (meta.at("init_seed").get<std::uint64_t>() != c.seed) {
+    throw Error(ErrorCode::InvalidArgument,
+                fmt::format("--resume {}: --seed {} differs from the checkpoint's {}, which fixed "
+                            "its weights and data order: pass --seed {}",
+                            reader.dir().string(), c.seed, meta.at("init_seed").dump(),
+                            meta.at("init_seed").dump()));
+  }
+  const std::size_t n = model.params().size();
+  std::vector<float> m(n), v(n);
+  const auto params = model.params();
+  for (const sched::TensorInfo& t : model.tensors()) {
+    reader.read(t.name, params.subspan(t.offset, t.count));
+    reader.read(std::string(kExpAvg) + t.name, std::span<float>(m).subspan(t.offset, t.count));
+    reader.read(std::string(kExpAvgSq) + t.name, std::span<float>(v).subspan(t.offset, t.count));
+  }
+  moments.write_moments(m, v);
+  return reader.step();
+}
+
+}  // namespace strait::tools
