@@ -169,6 +169,12 @@ TEST(StraitTrainCheckpoint, ResumedRunContinuesBitIdenticallyToOneThatNeverStopp
       job.train("later", with(split, {"--steps", "8", "--resume", job.path("full").string()}));
   ASSERT_EQ(later.size(), 2U);
   EXPECT_EQ(later[0]["step"], 7);
+  // It says that the learning-rate schedule is no longer the saved run's.
+  const std::string out = strait::test::read_file(job.path("later.out"));
+  EXPECT_TRUE(contains(out,
+                       "note: --steps (the cosine schedule's length) 8 differs from the "
+                       "checkpoint's 6"))
+      << out;
 }
 
 TEST(StraitTrainCheckpoint, TwoStageCheckpointResumesWithOneOrFourStages) {

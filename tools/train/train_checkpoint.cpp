@@ -2,7 +2,11 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <stdlib.h>  // mkstemp
+#include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -100,8 +104,28 @@ void save_checkpoint(comm::Communicator& world, const TrainConfig& c, int stage,
   world.barrier();  // the step directory exists for everyone once save_checkpoint returns
 }
 
-std::int64_t load_checkpoint(const TrainConfig& c, sched::StageModel<float>& model,
-                             offload::AdamWState& moments) {
+void check_save_dir(const std::filesystem::path& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec || !std::filesystem::is_directory(dir)) {
+    throw Error(ErrorCode::InvalidArgument,
+                fmt::format("cannot create --save directory {}: {}; pass a writable directory",
+                            dir.string(), ec ? ec.message() : "not a directory"));
+  }
+  // Creating a file is the only test that also holds for root on read-only or full file systems.
+  std::string probe = (dir / ".strait-probe-XXXXXX").string();
+  const int fd = ::mkstemp(probe.data());
+  if (fd < 0) {
+    throw Error(ErrorCode::InvalidArgument,
+                fmt::format("--save directory {} is not writable ({}): pass a writable directory",
+                            dir.string(), std::strerror(errno)));
+  }
+  ::close(fd);
+  ::unlink(probe.c_str());
+}
+
+Resumed load_checkpoint(const TrainConfig& c, sched::StageModel<float>& model,
+                        offload::AdamWState& moments) {
   const sched::CheckpointReader reader(c.resume);
   const json& meta = reader.meta();
   const json want = model_json(c);
@@ -135,7 +159,31 @@ std::int64_t load_checkpoint(const TrainConfig& c, sched::StageModel<float>& mod
     reader.read(std::string(kExpAvgSq) + t.name, std::span<float>(v).subspan(t.offset, t.count));
   }
   moments.write_moments(m, v);
-  return reader.step();
+
+  Resumed out;
+  out.step = reader.step();
+  const json now = train_checkpoint_meta(c, out.step);
+  const auto note = [&](const char* group, const char* key, const char* option) {
+    const json& then = meta.at(group).at(key);
+    const json& here = now.at(group).at(key);
+    if (then != here) {
+      out.notes.push_back(
+          fmt::format("{} {} differs from the checkpoint's {}: training goes on "
+                      "with {}",
+                      option, here.dump(), then.dump(), here.dump()));
+    }
+  };
+  note("optimizer", "lr", "--lr");
+  note("optimizer", "warmup_steps", "--warmup");
+  note("optimizer", "min_lr_ratio", "--min-lr-ratio");
+  note("optimizer", "total_steps", "--steps (the cosine schedule's length)");
+  note("optimizer", "beta1", "--beta1");
+  note("optimizer", "beta2", "--beta2");
+  note("optimizer", "weight_decay", "--weight-decay");
+  note("optimizer", "grad_clip", "--grad-clip");
+  note("data", "global_batch_sequences",
+       "the global batch (--microbatches x --microbatch-size x --replicas)");
+  return out;
 }
 
 }  // namespace strait::tools

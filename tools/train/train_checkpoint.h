@@ -20,7 +20,10 @@
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
 #include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
 
 #include "comm/communicator.h"
 #include "offload/adamw_state.h"
@@ -38,9 +41,20 @@ void save_checkpoint(comm::Communicator& world, const TrainConfig& config, int s
                      const sched::StageModel<float>& model, offload::AdamWState& moments,
                      std::int64_t step);
 
+// Creates the --save directory if needed and checks that it takes a new file (InvalidArgument
+// naming --save otherwise).
+void check_save_dir(const std::filesystem::path& dir);
+
+struct Resumed {
+  std::int64_t step = 0;           // optimizer steps the checkpoint had completed
+  std::vector<std::string> notes;  // settings that differ from the checkpoint's, for the log
+};
+
 // Checks the checkpoint at config.resume against the run and loads this stage's parameters and
-// moments; returns the step to continue from.
-std::int64_t load_checkpoint(const TrainConfig& config, sched::StageModel<float>& model,
-                             offload::AdamWState& moments);
+// moments. Settings that change the training from there on but not the model (learning rate,
+// its schedule, AdamW's betas, weight decay, clipping, the global batch) may differ: each is
+// listed in `notes`, as the resumed run is then not the one that saved.
+Resumed load_checkpoint(const TrainConfig& config, sched::StageModel<float>& model,
+                        offload::AdamWState& moments);
 
 }  // namespace strait::tools

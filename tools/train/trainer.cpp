@@ -489,9 +489,11 @@ void Job::run() {
   // --- checkpoints: resume ---
   int first_step = 0;
   if (!cfg_.resume.empty()) {
-    first_step = static_cast<int>(load_checkpoint(cfg_, *model_, *moments_));
+    const Resumed resumed = load_checkpoint(cfg_, *model_, *moments_);
+    first_step = static_cast<int>(resumed.step);
     if (rank_ == 0) {
       fmt::print("resumed from {} at step {}\n", cfg_.resume.string(), first_step);
+      for (const std::string& note : resumed.notes) fmt::print("note: {}\n", note);
       std::fflush(stdout);
     }
   }
@@ -727,15 +729,7 @@ void TrainConfig::validate() const {
         "--codec with --save or --resume: a checkpoint does not hold the codec's error-feedback "
         "state, so a resumed run would not continue the same training; drop --codec");
   }
-  if (!save.empty()) {
-    std::error_code ec;
-    std::filesystem::create_directories(save, ec);
-    if (ec || !std::filesystem::is_directory(save)) {
-      throw bad(fmt::format("cannot create --save directory {}: {}; pass a writable directory",
-                            save.string(), ec ? ec.message() : "not a directory"));
-    }
-    check_writable(save);
-  }
+  if (!save.empty()) check_save_dir(save);
   if (!resume.empty() && !std::filesystem::is_directory(resume)) {
     throw bad(
         fmt::format("--resume {} is not a directory: pass a --save directory of an earlier "
