@@ -238,6 +238,16 @@ const CheckpointTensor& CheckpointContents::at(std::string_view name) const {
               fmt::format("checkpoint: no tensor {} in the checkpoint", name));
 }
 
+void CheckpointContents::read(std::string_view name, std::span<float> out) const {
+  const CheckpointTensor& t = at(name);
+  if (t.data.size() != out.size()) {
+    throw Error(ErrorCode::InvalidArgument,
+                fmt::format("checkpoint: tensor {} has shape [{}], the model's has {} elements",
+                            name, fmt::join(t.shape, ", "), out.size()));
+  }
+  std::copy(t.data.begin(), t.data.end(), out.begin());
+}
+
 CheckpointContents unpack_checkpoint(std::span<const std::byte> bytes, std::string_view what) {
   if (bytes.size() < kPrefix) {
     throw Error(ErrorCode::Mismatch,

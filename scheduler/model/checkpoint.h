@@ -70,6 +70,8 @@ struct CheckpointContents {
   std::vector<CheckpointTensor> tensors;  // in the container's order
   // The tensor called `name`; InvalidArgument naming it when absent.
   [[nodiscard]] const CheckpointTensor& at(std::string_view name) const;
+  // Copies tensor `name` into `out` (CheckpointReader::read's contract, for the buffer form).
+  void read(std::string_view name, std::span<float> out) const;
 };
 
 // Parses a container and verifies every tensor's checksum. `what` names the bytes in errors (a

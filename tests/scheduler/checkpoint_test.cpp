@@ -87,6 +87,11 @@ TEST(Checkpoint, BufferRoundTripIsBitExactAndCarriesTheMeta) {
   for (const auto& t : back.tensors) expect_same(tensors, t);
   EXPECT_EQ(back.at("wte").shape, (std::vector<std::int64_t>{256, 8}));
   expect_error(ErrorCode::InvalidArgument, [&] { (void)back.at("wpe"); });
+  std::vector<float> bias(8);
+  back.read("h.0.ln_1.bias", bias);
+  EXPECT_EQ(bias, tensors[1].data);
+  std::vector<float> wrong(9);
+  expect_error(ErrorCode::InvalidArgument, [&] { back.read("h.0.ln_1.bias", wrong); });
   // Tensor data is 64-byte aligned, as documented.
   EXPECT_EQ(data_offset(bytes, "h.0.ln_1.bias") % 64, 0U);
 }
@@ -214,6 +219,7 @@ TEST(Checkpoint, SaveKilledWithSigkillLeavesThePreviousCheckpointReadable) {
       try {
         for (std::int64_t step = 1;; ++step) {
           std::vector<CheckpointTensor> t;
+          t.reserve(3);
           for (int k = 0; k < 3; ++k) {
             t.push_back({"t" + std::to_string(k),
                          {static_cast<std::int64_t>(kValues)},
