@@ -206,6 +206,9 @@ std::string step_name(std::int64_t step) {
   return fmt::format("step-{:08d}", step);
 }
 
+CheckpointContents contents_of(const json& parsed, std::span<const std::byte> bytes,
+                               std::string_view what);
+
 }  // namespace
 
 std::string checkpoint_checksum(std::span<const std::byte> bytes) {
@@ -261,6 +264,18 @@ CheckpointContents unpack_checkpoint(std::span<const std::byte> bytes, std::stri
   }
   const std::string_view header(reinterpret_cast<const char*>(bytes.data() + kPrefix), h);
   const json parsed = parse_header(bytes.first(kPrefix), header, what);
+  try {
+    return contents_of(parsed, bytes, what);
+  } catch (const json::exception& e) {
+    throw Error(ErrorCode::Mismatch,
+                fmt::format("checkpoint: {} has a malformed header: {}", what, e.what()));
+  }
+}
+
+namespace {
+
+CheckpointContents contents_of(const json& parsed, std::span<const std::byte> bytes,
+                               std::string_view what) {
   CheckpointContents out;
   out.meta = parsed.at("meta");
   for (const json& e : parsed.at("tensors")) {
@@ -270,6 +285,13 @@ CheckpointContents unpack_checkpoint(std::span<const std::byte> bytes, std::stri
       throw Error(ErrorCode::Mismatch,
                   fmt::format("checkpoint: {} is truncated: tensor {} ends at byte {}", what,
                               e.at("name").get<std::string>(), offset + n));
+    }
+    if (e.at("dtype") != "f32" || static_cast<std::uint64_t>(elements(shape_of(e))) * 4 != n) {
+      throw Error(ErrorCode::Mismatch,
+                  fmt::format("checkpoint: {}: tensor {} has dtype {}, shape {} and {} bytes, "
+                              "which do not agree (only f32 is written)",
+                              what, e.at("name").get<std::string>(), e.at("dtype").dump(),
+                              e.at("shape").dump(), n));
     }
     const auto data = bytes.subspan(offset, n);
     verify(data, e, what);
@@ -282,6 +304,8 @@ CheckpointContents unpack_checkpoint(std::span<const std::byte> bytes, std::stri
   }
   return out;
 }
+
+}  // namespace
 
 fs::path checkpoint_step_dir(const fs::path& root, std::int64_t step) {
   return root / step_name(step);
@@ -331,7 +355,13 @@ void commit_checkpoint(const fs::path& root, std::int64_t step, int shards, cons
     const Fd fd = open_or_throw(path, O_RDONLY, "cannot open");
     std::array<std::byte, kPrefix> prefix{};
     read_all(fd.get(), prefix.data(), prefix.size(), 0, path);
-    std::string header(get_le(prefix.data() + 16, 8), '\0');
+    const std::uint64_t h = get_le(prefix.data() + 16, 8);
+    if (h > fs::file_size(path)) {
+      throw Error(ErrorCode::Mismatch,
+                  fmt::format("checkpoint: {} is truncated or corrupt: its header claims {} bytes",
+                              path.string(), h));
+    }
+    std::string header(h, '\0');
     read_all(fd.get(), reinterpret_cast<std::byte*>(header.data()), header.size(), kPrefix, path);
     const json parsed = parse_header(prefix, header, path.string());
     for (json e : parsed.at("tensors")) {
@@ -405,15 +435,29 @@ CheckpointReader::CheckpointReader(const fs::path& path) {
     throw Error(ErrorCode::Mismatch, fmt::format("checkpoint: {} is corrupt: {}",
                                                  (dir_ / "manifest.json").string(), e.what()));
   }
-  if (manifest_.value("format", "") != "strait-checkpoint" ||
-      manifest_.value("version", 0U) != kCheckpointVersion) {
+  const fs::path manifest_path = dir_ / "manifest.json";
+  try {
+    if (manifest_.value("format", "") != "strait-checkpoint" ||
+        manifest_.value("version", 0U) != kCheckpointVersion) {
+      throw Error(ErrorCode::Mismatch,
+                  fmt::format("checkpoint: {} is not a version-{} strait checkpoint manifest",
+                              manifest_path.string(), kCheckpointVersion));
+    }
+    const json& tensors = manifest_.at("tensors");
+    for (std::size_t i = 0; i < tensors.size(); ++i) {
+      const json& e = tensors[i];
+      (void)e.at("file").get<std::string>();
+      (void)e.at("offset").get<std::uint64_t>();
+      (void)e.at("bytes").get<std::uint64_t>();
+      (void)e.at("xxh3_64").get<std::string>();
+      (void)shape_of(e);
+      index_.emplace(e.at("name").get<std::string>(), i);
+    }
+    (void)step();
+    (void)meta();
+  } catch (const json::exception& e) {
     throw Error(ErrorCode::Mismatch,
-                fmt::format("checkpoint: {} is not a version-{} strait checkpoint manifest",
-                            (dir_ / "manifest.json").string(), kCheckpointVersion));
-  }
-  const json& tensors = manifest_.at("tensors");
-  for (std::size_t i = 0; i < tensors.size(); ++i) {
-    index_.emplace(tensors[i].at("name").get<std::string>(), i);
+                fmt::format("checkpoint: {} is malformed: {}", manifest_path.string(), e.what()));
   }
 }
 

@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <cstring>
 #include <fstream>
 #include <random>
 #include <string>
@@ -192,6 +193,26 @@ TEST(Checkpoint, SavingTheSameStepAgainReplacesItWhole) {
     ++entries;
   }
   EXPECT_EQ(entries, 2U);  // latest and step-00000005: no staging left behind
+}
+
+TEST(Checkpoint, MalformedManifestOrHeaderIsAMismatchNotACrash) {
+  const TempDir dir;
+  write_checkpoint(dir.path(), 1, json::object(), sample_tensors(7));
+  const fs::path manifest = checkpoint_step_dir(dir.path(), 1) / "manifest.json";
+  json m = json::parse(std::ifstream(manifest));
+  m["tensors"][0].erase("offset");
+  std::ofstream(manifest) << m.dump();
+  const std::string what = error_of([&] { CheckpointReader{dir.path()}; });
+  EXPECT_NE(what.find("manifest.json is malformed"), std::string::npos) << what;
+
+  // A container whose header is valid JSON without the documented fields.
+  std::vector<std::byte> bytes = pack_checkpoint(json::object(), {});
+  const std::string header = R"({"meta": {}})";
+  bytes.resize(24 + header.size());
+  for (int i = 0; i < 8; ++i) bytes[16 + i] = std::byte{0};
+  bytes[16] = static_cast<std::byte>(header.size());
+  std::memcpy(bytes.data() + 24, header.data(), header.size());
+  expect_error(ErrorCode::Mismatch, [&] { (void)unpack_checkpoint(bytes); });
 }
 
 TEST(Checkpoint, MissingDirectoryIsNamed) {
