@@ -499,10 +499,12 @@ void Job::run() {
   }
   std::int64_t saved_step = -1;
   const auto save = [&](std::int64_t step) {
+    const auto start = Clock::now();
     save_checkpoint(*world_, cfg_, stage_, replica_, *model_, *moments_, step);
     saved_step = step;
     if (rank_ == 0) {
-      fmt::print("saved checkpoint of step {} in {}\n", step, cfg_.save.string());
+      fmt::print("saved checkpoint of step {} in {} ({:.2f} s)\n", step, cfg_.save.string(),
+                 std::chrono::duration<double>(Clock::now() - start).count());
       std::fflush(stdout);
     }
   };
