@@ -59,9 +59,9 @@ std::int64_t elements(const std::vector<std::int64_t>& shape) {
   return n;
 }
 
-void check_tensors(std::span<const CheckpointTensor> tensors) {
+void check_tensors(std::span<const CheckpointTensorView> tensors) {
   std::set<std::string_view> seen;
-  for (const CheckpointTensor& t : tensors) {
+  for (const CheckpointTensorView& t : tensors) {
     if (t.name.empty()) throw Error(ErrorCode::InvalidArgument, "checkpoint: a tensor has no name");
     if (!seen.insert(t.name).second) {
       throw Error(ErrorCode::InvalidArgument,
@@ -79,15 +79,17 @@ void check_tensors(std::span<const CheckpointTensor> tensors) {
 // The container's header as JSON, its bytes and where the data starts.
 struct Layout {
   std::string header;
-  std::size_t data_start = 0;
+  std::vector<std::size_t> offsets;  // of each tensor, from the container's start
   std::size_t total = 0;
 };
 
-Layout layout(const json& meta, std::span<const CheckpointTensor> tensors) {
+Layout layout(const json& meta, std::span<const CheckpointTensorView> tensors) {
   check_tensors(tensors);
   json entries = json::array();
+  std::vector<std::size_t> rels;
   std::size_t rel = 0;  // from the data start
-  for (const CheckpointTensor& t : tensors) {
+  for (const CheckpointTensorView& t : tensors) {
+    rels.push_back(rel);
     const std::size_t bytes = t.data.size() * sizeof(float);
     entries.push_back({{"name", t.name},
                        {"dtype", "f32"},
@@ -109,7 +111,8 @@ Layout layout(const json& meta, std::span<const CheckpointTensor> tensors) {
     start = align_up(kPrefix + header.size());
   }
   header.resize(start - kPrefix, ' ');  // JSON allows trailing whitespace
-  return {std::move(header), start, start + rel};
+  for (std::size_t& r : rels) r += start;
+  return {std::move(header), std::move(rels), start + rel};
 }
 
 void write_all(int fd, const std::byte* data, std::size_t n, const fs::path& path) {
@@ -153,17 +156,48 @@ void fsync_path(const fs::path& path, int flags) {
   if (::fsync(fd.get()) != 0) throw io_error("cannot fsync", path);
 }
 
-// Writes `bytes` to `path` atomically: a temporary name in the same directory, fsync, rename,
-// fsync of the directory.
-void write_file_atomically(const fs::path& path, std::span<const std::byte> bytes) {
+// Writes `path` atomically: `fill` writes a file of a temporary name in the same directory,
+// which is fsynced and renamed, then the directory is fsynced.
+template <class Fill>
+void write_file_with(const fs::path& path, const Fill& fill) {
   const fs::path tmp = path.string() + ".part";
   {
     const Fd fd = open_or_throw(tmp, O_WRONLY | O_CREAT | O_TRUNC, "cannot create");
-    write_all(fd.get(), bytes.data(), bytes.size(), tmp);
+    fill(fd.get(), tmp);
     if (::fsync(fd.get()) != 0) throw io_error("cannot fsync", tmp);
   }
   if (::rename(tmp.c_str(), path.c_str()) != 0) throw io_error("cannot rename into", path);
   fsync_path(path.parent_path(), O_RDONLY | O_DIRECTORY);
+}
+
+void write_file_atomically(const fs::path& path, std::string_view text) {
+  write_file_with(path, [&](int fd, const fs::path& tmp) {
+    write_all(fd, reinterpret_cast<const std::byte*>(text.data()), text.size(), tmp);
+  });
+}
+
+void pwrite_all(int fd, const std::byte* data, std::size_t n, std::size_t offset,
+                const fs::path& path) {
+  while (n > 0) {
+    const ssize_t w = ::pwrite(fd, data, n, static_cast<off_t>(offset));
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      throw io_error("cannot write", path);
+    }
+    data += w;
+    n -= static_cast<std::size_t>(w);
+    offset += static_cast<std::size_t>(w);
+  }
+}
+
+// The container's first 24 bytes.
+std::array<std::byte, kPrefix> prefix_of(std::size_t header_bytes) {
+  std::array<std::byte, kPrefix> p{};
+  std::memcpy(p.data(), kMagic.data(), kMagic.size());
+  put_u32(p.data() + 8, kCheckpointVersion);
+  put_u32(p.data() + 12, 0);
+  put_u64(p.data() + 16, header_bytes);
+  return p;
 }
 
 // The prefix and header of a container: checks magic and version.
@@ -215,22 +249,29 @@ std::string checkpoint_checksum(std::span<const std::byte> bytes) {
   return fmt::format("{:016x}", XXH3_64bits(bytes.data(), bytes.size()));
 }
 
+std::vector<CheckpointTensorView> views_of(std::span<const CheckpointTensor> tensors) {
+  std::vector<CheckpointTensorView> out;
+  out.reserve(tensors.size());
+  for (const CheckpointTensor& t : tensors) out.push_back({t.name, t.shape, t.data});
+  return out;
+}
+
 std::vector<std::byte> pack_checkpoint(const json& meta,
-                                       std::span<const CheckpointTensor> tensors) {
+                                       std::span<const CheckpointTensorView> tensors) {
   const Layout l = layout(meta, tensors);
   std::vector<std::byte> out(l.total);
-  std::memcpy(out.data(), kMagic.data(), kMagic.size());
-  put_u32(out.data() + 8, kCheckpointVersion);
-  put_u32(out.data() + 12, 0);
-  put_u64(out.data() + 16, l.header.size());
+  const auto prefix = prefix_of(l.header.size());
+  std::memcpy(out.data(), prefix.data(), prefix.size());
   std::memcpy(out.data() + kPrefix, l.header.data(), l.header.size());
-  const json header = json::parse(l.header);
   for (std::size_t i = 0; i < tensors.size(); ++i) {
-    const auto offset = header["tensors"][i]["offset"].get<std::size_t>();
-    std::memcpy(out.data() + offset, tensors[i].data.data(),
-                tensors[i].data.size() * sizeof(float));
+    std::memcpy(out.data() + l.offsets[i], tensors[i].data.data(), tensors[i].data.size_bytes());
   }
   return out;
+}
+
+std::vector<std::byte> pack_checkpoint(const json& meta,
+                                       std::span<const CheckpointTensor> tensors) {
+  return pack_checkpoint(meta, views_of(tensors));
 }
 
 const CheckpointTensor& CheckpointContents::at(std::string_view name) const {
@@ -334,10 +375,25 @@ void begin_checkpoint(const fs::path& root, std::int64_t step) {
 }
 
 void write_checkpoint_shard(const fs::path& root, std::int64_t step, int shard,
-                            std::span<const CheckpointTensor> tensors) {
+                            std::span<const CheckpointTensorView> tensors) {
   const fs::path staging = checkpoint_staging_dir(root, step);
-  const std::vector<std::byte> bytes = pack_checkpoint(json{{"shard", shard}}, tensors);
-  write_file_atomically(staging / fmt::format("shard-{}.ckpt", shard), bytes);
+  const Layout l = layout(json{{"shard", shard}}, tensors);
+  write_file_with(staging / fmt::format("shard-{}.ckpt", shard), [&](int fd, const fs::path& tmp) {
+    const auto prefix = prefix_of(l.header.size());
+    write_all(fd, prefix.data(), prefix.size(), tmp);
+    write_all(fd, reinterpret_cast<const std::byte*>(l.header.data()), l.header.size(), tmp);
+    for (std::size_t i = 0; i < tensors.size(); ++i) {
+      const auto bytes = std::as_bytes(tensors[i].data);
+      pwrite_all(fd, bytes.data(), bytes.size(), l.offsets[i], tmp);
+    }
+    // The alignment gaps and the tail read as zeros, as in a packed buffer.
+    if (::ftruncate(fd, static_cast<off_t>(l.total)) != 0) throw io_error("cannot size", tmp);
+  });
+}
+
+void write_checkpoint_shard(const fs::path& root, std::int64_t step, int shard,
+                            std::span<const CheckpointTensor> tensors) {
+  write_checkpoint_shard(root, step, shard, views_of(tensors));
 }
 
 void commit_checkpoint(const fs::path& root, std::int64_t step, int shards, const json& meta) {
@@ -381,8 +437,7 @@ void commit_checkpoint(const fs::path& root, std::int64_t step, int shards, cons
                          {"tensors", tensors},
                          {"meta", meta}};
   const std::string text = manifest.dump(1) + "\n";
-  write_file_atomically(staging / "manifest.json",
-                        std::as_bytes(std::span<const char>(text.data(), text.size())));
+  write_file_atomically(staging / "manifest.json", text);
   const fs::path final_dir = checkpoint_step_dir(root, step);
   if (fs::exists(final_dir)) {
     // Saving a step again (a resumed run): swap atomically, then drop the old copy.
@@ -395,8 +450,7 @@ void commit_checkpoint(const fs::path& root, std::int64_t step, int shards, cons
   }
   fsync_path(root, O_RDONLY | O_DIRECTORY);
   const std::string latest = step_name(step) + "\n";
-  write_file_atomically(root / "latest",
-                        std::as_bytes(std::span<const char>(latest.data(), latest.size())));
+  write_file_atomically(root / "latest", latest);
 }
 
 void write_checkpoint(const fs::path& root, std::int64_t step, const json& meta,

@@ -55,6 +55,17 @@ struct CheckpointTensor {
   std::vector<float> data;
 };
 
+// A tensor to write, viewing memory the caller keeps alive and unchanged during the call: saves
+// write from the model's own buffers without copying them.
+struct CheckpointTensorView {
+  std::string name;
+  std::vector<std::int64_t> shape;
+  std::span<const float> data;
+};
+
+// Views of owned tensors.
+std::vector<CheckpointTensorView> views_of(std::span<const CheckpointTensor> tensors);
+
 // The XXH3-64 checksum of `bytes` as 16 lower-case hex digits.
 std::string checkpoint_checksum(std::span<const std::byte> bytes);
 
@@ -62,6 +73,8 @@ std::string checkpoint_checksum(std::span<const std::byte> bytes);
 
 // One container holding `tensors` and `meta`. Throws InvalidArgument for an empty or repeated name
 // or a shape whose product is not the data's size.
+std::vector<std::byte> pack_checkpoint(const nlohmann::json& meta,
+                                       std::span<const CheckpointTensorView> tensors);
 std::vector<std::byte> pack_checkpoint(const nlohmann::json& meta,
                                        std::span<const CheckpointTensor> tensors);
 
@@ -90,6 +103,9 @@ std::filesystem::path checkpoint_staging_dir(const std::filesystem::path& root, 
 // commit_checkpoint (after another barrier). begin creates ROOT if needed, removes stale staging
 // directories and creates a fresh one for `step`.
 void begin_checkpoint(const std::filesystem::path& root, std::int64_t step);
+// Streams the shard to its file (no copy of the data in memory).
+void write_checkpoint_shard(const std::filesystem::path& root, std::int64_t step, int shard,
+                            std::span<const CheckpointTensorView> tensors);
 void write_checkpoint_shard(const std::filesystem::path& root, std::int64_t step, int shard,
                             std::span<const CheckpointTensor> tensors);
 // Reads the `shards` shard headers, writes manifest.json (with `meta`), and publishes step N as

@@ -83,18 +83,17 @@ void save_checkpoint(comm::Communicator& world, const TrainConfig& c, int stage,
     const std::size_t n = model.params().size();
     std::vector<float> m(n), v(n);
     moments.read_moments(m, v);
-    std::vector<sched::CheckpointTensor> tensors;
-    const auto params = model.params();
+    // Views of the model's parameters and of the moments just read: nothing else is copied.
+    std::vector<sched::CheckpointTensorView> tensors;
+    const std::span<const float> params = model.params();
     for (const sched::TensorInfo& t : model.tensors()) {
       if (is_tied_copy(model, t)) continue;
       const std::vector<std::int64_t> shape(t.shape.begin(), t.shape.end());
-      const auto slice = [&](auto first) {
-        return std::vector<float>(first + static_cast<std::ptrdiff_t>(t.offset),
-                                  first + static_cast<std::ptrdiff_t>(t.offset + t.count));
-      };
-      tensors.push_back({t.name, shape, slice(params.begin())});
-      tensors.push_back({std::string(kExpAvg) + t.name, shape, slice(m.cbegin())});
-      tensors.push_back({std::string(kExpAvgSq) + t.name, shape, slice(v.cbegin())});
+      tensors.push_back({t.name, shape, params.subspan(t.offset, t.count)});
+      tensors.push_back({std::string(kExpAvg) + t.name, shape,
+                         std::span<const float>(m).subspan(t.offset, t.count)});
+      tensors.push_back({std::string(kExpAvgSq) + t.name, shape,
+                         std::span<const float>(v).subspan(t.offset, t.count)});
     }
     sched::write_checkpoint_shard(c.save, step, stage, tensors);
   }
