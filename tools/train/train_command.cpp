@@ -107,6 +107,8 @@ void add_train_command(CLI::App& app, const std::vector<std::string>& argv, int&
   auto offload = std::make_shared<std::string>(c->offload_dir.string());
   auto metrics = std::make_shared<std::string>();
   auto timeout_s = std::make_shared<double>(0);
+  auto save = std::make_shared<std::string>();    // --- checkpoints
+  auto resume = std::make_shared<std::string>();  // --- checkpoints
 
   train->add_option("--stages", c->stages, "Pipeline stages")->capture_default_str();
   train->add_option("--replicas", c->replicas, "Data-parallel replicas")->capture_default_str();
@@ -216,16 +218,29 @@ void add_train_command(CLI::App& app, const std::vector<std::string>& argv, int&
                    "OpenBLAS threads per rank (0: cores / local ranks)")
       ->capture_default_str();
   train->add_option("--log-every", c->log_every, "Print every N steps")->capture_default_str();
+  // --- checkpoints (tools/train/CHECKPOINT.md) ---
+  train->add_option("--save", *save,
+                    "Save checkpoints (weights, AdamW state, step, sampler position) into this "
+                    "directory, atomically: at the end and every --save-every steps");
+  train->add_option("--save-every", c->save_every, "Also save every N steps (0: only at the end)")
+      ->capture_default_str();
+  train->add_option("--resume", *resume,
+                    "Continue from a checkpoint: a --save directory (its newest) or one of its "
+                    "step-N directories; any --stages / --replicas split may resume it");
+  // --- end checkpoints ---
   train
       ->add_option("--timeout", *timeout_s,
                    "Seconds before a stuck collective fails (sets STRAIT_TIMEOUT_S; default 300)")
       ->check(CLI::Range(0.001, 1e6));
 
-  train->callback([c, words, data, offload, offload_dir, metrics, timeout_s, argv, &exit_code] {
+  train->callback([c, words, data, offload, offload_dir, metrics, timeout_s, save, resume, argv,
+                   &exit_code] {
     parse_choices(*words, *c);
     c->data = *data;
     c->offload_dir = *offload;
     c->metrics = *metrics;
+    c->save = *save;      // --- checkpoints
+    c->resume = *resume;  // --- checkpoints
     if (*timeout_s > 0) ::setenv("STRAIT_TIMEOUT_S", fmt::format("{}", *timeout_s).c_str(), 1);
     const char* rank_env = std::getenv("RANK");
     if (rank_env == nullptr) {

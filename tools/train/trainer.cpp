@@ -38,6 +38,7 @@
 #include "scheduler/schedule.h"
 #include "scheduler/schedule_sim.h"
 #include "scheduler/schedule_validate.h"
+#include "tools/train/train_checkpoint.h"
 
 namespace strait::tools {
 // The reference model and the scheduler are this application's vocabulary.
@@ -485,7 +486,30 @@ void Job::run() {
   if (executor_->last_stage()) targets.resize(n);
   std::vector<std::int32_t> scratch(n);
   double train_s = 0;  // steps only: evaluations are timed apart
-  for (int step = 0; step < cfg_.steps; ++step) {
+  // --- checkpoints: resume ---
+  int first_step = 0;
+  if (!cfg_.resume.empty()) {
+    const Resumed resumed = load_checkpoint(cfg_, *model_, *moments_);
+    first_step = static_cast<int>(resumed.step);
+    if (rank_ == 0) {
+      fmt::print("resumed from {} at step {}\n", cfg_.resume.string(), first_step);
+      for (const std::string& note : resumed.notes) fmt::print("note: {}\n", note);
+      std::fflush(stdout);
+    }
+  }
+  std::int64_t saved_step = -1;
+  const auto save = [&](std::int64_t step) {
+    const auto start = Clock::now();
+    save_checkpoint(*world_, cfg_, stage_, replica_, *model_, *moments_, step);
+    saved_step = step;
+    if (rank_ == 0) {
+      fmt::print("saved checkpoint of step {} in {} ({:.2f} s)\n", step, cfg_.save.string(),
+                 std::chrono::duration<double>(Clock::now() - start).count());
+      std::fflush(stdout);
+    }
+  };
+  // --- end checkpoints ---
+  for (int step = first_step; step < cfg_.steps; ++step) {
     const auto step_start = Clock::now();
     if (dataset_) {
       dataset_->fill_train(step, replica_ * seqs, static_cast<int>(seqs),
@@ -552,6 +576,12 @@ void Job::run() {
         emit({{"type", "eval"}, {"step", step + 1}, {"eval_loss", eval_loss}});
       }
     }
+    if (!cfg_.save.empty() && cfg_.save_every > 0 && (step + 1) % cfg_.save_every == 0) {
+      save(step + 1);
+    }
+  }
+  if (!cfg_.save.empty() && saved_step != std::max(first_step, cfg_.steps)) {
+    save(std::max(first_step, cfg_.steps));
   }
   check_momentum();
   const double tps = train_s > 0 ? tokens_per_step * cfg_.steps / train_s : 0.0;
@@ -691,6 +721,24 @@ void TrainConfig::validate() const {
       offload_activations == ActivationOffload::Nvme) {
     check_writable(offload_dir);
   }
+  // --- checkpoints ---
+  if (save_every < 0)
+    throw bad(fmt::format("--save-every {} must be >= 0 (0: at the end)", save_every));
+  if (save_every > 0 && save.empty())
+    throw bad("--save-every needs --save DIR: name the directory");
+  if (!codec.empty() && (!save.empty() || !resume.empty())) {
+    throw bad(
+        "--codec with --save or --resume: a checkpoint does not hold the codec's error-feedback "
+        "state, so a resumed run would not continue the same training; drop --codec");
+  }
+  if (!save.empty()) check_save_dir(save);
+  if (!resume.empty() && !std::filesystem::is_directory(resume)) {
+    throw bad(
+        fmt::format("--resume {} is not a directory: pass a --save directory of an earlier "
+                    "run or one of its step-N directories",
+                    resume.string()));
+  }
+  // --- end checkpoints ---
   if (!metrics.empty()) {
     const std::ofstream probe(metrics, std::ios::app);
     if (!probe) {

@@ -104,6 +104,12 @@ struct TrainConfig {
   std::filesystem::path metrics;  // JSON lines (one per step, then a summary), written by rank 0
   int blas_threads = 0;           // OpenBLAS threads per rank; 0: cores / local ranks
   int log_every = 1;
+  // Checkpoints (tools/train/train_checkpoint.h, format in tools/train/CHECKPOINT.md): save
+  // into `save` every save_every steps (0: only at the end) and at the end; resume from `resume`
+  // (a --save directory, whose newest checkpoint is taken, or one of its step directories).
+  std::filesystem::path save;
+  int save_every = 0;
+  std::filesystem::path resume;
 
   // Checks what can be checked without the job (sizes, paths, directories); throws
   // InvalidArgument with the fix.

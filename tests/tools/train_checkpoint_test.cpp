@@ -1,0 +1,280 @@
+// `strait train --save / --save-every / --resume` end to end (spawns the built binary, real ranks
+// on loopback): a resumed run continues bit-identically to one that never stopped (also with the
+// optimizer state moved from RAM to NVMe), a checkpoint saved with 2 stages resumes with 1 or 4,
+// a corrupted shard is reported by its checksum, a model that does not fit is named, and a job
+// killed with SIGKILL while it saves every step leaves a checkpoint that resumes.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tests/common/process.h"
+
+namespace {
+
+using namespace std::chrono_literals;
+namespace fs = std::filesystem;
+using nlohmann::json;
+using strait::test::contains;
+using strait::test::TempDir;
+
+class Strait : public strait::test::Process {
+ public:
+  Strait(const std::vector<std::string>& args, const fs::path& output,
+         const std::vector<std::string>& extra_env = {})
+      : Process(STRAIT_BIN, args, output, extra_env) {}
+};
+
+// About 19 KB of text from a small vocabulary (as train_test.cpp's corpus).
+fs::path write_corpus(const fs::path& dir) {
+  static const std::vector<std::string> kWords = {
+      "the", "quick", "brown", "fox", "jumps", "over",  "lazy", "dog", "and",  "a",
+      "cat", "sat",   "on",    "mat", "while", "birds", "sing", "in",  "tall", "trees"};
+  fs::path path = dir / "corpus.txt";
+  std::ofstream out(path);
+  std::uint32_t state = 12345;
+  for (int i = 1; i <= 4000; ++i) {
+    state = state * 1664525U + 1013904223U;
+    out << kWords[(state >> 16) % kWords.size()] << (i % 12 == 0 ? ".\n" : " ");
+  }
+  return path;
+}
+
+class Job {
+ public:
+  Job() : corpus_(write_corpus(dir_.path())) { fs::create_directory(dir_.path() / "offload"); }
+  [[nodiscard]] fs::path path(const std::string& name) const { return dir_.path() / name; }
+
+  // A tiny model (4 layers so that 1, 2 and 4 stages divide it), then `extra`: "--flag value"
+  // pairs, a later pair replacing an earlier one of the same flag (CLI11 refuses repeats).
+  [[nodiscard]] std::vector<std::string> args(const std::vector<std::string>& extra) const {
+    std::vector<std::string> pairs = {"--layers",
+                                      "4",
+                                      "--dim",
+                                      "32",
+                                      "--heads",
+                                      "2",
+                                      "--ctx",
+                                      "32",
+                                      "--microbatch-size",
+                                      "2",
+                                      "--eval-sequences",
+                                      "8",
+                                      "--sample-bytes",
+                                      "8",
+                                      "--warmup",
+                                      "2",
+                                      "--blas-threads",
+                                      "1",
+                                      "--data",
+                                      corpus_.string(),
+                                      "--offload-dir",
+                                      path("offload").string()};
+    pairs.insert(pairs.end(), extra.begin(), extra.end());
+    std::vector<std::string> all = {"train"};
+    for (std::size_t i = 0; i + 1 < pairs.size(); i += 2) {
+      bool later = false;
+      for (std::size_t j = i + 2; j + 1 < pairs.size(); j += 2)
+        later = later || pairs[j] == pairs[i];
+      if (!later) all.insert(all.end(), {pairs[i], pairs[i + 1]});
+    }
+    return all;
+  }
+
+  // Runs to completion; returns the per-step records of --metrics.
+  std::vector<json> train(const std::string& name, const std::vector<std::string>& extra) const {
+    std::vector<std::string> a = args(extra);
+    a.insert(a.end(), {"--metrics", path(name + ".jsonl").string()});
+    Strait run(a, path(name + ".out"));
+    const int code = run.exit_code(120s);
+    EXPECT_EQ(code, 0) << name << ":\n" << run.output();
+    std::vector<json> steps;
+    std::ifstream in(path(name + ".jsonl"));
+    std::string line;
+    while (std::getline(in, line)) {
+      json r = json::parse(line);
+      if (r["type"] == "step") steps.push_back(std::move(r));
+    }
+    return steps;
+  }
+
+  // Runs expecting failure; returns the output.
+  std::string fail(const std::string& name, const std::vector<std::string>& extra) const {
+    Strait run(args(extra), path(name + ".out"));
+    const int code = run.exit_code(60s);
+    EXPECT_NE(code, 0) << name << ":\n" << run.output();
+    return run.output();
+  }
+
+ private:
+  TempDir dir_;
+  fs::path corpus_;
+};
+
+// Every tensor's checksum in a step directory's manifest, by name.
+std::map<std::string, std::string> checksums(const fs::path& step_dir) {
+  std::ifstream in(step_dir / "manifest.json");
+  const json m = json::parse(in);
+  std::map<std::string, std::string> out;
+  for (const json& t : m["tensors"]) out[t["name"]] = t["xxh3_64"];
+  return out;
+}
+
+std::vector<std::string> with(std::vector<std::string> a, const std::vector<std::string>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+TEST(StraitTrainCheckpoint, ResumedRunContinuesBitIdenticallyToOneThatNeverStopped) {
+  const Job job;
+  const std::vector<std::string> split = {"--stages",       "2", "--replicas", "2",
+                                          "--microbatches", "2", "--steps",    "6"};
+  const auto full =
+      job.train("full", with(split, {"--save", job.path("full").string(), "--save-every", "3"}));
+  ASSERT_EQ(full.size(), 6U);
+  ASSERT_TRUE(fs::exists(job.path("full") / "step-00000003" / "manifest.json"));
+  ASSERT_TRUE(fs::exists(job.path("full") / "step-00000006" / "manifest.json"));
+
+  // From step 3, once with the moments in RAM and once on NVMe.
+  for (const std::string where : {"cpu", "nvme"}) {
+    const auto resumed = job.train(
+        "resumed-" + where,
+        with(split, {"--resume", (job.path("full") / "step-00000003").string(), "--save",
+                     job.path("resumed-" + where).string(), "--offload-optimizer", where}));
+    ASSERT_EQ(resumed.size(), 3U) << where;
+    for (std::size_t i = 0; i < 3; ++i) {
+      EXPECT_EQ(resumed[i]["step"], full[i + 3]["step"]);
+      // Bit-identical: the JSON doubles round-trip exactly.
+      EXPECT_EQ(resumed[i]["loss"].get<double>(), full[i + 3]["loss"].get<double>())
+          << where << ", step " << i + 4;
+      EXPECT_EQ(resumed[i]["grad_norm"].get<double>(), full[i + 3]["grad_norm"].get<double>())
+          << where << ", step " << i + 4;
+    }
+    // And so are the final weights and moments.
+    EXPECT_EQ(checksums(job.path("resumed-" + where) / "step-00000006"),
+              checksums(job.path("full") / "step-00000006"))
+        << where;
+  }
+  // The --save directory itself resumes from what `latest` names (step 6).
+  const auto later =
+      job.train("later", with(split, {"--steps", "8", "--resume", job.path("full").string()}));
+  ASSERT_EQ(later.size(), 2U);
+  EXPECT_EQ(later[0]["step"], 7);
+  // It says that the learning-rate schedule is no longer the saved run's.
+  const std::string out = strait::test::read_file(job.path("later.out"));
+  EXPECT_TRUE(contains(out,
+                       "note: --steps (the cosine schedule's length) 8 differs from the "
+                       "checkpoint's 6"))
+      << out;
+}
+
+TEST(StraitTrainCheckpoint, TwoStageCheckpointResumesWithOneOrFourStages) {
+  const Job job;
+  const auto saved = job.train("two", {"--stages", "2", "--replicas", "1", "--microbatches", "8",
+                                       "--steps", "3", "--save", job.path("two").string()});
+  ASSERT_EQ(saved.size(), 3U);
+  const auto original = checksums(job.path("two") / "step-00000003");
+  // Every parameter once, with its two moments: 2 + 12 per layer + 2 names, times 3.
+  EXPECT_EQ(original.size(), 3U * (2 + 12 * 4 + 2));
+  for (const std::string stages : {"1", "4"}) {
+    // Loading and saving again at once gives back the same bits, whatever the split.
+    const std::string name = "resaved-" + stages;
+    (void)job.train(name,
+                    {"--stages", stages, "--replicas", "1", "--microbatches", "8", "--steps", "3",
+                     "--resume", job.path("two").string(), "--save", job.path(name).string()});
+    EXPECT_EQ(checksums(job.path(name) / "step-00000003"), original) << stages << " stages";
+    std::ifstream in(job.path(name) / "step-00000003" / "manifest.json");
+    EXPECT_EQ(json::parse(in)["files"].size(), std::stoul(stages));
+  }
+  // Training on from there matches the 2-stage run up to float rounding (sums in other orders).
+  const auto two_on =
+      job.train("two-on", {"--stages", "2", "--replicas", "1", "--microbatches", "8", "--steps",
+                           "5", "--resume", job.path("two").string()});
+  const auto four_on =
+      job.train("four-on", {"--stages", "4", "--replicas", "1", "--microbatches", "8", "--steps",
+                            "5", "--resume", job.path("two").string()});
+  ASSERT_EQ(two_on.size(), 2U);
+  ASSERT_EQ(four_on.size(), 2U);
+  for (std::size_t i = 0; i < 2; ++i) {
+    const double a = two_on[i]["loss"].get<double>(), b = four_on[i]["loss"].get<double>();
+    EXPECT_LT(std::abs(a - b) / std::abs(a), 1e-5) << "step " << i + 4;
+  }
+}
+
+TEST(StraitTrainCheckpoint, CorruptedShardIsReportedByItsChecksum) {
+  const Job job;
+  (void)job.train("saved", {"--stages", "2", "--replicas", "1", "--microbatches", "4", "--steps",
+                            "2", "--save", job.path("saved").string()});
+  const fs::path shard = job.path("saved") / "step-00000002" / "shard-1.ckpt";
+  {
+    // The last byte of the file belongs to its last tensor's data.
+    std::fstream f(shard, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(-1, std::ios::end);
+    char c = 0;
+    f.get(c);
+    f.seekp(-1, std::ios::end);
+    f.put(static_cast<char>(c ^ 0x40));
+  }
+  const std::string out =
+      job.fail("corrupt", {"--stages", "2", "--replicas", "1", "--microbatches", "4", "--steps",
+                           "3", "--resume", job.path("saved").string()});
+  EXPECT_TRUE(contains(out, "fails its checksum")) << out;
+  EXPECT_TRUE(contains(out, "shard-1.ckpt")) << out;
+  EXPECT_TRUE(contains(out, "optimizer.exp_avg_sq.ln_f.bias")) << out;
+}
+
+TEST(StraitTrainCheckpoint, ModelOrSeedThatDoesNotFitIsNamed) {
+  const Job job;
+  (void)job.train("saved", {"--stages", "1", "--replicas", "1", "--microbatches", "4", "--steps",
+                            "1", "--save", job.path("saved").string()});
+  const std::string dim = job.fail("dim", {"--stages", "1", "--replicas", "1", "--steps", "2",
+                                           "--dim", "64", "--resume", job.path("saved").string()});
+  EXPECT_TRUE(contains(dim, "--dim 64 (the checkpoint has 32)")) << dim;
+  const std::string seed =
+      job.fail("seed", {"--stages", "1", "--replicas", "1", "--steps", "2", "--seed", "9",
+                        "--resume", job.path("saved").string()});
+  EXPECT_TRUE(contains(seed, "pass --seed 1337")) << seed;
+  const std::string missing =
+      job.fail("missing", {"--steps", "2", "--resume", job.path("nothing").string()});
+  EXPECT_TRUE(contains(missing, "is not a directory")) << missing;
+  const std::string codec =
+      job.fail("codec", {"--steps", "2", "--codec", "int8", "--save", job.path("c").string()});
+  EXPECT_TRUE(contains(codec, "drop --codec")) << codec;
+}
+
+// The whole job (launcher and ranks) is killed with SIGKILL while it saves every step; what
+// `latest` names must resume.
+TEST(StraitTrainCheckpoint, JobKilledWhileSavingEveryStepLeavesACheckpointThatResumes) {
+  const Job job;
+  const fs::path dir = job.path("saves");
+  {
+    Strait run(job.args({"--stages", "2", "--replicas", "1", "--microbatches", "4", "--steps",
+                         "100000", "--save", dir.string(), "--save-every", "1"}),
+               job.path("killed.out"));
+    ASSERT_TRUE(strait::test::wait_for_files({dir / "latest"}, 60s)) << run.output();
+    std::this_thread::sleep_for(300ms);
+    ::kill(run.pid(), SIGKILL);  // the launcher; its ranks die with it (parent-death signal)
+    (void)run.exit_code(30s);
+  }
+  std::this_thread::sleep_for(500ms);  // ranks still inside a save finish dying
+  std::ifstream in(dir / "latest");
+  std::string name;
+  in >> name;
+  ASSERT_TRUE(name.starts_with("step-")) << name;
+  const int step = std::stoi(name.substr(5));
+  const auto resumed =
+      job.train("resumed", {"--stages", "1", "--replicas", "1", "--microbatches", "8", "--steps",
+                            std::to_string(step + 1), "--resume", dir.string()});
+  EXPECT_EQ(resumed.size(), 1U);
+}
+
+}  // namespace

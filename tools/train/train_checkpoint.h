@@ -1,0 +1,60 @@
+// What `strait train --save DIR [--save-every N]` writes and `--resume DIR` reads, in the format of
+// scheduler/model/checkpoint.h (documented in tools/train/CHECKPOINT.md).
+//
+// Saved: every parameter of the model once (the last stage's copy of the tied wte is not written:
+// it is bit-identical to the first stage's), AdamW's exp_avg and exp_avg_sq for each (wherever
+// they live: pinned RAM or NVMe, read through AdamWState::read_moments), and as meta the step
+// count, the model's shape, the seed that fixes both the initial weights and the data sampler,
+// the sampler's position (the next step: ByteDataset draws step s's sequences from a counter-based
+// stream of (seed, s, sequence), so the step is its whole state), the sample seed, the optimizer's
+// hyperparameters and the split that saved it. Nothing else in a run is random or stateful
+// (no dropout; gradient clipping and the learning-rate schedule are functions of the step), so a
+// resumed run continues bit-identically to one that never stopped. Codecs keep error-feedback
+// state that is not saved, so --codec is refused with --save and --resume.
+//
+// Collective: save_checkpoint is called by every rank of the job at the same step; the ranks of
+// replica 0 each write their stage's shard (replicas hold identical weights), rank 0 publishes.
+// Thread-safety: none; the trainer's thread calls these between steps.
+// Errors: InvalidArgument for a checkpoint whose model shape or seed differs from the run's
+// (naming each field and the value to pass); the format's errors (checkpoint.h).
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "offload/adamw_state.h"
+#include "scheduler/model/checkpoint.h"
+#include "scheduler/model/transformer.h"
+#include "tools/train/trainer.h"
+
+namespace strait::tools {
+
+// The meta a checkpoint of `config` at `step` (completed optimizer steps) carries.
+nlohmann::json train_checkpoint_meta(const TrainConfig& config, std::int64_t step);
+
+// Writes the checkpoint of step `step` under config.save (collective over `world`).
+void save_checkpoint(comm::Communicator& world, const TrainConfig& config, int stage, int replica,
+                     const sched::StageModel<float>& model, offload::AdamWState& moments,
+                     std::int64_t step);
+
+// Creates the --save directory if needed and checks that it takes a new file (InvalidArgument
+// naming --save otherwise).
+void check_save_dir(const std::filesystem::path& dir);
+
+struct Resumed {
+  std::int64_t step = 0;           // optimizer steps the checkpoint had completed
+  std::vector<std::string> notes;  // settings that differ from the checkpoint's, for the log
+};
+
+// Checks the checkpoint at config.resume against the run and loads this stage's parameters and
+// moments. Settings that change the training from there on but not the model (learning rate,
+// its schedule, AdamW's betas, weight decay, clipping, the global batch) may differ: each is
+// listed in `notes`, as the resumed run is then not the one that saved.
+Resumed load_checkpoint(const TrainConfig& config, sched::StageModel<float>& model,
+                        offload::AdamWState& moments);
+
+}  // namespace strait::tools
