@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "core/error.h"
+#include "kernels/fast_math.h"
 #include "kernels/gemm.h"
 
 namespace strait::kernels {
@@ -55,12 +56,7 @@ void attention_forward(F* out, F* preatt, F* att, const F* qkv, int B, int T, in
         F* row = a + i * sz(T);
         F mx = row[0];
         for (std::size_t j = 1; j <= i; ++j) mx = row[j] > mx ? row[j] : mx;
-        F sum = 0;
-        for (std::size_t j = 0; j <= i; ++j) {
-          row[j] = std::exp(row[j] - mx);
-          sum += row[j];
-        }
-        const F inv = F(1) / sum;
+        const F inv = F(1) / detail::exp_shifted_sum(row, row, i + 1, mx);
         for (std::size_t j = 0; j <= i; ++j) row[j] *= inv;
         for (std::size_t j = i + 1; j < sz(T); ++j) row[j] = 0;
       }
@@ -98,8 +94,7 @@ void attention_backward(F* dqkv, F* scratch, const F* dout, const F* qkv, const 
       for (std::size_t i = 0; i < sz(T); ++i) {
         F* row = s + i * sz(T);
         const F* arow = a + i * sz(T);
-        F dot = 0;
-        for (std::size_t j = 0; j <= i; ++j) dot += arow[j] * row[j];
+        const F dot = detail::lane_sum<F>(i + 1, [&](std::size_t j) { return arow[j] * row[j]; });
         for (std::size_t j = 0; j <= i; ++j) row[j] = arow[j] * (row[j] - dot);
         for (std::size_t j = i + 1; j < sz(T); ++j) row[j] = 0;
       }

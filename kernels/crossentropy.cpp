@@ -6,6 +6,7 @@
 #include <cstddef>
 
 #include "core/error.h"
+#include "kernels/fast_math.h"
 
 namespace strait::kernels {
 namespace {
@@ -39,11 +40,7 @@ double crossentropy_forward(F* losses, F* probs, const F* logits, const std::int
     const F target_logit = l[targets[n]];  // read before p (which may be l) is overwritten
     F mx = l[0];
     for (std::size_t i = 1; i < v; ++i) mx = l[i] > mx ? l[i] : mx;
-    F sum = 0;
-    for (std::size_t i = 0; i < v; ++i) {
-      p[i] = std::exp(l[i] - mx);
-      sum += p[i];
-    }
+    const F sum = detail::exp_shifted_sum(p, l, v, mx);
     const F inv = F(1) / sum;
     for (std::size_t i = 0; i < v; ++i) p[i] *= inv;
     const F loss = std::log(sum) + mx - target_logit;

@@ -2,15 +2,10 @@
 
 #include <fmt/format.h>
 
-#include <bit>
 #include <cmath>
-#include <cstdint>
-
-#if defined(__SSE2__)
-#include <immintrin.h>
-#endif
 
 #include "core/error.h"
+#include "kernels/fast_math.h"
 
 namespace strait::kernels {
 namespace {
@@ -33,49 +28,15 @@ constexpr F kGeluCubic = static_cast<F>(0.044715);
 // about 5. The scalar tail (and other CPUs) run the same operations in the same order, so every
 // element gets the same bits wherever it sits and on every x86-64 machine. Written with
 // intrinsics: GCC's own vectorisation of the clamp's selects was as slow as libm.
-//
-// exp(t), t clamped to [-87, 88] so the result stays normal (beyond, sigmoid is 0 or 1 to float
-// precision): Cody-Waite reduction by ln 2 and Cephes' expf polynomial on [-ln2/2, ln2/2] (within
-// 2 ulp), then 2^k from the exponent bits. A NaN passes the clamp (max and min return their
-// second operand when unordered) and stays NaN.
-constexpr float kLog2e = 1.44269504088896341F;
-constexpr float kRound = 12582912.0F;  // 1.5 * 2^23: adding it rounds to an integer
-constexpr float kLn2Hi = 0.693359375F;
-constexpr float kLn2Lo = -2.12194440e-4F;
-constexpr float kExpP[] = {1.9875691500e-4F, 1.3981999507e-3F, 8.3334519073e-3F,
-                           4.1665795894e-2F, 1.6666665459e-1F, 5.0000001201e-1F};
-constexpr float kClampLo = -87.0F;
-constexpr float kClampHi = 88.0F;
-
+// exp: kernels/fast_math.h.
 inline float sigmoid_of_twice(float u) {
-  float t = -2.0F * u;
-  t = kClampLo > t ? kClampLo : t;  // _mm_max_ps(lo, t)
-  t = kClampHi < t ? kClampHi : t;  // _mm_min_ps(hi, t)
-  const float k = (t * kLog2e + kRound) - kRound;
-  const float r = (t - k * kLn2Hi) - k * kLn2Lo;
-  float p = kExpP[0];
-  for (int j = 1; j < 6; ++j) p = p * r + kExpP[j];
-  p = p * (r * r) + r + 1.0F;
-  const std::int32_t ki = k == k ? static_cast<std::int32_t>(k) : 0;  // NaN: p is NaN anyway
-  const float two_k = std::bit_cast<float>(static_cast<std::uint32_t>(ki + 127) << 23);
-  return 1.0F / (1.0F + p * two_k);
+  return 1.0F / (1.0F + detail::exp_clamped(-2.0F * u));
 }
 
 #if defined(__SSE2__)
 inline __m128 sigmoid_of_twice(__m128 u) {
-  __m128 t = _mm_mul_ps(_mm_set1_ps(-2.0F), u);
-  t = _mm_min_ps(_mm_set1_ps(kClampHi), _mm_max_ps(_mm_set1_ps(kClampLo), t));
-  const __m128 round = _mm_set1_ps(kRound);
-  const __m128 k = _mm_sub_ps(_mm_add_ps(_mm_mul_ps(t, _mm_set1_ps(kLog2e)), round), round);
-  const __m128 r = _mm_sub_ps(_mm_sub_ps(t, _mm_mul_ps(k, _mm_set1_ps(kLn2Hi))),
-                              _mm_mul_ps(k, _mm_set1_ps(kLn2Lo)));
-  __m128 p = _mm_set1_ps(kExpP[0]);
-  for (int j = 1; j < 6; ++j) p = _mm_add_ps(_mm_mul_ps(p, r), _mm_set1_ps(kExpP[j]));
   const __m128 one = _mm_set1_ps(1.0F);
-  p = _mm_add_ps(_mm_add_ps(_mm_mul_ps(p, _mm_mul_ps(r, r)), r), one);
-  const __m128i ki = _mm_cvttps_epi32(k);
-  const __m128 two_k = _mm_castsi128_ps(_mm_slli_epi32(_mm_add_epi32(ki, _mm_set1_epi32(127)), 23));
-  return _mm_div_ps(one, _mm_add_ps(one, _mm_mul_ps(p, two_k)));
+  return _mm_div_ps(one, _mm_add_ps(one, detail::exp_clamped(_mm_mul_ps(_mm_set1_ps(-2.0F), u))));
 }
 #endif
 

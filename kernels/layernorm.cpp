@@ -6,6 +6,7 @@
 #include <cstddef>
 
 #include "core/error.h"
+#include "kernels/fast_math.h"
 
 namespace strait::kernels {
 namespace {
@@ -28,15 +29,12 @@ void layernorm_forward(F* out, F* mean, F* rstd, const F* inp, const F* weight, 
   const auto eps = static_cast<F>(kLayerNormEps);
   for (std::size_t r = 0; r < static_cast<std::size_t>(N); ++r) {
     const F* x = inp + r * c;
-    F sum = 0;
-    for (std::size_t i = 0; i < c; ++i) sum += x[i];
-    const F m = sum * inv_c;
+    const F m = detail::lane_sum<F>(c, [&](std::size_t i) { return x[i]; }) * inv_c;
     // Two passes (mean, then squared deviations) avoid the cancellation of E[x^2] - E[x]^2.
-    F sq = 0;
-    for (std::size_t i = 0; i < c; ++i) {
+    const F sq = detail::lane_sum<F>(c, [&](std::size_t i) {
       const F d = x[i] - m;
-      sq += d * d;
-    }
+      return d * d;
+    });
     const F s = F(1) / std::sqrt(sq * inv_c + eps);
     F* o = out + r * c;
     for (std::size_t i = 0; i < c; ++i) o[i] = (x[i] - m) * s * weight[i] + bias[i];
@@ -57,16 +55,11 @@ void layernorm_backward(F* dinp, F* dweight, F* dbias, const F* dout, const F* i
     F* dx = dinp + r * c;
     const F m = mean[r];
     const F s = rstd[r];
-    F g_mean = 0;
-    F gn_mean = 0;
-    for (std::size_t i = 0; i < c; ++i) {
-      const F n = (x[i] - m) * s;
-      const F g = weight[i] * d[i];
-      g_mean += g;
-      gn_mean += g * n;
-    }
-    g_mean *= inv_c;
-    gn_mean *= inv_c;
+    const F g_mean =
+        detail::lane_sum<F>(c, [&](std::size_t i) { return weight[i] * d[i]; }) * inv_c;
+    const F gn_mean =
+        detail::lane_sum<F>(c, [&](std::size_t i) { return weight[i] * d[i] * ((x[i] - m) * s); }) *
+        inv_c;
     for (std::size_t i = 0; i < c; ++i) {
       const F n = (x[i] - m) * s;
       const F g = weight[i] * d[i];
