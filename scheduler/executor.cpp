@@ -11,6 +11,7 @@
 
 #include "core/error.h"
 #include "scheduler/schedule_sim.h"
+#include "scheduler/schedule_validate.h"
 
 namespace strait::sched {
 namespace {
@@ -62,10 +63,21 @@ PipelineExecutor::PipelineExecutor(Schedule schedule, int stage, PipelineStage& 
                             "has {} ranks",
                             p, pipe_size));
   }
+  if (schedule_.chunks != 1) {
+    throw Error(
+        ErrorCode::InvalidArgument,
+        fmt::format("executor: the schedule puts {} model chunks on each rank; the executor "
+                    "runs one stage per rank (gpipe, 1f1b, zb-h1)",
+                    schedule_.chunks));
+  }
   if (schedule_.microbatches >= (1 << 15)) {
     throw Error(ErrorCode::InvalidArgument, "executor: at most 32767 microbatches per step");
   }
   slots_ = peak_stashed_microbatches(schedule_, stage_);
+  split_backward_.resize(static_cast<std::size_t>(schedule_.microbatches));
+  for (int mb = 0; mb < schedule_.microbatches; ++mb) {
+    split_backward_[static_cast<std::size_t>(mb)] = has_weight_action(schedule_, stage_, mb);
+  }
   if (model_.slots() < slots_) {
     throw Error(ErrorCode::InvalidArgument,
                 fmt::format("executor: stage {} needs {} activation slots for this schedule but "
@@ -216,11 +228,21 @@ StepStats PipelineExecutor::run_step(std::int64_t step, std::span<const std::int
         }
         const float* dout = last ? nullptr : grad_out_[i].data();
         float* din = first ? nullptr : grad_in_[i].data();
+        if (split_backward_[i]) {
+          // Zero bubble: the input gradient now, the weight gradients at W (the slot stays).
+          model_.backward_input(slot_of[i], dout, 1.0F / static_cast<float>(m), din);
+          break;
+        }
         model_.backward(slot_of[i], dout, 1.0F / static_cast<float>(m), din);
         free_slots.push_back(slot_of[i]);
         slot_of[i] = -1;
         break;
       }
+      case ActionKind::W:
+        model_.backward_weight(slot_of[i]);
+        free_slots.push_back(slot_of[i]);
+        slot_of[i] = -1;
+        break;
       case ActionKind::SendB:
         sends.push_back(
             pipe->isend(grad_in_[i].data(), bytes, stage_ - 1, step_tag(step, a.microbatch, true)));

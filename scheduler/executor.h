@@ -11,7 +11,11 @@
 // Transfer buffers are per microbatch (M per direction, B x T x width floats each) whatever the
 // schedule: 1F1B's memory saving, min(P - s, M) stashed microbatches, applies to the stage's
 // activation slots, not to these.
-// Activation slots: a microbatch takes a free slot at its F and gives it back at its B; slots are
+// Zero-bubble schedules (ZB-H1): a B with a W for the same microbatch runs backward_input, and the
+// W backward_weight, which gives backward's bits. Schedules with several chunks per rank
+// (interleaved, ZB-V) are refused (InvalidArgument): the executor holds one stage.
+// Activation slots: a microbatch takes a free slot at its F and gives it back at its B (its W when
+// it has one); slots are
 // assigned at run time, so the stage needs only peak_stashed_microbatches(schedule, stage).
 // Activation offload (a schedule from add_activation_offload, and set_activation_store): OFFLOAD
 // hands the slot's stash (PipelineStage::stash) to the store and the slot becomes free once that
@@ -96,6 +100,8 @@ class PipelineExecutor {
   std::unique_ptr<GradientSync> sync_;
   std::unique_ptr<offload::ActivationStore> store_;
   int slots_ = 0;  // activation slots this schedule needs on this stage
+  // Per microbatch: B computes the input gradient only and a later W the weight gradients.
+  std::vector<bool> split_backward_;
   int batch_;
   int context_;
   std::size_t act_elems_;  // B * T * width
