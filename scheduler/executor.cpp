@@ -174,8 +174,14 @@ StepStats PipelineExecutor::run_step(std::int64_t step, std::span<const std::int
   };
 
   double loss_sum = 0;
+  const auto now_us = [] {
+    return std::chrono::duration<double, std::micro>(
+               std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  };
   for (const Action& a : actions) {
     const auto i = static_cast<std::size_t>(a.microbatch < 0 ? 0 : a.microbatch);
+    const double start_us = tracing_ ? now_us() : 0.0;
     switch (a.kind) {
       case ActionKind::RecvF: recv_f[i].wait(); break;
       case ActionKind::RecvB: recv_b[i].wait(); break;
@@ -261,6 +267,7 @@ StepStats PipelineExecutor::run_step(std::int64_t step, std::span<const std::int
         optimizer(model_.params(), model_.grads());
         break;
     }
+    if (tracing_) trace_.push_back(TraceRecord{stage_, step, a, start_us, now_us()});
   }
   for (const auto& w : sends) w.wait();
   stats.loss = last ? loss_sum / m : std::numeric_limits<double>::quiet_NaN();

@@ -39,6 +39,7 @@
 #include "offload/activation_store.h"
 #include "scheduler/grad_sync.h"
 #include "scheduler/schedule.h"
+#include "scheduler/schedule_trace.h"
 #include "scheduler/stage.h"
 
 namespace strait::sched {
@@ -85,6 +86,11 @@ class PipelineExecutor {
   }
   [[nodiscard]] offload::ActivationStore* activation_store() const noexcept { return store_.get(); }
 
+  // Tracing (`strait train --trace`): while on, run_step records every action's start and end
+  // (steady_clock, microseconds) with this stage as the rank; take_trace() hands them over.
+  void set_tracing(bool on) noexcept { tracing_ = on; }
+  [[nodiscard]] std::vector<TraceRecord> take_trace() { return std::exchange(trace_, {}); }
+
   [[nodiscard]] bool first_stage() const noexcept { return stage_ == 0; }
   [[nodiscard]] bool last_stage() const noexcept { return stage_ == schedule_.stages - 1; }
 
@@ -99,6 +105,8 @@ class PipelineExecutor {
   PipelineComms comms_;
   std::unique_ptr<GradientSync> sync_;
   std::unique_ptr<offload::ActivationStore> store_;
+  bool tracing_ = false;
+  std::vector<TraceRecord> trace_;
   int slots_ = 0;  // activation slots this schedule needs on this stage
   // Per microbatch: B computes the input gradient only and a later W the weight gradients.
   std::vector<bool> split_backward_;

@@ -46,9 +46,21 @@ void check_rank(const Schedule& sched, int rank, const char* what) {
 }  // namespace
 
 Timeline simulate(const Schedule& sched, const ActionCosts& costs) {
-  check_cost("f", costs.f, false);
-  check_cost("b", costs.b, false);
-  check_cost("w", costs.w, true);
+  return simulate(sched, std::vector<ActionCosts>(
+                             static_cast<std::size_t>(std::max(0, stage_count(sched))), costs));
+}
+
+Timeline simulate(const Schedule& sched, const std::vector<ActionCosts>& per_stage) {
+  if (per_stage.size() != static_cast<std::size_t>(std::max(0, stage_count(sched)))) {
+    throw Error(ErrorCode::InvalidArgument,
+                fmt::format("schedule simulation: {} per-stage costs for {} stages",
+                            per_stage.size(), stage_count(sched)));
+  }
+  for (const ActionCosts& costs : per_stage) {
+    check_cost("f", costs.f, false);
+    check_cost("b", costs.b, false);
+    check_cost("w", costs.w, true);
+  }
   validate_schedule(sched);  // afterwards every RECV has one SEND and the walk below terminates
 
   const auto P = static_cast<std::size_t>(sched.stages);
@@ -71,6 +83,9 @@ Timeline simulate(const Schedule& sched, const ActionCosts& costs) {
   auto key = [M](const Action& a) {
     return static_cast<std::size_t>(a.stage) * M + static_cast<std::size_t>(a.microbatch);
   };
+  auto cost = [&](const Action& a) -> const ActionCosts& {
+    return per_stage[static_cast<std::size_t>(a.stage)];
+  };
   bool progress = true;
   while (progress) {
     progress = false;
@@ -85,15 +100,15 @@ Timeline simulate(const Schedule& sched, const ActionCosts& costs) {
         bool compute = false;
         switch (a.kind) {
           case ActionKind::F:
-            end = start + costs.f;
+            end = start + cost(a).f;
             compute = true;
             break;
           case ActionKind::B:
-            end = start + costs.b + (split[key(a)] ? 0.0 : costs.w);
+            end = start + cost(a).b + (split[key(a)] ? 0.0 : cost(a).w);
             compute = true;
             break;
           case ActionKind::W:
-            end = start + costs.w;
+            end = start + cost(a).w;
             compute = true;
             break;
           case ActionKind::SendF:
@@ -133,6 +148,13 @@ Timeline simulate(const Schedule& sched, double time_f, double time_b) {
 }
 
 std::vector<double> stage_bubble_fractions(const Schedule& sched, const ActionCosts& costs) {
+  return stage_bubble_fractions(
+      sched,
+      std::vector<ActionCosts>(static_cast<std::size_t>(std::max(0, stage_count(sched))), costs));
+}
+
+std::vector<double> stage_bubble_fractions(const Schedule& sched,
+                                           const std::vector<ActionCosts>& costs) {
   const Timeline tl = simulate(sched, costs);
   std::vector<double> out;
   out.reserve(tl.busy.size());

@@ -46,12 +46,17 @@ struct Timeline {
 };
 
 STRAIT_API Timeline simulate(const Schedule& schedule, const ActionCosts& costs);
+// Per model stage costs (costs[v] for the actions of stage v; size P * V), e.g. measured ones:
+// the first and last stages of a transformer carry the embedding and the head.
+STRAIT_API Timeline simulate(const Schedule& schedule, const std::vector<ActionCosts>& costs);
 // simulate(schedule, {time_f, time_b, 0}): fused backwards cost time_b.
 STRAIT_API Timeline simulate(const Schedule& schedule, double time_f, double time_b);
 
 // Per rank: (makespan - busy) / makespan.
 STRAIT_API std::vector<double> stage_bubble_fractions(const Schedule& schedule,
                                                       const ActionCosts& costs);
+STRAIT_API std::vector<double> stage_bubble_fractions(const Schedule& schedule,
+                                                      const std::vector<ActionCosts>& costs);
 STRAIT_API std::vector<double> stage_bubble_fractions(const Schedule& schedule, double time_f,
                                                       double time_b);
 

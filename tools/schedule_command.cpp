@@ -213,23 +213,41 @@ void run_from_trace(const ScheduleOptions& o) {
     for (const TraceRecord& r : trace.records) step = std::max(step, r.step);
   }
   const Timeline measured = measured_timeline(trace, step, info.stages);
-  // Mean measured compute times of the step, per action.
-  std::vector<double> f, b, w;
+  // Mean measured compute times of the step, per stage and kind.
+  const auto S = static_cast<std::size_t>(stage_count(plan));
+  std::vector<std::vector<double>> f(S), b(S), w(S);
   for (const auto& list : measured.stages) {
     for (const TimedAction& t : list) {
       const double d = t.end - t.start;
-      if (t.action.kind == ActionKind::F) f.push_back(d);
-      if (t.action.kind == ActionKind::B) b.push_back(d);
-      if (t.action.kind == ActionKind::W) w.push_back(d);
+      const auto v = static_cast<std::size_t>(t.action.stage);
+      if (v >= S) continue;
+      if (t.action.kind == ActionKind::F) f[v].push_back(d);
+      if (t.action.kind == ActionKind::B) b[v].push_back(d);
+      if (t.action.kind == ActionKind::W) w[v].push_back(d);
     }
   }
   // Without W the measured B holds the weight gradients too; the simulator adds w to such a B.
-  const ActionCosts costs{mean(f), mean(b), w.empty() ? 0.0 : mean(w)};
-  const Timeline planned = simulate(plan, costs);
-  const std::vector<double> plan_bubble = stage_bubble_fractions(plan, costs);
+  std::vector<ActionCosts> stage_costs(S);
+  std::vector<double> all_f, all_b, all_w;
+  for (std::size_t v = 0; v < S; ++v) {
+    if (f[v].empty() || b[v].empty()) {
+      throw Error(ErrorCode::InvalidArgument,
+                  fmt::format("--from-trace: step {} has no F or B of stage {}; pick a complete "
+                              "step with --step",
+                              step, v));
+    }
+    stage_costs[v] = ActionCosts{mean(f[v]), mean(b[v]), w[v].empty() ? 0.0 : mean(w[v])};
+    all_f.insert(all_f.end(), f[v].begin(), f[v].end());
+    all_b.insert(all_b.end(), b[v].begin(), b[v].end());
+    all_w.insert(all_w.end(), w[v].begin(), w[v].end());
+  }
+  const ActionCosts costs{mean(all_f), mean(all_b), mean(all_w)};
+  const Timeline planned = simulate(plan, stage_costs);
+  const std::vector<double> plan_bubble = stage_bubble_fractions(plan, stage_costs);
   fmt::print(
       "{} schedule, {} ranks x {} chunks, {} microbatches{}; step {} of {}\n"
-      "mean measured costs (us): F {:.1f}, B {:.1f}, W {:.1f}\n",
+      "mean measured costs (us): F {:.1f}, B {:.1f}, W {:.1f}; the plan is simulated with each "
+      "stage's own means\n",
       info.schedule, info.stages, info.chunks, info.microbatches,
       info.offload_prefetch >= 0 ? fmt::format(", offload d={}", info.offload_prefetch) : "", step,
       o.from_trace, costs.f, costs.b, costs.w);
