@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <array>
 #include <cctype>
+#include <cmath>
 #include <deque>
 #include <limits>
 #include <utility>
@@ -206,7 +207,15 @@ struct GreedyPolicy {
   bool reserve_for_chunk1 = false;  // chunk-0 forwards leave one slot free for chunk 1's
 };
 
-Schedule greedy_zero_bubble(Schedule sched, const GreedyPolicy& policy, std::string_view what) {
+Schedule greedy_zero_bubble(Schedule sched, const GreedyPolicy& policy, const ActionCosts& costs,
+                            std::string_view what) {
+  if (!(costs.f > 0.0) || !(costs.b > 0.0) || !(costs.w >= 0.0) || !std::isfinite(costs.f) ||
+      !std::isfinite(costs.b) || !std::isfinite(costs.w)) {
+    throw Error(ErrorCode::InvalidArgument,
+                fmt::format("{} schedule: planning costs F = {}, B = {}, W = {} must be finite, F "
+                            "and B > 0, W >= 0",
+                            what, costs.f, costs.b, costs.w));
+  }
   const int P = sched.stages;
   const int M = sched.microbatches;
   const int S = stage_count(sched);
@@ -214,14 +223,16 @@ Schedule greedy_zero_bubble(Schedule sched, const GreedyPolicy& policy, std::str
     return static_cast<std::size_t>(stage) * static_cast<std::size_t>(M) +
            static_cast<std::size_t>(mb);
   };
-  constexpr int kNever = std::numeric_limits<int>::max();
+  constexpr double kNever = std::numeric_limits<double>::infinity();
   // End times; kNever = not run yet.
-  std::vector<int> f_end(idx(S, 0), kNever), b_end(idx(S, 0), kNever);
+  std::vector<double> f_end(idx(S, 0), kNever), b_end(idx(S, 0), kNever);
   std::vector<int> next_f(static_cast<std::size_t>(S), 0);  // forwards run in microbatch order
   std::vector<int> next_b(static_cast<std::size_t>(S), 0);  // and so do backwards
   std::vector<std::deque<std::pair<int, int>>> pending_w(static_cast<std::size_t>(P));
   std::vector<int> live(static_cast<std::size_t>(P), 0);
-  std::vector<int> busy_until(static_cast<std::size_t>(P), 0);
+  std::vector<double> free_at(static_cast<std::size_t>(P), 0.0);
+  std::vector<bool> waiting(static_cast<std::size_t>(P), false);  // stalled until an action ends
+  std::vector<std::size_t> left_on(static_cast<std::size_t>(P), 3 * idx(sched.chunks, 0));
   // 1F1B's F / B order per rank (true = B), for one_f_one_b_order; pos = the next one.
   std::vector<std::vector<bool>> order(static_cast<std::size_t>(P));
   std::vector<std::size_t> pos(static_cast<std::size_t>(P), 0);
@@ -238,71 +249,91 @@ Schedule greedy_zero_bubble(Schedule sched, const GreedyPolicy& policy, std::str
   std::vector<RankBuilder> builders;
   builders.reserve(static_cast<std::size_t>(P));
   for (int r = 0; r < P; ++r) builders.emplace_back(sched, r);
-  std::size_t left = 3 * idx(S, 0);
-  for (int t = 0; left > 0; ++t) {
-    bool running = false;
-    for (int r = 0; r < P; ++r) {
-      const auto ru = static_cast<std::size_t>(r);
-      if (busy_until[ru] > t) {
-        running = true;
-        continue;
-      }
-      RankBuilder& b = builders[ru];
-      auto try_backward = [&](int v) {
-        const int mb = next_b[static_cast<std::size_t>(v)];
-        if (mb >= M) return false;
-        const int ready = v == S - 1 ? f_end[idx(v, mb)] : b_end[idx(v + 1, mb)];
-        if (ready > t) return false;
-        b.backward(v, mb);
-        b_end[idx(v, mb)] = t + 1;
-        ++next_b[static_cast<std::size_t>(v)];
-        pending_w[ru].emplace_back(v, mb);
-        return true;
-      };
-      auto try_forward = [&](int v, int limit) {
-        const int mb = next_f[static_cast<std::size_t>(v)];
-        if (mb >= M || live[ru] >= limit) return false;
-        if (v > 0 && f_end[idx(v - 1, mb)] > t) return false;
-        b.forward(v, mb);
-        f_end[idx(v, mb)] = t + 1;
-        ++next_f[static_cast<std::size_t>(v)];
-        ++live[ru];
-        return true;
-      };
-      bool done = false;
-      if (policy.one_f_one_b_order) {
-        const auto& o = order[ru];
-        if (pos[ru] < o.size()) {
-          done = o[pos[ru]] ? try_backward(r) : try_forward(r, policy.cap);
-          if (done) ++pos[ru];
-        }
-      } else {
-        for (int c = sched.chunks - 1; c >= 0 && !done; --c)
-          done = try_backward(stage_of(sched, r, c));
-        for (int c = sched.chunks - 1; c >= 0 && !done; --c) {
-          const int limit = policy.reserve_for_chunk1 && c == 0 ? policy.cap - 1 : policy.cap;
-          done = try_forward(stage_of(sched, r, c), limit);
-        }
-      }
-      if (!done && !pending_w[ru].empty()) {
-        const auto [v, mb] = pending_w[ru].front();
-        pending_w[ru].pop_front();
-        b.weight(v, mb);
-        --live[ru];
-        done = true;
-      }
-      if (done) {
-        busy_until[ru] = t + 1;
-        running = true;
-        --left;
-      }
+  // Event-driven: the rank that is free first decides next (ties: the lower rank).
+  for (;;) {
+    int r = -1;
+    for (int q = 0; q < P; ++q) {
+      const auto qu = static_cast<std::size_t>(q);
+      if (left_on[qu] > 0 && (r < 0 || free_at[qu] < free_at[static_cast<std::size_t>(r)])) r = q;
     }
-    if (!running) {
+    if (r < 0) break;
+    const auto ru = static_cast<std::size_t>(r);
+    const double t = free_at[ru];
+    if (t == kNever) {
       throw Error(ErrorCode::Internal,
                   fmt::format("{} schedule: list scheduling stalled at P = {}, M = {} with a "
                               "limit of {} stashes per rank",
                               what, P, M, policy.cap));
     }
+    waiting[ru] = false;
+    RankBuilder& b = builders[ru];
+    double cost = 0.0;
+    auto try_backward = [&](int v) {
+      const int mb = next_b[static_cast<std::size_t>(v)];
+      if (mb >= M) return false;
+      const double ready = v == S - 1 ? f_end[idx(v, mb)] : b_end[idx(v + 1, mb)];
+      if (ready > t) return false;
+      b.backward(v, mb);
+      b_end[idx(v, mb)] = t + costs.b;
+      cost = costs.b;
+      ++next_b[static_cast<std::size_t>(v)];
+      pending_w[ru].emplace_back(v, mb);
+      return true;
+    };
+    auto try_forward = [&](int v, int limit) {
+      const int mb = next_f[static_cast<std::size_t>(v)];
+      if (mb >= M || live[ru] >= limit) return false;
+      if (v > 0 && f_end[idx(v - 1, mb)] > t) return false;
+      b.forward(v, mb);
+      f_end[idx(v, mb)] = t + costs.f;
+      cost = costs.f;
+      ++next_f[static_cast<std::size_t>(v)];
+      ++live[ru];
+      return true;
+    };
+    bool done = false;
+    if (policy.one_f_one_b_order) {
+      const auto& o = order[ru];
+      if (pos[ru] < o.size()) {
+        done = o[pos[ru]] ? try_backward(r) : try_forward(r, policy.cap);
+        if (done) ++pos[ru];
+      }
+    } else {
+      for (int c = sched.chunks - 1; c >= 0 && !done; --c) {
+        done = try_backward(stage_of(sched, r, c));
+      }
+      for (int c = sched.chunks - 1; c >= 0 && !done; --c) {
+        const int limit = policy.reserve_for_chunk1 && c == 0 ? policy.cap - 1 : policy.cap;
+        done = try_forward(stage_of(sched, r, c), limit);
+      }
+    }
+    if (!done && !pending_w[ru].empty()) {
+      const auto [v, mb] = pending_w[ru].front();
+      pending_w[ru].pop_front();
+      b.weight(v, mb);
+      cost = costs.w;
+      --live[ru];
+      done = true;
+    }
+    if (done) {
+      free_at[ru] = t + cost;
+      --left_on[ru];
+      // Ranks waiting for something look again when this ends.
+      for (int q = 0; q < P; ++q) {
+        const auto qu = static_cast<std::size_t>(q);
+        if (waiting[qu] && t + cost < free_at[qu]) free_at[qu] = t + cost;
+      }
+      continue;
+    }
+    // Nothing is ready: wait for the next completion of what has been started.
+    double next = kNever;
+    for (const auto* ends : {&f_end, &b_end}) {
+      for (double e : *ends) {
+        if (e > t && e < next) next = e;
+      }
+    }
+    waiting[ru] = true;
+    free_at[ru] = next;
   }
   for (int r = 0; r < P; ++r) builders[static_cast<std::size_t>(r)].finish();
   return sched;
@@ -310,16 +341,18 @@ Schedule greedy_zero_bubble(Schedule sched, const GreedyPolicy& policy, std::str
 
 }  // namespace
 
-Schedule make_zb_h1(int stages, int microbatches) {
+Schedule make_zb_h1(int stages, int microbatches, const ActionCosts& plan_costs) {
   check_shape("zb-h1", stages, microbatches);
   return greedy_zero_bubble(empty_schedule(stages, microbatches),
-                            GreedyPolicy{.cap = stages, .one_f_one_b_order = true}, "zb-h1");
+                            GreedyPolicy{.cap = stages, .one_f_one_b_order = true}, plan_costs,
+                            "zb-h1");
 }
 
-Schedule make_zb_v(int stages, int microbatches) {
+Schedule make_zb_v(int stages, int microbatches, const ActionCosts& plan_costs) {
   check_shape("zbv", stages, microbatches);
   return greedy_zero_bubble(empty_schedule(stages, microbatches, 2, StagePlacement::V),
-                            GreedyPolicy{.cap = 2 * stages, .reserve_for_chunk1 = true}, "zbv");
+                            GreedyPolicy{.cap = 2 * stages, .reserve_for_chunk1 = true}, plan_costs,
+                            "zbv");
 }
 
 namespace {
@@ -352,7 +385,8 @@ ScheduleKind parse_schedule_kind(std::string_view name) {
                           fmt::join(names, ", ")));
 }
 
-Schedule make_schedule(ScheduleKind kind, int stages, int microbatches, int chunks) {
+Schedule make_schedule(ScheduleKind kind, int stages, int microbatches, int chunks,
+                       const ActionCosts& plan_costs) {
   const int own = kind == ScheduleKind::Interleaved || kind == ScheduleKind::ZbV ? 2 : 1;
   if (chunks == 0) chunks = own;
   if (kind != ScheduleKind::Interleaved && chunks != own) {
@@ -365,8 +399,8 @@ Schedule make_schedule(ScheduleKind kind, int stages, int microbatches, int chun
     case ScheduleKind::GPipe: return make_gpipe(stages, microbatches);
     case ScheduleKind::OneFOneB: return make_1f1b(stages, microbatches);
     case ScheduleKind::Interleaved: return make_interleaved_1f1b(stages, microbatches, chunks);
-    case ScheduleKind::ZbH1: return make_zb_h1(stages, microbatches);
-    case ScheduleKind::ZbV: return make_zb_v(stages, microbatches);
+    case ScheduleKind::ZbH1: return make_zb_h1(stages, microbatches, plan_costs);
+    case ScheduleKind::ZbV: return make_zb_v(stages, microbatches, plan_costs);
   }
   throw Error(ErrorCode::Internal, "make_schedule: unhandled schedule kind");
 }

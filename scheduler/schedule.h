@@ -105,6 +105,15 @@ struct Schedule {
   std::vector<std::vector<Action>> ranks;
 };
 
+// Time of one action on one chunk, for the simulator (scheduler/schedule_sim.h) and for the
+// zero-bubble generators, which plan with them. A B without a W (it computes the weight gradients
+// too) costs b + w.
+struct ActionCosts {
+  double f = 1.0;  // forward of one microbatch on one chunk
+  double b = 1.0;  // backward w.r.t. the input (B of a zero-bubble schedule)
+  double w = 0.0;  // weight gradient (W); a fused B costs b + w
+};
+
 // P * V.
 STRAIT_API int stage_count(const Schedule& schedule) noexcept;
 // The rank that holds model stage `stage` and its chunk index there (see the header comment), and
@@ -142,7 +151,9 @@ STRAIT_API Schedule make_interleaved_1f1b(int stages, int microbatches, int chun
 // cool-down where 1F1B waits for gradients, every rank holds at most P stashes (1F1B's peak, on
 // its rank 0), and with F = B = W the step is 3M + P-1 units for M >= P: bubble (P-1)/(3M+P-1)
 // against 1F1B's 3(P-1)/(3M + 3(P-1)), a third (tested).
-STRAIT_API Schedule make_zb_h1(int stages, int microbatches);
+// plan_costs: the F, B, W times the list scheduling plans with (default: all equal).
+STRAIT_API Schedule make_zb_h1(int stages, int microbatches,
+                               const ActionCosts& plan_costs = ActionCosts{1.0, 1.0, 1.0});
 
 // ZB-V (Qi et al., "Pipeline Parallelism with Controllable Memory", arXiv:2405.15362, sec. 4): two
 // chunks per rank in V placement, B split into B and W, built by list scheduling on unit costs
@@ -154,7 +165,9 @@ STRAIT_API Schedule make_zb_h1(int stages, int microbatches);
 // 6M + P-1 chunk units (a middle rank waits P-1 chunk forwards for its first input); this one
 // reaches that for P <= 2 and P = 4 and stays within (P-1)/2 units of it otherwise, below
 // ZB-H1's 6M + 2(P-1) (tested for M >= 2P).
-STRAIT_API Schedule make_zb_v(int stages, int microbatches);
+// plan_costs as for make_zb_h1 (measured costs give a schedule for them: the paper's point).
+STRAIT_API Schedule make_zb_v(int stages, int microbatches,
+                              const ActionCosts& plan_costs = ActionCosts{1.0, 1.0, 1.0});
 
 enum class ScheduleKind : std::uint8_t { GPipe, OneFOneB, Interleaved, ZbH1, ZbV };
 
@@ -164,7 +177,9 @@ STRAIT_API std::string_view schedule_kind_name(ScheduleKind kind) noexcept;
 STRAIT_API ScheduleKind parse_schedule_kind(std::string_view name);
 // chunks: V for interleaved (any V >= 1); must be 1 for gpipe, 1f1b and zb-h1 and 2 for zbv
 // (0 = the schedule's own: 2 for interleaved and zbv, 1 otherwise).
-STRAIT_API Schedule make_schedule(ScheduleKind kind, int stages, int microbatches, int chunks = 0);
+// plan_costs: passed to the zero-bubble generators; the others do not depend on costs.
+STRAIT_API Schedule make_schedule(ScheduleKind kind, int stages, int microbatches, int chunks = 0,
+                                  const ActionCosts& plan_costs = ActionCosts{1.0, 1.0, 1.0});
 
 // Activation offload as a transform of any valid schedule without OFFLOAD / RELOAD: on each rank,
 // every microbatch whose stash would sit idle between its F and its B gets an OFFLOAD right after

@@ -27,12 +27,6 @@
 
 namespace strait::sched {
 
-struct ActionCosts {
-  double f = 1.0;  // forward of one microbatch on one chunk
-  double b = 1.0;  // backward w.r.t. the input (B of a zero-bubble schedule)
-  double w = 0.0;  // weight gradient (W); a fused B costs b + w
-};
-
 struct TimedAction {
   Action action;
   double start = 0.0;

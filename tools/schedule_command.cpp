@@ -38,7 +38,9 @@ and needs whole-number costs; otherwise the per-rank order is printed.
 Peak activation memory is in stages' worth of stashes per rank (chunk stashes / V): 1F1B's rank 0
 holds P. With --offload D, stashes leave the model after their F and come back D computes ahead
 of their B (scheduler/schedule.h, add_activation_offload).
---schedule all prints the table for every schedule with and without offload.
+--schedule all prints the table for every schedule with and without offload. The zero-bubble
+schedules (zb-h1, zbv) are planned with --costs (list scheduling on those times), the others do
+not depend on them.
 --png FILE draws a Gantt chart with /usr/bin/python3 and matplotlib (tools/plot/plot_schedule.py;
 STRAIT_PLOT_DIR overrides where it is looked for).
 --from-trace FILE reads `strait train --trace FILE`, measures each rank's bubble in one step (the
@@ -144,6 +146,15 @@ std::string table(const std::vector<Row>& rows) {
                        r.makespan, r.bubble, r.peak_stages, r.peak_w);
   }
   return out;
+}
+
+// The schedule with the zero-bubble generators planning with the given costs (per chunk).
+Schedule build(ScheduleKind kind, int stages, int microbatches, int chunks,
+               const ActionCosts& costs) {
+  const int v = chunks != 0
+                    ? chunks
+                    : (kind == ScheduleKind::Interleaved || kind == ScheduleKind::ZbV ? 2 : 1);
+  return make_schedule(kind, stages, microbatches, chunks, per_chunk(costs, v));
 }
 
 bool integral(double x) {
@@ -293,7 +304,7 @@ void run_schedule(const ScheduleOptions& o) {
       for (int v : chunk_list) {
         Schedule s;
         try {
-          s = make_schedule(kind, o.stages, o.microbatches, v);
+          s = build(kind, o.stages, o.microbatches, v, costs);
         } catch (const Error& e) {
           fmt::print("{} (V={}): {}\n", name, v, e.message());
           continue;

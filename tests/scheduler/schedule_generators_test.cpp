@@ -200,6 +200,27 @@ TEST(ScheduleClosedForm, ZbVBeatsZbH1AtTheSameMemory) {
   }
 }
 
+TEST(ScheduleClosedForm, ZeroBubbleSchedulesPlanWithTheCostsTheyAreGiven) {
+  // W a third of F and B (as measured for the reference GPT): ZB-V planned with those costs beats
+  // ZB-V planned with equal costs, ZB-H1 and 1F1B when all are timed with them; still valid and
+  // within the memory limit.
+  for (int P : {2, 4, 8}) {
+    for (int M : {2 * P, 4 * P}) {
+      SCOPED_TRACE("P=" + std::to_string(P) + " M=" + std::to_string(M));
+      const ActionCosts stage{1.0, 1.05, 0.33};
+      const ActionCosts chunk{stage.f / 2, stage.b / 2, stage.w / 2};
+      const Schedule planned = make_zb_v(P, M, chunk);
+      ASSERT_NO_THROW(validate_schedule(planned));
+      const double zbv = simulate(planned, chunk).makespan;
+      EXPECT_LE(zbv, simulate(make_zb_v(P, M), chunk).makespan + 1e-9);
+      EXPECT_LT(zbv, simulate(make_zb_h1(P, M, stage), stage).makespan);
+      EXPECT_LT(zbv, simulate(make_1f1b(P, M), stage).makespan);
+      for (int r = 0; r < P; ++r) EXPECT_LE(peak_stashed_microbatches(planned, r), 2 * P);
+    }
+  }
+  EXPECT_THROW((void)make_zb_v(2, 4, ActionCosts{0.0, 1.0, 1.0}), Error);
+}
+
 // --- Placement, strings, chunks
 // -------------------------------------------------------------------
 
