@@ -5,10 +5,11 @@
 # Each run writes --metrics and --trace; then `strait schedule --from-trace` sets the last step of
 # the last round beside its plan (simulated with each stage's measured F, B, W) and draws it.
 #
-#   bench/compare_schedules.sh [OUT_DIR]     (default bench/results/schedules)
+#   bench/compare_schedules.sh [OUT_DIR]     (default bench/results/schedules; the PNGs go there too)
 #
 # Environment: STRAIT (binary, default build/strait), STEPS (default 12), ROUNDS (default 2).
-# Prints, per schedule and round, the median step time over steps 3.. (the first two warm up).
+# Prints, per schedule and round, the median and the fastest step time over steps 3.. (the first
+# two warm up); on a shared machine the fastest is the least disturbed.
 set -euo pipefail
 BIN=${STRAIT:-build/strait}
 OUT=${1:-bench/results/schedules}
@@ -26,14 +27,15 @@ done
 /usr/bin/python3 - "$OUT" "$ROUNDS" <<'PY'
 import json, statistics, sys
 out, rounds = sys.argv[1], int(sys.argv[2])
-print(f"{'schedule':<8} {'round':>5} {'median step (ms)':>17} {'final loss':>11}")
+print(f"{'schedule':<8} {'round':>5} {'median step (ms)':>17} {'fastest (ms)':>13} {'final loss':>11}")
 for s in ("1f1b", "zb-h1", "gpipe"):
     for r in range(1, rounds + 1):
         steps = [json.loads(l) for l in open(f"{out}/{s}-r{r}.jsonl") if '"type":"step"' in l]
-        med = statistics.median(x["seconds"] for x in steps[2:]) * 1e3
-        print(f"{s:<8} {r:>5} {med:>17.1f} {steps[-1]['loss']:>11.6f}")
+        times = [x["seconds"] * 1e3 for x in steps[2:]]
+        print(f"{s:<8} {r:>5} {statistics.median(times):>17.1f} {min(times):>13.1f} "
+              f"{steps[-1]['loss']:>11.6f}")
 PY
 for s in 1f1b zb-h1 gpipe; do
   "$BIN" schedule --from-trace "$OUT/$s-r$ROUNDS.trace.json" \
-    --png "bench/results/schedule-$s-planned-vs-measured.png"
+    --png "$OUT/$s-planned-vs-measured.png"
 done

@@ -43,9 +43,10 @@ schedules (zb-h1, zbv) are planned with --costs (list scheduling on those times)
 not depend on them.
 --png FILE draws a Gantt chart with /usr/bin/python3 and matplotlib (tools/plot/plot_schedule.py;
 STRAIT_PLOT_DIR overrides where it is looked for).
---from-trace FILE reads `strait train --trace FILE`, measures each rank's bubble in one step (the
-last by default), simulates the same schedule with the mean measured F, B and W times, and prints
-both; with --png it draws the plan above what ran.)";
+--from-trace FILE reads `strait train --trace FILE`: for every step, the measured bubble (mean over
+ranks) beside the plan's, simulated with that step's mean F, B and W time of each stage, and the
+median relative difference from the third step on; then one step (the last, or --step) per rank;
+with --png it draws that step's plan above what ran.)";
 
 struct ScheduleOptions {
   std::string schedule = "1f1b";
@@ -213,16 +214,75 @@ double mean(const std::vector<double>& v) {
   return v.empty() ? 0.0 : s / static_cast<double>(v.size());
 }
 
+struct StepBubbles {
+  double measured = 0;
+  double planned = 0;
+};
+
+double mean(const std::vector<double>& v);
+
+// One step of a trace: its mean bubble over the ranks, and the plan's with that step's per-stage
+// mean F, B, W times.
+StepBubbles step_bubbles(const Schedule& plan, const LoadedTrace& trace, std::int64_t step) {
+  const Timeline measured = measured_timeline(trace, step, plan.stages);
+  const auto S = static_cast<std::size_t>(stage_count(plan));
+  std::vector<std::vector<double>> f(S), b(S), w(S);
+  for (const auto& list : measured.stages) {
+    for (const TimedAction& t : list) {
+      const auto v = static_cast<std::size_t>(t.action.stage);
+      if (v >= S) continue;
+      const double d = t.end - t.start;
+      if (t.action.kind == ActionKind::F) f[v].push_back(d);
+      if (t.action.kind == ActionKind::B) b[v].push_back(d);
+      if (t.action.kind == ActionKind::W) w[v].push_back(d);
+    }
+  }
+  std::vector<ActionCosts> costs(S);
+  for (std::size_t v = 0; v < S; ++v) {
+    if (f[v].empty() || b[v].empty()) {
+      throw Error(ErrorCode::InvalidArgument,
+                  fmt::format("--from-trace: step {} has no F or B of stage {}", step, v));
+    }
+    costs[v] = ActionCosts{mean(f[v]), mean(b[v]), w[v].empty() ? 0.0 : mean(w[v])};
+  }
+  StepBubbles out;
+  for (double busy : measured.busy) {
+    out.measured += (measured.makespan - busy) / measured.makespan / plan.stages;
+  }
+  out.planned = mean(stage_bubble_fractions(plan, costs));
+  return out;
+}
+
 void run_from_trace(const ScheduleOptions& o) {
   const LoadedTrace trace = parse_chrome_trace(read_file(o.from_trace, "--from-trace"));
   const TraceInfo& info = trace.info;
   Schedule plan = make_schedule(parse_schedule_kind(info.schedule), info.stages, info.microbatches,
                                 info.chunks);
   if (info.offload_prefetch >= 0) plan = add_activation_offload(plan, info.offload_prefetch);
-  std::int64_t step = o.step;
-  if (step < 0) {
-    for (const TraceRecord& r : trace.records) step = std::max(step, r.step);
+  std::int64_t first_step = std::numeric_limits<std::int64_t>::max();
+  std::int64_t last_step = -1;
+  for (const TraceRecord& r : trace.records) {
+    first_step = std::min(first_step, r.step);
+    last_step = std::max(last_step, r.step);
   }
+  // Every step's mean bubble, measured and planned, to see the noise of single steps.
+  if (last_step > first_step) {
+    fmt::print("{:<6} {:>16} {:>16} {:>10}\n", "step", "measured bubble", "planned bubble",
+               "relative");
+    std::vector<double> rel;
+    for (std::int64_t k = first_step; k <= last_step; ++k) {
+      const StepBubbles sb = step_bubbles(plan, trace, k);
+      const double r = sb.planned > 0 ? (sb.measured - sb.planned) / sb.planned : 0.0;
+      if (k >= first_step + 2) rel.push_back(r);  // the first two steps warm up
+      fmt::print("{:<6} {:>16.3f} {:>16.3f} {:>+9.1f}%\n", k, sb.measured, sb.planned, 100 * r);
+    }
+    if (!rel.empty()) {
+      std::sort(rel.begin(), rel.end());
+      fmt::print("median relative difference over steps {}..{}: {:+.1f}%\n\n", first_step + 2,
+                 last_step, 100 * rel[rel.size() / 2]);
+    }
+  }
+  const std::int64_t step = o.step < 0 ? last_step : o.step;
   const Timeline measured = measured_timeline(trace, step, info.stages);
   // Mean measured compute times of the step, per stage and kind.
   const auto S = static_cast<std::size_t>(stage_count(plan));
