@@ -385,9 +385,9 @@ TEST(StraitTrain, ZbH1GivesOneFOneBsLossesBitForBitAndATrace) {
   const Metrics zb = train(job, "zb-h1", with({"--schedule", "zb-h1", "--trace", trace.string()}));
   // Prefetch 0: rank 0's stashes leave between F and B (at distance 1, ZB-H1 on 2 ranks would
   // save no slot and the transform makes no copies).
-  const Metrics zb_off = train(job, "zb-h1-offload",
-                               with({"--schedule", "zb-h1", "--offload-activations", "cpu",
-                                     "--offload-prefetch", "0"}));
+  const Metrics zb_off = train(
+      job, "zb-h1-offload",
+      with({"--schedule", "zb-h1", "--offload-activations", "cpu", "--offload-prefetch", "0"}));
   EXPECT_LT(zb_off.summary.at("activation_bytes").get<double>(),
             zb_off.summary.at("activation_bytes_without_offload").get<double>());
   for (const Metrics* m : {&zb, &zb_off}) {
