@@ -145,10 +145,10 @@ STRAIT_API Schedule make_1f1b(int stages, int microbatches);
 STRAIT_API Schedule make_interleaved_1f1b(int stages, int microbatches, int chunks);
 
 // ZB-H1 (Qi et al., ICLR 2024, arXiv:2401.10241, sec. 3.1): 1F1B with B split into B and W. Each
-// rank runs its F's and B's in 1F1B's order; its W's are placed by list scheduling on unit costs
-// (F = B = W, free links): a rank runs its oldest pending W when the next F or B is not ready, or
-// when that F would hold more than P stashes (a stash lives from F to W). So the W's fill the
-// cool-down where 1F1B waits for gradients, every rank holds at most P stashes (1F1B's peak, on
+// rank runs its F's and B's in 1F1B's order; its W's are placed by list scheduling on plan_costs
+// (F = B = W by default; links free): a rank runs its oldest pending W when the next F or B is not
+// ready, or when that F would hold more than P stashes (a stash lives from F to W). So the W's fill
+// the cool-down where 1F1B waits for gradients, every rank holds at most P stashes (1F1B's peak, on
 // its rank 0), and with F = B = W the step is 3M + P-1 units for M >= P: bubble (P-1)/(3M+P-1)
 // against 1F1B's 3(P-1)/(3M + 3(P-1)), a third (tested).
 // plan_costs: the F, B, W times the list scheduling plans with (default: all equal).
@@ -156,14 +156,14 @@ STRAIT_API Schedule make_zb_h1(int stages, int microbatches,
                                const ActionCosts& plan_costs = ActionCosts{1.0, 1.0, 1.0});
 
 // ZB-V (Qi et al., "Pipeline Parallelism with Controllable Memory", arXiv:2405.15362, sec. 4): two
-// chunks per rank in V placement, B split into B and W, built by list scheduling on unit costs
-// (F = B = W, free links) under a memory limit of 2P chunk stashes per rank (1F1B's P stage-sized
-// stashes, a chunk being half a stage): each rank, whenever it is free, runs the ready B of the
-// later chunk first (it unblocks the rest of the backward chain), else the next F if the limit
-// allows (the later chunk first; chunk 0 leaves one slot for chunk 1), else the oldest pending W,
-// in the spirit of the paper's greedy V schedule. With F = B = W per chunk the step is at least
-// 6M + P-1 chunk units (a middle rank waits P-1 chunk forwards for its first input); this one
-// reaches that for P <= 2 and P = 4 and stays within (P-1)/2 units of it otherwise, below
+// chunks per rank in V placement, B split into B and W, built by list scheduling on plan_costs
+// (F = B = W by default; links free) under a memory limit of 2P chunk stashes per rank (1F1B's P
+// stage-sized stashes, a chunk being half a stage): each rank, whenever it is free, runs the ready
+// B of the later chunk first (it unblocks the rest of the backward chain), else the next F if the
+// limit allows (the later chunk first; chunk 0 leaves one slot for chunk 1), else the oldest
+// pending W, in the spirit of the paper's greedy V schedule. With F = B = W per chunk the step is
+// at least 6M + P-1 chunk units (a middle rank waits P-1 chunk forwards for its first input); this
+// one reaches that for P <= 2 and P = 4 and stays within (P-1)/2 units of it otherwise, below
 // ZB-H1's 6M + 2(P-1) (tested for M >= 2P).
 // plan_costs as for make_zb_h1 (measured costs give a schedule for them: the paper's point).
 STRAIT_API Schedule make_zb_v(int stages, int microbatches,
@@ -183,8 +183,8 @@ STRAIT_API Schedule make_schedule(ScheduleKind kind, int stages, int microbatche
 
 // Activation offload as a transform of any valid schedule without OFFLOAD / RELOAD: on each rank,
 // every microbatch whose stash would sit idle between its F and its B gets an OFFLOAD right after
-// its F (and the SEND_F that follows it), and a RELOAD `prefetch` compute actions (F or B) ahead of
-// its B, so the copy back overlaps that much compute. A RELOAD goes before any receives that
+// its F (and the SEND_F that follows it), and a RELOAD `prefetch` compute actions (F, B, W) ahead
+// of its B, so the copy back overlaps that much compute. A RELOAD goes before any receives that
 // directly precede the compute it is placed in front of, so it also overlaps their wait. "Idle"
 // means more than `prefetch` computes lie between the F and the B: then at least one compute
 // overlaps the OFFLOAD's copy as well. prefetch = 0 reloads right before the B (and its RECV_B).
@@ -198,7 +198,9 @@ STRAIT_API Schedule make_schedule(ScheduleKind kind, int stages, int microbatche
 // nothing.
 // Chunks and W: a stash is keyed by (stage, microbatch); computes are F, B and W. The copy leaves
 // after F and is back before B (which, like W, reads it), so a stash between its B and its W stays
-// resident: W's inputs are what zero-bubble schedules trade memory for.
+// resident: W's inputs are what zero-bubble schedules trade memory for, and the bounds above hold
+// for them plus those stashes (peak_stashed_weight_inputs). Offloading them between B and W too
+// would need the model to release a slot whose W is pending, which it does not.
 // Errors: InvalidArgument for prefetch < 0, an invalid schedule, or one that already offloads.
 STRAIT_API Schedule add_activation_offload(const Schedule& schedule, int prefetch);
 
