@@ -11,6 +11,7 @@
 
 #include "core/error.h"
 #include "scheduler/schedule_sim.h"
+#include "scheduler/schedule_validate.h"
 
 namespace strait::sched {
 namespace {
@@ -62,10 +63,21 @@ PipelineExecutor::PipelineExecutor(Schedule schedule, int stage, PipelineStage& 
                             "has {} ranks",
                             p, pipe_size));
   }
+  if (schedule_.chunks != 1) {
+    throw Error(
+        ErrorCode::InvalidArgument,
+        fmt::format("executor: the schedule puts {} model chunks on each rank; the executor "
+                    "runs one stage per rank (gpipe, 1f1b, zb-h1)",
+                    schedule_.chunks));
+  }
   if (schedule_.microbatches >= (1 << 15)) {
     throw Error(ErrorCode::InvalidArgument, "executor: at most 32767 microbatches per step");
   }
   slots_ = peak_stashed_microbatches(schedule_, stage_);
+  split_backward_.resize(static_cast<std::size_t>(schedule_.microbatches));
+  for (int mb = 0; mb < schedule_.microbatches; ++mb) {
+    split_backward_[static_cast<std::size_t>(mb)] = has_weight_action(schedule_, stage_, mb);
+  }
   if (model_.slots() < slots_) {
     throw Error(ErrorCode::InvalidArgument,
                 fmt::format("executor: stage {} needs {} activation slots for this schedule but "
@@ -162,8 +174,14 @@ StepStats PipelineExecutor::run_step(std::int64_t step, std::span<const std::int
   };
 
   double loss_sum = 0;
+  const auto now_us = [] {
+    return std::chrono::duration<double, std::micro>(
+               std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  };
   for (const Action& a : actions) {
     const auto i = static_cast<std::size_t>(a.microbatch < 0 ? 0 : a.microbatch);
+    const double start_us = tracing_ ? now_us() : 0.0;
     switch (a.kind) {
       case ActionKind::RecvF: recv_f[i].wait(); break;
       case ActionKind::RecvB: recv_b[i].wait(); break;
@@ -216,11 +234,21 @@ StepStats PipelineExecutor::run_step(std::int64_t step, std::span<const std::int
         }
         const float* dout = last ? nullptr : grad_out_[i].data();
         float* din = first ? nullptr : grad_in_[i].data();
+        if (split_backward_[i]) {
+          // Zero bubble: the input gradient now, the weight gradients at W (the slot stays).
+          model_.backward_input(slot_of[i], dout, 1.0F / static_cast<float>(m), din);
+          break;
+        }
         model_.backward(slot_of[i], dout, 1.0F / static_cast<float>(m), din);
         free_slots.push_back(slot_of[i]);
         slot_of[i] = -1;
         break;
       }
+      case ActionKind::W:
+        model_.backward_weight(slot_of[i]);
+        free_slots.push_back(slot_of[i]);
+        slot_of[i] = -1;
+        break;
       case ActionKind::SendB:
         sends.push_back(
             pipe->isend(grad_in_[i].data(), bytes, stage_ - 1, step_tag(step, a.microbatch, true)));
@@ -239,6 +267,7 @@ StepStats PipelineExecutor::run_step(std::int64_t step, std::span<const std::int
         optimizer(model_.params(), model_.grads());
         break;
     }
+    if (tracing_) trace_.push_back(TraceRecord{stage_, step, a, start_us, now_us()});
   }
   for (const auto& w : sends) w.wait();
   stats.loss = last ? loss_sum / m : std::numeric_limits<double>::quiet_NaN();

@@ -11,7 +11,11 @@
 // Transfer buffers are per microbatch (M per direction, B x T x width floats each) whatever the
 // schedule: 1F1B's memory saving, min(P - s, M) stashed microbatches, applies to the stage's
 // activation slots, not to these.
-// Activation slots: a microbatch takes a free slot at its F and gives it back at its B; slots are
+// Zero-bubble schedules (ZB-H1): a B with a W for the same microbatch runs backward_input, and the
+// W backward_weight, which gives backward's bits. Schedules with several chunks per rank
+// (interleaved, ZB-V) are refused (InvalidArgument): the executor holds one stage.
+// Activation slots: a microbatch takes a free slot at its F and gives it back at its B (its W when
+// it has one); slots are
 // assigned at run time, so the stage needs only peak_stashed_microbatches(schedule, stage).
 // Activation offload (a schedule from add_activation_offload, and set_activation_store): OFFLOAD
 // hands the slot's stash (PipelineStage::stash) to the store and the slot becomes free once that
@@ -35,6 +39,7 @@
 #include "offload/activation_store.h"
 #include "scheduler/grad_sync.h"
 #include "scheduler/schedule.h"
+#include "scheduler/schedule_trace.h"
 #include "scheduler/stage.h"
 
 namespace strait::sched {
@@ -81,6 +86,11 @@ class PipelineExecutor {
   }
   [[nodiscard]] offload::ActivationStore* activation_store() const noexcept { return store_.get(); }
 
+  // Tracing (`strait train --trace`): while on, run_step records every action's start and end
+  // (steady_clock, microseconds) with this stage as the rank; take_trace() hands them over.
+  void set_tracing(bool on) noexcept { tracing_ = on; }
+  [[nodiscard]] std::vector<TraceRecord> take_trace() { return std::exchange(trace_, {}); }
+
   [[nodiscard]] bool first_stage() const noexcept { return stage_ == 0; }
   [[nodiscard]] bool last_stage() const noexcept { return stage_ == schedule_.stages - 1; }
 
@@ -95,7 +105,11 @@ class PipelineExecutor {
   PipelineComms comms_;
   std::unique_ptr<GradientSync> sync_;
   std::unique_ptr<offload::ActivationStore> store_;
+  bool tracing_ = false;
+  std::vector<TraceRecord> trace_;
   int slots_ = 0;  // activation slots this schedule needs on this stage
+  // Per microbatch: B computes the input gradient only and a later W the weight gradients.
+  std::vector<bool> split_backward_;
   int batch_;
   int context_;
   std::size_t act_elems_;  // B * T * width

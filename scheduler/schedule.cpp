@@ -1,11 +1,18 @@
 #include "scheduler/schedule.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
+#include <array>
 #include <cctype>
+#include <cmath>
+#include <deque>
+#include <limits>
+#include <utility>
 
 #include "core/error.h"
+#include "scheduler/schedule_sim.h"
 #include "scheduler/schedule_validate.h"
 
 namespace strait::sched {
@@ -20,49 +27,80 @@ void check_shape(std::string_view what, int stages, int microbatches) {
   }
 }
 
-// Appends the actions of one stage, keeping the communication rules in one place.
-class StageBuilder {
- public:
-  StageBuilder(int stage, int stages, std::vector<Action>& out)
-      : stage_(stage), last_(stage == stages - 1), out_(out) {}
-
-  void forward(int mb) {
-    if (stage_ > 0) push(ActionKind::RecvF, mb);
-    push(ActionKind::F, mb);
-    if (!last_) push(ActionKind::SendF, mb);
-  }
-  void backward(int mb) {
-    if (!last_) push(ActionKind::RecvB, mb);
-    push(ActionKind::B, mb);
-    if (stage_ > 0) push(ActionKind::SendB, mb);
-  }
-  void finish() {
-    push(ActionKind::AllreduceGrad, kNoMicrobatch);
-    push(ActionKind::Optim, kNoMicrobatch);
-  }
-
- private:
-  void push(ActionKind kind, int mb) { out_.push_back(Action{kind, stage_, mb}); }
-
-  int stage_;
-  bool last_;
-  std::vector<Action>& out_;
-};
-
-Schedule empty_schedule(int stages, int microbatches) {
+Schedule empty_schedule(int stages, int microbatches, int chunks = 1,
+                        StagePlacement placement = StagePlacement::Loop) {
   Schedule s;
   s.stages = stages;
   s.microbatches = microbatches;
+  s.chunks = chunks;
+  s.placement = placement;
   s.ranks.resize(static_cast<std::size_t>(stages));
   return s;
 }
 
+// Appends the actions of one rank, keeping the communication rules in one place: a SEND / RECV
+// exists only where the neighbouring stage lives on another rank.
+class RankBuilder {
+ public:
+  RankBuilder(Schedule& sched, int rank)
+      : sched_(sched), rank_(rank), out_(sched.ranks[static_cast<std::size_t>(rank)]) {}
+
+  void forward(int stage, int mb) {
+    if (remote(stage - 1)) push(ActionKind::RecvF, stage, mb);
+    push(ActionKind::F, stage, mb);
+    if (remote(stage + 1)) push(ActionKind::SendF, stage, mb);
+  }
+  void backward(int stage, int mb) {
+    if (remote(stage + 1)) push(ActionKind::RecvB, stage, mb);
+    push(ActionKind::B, stage, mb);
+    if (remote(stage - 1)) push(ActionKind::SendB, stage, mb);
+  }
+  void weight(int stage, int mb) { push(ActionKind::W, stage, mb); }
+  void finish() {
+    const int first = stage_of(sched_, rank_, 0);
+    push(ActionKind::AllreduceGrad, first, kNoMicrobatch);
+    push(ActionKind::Optim, first, kNoMicrobatch);
+  }
+
+ private:
+  // A neighbouring stage that exists and lives on another rank.
+  [[nodiscard]] bool remote(int stage) const {
+    return stage >= 0 && stage < stage_count(sched_) && rank_of(sched_, stage) != rank_;
+  }
+  void push(ActionKind kind, int stage, int mb) { out_.push_back(Action{kind, stage, mb}); }
+
+  const Schedule& sched_;
+  int rank_;
+  std::vector<Action>& out_;
+};
+
 }  // namespace
+
+int stage_count(const Schedule& s) noexcept {
+  return s.stages * s.chunks;
+}
+
+int rank_of(const Schedule& s, int stage) noexcept {
+  if (s.placement == StagePlacement::V && stage >= s.stages) return 2 * s.stages - 1 - stage;
+  return stage % s.stages;
+}
+
+int chunk_of(const Schedule& s, int stage) noexcept {
+  return stage / s.stages;
+}
+
+int stage_of(const Schedule& s, int rank, int chunk) noexcept {
+  if (s.placement == StagePlacement::V && chunk == 1) return 2 * s.stages - 1 - rank;
+  return chunk * s.stages + rank;
+}
+
+namespace {}  // namespace
 
 std::string_view action_kind_name(ActionKind kind) noexcept {
   switch (kind) {
     case ActionKind::F: return "F";
     case ActionKind::B: return "B";
+    case ActionKind::W: return "W";
     case ActionKind::SendF: return "SEND_F";
     case ActionKind::RecvF: return "RECV_F";
     case ActionKind::SendB: return "SEND_B";
@@ -80,13 +118,18 @@ std::string to_string(const Action& action) {
   return fmt::format("{}{}", action_kind_name(action.kind), action.microbatch);
 }
 
+std::string action_string(const Action& action) {
+  if (action.microbatch == kNoMicrobatch) return std::string(action_kind_name(action.kind));
+  return fmt::format("{}{}{}", action.stage, action_kind_name(action.kind), action.microbatch);
+}
+
 Schedule make_gpipe(int stages, int microbatches) {
   check_shape("gpipe", stages, microbatches);
   Schedule sched = empty_schedule(stages, microbatches);
   for (int s = 0; s < stages; ++s) {
-    StageBuilder b(s, stages, sched.ranks[static_cast<std::size_t>(s)]);
-    for (int mb = 0; mb < microbatches; ++mb) b.forward(mb);
-    for (int mb = microbatches - 1; mb >= 0; --mb) b.backward(mb);
+    RankBuilder b(sched, s);
+    for (int mb = 0; mb < microbatches; ++mb) b.forward(s, mb);
+    for (int mb = microbatches - 1; mb >= 0; --mb) b.backward(s, mb);
     b.finish();
   }
   return sched;
@@ -94,27 +137,236 @@ Schedule make_gpipe(int stages, int microbatches) {
 
 Schedule make_1f1b(int stages, int microbatches) {
   check_shape("1f1b", stages, microbatches);
-  Schedule sched = empty_schedule(stages, microbatches);
-  for (int s = 0; s < stages; ++s) {
-    StageBuilder b(s, stages, sched.ranks[static_cast<std::size_t>(s)]);
-    const int warmup = std::min(stages - s - 1, microbatches);
+  return make_interleaved_1f1b(stages, microbatches, 1);
+}
+
+Schedule make_interleaved_1f1b(int stages, int microbatches, int chunks) {
+  check_shape("interleaved", stages, microbatches);
+  if (chunks < 1) {
+    throw Error(
+        ErrorCode::InvalidArgument,
+        fmt::format("interleaved schedule: {} chunks per rank; it needs at least 1", chunks));
+  }
+  if (chunks > 1 && microbatches % stages != 0) {
+    const int up = (microbatches / stages + 1) * stages;
+    throw Error(
+        ErrorCode::InvalidArgument,
+        fmt::format("interleaved schedule: {} microbatches is not a multiple of the {} "
+                    "stages, so the chunk groups of {} microbatches would not fill the "
+                    "pipeline; use {} microbatches{}, or --chunks 1",
+                    microbatches, stages, stages, up,
+                    microbatches > stages ? fmt::format(" or {}", microbatches / stages * stages)
+                                          : std::string()));
+  }
+  Schedule sched = empty_schedule(stages, microbatches, chunks);
+  const int P = stages;
+  const int V = chunks;
+  const int total = microbatches * V;  // (chunk, microbatch) pairs per rank
+  // The k-th forward / backward of a rank: groups of P microbatches, chunk by chunk.
+  auto which = [&](int k, bool backward) {
+    const int group = k / (P * V);
+    const int in_group = k % (P * V);
+    const int chunk = backward ? V - 1 - in_group / P : in_group / P;
+    return std::pair{chunk, V == 1 ? k : group * P + in_group % P};
+  };
+  for (int r = 0; r < P; ++r) {
+    RankBuilder b(sched, r);
+    const int warmup = std::min(V == 1 ? P - r - 1 : (P - r - 1) * 2 + (V - 1) * P, total);
     int next_f = 0;
     int next_b = 0;
-    for (; next_f < warmup; ++next_f) b.forward(next_f);
-    while (next_f < microbatches) {
-      b.forward(next_f++);
-      b.backward(next_b++);
+    auto fwd = [&] {
+      const auto [c, mb] = which(next_f++, false);
+      b.forward(stage_of(sched, r, c), mb);
+    };
+    auto bwd = [&] {
+      const auto [c, mb] = which(next_b++, true);
+      b.backward(stage_of(sched, r, c), mb);
+    };
+    while (next_f < warmup) fwd();
+    while (next_f < total) {
+      fwd();
+      bwd();
     }
-    while (next_b < microbatches) b.backward(next_b++);
+    while (next_b < total) bwd();
     b.finish();
   }
   return sched;
 }
 
+namespace {
+
+// List scheduling on unit costs (F = B = W = 1, free links), the way the zero-bubble papers
+// build their schedules: time advances in whole units; at each unit every idle rank starts the
+// best action whose inputs are ready, by the policy below, and a W only when no F or B can run (or
+// the memory limit asks for one). A stash lives from F to W.
+struct GreedyPolicy {
+  int cap = 0;  // stashes a rank may hold (F run, W not yet)
+  // ZB-H1: F and B in 1F1B's order on each rank; only the W's move. Otherwise (ZB-V) the ready B
+  // of the latest stage, else the next F (the later chunk first).
+  bool one_f_one_b_order = false;
+  bool reserve_for_chunk1 = false;  // chunk-0 forwards leave one slot free for chunk 1's
+};
+
+Schedule greedy_zero_bubble(Schedule sched, const GreedyPolicy& policy, const ActionCosts& costs,
+                            std::string_view what) {
+  if (!(costs.f > 0.0) || !(costs.b > 0.0) || !(costs.w >= 0.0) || !std::isfinite(costs.f) ||
+      !std::isfinite(costs.b) || !std::isfinite(costs.w)) {
+    throw Error(ErrorCode::InvalidArgument,
+                fmt::format("{} schedule: planning costs F = {}, B = {}, W = {} must be finite, F "
+                            "and B > 0, W >= 0",
+                            what, costs.f, costs.b, costs.w));
+  }
+  const int P = sched.stages;
+  const int M = sched.microbatches;
+  const int S = stage_count(sched);
+  const auto idx = [M](int stage, int mb) {
+    return static_cast<std::size_t>(stage) * static_cast<std::size_t>(M) +
+           static_cast<std::size_t>(mb);
+  };
+  constexpr double kNever = std::numeric_limits<double>::infinity();
+  // End times; kNever = not run yet.
+  std::vector<double> f_end(idx(S, 0), kNever), b_end(idx(S, 0), kNever);
+  std::vector<int> next_f(static_cast<std::size_t>(S), 0);  // forwards run in microbatch order
+  std::vector<int> next_b(static_cast<std::size_t>(S), 0);  // and so do backwards
+  std::vector<std::deque<std::pair<int, int>>> pending_w(static_cast<std::size_t>(P));
+  std::vector<int> live(static_cast<std::size_t>(P), 0);
+  std::vector<double> free_at(static_cast<std::size_t>(P), 0.0);
+  std::vector<bool> waiting(static_cast<std::size_t>(P), false);  // stalled until an action ends
+  std::vector<std::size_t> left_on(static_cast<std::size_t>(P), 3 * idx(sched.chunks, 0));
+  // 1F1B's F / B order per rank (true = B), for one_f_one_b_order; pos = the next one.
+  std::vector<std::vector<bool>> order(static_cast<std::size_t>(P));
+  std::vector<std::size_t> pos(static_cast<std::size_t>(P), 0);
+  for (int r = 0; r < P && policy.one_f_one_b_order; ++r) {
+    auto& o = order[static_cast<std::size_t>(r)];
+    const int warmup = std::min(P - r - 1, M);
+    o.assign(static_cast<std::size_t>(warmup), false);
+    for (int k = warmup; k < M; ++k) {
+      o.push_back(false);
+      o.push_back(true);
+    }
+    o.resize(2 * static_cast<std::size_t>(M), true);
+  }
+  std::vector<RankBuilder> builders;
+  builders.reserve(static_cast<std::size_t>(P));
+  for (int r = 0; r < P; ++r) builders.emplace_back(sched, r);
+  // Event-driven: the rank that is free first decides next (ties: the lower rank).
+  for (;;) {
+    int r = -1;
+    for (int q = 0; q < P; ++q) {
+      const auto qu = static_cast<std::size_t>(q);
+      if (left_on[qu] > 0 && (r < 0 || free_at[qu] < free_at[static_cast<std::size_t>(r)])) r = q;
+    }
+    if (r < 0) break;
+    const auto ru = static_cast<std::size_t>(r);
+    const double t = free_at[ru];
+    if (t == kNever) {
+      throw Error(ErrorCode::Internal,
+                  fmt::format("{} schedule: list scheduling stalled at P = {}, M = {} with a "
+                              "limit of {} stashes per rank",
+                              what, P, M, policy.cap));
+    }
+    waiting[ru] = false;
+    RankBuilder& b = builders[ru];
+    double cost = 0.0;
+    auto try_backward = [&](int v) {
+      const int mb = next_b[static_cast<std::size_t>(v)];
+      if (mb >= M) return false;
+      const double ready = v == S - 1 ? f_end[idx(v, mb)] : b_end[idx(v + 1, mb)];
+      if (ready > t) return false;
+      b.backward(v, mb);
+      b_end[idx(v, mb)] = t + costs.b;
+      cost = costs.b;
+      ++next_b[static_cast<std::size_t>(v)];
+      pending_w[ru].emplace_back(v, mb);
+      return true;
+    };
+    auto try_forward = [&](int v, int limit) {
+      const int mb = next_f[static_cast<std::size_t>(v)];
+      if (mb >= M || live[ru] >= limit) return false;
+      if (v > 0 && f_end[idx(v - 1, mb)] > t) return false;
+      b.forward(v, mb);
+      f_end[idx(v, mb)] = t + costs.f;
+      cost = costs.f;
+      ++next_f[static_cast<std::size_t>(v)];
+      ++live[ru];
+      return true;
+    };
+    bool done = false;
+    if (policy.one_f_one_b_order) {
+      const auto& o = order[ru];
+      if (pos[ru] < o.size()) {
+        done = o[pos[ru]] ? try_backward(r) : try_forward(r, policy.cap);
+        if (done) ++pos[ru];
+      }
+    } else {
+      for (int c = sched.chunks - 1; c >= 0 && !done; --c) {
+        done = try_backward(stage_of(sched, r, c));
+      }
+      for (int c = sched.chunks - 1; c >= 0 && !done; --c) {
+        const int limit = policy.reserve_for_chunk1 && c == 0 ? policy.cap - 1 : policy.cap;
+        done = try_forward(stage_of(sched, r, c), limit);
+      }
+    }
+    if (!done && !pending_w[ru].empty()) {
+      const auto [v, mb] = pending_w[ru].front();
+      pending_w[ru].pop_front();
+      b.weight(v, mb);
+      cost = costs.w;
+      --live[ru];
+      done = true;
+    }
+    if (done) {
+      free_at[ru] = t + cost;
+      --left_on[ru];
+      // Ranks waiting for something look again when this ends.
+      for (int q = 0; q < P; ++q) {
+        const auto qu = static_cast<std::size_t>(q);
+        if (waiting[qu] && t + cost < free_at[qu]) free_at[qu] = t + cost;
+      }
+      continue;
+    }
+    // Nothing is ready: wait for the next completion of what has been started.
+    double next = kNever;
+    for (const auto* ends : {&f_end, &b_end}) {
+      for (double e : *ends) {
+        if (e > t && e < next) next = e;
+      }
+    }
+    waiting[ru] = true;
+    free_at[ru] = next;
+  }
+  for (int r = 0; r < P; ++r) builders[static_cast<std::size_t>(r)].finish();
+  return sched;
+}
+
+}  // namespace
+
+Schedule make_zb_h1(int stages, int microbatches, const ActionCosts& plan_costs) {
+  check_shape("zb-h1", stages, microbatches);
+  return greedy_zero_bubble(empty_schedule(stages, microbatches),
+                            GreedyPolicy{.cap = stages, .one_f_one_b_order = true}, plan_costs,
+                            "zb-h1");
+}
+
+Schedule make_zb_v(int stages, int microbatches, const ActionCosts& plan_costs) {
+  check_shape("zbv", stages, microbatches);
+  return greedy_zero_bubble(empty_schedule(stages, microbatches, 2, StagePlacement::V),
+                            GreedyPolicy{.cap = 2 * stages, .reserve_for_chunk1 = true}, plan_costs,
+                            "zbv");
+}
+
+namespace {
+constexpr std::array kKinds = {ScheduleKind::GPipe, ScheduleKind::OneFOneB,
+                               ScheduleKind::Interleaved, ScheduleKind::ZbH1, ScheduleKind::ZbV};
+}  // namespace
+
 std::string_view schedule_kind_name(ScheduleKind kind) noexcept {
   switch (kind) {
     case ScheduleKind::GPipe: return "gpipe";
     case ScheduleKind::OneFOneB: return "1f1b";
+    case ScheduleKind::Interleaved: return "interleaved";
+    case ScheduleKind::ZbH1: return "zb-h1";
+    case ScheduleKind::ZbV: return "zbv";
   }
   return "?";
 }
@@ -123,29 +375,45 @@ ScheduleKind parse_schedule_kind(std::string_view name) {
   std::string lower(name);
   std::transform(lower.begin(), lower.end(), lower.begin(),
                  [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  for (ScheduleKind k : {ScheduleKind::GPipe, ScheduleKind::OneFOneB}) {
+  std::vector<std::string_view> names;
+  for (ScheduleKind k : kKinds) {
     if (lower == schedule_kind_name(k)) return k;
+    names.push_back(schedule_kind_name(k));
   }
   throw Error(ErrorCode::InvalidArgument,
-              fmt::format("unknown pipeline schedule '{}': choose one of gpipe, 1f1b", name));
+              fmt::format("unknown pipeline schedule '{}': choose one of {}", name,
+                          fmt::join(names, ", ")));
 }
 
-Schedule make_schedule(ScheduleKind kind, int stages, int microbatches) {
+Schedule make_schedule(ScheduleKind kind, int stages, int microbatches, int chunks,
+                       const ActionCosts& plan_costs) {
+  const int own = kind == ScheduleKind::Interleaved || kind == ScheduleKind::ZbV ? 2 : 1;
+  if (chunks == 0) chunks = own;
+  if (kind != ScheduleKind::Interleaved && chunks != own) {
+    throw Error(ErrorCode::InvalidArgument,
+                fmt::format("{} schedule: {} chunks per rank asked for, but it runs exactly {}; "
+                            "only interleaved takes --chunks",
+                            schedule_kind_name(kind), chunks, own));
+  }
   switch (kind) {
     case ScheduleKind::GPipe: return make_gpipe(stages, microbatches);
     case ScheduleKind::OneFOneB: return make_1f1b(stages, microbatches);
+    case ScheduleKind::Interleaved: return make_interleaved_1f1b(stages, microbatches, chunks);
+    case ScheduleKind::ZbH1: return make_zb_h1(stages, microbatches, plan_costs);
+    case ScheduleKind::ZbV: return make_zb_v(stages, microbatches, plan_costs);
   }
   throw Error(ErrorCode::Internal, "make_schedule: unhandled schedule kind");
 }
 
 namespace {
 
-// The actions the prefetch distance counts, and between which a stash lives. A switch, so that a
-// new kind (zero bubble's W, which also reads the stash) must be decided on here.
+// The actions the prefetch distance counts, and among which a stash lives. A switch, so that a
+// new kind must be decided on here.
 bool is_compute(ActionKind kind) {
   switch (kind) {
     case ActionKind::F:
-    case ActionKind::B: return true;
+    case ActionKind::B:
+    case ActionKind::W: return true;
     case ActionKind::SendF:
     case ActionKind::RecvF:
     case ActionKind::SendB:
@@ -158,28 +426,21 @@ bool is_compute(ActionKind kind) {
   return false;
 }
 
-// Stashes in the model at most (schedule_sim.h's peak_stashed_microbatches for one list).
-int resident_peak(const std::vector<Action>& list) {
-  int live = 0;
-  int peak = 0;
-  for (const Action& a : list) {
-    if (a.kind == ActionKind::F || a.kind == ActionKind::Reload) peak = std::max(peak, ++live);
-    if (a.kind == ActionKind::B || a.kind == ActionKind::Offload) --live;
-  }
-  return peak;
-}
-
-// One stage's list with OFFLOAD / RELOAD inserted (see add_activation_offload).
-std::vector<Action> offload_stage(const std::vector<Action>& list, int stage, int microbatches,
-                                  int prefetch) {
-  const auto m = static_cast<std::size_t>(microbatches);
-  std::vector<std::size_t> f_at(m), b_at(m);
-  std::vector<std::size_t> computes;  // indices of F and B in `list`
+// One rank's list with OFFLOAD / RELOAD inserted (see add_activation_offload).
+std::vector<Action> offload_rank(const Schedule& sched, const std::vector<Action>& list,
+                                 int prefetch) {
+  const auto m = static_cast<std::size_t>(sched.microbatches);
+  const auto key = [m](const Action& a) {
+    return static_cast<std::size_t>(a.stage) * m + static_cast<std::size_t>(a.microbatch);
+  };
+  const std::size_t keys = static_cast<std::size_t>(stage_count(sched)) * m;
+  std::vector<std::size_t> f_at(keys);
+  std::vector<std::size_t> computes;  // indices of F, B and W in `list`
   for (std::size_t i = 0; i < list.size(); ++i) {
     const Action& a = list[i];
     if (!is_compute(a.kind)) continue;
     computes.push_back(i);
-    (a.kind == ActionKind::F ? f_at : b_at)[static_cast<std::size_t>(a.microbatch)] = i;
+    if (a.kind == ActionKind::F) f_at[key(a)] = i;
   }
   // after[i]: actions to insert after list[i]; before[i]: before list[i].
   std::vector<std::vector<Action>> after(list.size()), before(list.size());
@@ -187,31 +448,30 @@ std::vector<Action> offload_stage(const std::vector<Action>& list, int stage, in
   for (const std::size_t ci : computes) {
     const Action& bwd = list[ci];
     if (bwd.kind != ActionKind::B) continue;
-    const auto mb = static_cast<std::size_t>(bwd.microbatch);
-    // Computes strictly between F(mb) and B(mb), as positions in `computes`.
+    // Computes strictly between F and B, as positions in `computes`.
     const auto f_pos = static_cast<std::size_t>(
-        std::lower_bound(computes.begin(), computes.end(), f_at[mb]) - computes.begin());
+        std::lower_bound(computes.begin(), computes.end(), f_at[key(bwd)]) - computes.begin());
     const auto b_pos = static_cast<std::size_t>(
-        std::lower_bound(computes.begin(), computes.end(), b_at[mb]) - computes.begin());
+        std::lower_bound(computes.begin(), computes.end(), ci) - computes.begin());
     const std::size_t between = b_pos - f_pos - 1;
     if (between <= static_cast<std::size_t>(prefetch)) continue;  // the stash is never idle
     // OFFLOAD right after F and the sends that follow it.
-    std::size_t off = f_at[mb];
+    std::size_t off = f_at[key(bwd)];
     while (off + 1 < list.size() &&
            (list[off + 1].kind == ActionKind::SendF || list[off + 1].kind == ActionKind::SendB)) {
       ++off;
     }
-    after[off].push_back(Action{ActionKind::Offload, stage, bwd.microbatch});
+    after[off].push_back(Action{ActionKind::Offload, bwd.stage, bwd.microbatch});
     // RELOAD before the compute `prefetch` computes ahead of B, hoisted above its receives.
     std::size_t at = computes[b_pos - static_cast<std::size_t>(prefetch)];
     while (at > off + 1 &&
            (list[at - 1].kind == ActionKind::RecvF || list[at - 1].kind == ActionKind::RecvB)) {
       --at;
     }
-    before[at].push_back(Action{ActionKind::Reload, stage, bwd.microbatch});
+    before[at].push_back(Action{ActionKind::Reload, bwd.stage, bwd.microbatch});
   }
   std::vector<Action> out;
-  out.reserve(list.size() + 2 * m);
+  out.reserve(list.size() + 2 * keys);
   for (std::size_t i = 0; i < list.size(); ++i) {
     out.insert(out.end(), before[i].begin(), before[i].end());
     out.push_back(list[i]);
@@ -234,18 +494,20 @@ Schedule add_activation_offload(const Schedule& schedule, int prefetch) {
     for (const Action& a : list) {
       if (a.kind == ActionKind::Offload || a.kind == ActionKind::Reload) {
         throw Error(ErrorCode::InvalidArgument,
-                    fmt::format("activation offload: stage {} already has {}; add offload to a "
+                    fmt::format("activation offload: rank {} already has {}; add offload to a "
                                 "schedule once",
-                                a.stage, to_string(a)));
+                                rank_of(schedule, a.stage), action_string(a)));
       }
     }
   }
   Schedule out = schedule;
-  for (std::size_t s = 0; s < out.ranks.size(); ++s) {
-    auto list =
-        offload_stage(schedule.ranks[s], static_cast<int>(s), schedule.microbatches, prefetch);
+  for (std::size_t r = 0; r < out.ranks.size(); ++r) {
+    const int before = peak_stashed_microbatches(schedule, static_cast<int>(r));
+    out.ranks[r] = offload_rank(schedule, schedule.ranks[r], prefetch);
     // Copies that would not save a slot are not worth their bandwidth.
-    if (resident_peak(list) < resident_peak(schedule.ranks[s])) out.ranks[s] = std::move(list);
+    if (peak_stashed_microbatches(out, static_cast<int>(r)) >= before) {
+      out.ranks[r] = schedule.ranks[r];
+    }
   }
   validate_schedule(out);  // the transform's own promise, checked
   return out;
@@ -256,7 +518,7 @@ int offloaded_microbatches(const Schedule& schedule, int stage) {
       static_cast<std::size_t>(stage) >= schedule.ranks.size()) {
     throw Error(
         ErrorCode::InvalidArgument,
-        fmt::format("offloaded_microbatches: stage {} is outside [0, {})", stage, schedule.stages));
+        fmt::format("offloaded_microbatches: rank {} is outside [0, {})", stage, schedule.stages));
   }
   const auto& list = schedule.ranks[static_cast<std::size_t>(stage)];
   return static_cast<int>(std::count_if(

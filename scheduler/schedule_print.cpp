@@ -21,18 +21,23 @@ void end_line(std::string& out) {
 
 }  // namespace
 
+std::string label(const Schedule& schedule, const Action& action) {
+  return schedule.chunks == 1 ? to_string(action) : action_string(action);
+}
+
 std::string format_schedule(const Schedule& schedule, ScheduleDetail detail) {
   validate_schedule(schedule);
   std::string out;
   for (std::size_t s = 0; s < schedule.ranks.size(); ++s) {
-    out += fmt::format("stage {}:", s);
+    out += fmt::format("{} {}:", schedule.chunks == 1 ? "stage" : "rank", s);
     for (const Action& a : schedule.ranks[s]) {
       // Offload actions are shown with the compute: they are what the memory use follows.
       const bool compute = a.kind == ActionKind::F || a.kind == ActionKind::B ||
-                           a.kind == ActionKind::Offload || a.kind == ActionKind::Reload;
+                           a.kind == ActionKind::W || a.kind == ActionKind::Offload ||
+                           a.kind == ActionKind::Reload;
       if (detail == ScheduleDetail::All || compute) {
         out += ' ';
-        out += to_string(a);
+        out += label(schedule, a);
       }
     }
     out += '\n';
@@ -40,14 +45,16 @@ std::string format_schedule(const Schedule& schedule, ScheduleDetail detail) {
   return out;
 }
 
-std::string format_timeline(const Schedule& schedule, int time_f, int time_b) {
-  if (time_f < 1 || time_b < 1) {
+std::string format_timeline(const Schedule& schedule, int time_f, int time_b, int time_w) {
+  if (time_f < 1 || time_b < 1 || time_w < 0) {
     throw Error(ErrorCode::InvalidArgument,
-                fmt::format("format_timeline: time_f = {} and time_b = {} must be whole time "
-                            "units >= 1",
-                            time_f, time_b));
+                fmt::format("format_timeline: time_f = {}, time_b = {} and time_w = {} must be "
+                            "whole time units, >= 1 (>= 0 for time_w)",
+                            time_f, time_b, time_w));
   }
-  const Timeline tl = simulate(schedule, time_f, time_b);
+  const Timeline tl =
+      simulate(schedule, ActionCosts{static_cast<double>(time_f), static_cast<double>(time_b),
+                                     static_cast<double>(time_w)});
   // Integer costs and free communication make every start and end a whole number.
   const auto columns = static_cast<std::size_t>(tl.makespan);
   std::vector<std::vector<std::string>> grid(tl.stages.size(),
@@ -55,21 +62,25 @@ std::string format_timeline(const Schedule& schedule, int time_f, int time_b) {
   std::size_t width = fmt::format("{}", columns - 1).size();
   for (std::size_t s = 0; s < tl.stages.size(); ++s) {
     for (const TimedAction& t : tl.stages[s]) {
-      if (t.action.kind != ActionKind::F && t.action.kind != ActionKind::B) continue;
-      const std::string label = to_string(t.action);
-      width = std::max(width, label.size());
+      if (t.action.kind != ActionKind::F && t.action.kind != ActionKind::B &&
+          t.action.kind != ActionKind::W) {
+        continue;
+      }
+      const std::string text = label(schedule, t.action);
+      width = std::max(width, text.size());
       for (auto c = static_cast<std::size_t>(t.start); c < static_cast<std::size_t>(t.end); ++c) {
-        grid[s][c] = label;
+        grid[s][c] = text;
       }
     }
   }
-  const std::string last_label = fmt::format("stage {}", tl.stages.size() - 1);
+  const char* row = schedule.chunks == 1 ? "stage" : "rank";
+  const std::string last_label = fmt::format("{} {}", row, tl.stages.size() - 1);
   const std::size_t label_width = std::max(last_label.size(), std::string_view("time").size());
   std::string out = fmt::format("{:<{}}", "time", label_width);
   for (std::size_t c = 0; c < columns; ++c) out += fmt::format(" {:<{}}", c, width);
   end_line(out);
   for (std::size_t s = 0; s < grid.size(); ++s) {
-    out += fmt::format("{:<{}}", fmt::format("stage {}", s), label_width);
+    out += fmt::format("{:<{}}", fmt::format("{} {}", row, s), label_width);
     for (const std::string& cell : grid[s]) out += fmt::format(" {:<{}}", cell, width);
     end_line(out);
   }

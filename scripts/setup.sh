@@ -13,7 +13,7 @@ packages=(
   clang-format clang-tidy clang libclang-rt-14-dev
   iproute2 procps
   fortunes
-  python3-torch python3-xxhash
+  python3-torch python3-xxhash python3-matplotlib
 )
 
 [ $# -gt 0 ] && packages=("$@")

@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "tools/run_command.h"
+#include "tools/schedule_command.h"
 #include "tools/train/train_command.h"
 #include "tools/tune_command.h"
 #include "tools/wan_command.h"
@@ -18,6 +19,7 @@ int main(int argc, char** argv) {
   int exit_code = 0;
   const std::vector<std::string> args(argv, argv + argc);
   strait::tools::add_run_command(app, exit_code);
+  strait::tools::add_schedule_command(app, exit_code);
   strait::tools::add_train_command(app, args, exit_code);
   strait::tools::add_tune_command(app, args, exit_code);
   strait::tools::add_wan_command(app, exit_code);

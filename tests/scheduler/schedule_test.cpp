@@ -176,7 +176,7 @@ TEST(Schedule, ValidatorRejectsMissingReceive) {
   auto& st1 = s.ranks[1];
   st1.erase(std::find(st1.begin(), st1.end(), Action{K::RecvF, 1, 1}));
   const std::string msg = validation_error(s);
-  EXPECT_NE(msg.find("SEND_F1 on stage 0 has no matching RECV_F1 on stage 1"), std::string::npos)
+  EXPECT_NE(msg.find("0SEND_F1 on rank 0 has no matching 1RECV_F1 on rank 1"), std::string::npos)
       << msg;
 }
 
@@ -186,22 +186,22 @@ TEST(Schedule, ValidatorRejectsMissingSendAndDuplicates) {
   st1.erase(std::find(st1.begin(), st1.end(), Action{K::SendB, 1, 0}));
   s.ranks[0].insert(s.ranks[0].begin(), Action{K::F, 0, 1});
   const std::string msg = validation_error(s);
-  EXPECT_NE(msg.find("RECV_B0 on stage 0 has no matching SEND_B0 on stage 1"), std::string::npos)
+  EXPECT_NE(msg.find("0RECV_B0 on rank 0 has no matching 1SEND_B0 on rank 1"), std::string::npos)
       << msg;
-  EXPECT_NE(msg.find("stage 0 runs F1 2 times"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("rank 0 runs 0F1 2 times"), std::string::npos) << msg;
 }
 
 TEST(Schedule, ValidatorRejectsBackwardBeforeForward) {
   const Schedule s = from_text(2, {"B0 F0 F1 B1 ALLREDUCE_GRAD OPTIM"});
   const std::string msg = validation_error(s);
-  EXPECT_NE(msg.find("stage 0 runs B0 (action 0) before F0 (action 1)"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("rank 0 runs 0B0 (action 0) before 0F0 (action 1)"), std::string::npos) << msg;
 }
 
 TEST(Schedule, ValidatorRejectsComputeBeforeItsReceive) {
   const Schedule s = from_text(1, {"F0 SEND_F0 RECV_B0 B0 ALLREDUCE_GRAD OPTIM",
                                    "F0 RECV_F0 B0 SEND_B0 ALLREDUCE_GRAD OPTIM"});
   const std::string msg = validation_error(s);
-  EXPECT_NE(msg.find("stage 1 runs F0 (action 0) before RECV_F0 (action 1)"), std::string::npos)
+  EXPECT_NE(msg.find("rank 1 runs 1F0 (action 0) before 1RECV_F0 (action 1)"), std::string::npos)
       << msg;
 }
 
@@ -211,10 +211,10 @@ TEST(Schedule, ValidatorRejectsDeadlock) {
                                    "RECV_F0 F0 B0 SEND_B0 ALLREDUCE_GRAD OPTIM"});
   const std::string msg = validation_error(s);
   EXPECT_NE(msg.find("deadlock"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("stage 0 is blocked at action 0 (RECV_B0) waiting for SEND_B0 from stage 1"),
+  EXPECT_NE(msg.find("rank 0 is blocked at action 0 (0RECV_B0) waiting for 1SEND_B0 from rank 1"),
             std::string::npos)
       << msg;
-  EXPECT_NE(msg.find("stage 1 is blocked at action 0 (RECV_F0) waiting for SEND_F0 from stage 0"),
+  EXPECT_NE(msg.find("rank 1 is blocked at action 0 (1RECV_F0) waiting for 0SEND_F0 from rank 0"),
             std::string::npos)
       << msg;
 }
@@ -228,11 +228,11 @@ TEST(Schedule, ValidatorRejectsThreeStageDeadlock) {
   st1.insert(std::find(st1.begin(), st1.end(), Action{K::SendF, 1, 1}), Action{K::RecvB, 1, 1});
   const std::string msg = validation_error(s);
   EXPECT_NE(msg.find("deadlock"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("stage 0 is blocked at action 4 (RECV_B1)"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("stage 1 is blocked at action 5 (RECV_B1) waiting for SEND_B1 from stage 2"),
+  EXPECT_NE(msg.find("rank 0 is blocked at action 4 (0RECV_B1)"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("rank 1 is blocked at action 5 (1RECV_B1) waiting for 2SEND_B1 from rank 2"),
             std::string::npos)
       << msg;
-  EXPECT_NE(msg.find("stage 2 is blocked at action 2 (RECV_F1)"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("rank 2 is blocked at action 2 (2RECV_F1)"), std::string::npos) << msg;
 }
 
 TEST(Schedule, ValidatorRejectsShapeErrors) {
@@ -243,17 +243,18 @@ TEST(Schedule, ValidatorRejectsShapeErrors) {
                 .find("names microbatch 3, outside [0, 1)"),
             std::string::npos);
   EXPECT_NE(validation_error(from_text(2, {"F0 B0 ALLREDUCE_GRAD F1 B1 OPTIM"}))
-                .find("runs ALLREDUCE_GRAD (action 2) before B1 (action 4)"),
+                .find("runs ALLREDUCE_GRAD (action 2) before 0B1 (action 4)"),
             std::string::npos);
   EXPECT_NE(validation_error(from_text(1, {"F0 B0 ALLREDUCE_GRAD"})).find("0 OPTIM"),
             std::string::npos);
   Schedule wrong_stage = make_gpipe(2, 1);
   wrong_stage.ranks[1][1].stage = 0;
-  EXPECT_NE(validation_error(wrong_stage).find("stage 1 action 1 (F0) names stage 0"),
+  EXPECT_NE(validation_error(wrong_stage)
+                .find("rank 1 action 1 (0F0) runs stage 0, which lives on rank 0"),
             std::string::npos);
   Schedule no_lists = make_gpipe(2, 1);
   no_lists.ranks.pop_back();
-  EXPECT_NE(validation_error(no_lists).find("one action list per stage"), std::string::npos);
+  EXPECT_NE(validation_error(no_lists).find("one action list per rank"), std::string::npos);
 }
 
 TEST(Schedule, PrintsComputeOrderAndFullActions) {
@@ -283,11 +284,13 @@ TEST(Schedule, ParsesNamesCaseInsensitively) {
   EXPECT_EQ(parse_schedule_kind("GPipe"), ScheduleKind::GPipe);
   EXPECT_EQ(parse_schedule_kind("1F1B"), ScheduleKind::OneFOneB);
   try {
-    (void)parse_schedule_kind("zb-h1");
+    (void)parse_schedule_kind("zb-h2");
     ADD_FAILURE() << "accepted an unknown name";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::InvalidArgument);
-    EXPECT_NE(std::string(e.what()).find("'zb-h1': choose one of gpipe, 1f1b"), std::string::npos)
+    EXPECT_NE(
+        std::string(e.what()).find("'zb-h2': choose one of gpipe, 1f1b, interleaved, zb-h1, zbv"),
+        std::string::npos)
         << e.what();
   }
 }
@@ -423,7 +426,7 @@ TEST(ActivationOffload, TransformRejectsBadInput) {
     ADD_FAILURE() << "offloaded twice";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::InvalidArgument);
-    EXPECT_NE(std::string(e.what()).find("already has OFFLOAD0"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("already has 0OFFLOAD0"), std::string::npos) << e.what();
   }
   Schedule broken = make_gpipe(2, 2);
   broken.ranks[1].pop_back();
@@ -438,18 +441,19 @@ TEST(ActivationOffload, ValidatorChecksOffloadOrderAndPairs) {
   };
   EXPECT_NO_THROW(
       validate_schedule(from_text(2, {"F0 OFFLOAD0 F1 RELOAD0 B1 B0 ALLREDUCE_GRAD OPTIM"})));
-  expect_rejects("OFFLOAD0 F0 F1 RELOAD0 B1 B0 ALLREDUCE_GRAD OPTIM",
-                 "runs OFFLOAD0 (action 0) before F0 (action 1): it offloads a stash not yet made");
+  expect_rejects(
+      "OFFLOAD0 F0 F1 RELOAD0 B1 B0 ALLREDUCE_GRAD OPTIM",
+      "runs 0OFFLOAD0 (action 0) before 0F0 (action 1): it offloads a stash not yet made");
   expect_rejects("F0 RELOAD0 F1 OFFLOAD0 B1 B0 ALLREDUCE_GRAD OPTIM",
-                 "runs RELOAD0 (action 1) before OFFLOAD0 (action 3)");
+                 "runs 0RELOAD0 (action 1) before 0OFFLOAD0 (action 3)");
   expect_rejects("F0 OFFLOAD0 F1 B1 B0 RELOAD0 ALLREDUCE_GRAD OPTIM",
-                 "runs B0 (action 4) before RELOAD0 (action 5): the backward needs its stash");
+                 "runs 0B0 (action 4) before 0RELOAD0 (action 5): the backward needs its stash");
   expect_rejects("F0 OFFLOAD0 F1 B1 B0 ALLREDUCE_GRAD OPTIM",
-                 "stage 0 has 1 OFFLOAD0 and 0 RELOAD0");
+                 "rank 0 has 1 0OFFLOAD0 and 0 0RELOAD0");
   expect_rejects("F0 F1 RELOAD0 B1 B0 ALLREDUCE_GRAD OPTIM",
-                 "stage 0 has 0 OFFLOAD0 and 1 RELOAD0");
+                 "rank 0 has 0 0OFFLOAD0 and 1 0RELOAD0");
   expect_rejects("F0 OFFLOAD0 OFFLOAD0 F1 RELOAD0 RELOAD0 B1 B0 ALLREDUCE_GRAD OPTIM",
-                 "stage 0 has 2 OFFLOAD0 and 2 RELOAD0");
+                 "rank 0 has 2 0OFFLOAD0 and 2 0RELOAD0");
   // Offloading does not make a deadlock go away, nor create one.
   const std::string msg =
       validation_error(from_text(1, {"F0 OFFLOAD0 RECV_B0 RELOAD0 B0 SEND_F0 ALLREDUCE_GRAD OPTIM",

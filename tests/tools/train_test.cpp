@@ -365,6 +365,68 @@ TEST(StraitTrain, ActivationOffloadLeavesTheLossTrajectoryBitIdentical) {
   EXPECT_TRUE(fs::is_empty(job.offload_dir()));
 }
 
+// --- Zero-bubble schedule and its trace ----------------------------------------------------------
+
+// ZB-H1 splits each backward into B (input gradient) and a later W (weight gradients); W's run in
+// microbatch order as 1F1B's backwards do, so the gradients are summed in the same order and the
+// losses are 1F1B's bit for bit, with activation offload too. --trace writes one complete event
+// per action of replica 0's ranks, W's included, which `strait schedule --from-trace` reads.
+TEST(StraitTrain, ZbH1GivesOneFOneBsLossesBitForBitAndATrace) {
+  const Job job;
+  const std::vector<std::string> common = {"--stages",       "2", "--replicas", "1", "--steps", "3",
+                                           "--microbatches", "8", "--seed",     "7"};
+  auto with = [&](std::vector<std::string> args) {
+    args.insert(args.end(), common.begin(), common.end());
+    return args;
+  };
+  const Metrics one = train(job, "1f1b", with({"--schedule", "1f1b"}));
+  ASSERT_EQ(one.steps.size(), 3U);
+  const fs::path trace = job.dir().path() / "zb.trace.json";
+  const Metrics zb = train(job, "zb-h1", with({"--schedule", "zb-h1", "--trace", trace.string()}));
+  // Prefetch 0: rank 0's stashes leave between F and B (at distance 1, ZB-H1 on 2 ranks would
+  // save no slot and the transform makes no copies).
+  const Metrics zb_off = train(
+      job, "zb-h1-offload",
+      with({"--schedule", "zb-h1", "--offload-activations", "cpu", "--offload-prefetch", "0"}));
+  EXPECT_LT(zb_off.summary.at("activation_bytes").get<double>(),
+            zb_off.summary.at("activation_bytes_without_offload").get<double>());
+  for (const Metrics* m : {&zb, &zb_off}) {
+    ASSERT_EQ(m->steps.size(), 3U);
+    for (std::size_t s = 0; s < 3; ++s) {
+      for (const char* key : {"loss", "grad_norm"}) {
+        EXPECT_EQ(m->steps[s].at(key).get<double>(), one.steps[s].at(key).get<double>())
+            << key << " at step " << s + 1;
+      }
+    }
+  }
+  const json doc = json::parse(strait::test::read_file(trace));
+  EXPECT_EQ(doc.at("otherData").at("schedule"), "zb-h1");
+  // Per rank and step: 8 F, 8 B, 8 W, 8 sends, 8 receives, ALLREDUCE_GRAD and OPTIM.
+  std::map<int, int> per_rank;
+  std::map<std::string, int> kinds;
+  for (const json& e : doc.at("traceEvents")) {
+    if (e.at("ph") != "X") continue;
+    ++per_rank[e.at("pid").get<int>()];
+    ++kinds[e.at("cat").get<std::string>()];
+    EXPECT_GE(e.at("dur").get<double>(), 0.0);
+  }
+  EXPECT_EQ(per_rank, (std::map<int, int>{{0, 3 * 42}, {1, 3 * 42}}));
+  EXPECT_EQ(kinds["W"], 3 * 2 * 8);
+  Strait from_trace({"schedule", "--from-trace", trace.string()}, job.dir().path() / "sched.out");
+  EXPECT_EQ(from_trace.exit_code(60s), 0) << from_trace.output();
+  EXPECT_TRUE(contains(from_trace.output(), "zb-h1 schedule, 2 ranks x 1 chunks, 8 microbatches"))
+      << from_trace.output();
+}
+
+TEST(StraitTrainErrors, ChunkedSchedulesAreRefusedWithTheReason) {
+  const Job job;
+  Strait run(job.train_args({"--stages", "2", "--replicas", "1", "--schedule", "zbv"}),
+             job.dir().path() / "out.txt");
+  EXPECT_EQ(run.exit_code(60s), 2) << run.output();
+  EXPECT_TRUE(contains(run.output(), "--schedule zbv puts several model chunks on each rank"))
+      << run.output();
+}
+
 // --- Compressed gradient averages ----------------------------------------------------------------
 
 // --codec int8 after 4 uncompressed steps: those steps are the uncompressed run's exactly (same

@@ -106,13 +106,17 @@ void add_train_command(CLI::App& app, const std::vector<std::string>& argv, int&
   auto data = std::make_shared<std::string>(c->data.string());
   auto offload = std::make_shared<std::string>(c->offload_dir.string());
   auto metrics = std::make_shared<std::string>();
+  auto trace = std::make_shared<std::string>();
   auto timeout_s = std::make_shared<double>(0);
   auto save = std::make_shared<std::string>();    // --- checkpoints
   auto resume = std::make_shared<std::string>();  // --- checkpoints
 
   train->add_option("--stages", c->stages, "Pipeline stages")->capture_default_str();
   train->add_option("--replicas", c->replicas, "Data-parallel replicas")->capture_default_str();
-  train->add_option("--schedule", words->schedule, "Pipeline schedule: 1f1b or gpipe")
+  train
+      ->add_option("--schedule", words->schedule,
+                   "Pipeline schedule: 1f1b, gpipe or zb-h1 (interleaved and zbv: strait "
+                   "schedule only)")
       ->capture_default_str();
   train->add_option("--microbatches", c->microbatches, "Microbatches per replica per step")
       ->capture_default_str();
@@ -213,6 +217,9 @@ void add_train_command(CLI::App& app, const std::vector<std::string>& argv, int&
       ->check(non_negative_integer())
       ->capture_default_str();
   train->add_option("--metrics", *metrics, "Write one JSON line per step (and a summary) here");
+  train->add_option("--trace", *trace,
+                    "Write replica 0's per-rank action timeline as Chrome trace JSON here "
+                    "(chrome://tracing, Perfetto, strait schedule --from-trace)");
   train
       ->add_option("--blas-threads", c->blas_threads,
                    "OpenBLAS threads per rank (0: cores / local ranks)")
@@ -233,14 +240,15 @@ void add_train_command(CLI::App& app, const std::vector<std::string>& argv, int&
                    "Seconds before a stuck collective fails (sets STRAIT_TIMEOUT_S; default 300)")
       ->check(CLI::Range(0.001, 1e6));
 
-  train->callback([c, words, data, offload, offload_dir, metrics, timeout_s, save, resume, argv,
-                   &exit_code] {
+  train->callback([c, words, data, offload, offload_dir, metrics, trace, timeout_s, save, resume,
+                   argv, &exit_code] {
     parse_choices(*words, *c);
     c->data = *data;
     c->offload_dir = *offload;
     c->metrics = *metrics;
     c->save = *save;      // --- checkpoints
     c->resume = *resume;  // --- checkpoints
+    c->trace = *trace;
     if (*timeout_s > 0) ::setenv("STRAIT_TIMEOUT_S", fmt::format("{}", *timeout_s).c_str(), 1);
     const char* rank_env = std::getenv("RANK");
     if (rank_env == nullptr) {

@@ -37,6 +37,7 @@
 #include "scheduler/model/transformer_stage.h"
 #include "scheduler/schedule.h"
 #include "scheduler/schedule_sim.h"
+#include "scheduler/schedule_trace.h"
 #include "scheduler/schedule_validate.h"
 #include "tools/train/train_checkpoint.h"
 
@@ -234,6 +235,7 @@ class Job {
   std::vector<std::int32_t> generate();
   void check_momentum();
   void emit(const nlohmann::json& record);
+  void write_trace();
 
   const TrainConfig& cfg_;
   std::unique_ptr<comm::Communicator> world_, pipe_, data_, tied_;
@@ -306,6 +308,7 @@ void Job::setup() {
   executor_->set_gradient_sync(std::move(sync));
   if (cfg_.offload_activations != ActivationOffload::None)
     executor_->set_activation_store(make_activation_store(cfg_, rank_));
+  executor_->set_tracing(!cfg_.trace.empty() && replica_ == 0);
   // Activation memory of replica 0, per stage: resident slots and bytes, with and without offload.
   activations_.assign(3 * static_cast<std::size_t>(p), 0.0);
   if (replica_ == 0) {
@@ -327,6 +330,45 @@ void Job::setup() {
     metrics_.open(cfg_.metrics, std::ios::trunc);
     if (!metrics_) throw bad(fmt::format("cannot write --metrics {}", cfg_.metrics.string()));
   }
+}
+
+// Every rank's trace records (replica 0's; the others have none) to rank 0, which writes the file.
+void Job::write_trace() {
+  constexpr std::size_t kFields = 7;
+  std::vector<double> mine;
+  for (const TraceRecord& r : executor_->take_trace()) {
+    mine.insert(mine.end(), {static_cast<double>(r.rank), static_cast<double>(r.step),
+                             static_cast<double>(static_cast<int>(r.action.kind)),
+                             static_cast<double>(r.action.stage),
+                             static_cast<double>(r.action.microbatch), r.start_us, r.end_us});
+  }
+  const auto n = static_cast<std::size_t>(world_->size());
+  std::vector<std::int64_t> counts(n);
+  const auto count = static_cast<std::int64_t>(mine.size());
+  world_->allgather(&count, counts.data(), 1, DType::I64);
+  std::vector<std::size_t> sizes(counts.begin(), counts.end());
+  std::size_t total = 0;
+  for (std::size_t c : sizes) total += c;
+  std::vector<double> all(total);
+  world_->allgather_v(mine.data(), all.data(), sizes, DType::F64);
+  if (rank_ != 0) return;
+  std::vector<TraceRecord> records;
+  records.reserve(total / kFields);
+  for (std::size_t i = 0; i + kFields <= all.size(); i += kFields) {
+    records.push_back(
+        TraceRecord{static_cast<int>(all[i]), static_cast<std::int64_t>(all[i + 1]),
+                    Action{static_cast<ActionKind>(static_cast<int>(all[i + 2])),
+                           static_cast<int>(all[i + 3]), static_cast<int>(all[i + 4])},
+                    all[i + 5], all[i + 6]});
+  }
+  const TraceInfo info{
+      std::string(schedule_kind_name(cfg_.schedule)), cfg_.stages, cfg_.microbatches, 1,
+      cfg_.offload_activations == ActivationOffload::None ? -1 : cfg_.offload_prefetch};
+  std::ofstream out(cfg_.trace, std::ios::trunc);
+  out << chrome_trace_json(info, records);
+  out.close();
+  if (!out) throw bad(fmt::format("cannot write --trace {}", cfg_.trace.string()));
+  fmt::print("wrote the trace of {} pipeline actions to {}\n", records.size(), cfg_.trace.string());
 }
 
 void Job::emit(const nlohmann::json& record) {
@@ -584,6 +626,7 @@ void Job::run() {
     save(std::max(first_step, cfg_.steps));
   }
   check_momentum();
+  if (!cfg_.trace.empty()) write_trace();
   const double tps = train_s > 0 ? tokens_per_step * cfg_.steps / train_s : 0.0;
   const double eval_loss = evaluate();
   // Rank 0 (stage 0) holds the corpus: the baselines come from its counts, scored on the same
@@ -739,6 +782,21 @@ void TrainConfig::validate() const {
                     resume.string()));
   }
   // --- end checkpoints ---
+  if (schedule == sched::ScheduleKind::Interleaved || schedule == sched::ScheduleKind::ZbV) {
+    throw bad(
+        fmt::format("--schedule {} puts several model chunks on each rank, which the "
+                    "executor does not run yet; train with gpipe, 1f1b or zb-h1, and see "
+                    "{} in `strait schedule --schedule {}`",
+                    sched::schedule_kind_name(schedule), sched::schedule_kind_name(schedule),
+                    sched::schedule_kind_name(schedule)));
+  }
+  if (!trace.empty()) {
+    const std::ofstream probe(trace, std::ios::app);
+    if (!probe) {
+      throw bad(fmt::format("cannot write --trace {}: {}; pass a writable path", trace.string(),
+                            std::strerror(errno)));
+    }
+  }
   if (!metrics.empty()) {
     const std::ofstream probe(metrics, std::ios::app);
     if (!probe) {

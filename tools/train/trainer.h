@@ -102,7 +102,10 @@ struct TrainConfig {
   std::uint64_t sample_seed = 1337;
   // Output.
   std::filesystem::path metrics;  // JSON lines (one per step, then a summary), written by rank 0
-  int blas_threads = 0;           // OpenBLAS threads per rank; 0: cores / local ranks
+  // Chrome trace-event JSON of replica 0's pipeline actions in every step (one pid per stage),
+  // written by rank 0 at the end (scheduler/schedule_trace.h; `strait schedule --from-trace`).
+  std::filesystem::path trace;
+  int blas_threads = 0;  // OpenBLAS threads per rank; 0: cores / local ranks
   int log_every = 1;
   // Checkpoints (tools/train/train_checkpoint.h, format in tools/train/CHECKPOINT.md): save
   // into `save` every save_every steps (0: only at the end) and at the end; resume from `resume`
