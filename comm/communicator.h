@@ -48,11 +48,13 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "comm/bootstrap/store.h"
 #include "comm/collective_args.h"
 #include "comm/compress/matrix_shape.h"
+#include "comm/reform.h"
 #include "comm/sites.h"
 #include "comm/work.h"
 #include "core/export.h"
@@ -286,6 +288,30 @@ class STRAIT_API Communicator {
   // points above are the same call with their record filled in. run() posts and waits.
   Work post(const CollectiveArgs& args);
   void run(const CollectiveArgs& args);
+
+  // --- Elastic membership (comm/reform.h documents the protocol, its guarantees and limits) ---
+  // The world communicator of the next generation: this one's ranks that are alive and arrive,
+  // without the lost and the excluded ones, plus the processes waiting in join() (ranks ordered by
+  // their rank here, joiners last). Collective over the survivors (world communicators only);
+  // this communicator stays as it was (destroy it afterwards). Errors: InvalidArgument (a
+  // sub-communicator, a rank out of range), Aborted (the others excluded this rank), Timeout
+  // (no agreement within the deadline: names who decides), PeerLost (the store is gone).
+  std::unique_ptr<Communicator> reform(const ReformOptions& options = {});
+  // A process that is not a member joins a running job's world at its next reform(): `store` is
+  // the root store of the job (the one create() was given, e.g. the launch store's server).
+  // Waits up to options.timeout for a reform that admits it. Errors: Timeout, PeerLost.
+  static std::unique_ptr<Communicator> join(std::shared_ptr<Store> store,
+                                            const CommOptions& options = {});
+  // 0 for a communicator made by create(), g + 1 for one reformed from generation g.
+  [[nodiscard]] std::uint64_t generation() const noexcept;
+  // For each rank of this (world) communicator, its rank in the previous generation, -1 for a
+  // joiner; the identity for generation 0.
+  [[nodiscard]] const std::vector<int>& former_ranks() const noexcept;
+  // The ranks of this communicator known to be gone now (process exited, connection broken,
+  // heartbeat lapsed), with how; ascending. Cheap (no message); any thread.
+  [[nodiscard]] std::vector<std::pair<int, std::string>> lost_peers() const;
+  // How many processes wait in join() for this world's next generation (one store request).
+  [[nodiscard]] int joiners_waiting() const;
 
   // Fails every pending operation of this communicator with Aborted, at once, from any thread;
   // later operations fail too. The communicator can then be destroyed.

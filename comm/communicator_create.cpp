@@ -95,6 +95,9 @@ std::unique_ptr<Communicator> Communicator::create(std::shared_ptr<Store> store,
                                                   options.streams);
   auto shared = std::make_shared<Shared>();
   shared->algorithms = std::move(algorithms);
+  shared->root_store = store;  // reform() agrees through it (comm/reform.h)
+  shared->former_ranks.resize(static_cast<std::size_t>(size));
+  for (int i = 0; i < size; ++i) shared->former_ranks[static_cast<std::size_t>(i)] = i;
   shared->store = std::move(store);
   shared->engine = std::make_shared<ProgressEngine>(std::move(transport));
   auto group = std::make_shared<Group>();

@@ -2,7 +2,9 @@
 // transport) and the selection table. Sub-communicators keep it alive. Private to comm/.
 #pragma once
 
+#include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "comm/algorithms/selection.h"
 #include "comm/bootstrap/store.h"
@@ -15,6 +17,12 @@ struct Communicator::Shared {
   std::shared_ptr<Store> store;
   std::shared_ptr<ProgressEngine> engine;
   std::shared_ptr<const AlgorithmTable> algorithms;
+  // Elastic membership (comm/reform.h): the store the world was created over (the one reform()
+  // agrees through; `store` is a view of it under "strait/gen/<g>" from generation 1 on), the
+  // world's generation, and each world rank's rank in the previous generation (-1: a joiner).
+  std::shared_ptr<Store> root_store;
+  std::uint64_t generation = 0;
+  std::vector<int> former_ranks;
 };
 
 }  // namespace strait::comm

@@ -470,4 +470,16 @@ void ProgressEngine::run() {
   incoming_.clear();
 }
 
+std::vector<std::pair<int, std::string>> ProgressEngine::lost_peers() {
+  std::vector<std::pair<int, std::string>> lost;
+  const std::lock_guard progress(progress_mutex_);
+  transport_->check_peers();
+  for (int peer = 0; peer < transport_->size(); ++peer) {
+    if (peer == transport_->rank()) continue;
+    const std::string& how = transport_->peer_lost(peer);
+    if (!how.empty()) lost.emplace_back(peer, how);
+  }
+  return lost;
+}
+
 }  // namespace strait::comm
