@@ -86,6 +86,12 @@ struct STRAIT_API CommOptions {
   // (transport/ucx/ucx_transport.h): for links that limit each TCP flow. 1 .. 8, the same on every
   // rank (Mismatch otherwise). Default: STRAIT_STREAMS or 1.
   int streams = default_streams();
+  // Heartbeat interval of world communicators (comm/heartbeat.h): a peer silent for 5 intervals is
+  // lost (PeerLost on every pending operation, and left out by reform()). Zero: no heartbeat (the
+  // transport still sees processes exit and connections break). Default: STRAIT_HEARTBEAT_S or 0.
+  std::chrono::milliseconds heartbeat = default_heartbeat();
+  // Throws InvalidArgument when STRAIT_HEARTBEAT_S is set to anything but 0 or 0.001 .. 3600 s.
+  static std::chrono::milliseconds default_heartbeat();
   // Throws InvalidArgument when STRAIT_TIMEOUT_S is set to anything but 0.001 .. 1e6 seconds.
   static std::chrono::milliseconds default_timeout();
   // Throws InvalidArgument when STRAIT_STREAMS is set to anything but 1 .. 8.
@@ -142,7 +148,8 @@ class STRAIT_API Communicator {
   static std::unique_ptr<Communicator> create(std::shared_ptr<Store> store, int rank, int size,
                                               const CommOptions& options = {});
 
-  // Constructed through create(), from_env() and split() only (the Key is private).
+  // Constructed through create(), from_env(), split(), reform() and join() only (the Key is
+  // private).
   Communicator(Key, std::shared_ptr<Shared> shared, std::shared_ptr<const Group> group,
                std::chrono::milliseconds timeout);
   Communicator(const Communicator&) = delete;
@@ -333,6 +340,15 @@ class STRAIT_API Communicator {
   // allreduce_compressed: the codec, checked and in canonical form, and the input checked for NaN
   // and Inf; nullopt when "auto" comes to "none" (the plain allreduce runs).
   [[nodiscard]] std::optional<CodecChoice> resolve_codec(const CollectiveArgs& args) const;
+  // create(), reform() and join(): a world communicator of `generation` over `store` (a view of
+  // `root`, the store reform() agrees through), whose ranks were `former_ranks` before.
+  static std::unique_ptr<Communicator> create_world(std::shared_ptr<Store> store, int rank,
+                                                    int size, const CommOptions& options,
+                                                    std::shared_ptr<Store> root,
+                                                    std::uint64_t generation,
+                                                    std::vector<int> former_ranks);
+  // create_world(): CommOptions::heartbeat's monitor (comm/heartbeat.h), once connected.
+  void start_heartbeat(std::chrono::milliseconds interval);
   // create(): agree on the sites (`mine`: this rank's reading, or nullopt to measure them; `error`:
   // why it could not read them) and build the hierarchy. Collective over the world.
   void setup_sites(std::optional<Sites> mine, const std::string& error, int streams);

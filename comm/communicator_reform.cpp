@@ -115,10 +115,46 @@ const std::vector<int>& Communicator::former_ranks() const noexcept {
   return shared_->former_ranks;
 }
 
+void Communicator::start_heartbeat(std::chrono::milliseconds interval) {
+  shared_->heartbeat_interval = interval;
+  const std::weak_ptr<ProgressEngine> engine = shared_->engine;
+  const std::uint64_t generation = shared_->generation;
+  // A lost peer or a re-formation under way fails what is pending (every communicator of this
+  // world may wait on the peer, or on ranks that have left for the next generation) and what the
+  // world is asked later: its peers are gone or elsewhere.
+  auto fail = [engine](const Error& error) {
+    if (auto e = engine.lock()) {
+      e->abort(0, error);
+      e->abort(1, error);  // the world's stream (comm id 0): later operations fail at once
+    }
+  };
+  shared_->heartbeat = std::make_unique<HeartbeatMonitor>(
+      shared_->root_store, generation, rank(), size(), interval,
+      [fail](int peer, const std::string& why) {
+        fail(Error(ErrorCode::PeerLost, fmt::format("rank {} is lost: {}", peer, why)));
+      },
+      [fail, generation] {
+        fail(Error(ErrorCode::Aborted,
+                   fmt::format("generation {} is being formed (Communicator::reform): ranks have "
+                               "left generation {}, whose operations cannot finish",
+                               generation + 1, generation)));
+      });
+}
+
 std::vector<std::pair<int, std::string>> Communicator::lost_peers() const {
   // The transport speaks world ranks; translate to this communicator's.
   std::vector<std::pair<int, std::string>> lost;
-  for (auto& [world_rank, how] : shared_->engine->lost_peers()) {
+  auto found = shared_->engine->lost_peers();
+  if (shared_->heartbeat) {
+    for (auto& beat : shared_->heartbeat->lost()) {
+      const int r = beat.first;
+      if (std::none_of(found.begin(), found.end(), [r](const auto& f) { return f.first == r; })) {
+        found.push_back(std::move(beat));
+      }
+    }
+    std::sort(found.begin(), found.end());
+  }
+  for (auto& [world_rank, how] : found) {
     const auto& w = group_->world_ranks;
     const auto it = std::find(w.begin(), w.end(), world_rank);
     if (it != w.end()) lost.emplace_back(static_cast<int>(it - w.begin()), std::move(how));
@@ -248,14 +284,13 @@ std::unique_ptr<Communicator> Communicator::reform(const ReformOptions& options)
   o.timeout = timeout();
   o.algorithms = shared_->algorithms;
   o.streams = CommOptions::default_streams();
-  auto world = create(
+  o.heartbeat = shared_->heartbeat_interval;
+  std::vector<int> former = d.members;
+  former.resize(static_cast<std::size_t>(new_size), -1);
+  return create_world(
       std::make_shared<OwningPrefixStore>(fmt::format("strait/gen/{}", next), shared_->root_store),
-      new_rank, new_size, reformed_options(o, new_size));
-  world->shared_->root_store = shared_->root_store;
-  world->shared_->generation = next;
-  world->shared_->former_ranks = d.members;
-  world->shared_->former_ranks.resize(static_cast<std::size_t>(new_size), -1);
-  return world;
+      new_rank, new_size, reformed_options(o, new_size), shared_->root_store, next,
+      std::move(former));
 }
 
 std::unique_ptr<Communicator> Communicator::join(std::shared_ptr<Store> store,
@@ -286,14 +321,11 @@ std::unique_ptr<Communicator> Communicator::join(std::shared_ptr<Store> store,
     }
     const int new_size = static_cast<int>(d.members.size()) + d.joiners;
     const int new_rank = static_cast<int>(d.members.size()) + ticket;
-    auto world =
-        create(std::make_shared<OwningPrefixStore>(fmt::format("strait/gen/{}", next), store),
-               new_rank, new_size, reformed_options(options, new_size));
-    world->shared_->root_store = store;
-    world->shared_->generation = next;
-    world->shared_->former_ranks = d.members;
-    world->shared_->former_ranks.resize(static_cast<std::size_t>(new_size), -1);
-    return world;
+    std::vector<int> former = d.members;
+    former.resize(static_cast<std::size_t>(new_size), -1);
+    return create_world(
+        std::make_shared<OwningPrefixStore>(fmt::format("strait/gen/{}", next), store), new_rank,
+        new_size, reformed_options(options, new_size), store, next, std::move(former));
   }
 }
 

@@ -2,6 +2,7 @@
 // transport) and the selection table. Sub-communicators keep it alive. Private to comm/.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -9,6 +10,7 @@
 #include "comm/algorithms/selection.h"
 #include "comm/bootstrap/store.h"
 #include "comm/communicator.h"
+#include "comm/heartbeat.h"
 #include "comm/progress_engine.h"
 
 namespace strait::comm {
@@ -23,6 +25,9 @@ struct Communicator::Shared {
   std::shared_ptr<Store> root_store;
   std::uint64_t generation = 0;
   std::vector<int> former_ranks;
+  std::chrono::milliseconds heartbeat_interval{0};  // 0: none
+  // CommOptions::heartbeat's monitor, or null. Last: stops before the engine it aborts goes.
+  std::unique_ptr<HeartbeatMonitor> heartbeat;
 };
 
 }  // namespace strait::comm

@@ -45,11 +45,15 @@ std::vector<std::string> launch_args(int n, std::uint16_t port, std::vector<std:
 }
 
 // Runs `strait run` to completion within `limit` (SIGINT past it, which fails the test).
+// Heartbeats every 0.2 s (lease 1 s) in every test: survivors still inside the failed round's
+// collective learn from them that the others have begun to re-form (comm/heartbeat.h).
+const std::vector<std::string> kEnv = {"STRAIT_TIMEOUT_S=30", "STRAIT_HEARTBEAT_S=0.2"};
+
 RunResult strait_run(int n, std::uint16_t port, const std::vector<std::string>& worker,
                      std::chrono::seconds limit = 90s) {
   const strait::test::TempDir dir;
   strait::test::Process launcher(STRAIT_BIN, launch_args(n, port, worker), dir.path() / "output",
-                                 {"STRAIT_TIMEOUT_S=30"});
+                                 kEnv);
   const int code = launcher.exit_code(limit, SIGINT, 6s);
   return {code, launcher.output()};
 }
@@ -119,6 +123,26 @@ TEST_P(Exclude, AnExcludedRankThatKeepsSendingCannotDisturbTheNewGroup) {
 
 INSTANTIATE_TEST_SUITE_P(WorldSizes, Exclude, ::testing::Values(2, 3, 5));
 
+class Heartbeat : public ::testing::TestWithParam<int> {};
+
+// A stopped rank keeps its connections open: only its lapsed heartbeat tells the others, who must
+// learn of it within the heartbeat's bound (checked by the workers), re-form without it and go on;
+// resumed, it is told it was left out.
+TEST_P(Heartbeat, AStoppedRankIsLostWithinTheLeaseAndLeftOut) {
+  const int size = GetParam();
+  const int victim = size - 1;
+  auto store = make_server();
+  const RunResult r = strait_run(size, store->port(), {"stopped", std::to_string(victim)});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(count_lines_with(r.output, ": WRONG"), 0) << r.output;
+  EXPECT_EQ(count_lines_with(r.output, ": ok stopped peer: generation 1"), size - 1) << r.output;
+  EXPECT_TRUE(contains(r.output, "rank " + std::to_string(victim) + ": ok stopped and left out"))
+      << r.output;
+  EXPECT_TRUE(contains(r.output, "heartbeat lapsed")) << r.output;
+}
+
+INSTANTIATE_TEST_SUITE_P(WorldSizes, Heartbeat, ::testing::Values(2, 3, 4));
+
 class Grow : public ::testing::TestWithParam<std::tuple<int, int>> {};
 
 // Members started by one launcher, joiners by another; the joiners receive the state from the new
@@ -131,7 +155,7 @@ TEST_P(Grow, JoinersAreAdmittedAtTheNextReformAndReceiveTheState) {
       STRAIT_BIN,
       launch_args(joiners, store->port(),
                   {"join", std::to_string(members), std::to_string(joiners)}),
-      dir.path() / "joiners", {"STRAIT_TIMEOUT_S=30"});
+      dir.path() / "joiners", kEnv);
   const RunResult r = strait_run(members, store->port(), {"grow", std::to_string(joiners)});
   const int joiners_code = joining.exit_code(90s, SIGINT, 6s);
   const std::string joiners_output = joining.output();

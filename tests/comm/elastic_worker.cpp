@@ -13,6 +13,7 @@
 //   elastic_worker grow JOINERS          the members wait until JOINERS processes wait in join(),
 //                                        reform(), send the joiners their state and check.
 //   elastic_worker join MEMBERS JOINERS  a joiner: Communicator::join(), then the same checks.
+//   elastic_worker stopped VICTIM        heartbeats: rank VICTIM stops (SIGSTOP); see stopped().
 //
 // Every process prints "<who>: ok ..." when all its checks pass, "<who>: WRONG ..." for each one
 // that does not, and exits 0 only when all passed; <who> is "rank R" (R: its first rank) or
@@ -21,6 +22,7 @@
 // expects, in double precision, not from what the communicator reports.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <csignal>
@@ -233,6 +235,79 @@ int exclude(int victim) {
   return 0;
 }
 
+// STRAIT_HEARTBEAT_S is set: rank VICTIM publishes its pid and stops itself (SIGSTOP: its
+// connections stay open, so only the heartbeat can tell). The others' next allreduce must fail
+// with PeerLost naming it, through the heartbeat, long before the operation timeout; they
+// reform() without it, check the new world, and the new rank 0 resumes it (SIGCONT). Resumed, it
+// finds its old world failed and its reform() left out.
+int stopped(int victim) {
+  const int me = env_int("RANK");
+  const int size = env_int("WORLD_SIZE");
+  Checker c{fmt::format("rank {}", me)};
+  auto store = test_store();
+  auto world = Communicator::create(store, me, size);
+  checked_allreduce(c, *world, me, all_but(size, -1), 0);
+  std::vector<double> buf(1000, 1.0);
+  if (me == victim) {
+    store->set("test/victim_pid", std::to_string(::getpid()));
+    world->barrier();
+    std::raise(SIGSTOP);
+    // Resumed by the others once they have re-formed.
+    try {
+      world->allreduce(buf.data(), buf.data(), buf.size(), DType::F64, ReduceOp::Sum);
+      c.wrong("the old world's allreduce completed after the others left");
+    } catch (const Error& e) {
+      c.say("after resuming, the old world's allreduce failed: {}", e.what());
+    }
+    try {
+      auto next = world->reform();
+      c.wrong("reform() admitted the stopped rank as rank {} of {}", next->rank(), next->size());
+    } catch (const Error& e) {
+      if (e.code() != ErrorCode::Aborted) c.wrong("reform() failed with {}", e.what());
+    }
+    if (c.problems != 0) return 1;
+    c.say("ok stopped and left out");
+    return 0;
+  }
+  world->barrier();
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    world->allreduce(buf.data(), buf.data(), buf.size(), DType::F64, ReduceOp::Sum);
+    c.wrong("the allreduce completed without rank {}", victim);
+  } catch (const Error& e) {
+    const auto ms =
+        std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0)
+            .count();
+    c.say("the allreduce failed after {} ms with {}: {}", ms, strait::to_string(e.code()),
+          e.what());
+    if (e.code() != ErrorCode::PeerLost && e.code() != ErrorCode::Aborted) {
+      c.wrong("the allreduce failed with {}, not PeerLost (or Aborted by the re-formation)",
+              strait::to_string(e.code()));
+    }
+    // The bound: the lease (5 intervals) and one interval, with room for a loaded machine; far
+    // below the operation timeout the test sets (30 s).
+    const double interval_s = std::stod(std::getenv("STRAIT_HEARTBEAT_S"));
+    if (static_cast<double>(ms) > 1000.0 * (8 * interval_s + 3)) {
+      c.wrong("the loss took {} ms to see, more than the heartbeat bound", ms);
+    }
+  }
+  bool named = false;
+  for (const auto& [r, how] : world->lost_peers()) {
+    named = named || (r == victim && how.find("heartbeat") != std::string::npos);
+  }
+  if (!named) c.wrong("lost_peers() does not name rank {} as lost by its heartbeat", victim);
+  auto next = world->reform();
+  check_new_world(c, *next, me, all_but(size, victim), 1);
+  if (next->rank() == 0) {
+    const int pid = std::stoi(store->get_string("test/victim_pid", 10s));
+    ::kill(pid, SIGCONT);
+  }
+  if (c.problems != 0) return 1;
+  c.say("ok stopped peer: generation {}, rank {} of {}", next->generation(), next->rank(),
+        next->size());
+  return 0;
+}
+
 // The state a joiner receives (stands for a training checkpoint): step and a vector.
 void exchange_state(Checker& c, Communicator& comm) {
   std::vector<double> state(kStateCount, -1.0);
@@ -305,6 +380,7 @@ int main(int argc, char** argv) {
   try {
     if (args.size() == 3 && args[0] == "shrink") return shrink(std::stoi(args[1]), args[2]);
     if (args.size() == 2 && args[0] == "exclude") return exclude(std::stoi(args[1]));
+    if (args.size() == 2 && args[0] == "stopped") return stopped(std::stoi(args[1]));
     if (args.size() == 2 && args[0] == "grow") return grow(std::stoi(args[1]));
     if (args.size() == 3 && args[0] == "join") return join(std::stoi(args[1]), std::stoi(args[2]));
   } catch (const Error& e) {
@@ -313,6 +389,6 @@ int main(int argc, char** argv) {
   }
   fmt::print(stderr,
              "usage: elastic_worker shrink VICTIM before|during | exclude VICTIM | grow JOINERS | "
-             "join MEMBERS JOINERS\n");
+             "join MEMBERS JOINERS | stopped VICTIM\n");
   return 2;
 }
