@@ -72,6 +72,10 @@ struct Decision {
   std::vector<int> members;  // ranks in the previous generation, ascending: new ranks 0..
   int joiners = 0;           // tickets 0..joiners-1 follow, in ticket order
   std::map<int, std::string> left_out;  // previous rank -> why
+  // The decider's settings, which every process of the new generation takes (a joiner's own may
+  // differ, and every rank must agree on them): heartbeat interval and streams per peer.
+  std::int64_t heartbeat_ms = 0;
+  int streams = 1;
 };
 
 Decision parse_decision(const Bytes& bytes) {
@@ -79,6 +83,8 @@ Decision parse_decision(const Bytes& bytes) {
   Decision d;
   d.members = j.at("members").get<std::vector<int>>();
   d.joiners = j.at("joiners").get<int>();
+  d.heartbeat_ms = j.at("heartbeat_ms").get<std::int64_t>();
+  d.streams = j.at("streams").get<int>();
   for (const auto& [rank, why] : j.at("left_out").items()) {
     d.left_out.emplace(std::stoi(rank), why.get<std::string>());
   }
@@ -88,8 +94,11 @@ Decision parse_decision(const Bytes& bytes) {
 Bytes encode(const Decision& d) {
   Json left = Json::object();
   for (const auto& [rank, why] : d.left_out) left[std::to_string(rank)] = why;
-  const std::string text =
-      to_text(Json{{"members", d.members}, {"joiners", d.joiners}, {"left_out", left}});
+  const std::string text = to_text(Json{{"members", d.members},
+                                        {"joiners", d.joiners},
+                                        {"left_out", left},
+                                        {"heartbeat_ms", d.heartbeat_ms},
+                                        {"streams", d.streams}});
   return {text.begin(), text.end()};
 }
 
@@ -98,10 +107,13 @@ std::uint64_t latest_generation(Store& root) {
   return static_cast<std::uint64_t>(root.add("strait/reform/latest", 0));
 }
 
-// The options of a reformed world: one site (the old sites' map does not fit the new ranks).
-CommOptions reformed_options(const CommOptions& base, int size) {
+// The options of a reformed world: the decision's settings, one site (the old sites' map does
+// not fit the new ranks).
+CommOptions reformed_options(const CommOptions& base, const Decision& d, int size) {
   CommOptions o = base;
   o.sites = std::vector<int>(static_cast<std::size_t>(size), 0);
+  o.heartbeat = std::chrono::milliseconds(d.heartbeat_ms);
+  o.streams = d.streams;
   return o;
 }
 
@@ -240,6 +252,8 @@ std::unique_ptr<Communicator> Communicator::reform(const ReformOptions& options)
       d.joiners = static_cast<int>(root.add(reform_key(next, "joiners"), 0));
     }
     d.left_out = gone;
+    d.heartbeat_ms = shared_->heartbeat_interval.count();
+    d.streams = CommOptions::default_streams();
     for (const auto& [r, why] : d.left_out) {
       spdlog::warn("strait: generation {} leaves out rank {} of generation {}: {}", next, r,
                    shared_->generation, why);
@@ -283,13 +297,11 @@ std::unique_ptr<Communicator> Communicator::reform(const ReformOptions& options)
   CommOptions o;
   o.timeout = timeout();
   o.algorithms = shared_->algorithms;
-  o.streams = CommOptions::default_streams();
-  o.heartbeat = shared_->heartbeat_interval;
   std::vector<int> former = d.members;
   former.resize(static_cast<std::size_t>(new_size), -1);
   return create_world(
       std::make_shared<OwningPrefixStore>(fmt::format("strait/gen/{}", next), shared_->root_store),
-      new_rank, new_size, reformed_options(o, new_size), shared_->root_store, next,
+      new_rank, new_size, reformed_options(o, d, new_size), shared_->root_store, next,
       std::move(former));
 }
 
@@ -325,7 +337,7 @@ std::unique_ptr<Communicator> Communicator::join(std::shared_ptr<Store> store,
     former.resize(static_cast<std::size_t>(new_size), -1);
     return create_world(
         std::make_shared<OwningPrefixStore>(fmt::format("strait/gen/{}", next), store), new_rank,
-        new_size, reformed_options(options, new_size), store, next, std::move(former));
+        new_size, reformed_options(options, d, new_size), store, next, std::move(former));
   }
 }
 

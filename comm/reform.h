@@ -30,7 +30,9 @@
 //    supported: the generation number is spent).
 //  - A joiner whose ticket was admitted must arrive at the new communicator's creation; if it dies
 //    in between, creation fails with Timeout (bounded by the communicator's timeout).
-//  - Reformed communicators have one site (no hierarchical allreduce across sites).
+//  - Reformed communicators have one site (no hierarchical allreduce across sites), and take the
+//    decider's heartbeat interval (its world's CommOptions::heartbeat) and STRAIT_STREAMS, so a
+//    joiner need not know them.
 // Thread-safety: reform() is collective and, like every operation, is called from one thread per
 // rank; join() from any thread.
 #pragma once
@@ -45,8 +47,9 @@ struct ReformOptions {
   // the members pass is used, so one rank's exclusion suffices; may include the caller itself
   // (it then gets Aborted, the others go on).
   std::vector<int> exclude{};
-  // How long reform() waits for the members that are not known lost, and for the decision. Zero:
-  // the communicator's timeout.
+  // How long the decider waits for the members that are not known lost (those still missing then
+  // are left out, and logged); the others wait for the decision up to twice this from their own
+  // arrival (the decider may have arrived later than they). Zero: the communicator's timeout.
   std::chrono::milliseconds deadline{0};
   // Admit the processes waiting in join() (false: shrink only; they wait for a later reform).
   bool admit_joiners = true;
