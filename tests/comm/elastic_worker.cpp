@@ -238,8 +238,8 @@ int exclude(int victim) {
 // STRAIT_HEARTBEAT_S is set: rank VICTIM publishes its pid and stops itself (SIGSTOP: its
 // connections stay open, so only the heartbeat can tell). The others' next allreduce must fail
 // with PeerLost naming it, through the heartbeat, long before the operation timeout; they
-// reform() without it, check the new world, and the new rank 0 resumes it (SIGCONT). Resumed, it
-// finds its old world failed and its reform() left out.
+// reform() without it, check the new world, and the new rank 0 resumes it (SIGCONT). Resumed, its
+// reform() must say it was left out.
 int stopped(int victim) {
   const int me = env_int("RANK");
   const int size = env_int("WORLD_SIZE");
@@ -255,7 +255,8 @@ int stopped(int victim) {
     // Resumed by the others once they have re-formed.
     try {
       world->allreduce(buf.data(), buf.data(), buf.size(), DType::F64, ReduceOp::Sum);
-      c.wrong("the old world's allreduce completed after the others left");
+      // Possible: with eager sends, the peers' parts may have arrived before they gave up on it.
+      c.say("after resuming, the old world's allreduce completed (the others' parts had come)");
     } catch (const Error& e) {
       c.say("after resuming, the old world's allreduce failed: {}", e.what());
     }
