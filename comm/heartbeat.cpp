@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <exception>
+#include <optional>
 
 #include "core/error.h"
 
@@ -48,6 +49,7 @@ void HeartbeatMonitor::run() {
   std::vector<Clock::time_point> changed(static_cast<std::size_t>(size_), start);
   std::vector<bool> reported(static_cast<std::size_t>(size_), false);
   bool reform_seen = false;
+  std::optional<Clock::time_point> reform_since;
   try {
     while (true) {
       {
@@ -85,9 +87,14 @@ void HeartbeatMonitor::run() {
         }
         on_lost_(peer, why);
       }
-      if (!reform_seen && store_->add(reform_key, 0) > 0) {
-        reform_seen = true;
-        on_reform_();
+      // The re-formation's grace: an operation whose last parts were sent before the senders left
+      // still completes in it; what is pending after it waits for ranks that left.
+      if (!reform_seen) {
+        if (!reform_since && store_->add(reform_key, 0) > 0) reform_since = Clock::now();
+        if (reform_since && Clock::now() - *reform_since >= kReformGraceIntervals * interval_) {
+          reform_seen = true;
+          on_reform_();
+        }
       }
       std::unique_lock lock(mutex_);
       wake_.wait_for(lock, interval_, [this] { return stop_; });

@@ -9,8 +9,10 @@
 // counter. A peer whose counter has not moved for `lease` (5 intervals; measured on this host's
 // steady clock, so no clock agreement is needed) is reported lost: on_lost(peer, why) once per
 // peer. A peer is therefore known lost within lease + interval (+ one store round trip) of its
-// last beat. It also reads "strait/reform/<generation + 1>/decider" and calls on_reform() once
-// when a re-formation of the next generation has begun.
+// last beat. It also reads "strait/reform/<generation + 1>/decider" and calls on_reform() once,
+// kReformGraceIntervals intervals after it first sees that a re-formation of the next generation
+// has begun (an operation whose parts were all sent before the senders left completes in that
+// grace; what is still pending then waits for ranks that have left).
 // What it does not see: a process whose heartbeat thread runs while its work is stuck (a deadlock
 // in the caller's code): the operation timeout covers that. The store must be reachable: when it
 // is not (its server is gone), the monitor stops quietly; the transport's own loss detection and
@@ -39,6 +41,8 @@ class HeartbeatMonitor {
  public:
   // Leases are this many intervals.
   static constexpr int kLeaseIntervals = 5;
+  // on_reform() comes this many intervals after a re-formation is seen.
+  static constexpr int kReformGraceIntervals = 2;
 
   HeartbeatMonitor(std::shared_ptr<Store> store, std::uint64_t generation, int rank, int size,
                    std::chrono::milliseconds interval,

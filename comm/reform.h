@@ -20,6 +20,11 @@
 // disturb n: its endpoints lead to the old workers only (messages to them land in generation g's
 // communicator, or nowhere once it is destroyed), and no member of n connects to it. Every wait is
 // bounded by the deadline.
+// What the caller must still agree on: an operation can complete on some ranks and fail on others
+// (a rank that dies after its last part was sent; with heartbeats, a rank whose operation was
+// still draining when the others' re-formation failed it, comm/heartbeat.h). After reform(), the
+// members should agree on what the interrupted round achieved (e.g. a Min allreduce of "my round
+// completed", as torchft's commit vote) before going on.
 // Limits (say so before relying on it):
 //  - The store must outlive every rank that can be lost: a TcpStore whose server runs in a
 //    process that is not a rank (a launcher-hosted or standalone store), or in a rank that is
