@@ -69,7 +69,8 @@ int count_lines_with(const std::string& output, const std::string& needle) {
 class Shrink : public ::testing::TestWithParam<std::tuple<int, int, std::string>> {};
 
 // World sizes 2..5, the victim at every kind of place (rank 0, which holds no store here, a middle
-// rank, the last), killed before the round's allreduce or in the middle of it.
+// rank, the last), killed before the round's allreduce, in the middle of it, or at the round
+// boundary after it.
 TEST_P(Shrink, SurvivorsReformWithoutTheKilledRankAndComputeCorrectly) {
   const auto [size, victim, phase] = GetParam();
   auto store = make_server();
@@ -96,6 +97,8 @@ std::vector<std::tuple<int, int, std::string>> shrink_cases() {
     }
   }
   cases.emplace_back(5, 2, "during");
+  cases.emplace_back(3, 1, "after");
+  cases.emplace_back(4, 2, "after");
   return cases;
 }
 

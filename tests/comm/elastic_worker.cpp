@@ -3,9 +3,10 @@
 // MASTER_ADDR:MASTER_PORT, so it outlives any rank (comm/reform.h); every process is a client.
 //
 //   elastic_worker shrink VICTIM PHASE   round 0: a checked allreduce. Round 1: rank VICTIM dies
-//                                        (SIGKILL) before the round's allreduce (PHASE "before")
-//                                        or in the middle of it ("during"); the others try the
-//                                        allreduce, then reform() and check the new world.
+//                                        (SIGKILL) before the round's allreduce (PHASE "before"),
+//                                        in the middle of it ("during") or after it, at the round
+//                                        boundary ("after"); the others try the allreduce, then
+//                                        reform() and check the new world.
 //   elastic_worker exclude VICTIM        the others reform() with exclude = {VICTIM} and run
 //                                        checked collectives, while VICTIM keeps sending to them
 //                                        on the old communicator; then VICTIM calls reform() and
@@ -161,6 +162,12 @@ int shrink(int victim, const std::string& phase) {
   std::vector<int> everyone = all_but(size, -1);
   checked_allreduce(c, *world, me, everyone, 0);
   std::vector<double> buf(kCount * 8, 1.0);
+  if (me == victim && phase == "after") {
+    // Dies at the round boundary, once its part of round 1 is done.
+    world->allreduce(buf.data(), buf.data(), buf.size(), DType::F64, ReduceOp::Sum);
+    std::fflush(nullptr);
+    std::raise(SIGKILL);
+  }
   if (me == victim) {
     if (phase == "during") {
       auto work = world->iallreduce(buf.data(), buf.data(), buf.size(), DType::F64, ReduceOp::Sum);
@@ -388,8 +395,9 @@ int main(int argc, char** argv) {
     fmt::print(stderr, "elastic_worker: {}\n", e.what());
     return 3;
   }
-  fmt::print(stderr,
-             "usage: elastic_worker shrink VICTIM before|during | exclude VICTIM | grow JOINERS | "
-             "join MEMBERS JOINERS | stopped VICTIM\n");
+  fmt::print(
+      stderr,
+      "usage: elastic_worker shrink VICTIM before|during|after | exclude VICTIM | grow JOINERS | "
+      "join MEMBERS JOINERS | stopped VICTIM\n");
   return 2;
 }
