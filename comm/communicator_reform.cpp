@@ -335,9 +335,9 @@ std::unique_ptr<Communicator> Communicator::join(std::shared_ptr<Store> store,
     const int new_rank = static_cast<int>(d.members.size()) + ticket;
     std::vector<int> former = d.members;
     former.resize(static_cast<std::size_t>(new_size), -1);
-    return create_world(
-        std::make_shared<OwningPrefixStore>(fmt::format("strait/gen/{}", next), store), new_rank,
-        new_size, reformed_options(options, d, new_size), store, next, std::move(former));
+    auto view = std::make_shared<OwningPrefixStore>(fmt::format("strait/gen/{}", next), store);
+    return create_world(std::move(view), new_rank, new_size, reformed_options(options, d, new_size),
+                        std::move(store), next, std::move(former));
   }
 }
 
