@@ -28,6 +28,7 @@ set(STRAIT_PUBLIC_HEADERS
   comm/collective_args.h
   comm/communicator.h
   comm/compress/matrix_shape.h
+  comm/reform.h
   comm/sites.h
   comm/work.h
   offload/adamw_state.h

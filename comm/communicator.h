@@ -48,11 +48,13 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "comm/bootstrap/store.h"
 #include "comm/collective_args.h"
 #include "comm/compress/matrix_shape.h"
+#include "comm/reform.h"
 #include "comm/sites.h"
 #include "comm/work.h"
 #include "core/export.h"
@@ -84,6 +86,12 @@ struct STRAIT_API CommOptions {
   // (transport/ucx/ucx_transport.h): for links that limit each TCP flow. 1 .. 8, the same on every
   // rank (Mismatch otherwise). Default: STRAIT_STREAMS or 1.
   int streams = default_streams();
+  // Heartbeat interval of world communicators (comm/heartbeat.h): a peer silent for 5 intervals is
+  // lost (PeerLost on every pending operation, and left out by reform()). Zero: no heartbeat (the
+  // transport still sees processes exit and connections break). Default: STRAIT_HEARTBEAT_S or 0.
+  std::chrono::milliseconds heartbeat = default_heartbeat();
+  // Throws InvalidArgument when STRAIT_HEARTBEAT_S is set to anything but 0 or 0.001 .. 3600 s.
+  static std::chrono::milliseconds default_heartbeat();
   // Throws InvalidArgument when STRAIT_TIMEOUT_S is set to anything but 0.001 .. 1e6 seconds.
   static std::chrono::milliseconds default_timeout();
   // Throws InvalidArgument when STRAIT_STREAMS is set to anything but 1 .. 8.
@@ -140,7 +148,8 @@ class STRAIT_API Communicator {
   static std::unique_ptr<Communicator> create(std::shared_ptr<Store> store, int rank, int size,
                                               const CommOptions& options = {});
 
-  // Constructed through create(), from_env() and split() only (the Key is private).
+  // Constructed through create(), from_env(), split(), reform() and join() only (the Key is
+  // private).
   Communicator(Key, std::shared_ptr<Shared> shared, std::shared_ptr<const Group> group,
                std::chrono::milliseconds timeout);
   Communicator(const Communicator&) = delete;
@@ -287,6 +296,30 @@ class STRAIT_API Communicator {
   Work post(const CollectiveArgs& args);
   void run(const CollectiveArgs& args);
 
+  // --- Elastic membership (comm/reform.h documents the protocol, its guarantees and limits) ---
+  // The world communicator of the next generation: this one's ranks that are alive and arrive,
+  // without the lost and the excluded ones, plus the processes waiting in join() (ranks ordered by
+  // their rank here, joiners last). Collective over the survivors (world communicators only);
+  // this communicator stays as it was (destroy it afterwards). Errors: InvalidArgument (a
+  // sub-communicator, a rank out of range), Aborted (the others excluded this rank), Timeout
+  // (no agreement within the deadline: names who decides), PeerLost (the store is gone).
+  std::unique_ptr<Communicator> reform(const ReformOptions& options = {});
+  // A process that is not a member joins a running job's world at its next reform(): `store` is
+  // the root store of the job (the one create() was given, e.g. the launch store's server).
+  // Waits up to options.timeout for a reform that admits it. Errors: Timeout, PeerLost.
+  static std::unique_ptr<Communicator> join(std::shared_ptr<Store> store,
+                                            const CommOptions& options = {});
+  // 0 for a communicator made by create(), g + 1 for one reformed from generation g.
+  [[nodiscard]] std::uint64_t generation() const noexcept;
+  // For each rank of this (world) communicator, its rank in the previous generation, -1 for a
+  // joiner; the identity for generation 0.
+  [[nodiscard]] const std::vector<int>& former_ranks() const noexcept;
+  // The ranks of this communicator known to be gone now (process exited, connection broken,
+  // heartbeat lapsed), with how; ascending. Cheap (no message); any thread.
+  [[nodiscard]] std::vector<std::pair<int, std::string>> lost_peers() const;
+  // How many processes wait in join() for this world's next generation (one store request).
+  [[nodiscard]] int joiners_waiting() const;
+
   // Fails every pending operation of this communicator with Aborted, at once, from any thread;
   // later operations fail too. The communicator can then be destroyed.
   void abort(const std::string& why = "abort() was called");
@@ -307,6 +340,15 @@ class STRAIT_API Communicator {
   // allreduce_compressed: the codec, checked and in canonical form, and the input checked for NaN
   // and Inf; nullopt when "auto" comes to "none" (the plain allreduce runs).
   [[nodiscard]] std::optional<CodecChoice> resolve_codec(const CollectiveArgs& args) const;
+  // create(), reform() and join(): a world communicator of `generation` over `store` (a view of
+  // `root`, the store reform() agrees through), whose ranks were `former_ranks` before.
+  static std::unique_ptr<Communicator> create_world(std::shared_ptr<Store> store, int rank,
+                                                    int size, const CommOptions& options,
+                                                    std::shared_ptr<Store> root,
+                                                    std::uint64_t generation,
+                                                    std::vector<int> former_ranks);
+  // create_world(): CommOptions::heartbeat's monitor (comm/heartbeat.h), once connected.
+  void start_heartbeat(std::chrono::milliseconds interval);
   // create(): agree on the sites (`mine`: this rank's reading, or nullopt to measure them; `error`:
   // why it could not read them) and build the hierarchy. Collective over the world.
   void setup_sites(std::optional<Sites> mine, const std::string& error, int streams);

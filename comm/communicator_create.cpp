@@ -61,8 +61,35 @@ int CommOptions::default_streams() {
   return static_cast<int>(n);
 }
 
+std::chrono::milliseconds CommOptions::default_heartbeat() {
+  const char* v = std::getenv("STRAIT_HEARTBEAT_S");
+  if (v == nullptr || *v == '\0') return std::chrono::milliseconds(0);
+  char* end = nullptr;
+  const double s = std::strtod(v, &end);
+  if (*end != '\0' || !(s == 0 || (s >= 0.001 && s <= 3600))) {
+    throw Error(ErrorCode::InvalidArgument,
+                fmt::format("STRAIT_HEARTBEAT_S={} is not 0 or a number of seconds between 0.001 "
+                            "and 3600: it is the heartbeat interval (a peer silent for {} of them "
+                            "is lost; comm/heartbeat.h)",
+                            v, HeartbeatMonitor::kLeaseIntervals));
+  }
+  return std::chrono::milliseconds(static_cast<std::int64_t>(s * 1000));
+}
+
 std::unique_ptr<Communicator> Communicator::create(std::shared_ptr<Store> store, int rank, int size,
                                                    const CommOptions& options) {
+  std::vector<int> identity(static_cast<std::size_t>(std::max(size, 0)));
+  for (int i = 0; i < size; ++i) identity[static_cast<std::size_t>(i)] = i;
+  std::shared_ptr<Store> root = store;
+  return create_world(std::move(store), rank, size, options, std::move(root), 0,
+                      std::move(identity));
+}
+
+std::unique_ptr<Communicator> Communicator::create_world(std::shared_ptr<Store> store, int rank,
+                                                         int size, const CommOptions& options,
+                                                         std::shared_ptr<Store> root,
+                                                         std::uint64_t generation,
+                                                         std::vector<int> former_ranks) {
   if (!store) throw Error(ErrorCode::InvalidArgument, "Communicator::create: the store is null");
   if (size < 1 || size > kMaxRanks || rank < 0 || rank >= size) {
     throw Error(ErrorCode::InvalidArgument,
@@ -95,6 +122,9 @@ std::unique_ptr<Communicator> Communicator::create(std::shared_ptr<Store> store,
                                                   options.streams);
   auto shared = std::make_shared<Shared>();
   shared->algorithms = std::move(algorithms);
+  shared->root_store = std::move(root);  // reform() agrees through it (comm/reform.h)
+  shared->generation = generation;
+  shared->former_ranks = std::move(former_ranks);
   shared->store = std::move(store);
   shared->engine = std::make_shared<ProgressEngine>(std::move(transport));
   auto group = std::make_shared<Group>();
@@ -118,6 +148,7 @@ std::unique_ptr<Communicator> Communicator::create(std::shared_ptr<Store> store,
           std::move(op), [what] { return what.describe(); }, true)
       .wait();
   world->setup_sites(std::move(sites), sites_error, options.streams);
+  if (options.heartbeat.count() > 0) world->start_heartbeat(options.heartbeat);
   return world;
 }
 

@@ -151,6 +151,14 @@ void ProgressEngine::abort(std::uint64_t stream, const std::string& why) {
   notify();
 }
 
+void ProgressEngine::abort(std::uint64_t stream, const Error& error) {
+  {
+    const std::lock_guard lock(mutex_);
+    commands_.push_back(Command{nullptr, stream, error, nullptr});
+  }
+  notify();
+}
+
 void ProgressEngine::abort_and_wait(std::uint64_t stream, const std::string& why) {
   if (tls_progressing) return abort(stream, why);
   auto applied = std::make_shared<std::promise<void>>();
@@ -227,9 +235,9 @@ void ProgressEngine::apply_commands(std::vector<Command>& commands) {
                                               c.error.message(), e.op->waiting_for()))
                           : c.error);
       } else if (!c.work && (c.stream == 0 || e.stream == c.stream)) {
-        fail_entry(e,
-                   Error(ErrorCode::Aborted,
-                         fmt::format("{}: aborted: {}", e.work->description(), c.error.message())));
+        // The command's code: Aborted from abort(), PeerLost from a heartbeat (comm/heartbeat.h).
+        fail_entry(e, Error(c.error.code(), fmt::format("{}: aborted: {}", e.work->description(),
+                                                        c.error.message())));
       }
     }
     if (!c.work) {
@@ -468,6 +476,18 @@ void ProgressEngine::run() {
                                                            e.work->description())));
   }
   incoming_.clear();
+}
+
+std::vector<std::pair<int, std::string>> ProgressEngine::lost_peers() {
+  std::vector<std::pair<int, std::string>> lost;
+  const std::lock_guard progress(progress_mutex_);
+  transport_->check_peers();
+  for (int peer = 0; peer < transport_->size(); ++peer) {
+    if (peer == transport_->rank()) continue;
+    const std::string& how = transport_->peer_lost(peer);
+    if (!how.empty()) lost.emplace_back(peer, how);
+  }
+  return lost;
 }
 
 }  // namespace strait::comm

@@ -111,6 +111,12 @@ class ProgressEngine : public std::enable_shared_from_this<ProgressEngine> {
   void fail(const std::shared_ptr<WorkState>& work, const Error& error);
   // Fails every pending operation of `stream` (0: all streams) with Aborted.
   void abort(std::uint64_t stream, const std::string& why);
+  // The same with `error`'s code and message (a heartbeat's PeerLost, comm/heartbeat.h).
+  void abort(std::uint64_t stream, const Error& error);
+  // The peers the transport knows to be gone (Transport::peer_lost), after a fresh check_peers():
+  // (world rank, how it was lost), ascending. Any thread; waits for the progressing thread's turn.
+  // For Communicator::lost_peers() and reform() (comm/reform.h).
+  std::vector<std::pair<int, std::string>> lost_peers();
   // As abort(), and returns only once the engine thread has failed them: none of the stream's
   // operations is advanced afterwards, so memory they point to (a destroyed communicator's
   // counters) may go. On the engine thread itself (a completion callback) it cannot wait and
