@@ -1,0 +1,418 @@
+// DiLoCo's outer step (scheduler/outer_sync.h) over real communicators, ranks as threads
+// (tests/comm/comm_test_ranks.h), against references computed here in double precision:
+// - H = 1, outer lr 1, momentum 0, no codec is model averaging: each replica takes one AdamW step
+// on
+//   its own gradient from the common weights, keeping its own moments, and the weights are averaged
+//   (local SGD / FedAvg with one local step). It is NOT AdamW on the averaged gradient (AdamW is
+//   not linear in the gradient); the test checks that this reference is really a different one.
+// - H > 1 with the outer Nesterov step matches DiLoCo's Algorithm 1 computed naively.
+// - every codec leaves the averaged pseudo-gradient, the global weights and the tied embedding's
+//   two copies bit-identical on every rank.
+// - with overlap, each round's average is applied exactly one round late, as documented.
+#include "scheduler/outer_sync.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <bit>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/error.h"
+#include "kernels/adamw.h"
+#include "tests/comm/comm_test_ranks.h"
+
+namespace strait::sched {
+namespace {
+
+using comm::testing::run_ranks;
+
+// Replica r's local objective: f_r(w) = 1/2 sum_i a_ri (w_i - c_ri)^2, different per replica.
+double curvature(int r, std::size_t i) {
+  return 0.5 + 0.25 * r + 0.01 * static_cast<double>(i % 7);
+}
+double target(int r, std::size_t i) {
+  return std::sin(0.3 * static_cast<double>(i) + r) + 0.1 * static_cast<double>(r);
+}
+double initial(std::size_t i) {
+  return 0.5 * std::cos(0.7 * static_cast<double>(i));
+}
+
+// One inner step of replica r that is not AdamW: a gradient step with a step-dependent rate, in
+// float for the ranks and double for the references.
+template <class T>
+void inner_sgd(std::vector<T>& w, int r, std::int64_t step) {
+  const T eta = static_cast<T>(0.05 + 0.01 * static_cast<double>(step % 3));
+  for (std::size_t i = 0; i < w.size(); ++i) {
+    w[i] -= eta * static_cast<T>(curvature(r, i)) * (w[i] - static_cast<T>(target(r, i)));
+  }
+}
+
+// Naive AdamW in double (torch.optim.AdamW's formula), step t >= 1.
+void adamw_double(std::vector<double>& p, const std::vector<double>& g, std::vector<double>& m,
+                  std::vector<double>& v, const kernels::AdamWHyper& h, std::int64_t t) {
+  for (std::size_t i = 0; i < p.size(); ++i) {
+    p[i] -= h.lr * h.weight_decay * p[i];
+    m[i] = h.beta1 * m[i] + (1 - h.beta1) * g[i];
+    v[i] = h.beta2 * v[i] + (1 - h.beta2) * g[i] * g[i];
+    const double mh = m[i] / (1 - std::pow(h.beta1, static_cast<double>(t)));
+    const double vh = v[i] / (1 - std::pow(h.beta2, static_cast<double>(t)));
+    p[i] -= h.lr * mh / (std::sqrt(vh) + h.eps);
+  }
+}
+
+template <class T>
+std::vector<T> gradient(const std::vector<T>& w, int r) {
+  std::vector<T> g(w.size());
+  for (std::size_t i = 0; i < w.size(); ++i) {
+    g[i] = static_cast<T>(curvature(r, i)) * (w[i] - static_cast<T>(target(r, i)));
+  }
+  return g;
+}
+
+std::vector<float> initial_weights(std::size_t n) {
+  std::vector<float> w(n);
+  for (std::size_t i = 0; i < n; ++i) w[i] = static_cast<float>(initial(i));
+  return w;
+}
+
+kernels::AdamWHyper inner_hyper() {
+  kernels::AdamWHyper h;
+  h.lr = 0.02;
+  h.beta1 = 0.9;
+  h.beta2 = 0.95;
+  h.weight_decay = 0.1;
+  return h;
+}
+
+std::uint32_t bits(float x) {
+  return std::bit_cast<std::uint32_t>(x);
+}
+
+TEST(OuterSync, OneInnerStepWithOuterLrOneAndNoMomentumIsModelAveragingOfLocalAdamWSteps) {
+  constexpr int kReplicas = 3, kSteps = 6;
+  constexpr std::size_t kN = 300;
+  const kernels::AdamWHyper h = inner_hyper();
+  // Reference: every replica steps AdamW on its own gradient from the common weights with its
+  // own moments; the new common weights are the replicas' mean.
+  std::vector<double> ref(kN), ref_avg_grad(kN);
+  for (std::size_t i = 0; i < kN; ++i) ref[i] = ref_avg_grad[i] = initial(i);
+  std::vector<std::vector<double>> m(kReplicas, std::vector<double>(kN)), v = m;
+  std::vector<double> m1(kN), v1(kN);  // AdamW on the averaged gradient, for contrast
+  for (int t = 1; t <= kSteps; ++t) {
+    std::vector<double> sum(kN, 0.0), avg_grad(kN, 0.0);
+    for (int r = 0; r < kReplicas; ++r) {
+      std::vector<double> w = ref;
+      adamw_double(w, gradient(w, r), m[static_cast<std::size_t>(r)],
+                   v[static_cast<std::size_t>(r)], h, t);
+      for (std::size_t i = 0; i < kN; ++i) sum[i] += w[i];
+      const std::vector<double> g = gradient(ref_avg_grad, r);
+      for (std::size_t i = 0; i < kN; ++i) avg_grad[i] += g[i] / kReplicas;
+    }
+    for (std::size_t i = 0; i < kN; ++i) ref[i] = sum[i] / kReplicas;
+    adamw_double(ref_avg_grad, avg_grad, m1, v1, h, t);
+  }
+  double apart = 0;  // the two references really differ
+  for (std::size_t i = 0; i < kN; ++i) apart = std::max(apart, std::abs(ref[i] - ref_avg_grad[i]));
+  EXPECT_GT(apart, 1e-3);
+
+  std::vector<std::vector<float>> out(kReplicas);
+  run_ranks(kReplicas, [&](comm::Communicator& world) {
+    const int r = world.rank();
+    std::vector<float> w = initial_weights(kN), mm(kN), vv(kN);
+    OuterOptions o;
+    o.outer_steps = 1;
+    o.lr = 1.0;
+    o.momentum = 0.0;
+    o.codec = "none";
+    OuterSync sync(PipelineComms{nullptr, &world, nullptr}, 0, w, std::nullopt, o);
+    for (int t = 1; t <= kSteps; ++t) {
+      kernels::adamw_step(w, gradient(w, r), mm, vv, h, t);
+      const OuterStepStats st = sync.end_step(t - 1, w, t == kSteps);
+      EXPECT_TRUE(st.round_ended && st.applied);
+      EXPECT_EQ(st.applied_rounds, t);
+    }
+    out[static_cast<std::size_t>(r)] = w;
+  });
+  for (int r = 0; r < kReplicas; ++r) {
+    const auto& w = out[static_cast<std::size_t>(r)];
+    ASSERT_EQ(w.size(), kN);
+    for (std::size_t i = 0; i < kN; ++i) {
+      ASSERT_NEAR(w[i], ref[i], 1e-6) << "replica " << r << " parameter " << i;
+      ASSERT_EQ(bits(w[i]), bits(out[0][i])) << "replica " << r << " parameter " << i;
+    }
+  }
+}
+
+// DiLoCo, Algorithm 1, in double: H inner steps per round from the global weights, then the outer
+// Nesterov step on the replicas' mean pseudo-gradient (a shorter round at the end).
+std::vector<double> diloco_reference(int replicas, int steps, const OuterOptions& o,
+                                     std::size_t n) {
+  std::vector<double> g(n), mom(n, 0.0);
+  for (std::size_t i = 0; i < n; ++i) g[i] = initial(i);
+  std::vector<std::vector<double>> w(static_cast<std::size_t>(replicas), g);
+  for (int step = 0; step < steps; ++step) {
+    for (int r = 0; r < replicas; ++r) inner_sgd(w[static_cast<std::size_t>(r)], r, step);
+    if ((step + 1) % o.outer_steps != 0 && step + 1 != steps) continue;
+    for (std::size_t i = 0; i < n; ++i) {
+      double d = 0;
+      for (int r = 0; r < replicas; ++r) d += (g[i] - w[static_cast<std::size_t>(r)][i]) / replicas;
+      mom[i] = o.momentum * mom[i] + d;
+      g[i] -= o.lr * (d + o.momentum * mom[i]);
+    }
+    for (auto& wr : w) wr = g;
+  }
+  return g;
+}
+
+TEST(OuterSync, NesterovOuterStepMatchesDiLoCoComputedInDouble) {
+  constexpr int kReplicas = 3, kSteps = 14;  // rounds end after steps 3, 6, 9, 12 and 14
+  constexpr std::size_t kN = 257;
+  OuterOptions o;
+  o.outer_steps = 3;
+  o.lr = 0.7;
+  o.momentum = 0.9;
+  o.codec = "none";
+  const std::vector<double> ref = diloco_reference(kReplicas, kSteps, o, kN);
+  std::vector<std::vector<float>> out(kReplicas);
+  run_ranks(kReplicas, [&](comm::Communicator& world) {
+    const int r = world.rank();
+    std::vector<float> w = initial_weights(kN);
+    OuterSync sync(PipelineComms{nullptr, &world, nullptr}, 0, w, std::nullopt, o);
+    std::int64_t rounds = 0;
+    for (int step = 0; step < kSteps; ++step) {
+      inner_sgd(w, r, step);
+      const OuterStepStats st = sync.end_step(step, w, step + 1 == kSteps);
+      const bool ends = (step + 1) % 3 == 0 || step + 1 == kSteps;
+      EXPECT_EQ(st.round_ended, ends) << "step " << step;
+      if (ends) {
+        EXPECT_EQ(st.round, rounds++);
+        EXPECT_GT(st.data_bytes, 0u);
+      } else {
+        EXPECT_EQ(st.data_bytes, 0u);
+      }
+    }
+    out[static_cast<std::size_t>(r)] = w;
+  });
+  for (int r = 0; r < kReplicas; ++r) {
+    for (std::size_t i = 0; i < kN; ++i) {
+      ASSERT_NEAR(out[static_cast<std::size_t>(r)][i], ref[i], 1e-5)
+          << "replica " << r << " parameter " << i;
+    }
+  }
+}
+
+// 2 stages x 3 replicas (world rank = replica * 2 + stage), as strait train lays them out. Stage 0
+// holds the tied embedding first, stage 1 last, so each data-parallel group encodes it at a
+// different offset (int8 and int4 blocks cut it differently).
+struct TiedRun {
+  std::vector<std::vector<float>> params, global;  // per world rank
+};
+
+TiedRun run_tied(const std::string& codec) {
+  constexpr int kStages = 2, kReplicas = 3, kSteps = 6;
+  constexpr std::size_t kTied = 300, kOwn[kStages] = {1000, 700};
+  TiedRun run;
+  run.params.resize(kStages * kReplicas);
+  run.global.resize(kStages * kReplicas);
+  run_ranks(kStages * kReplicas, [&](comm::Communicator& world) {
+    const int rank = world.rank(), stage = rank % kStages, replica = rank / kStages;
+    auto data = world.split(stage, replica);
+    auto tied = world.split(replica, stage);
+    const std::size_t n = kTied + kOwn[stage];
+    const std::size_t tied_at = stage == 0 ? 0 : kOwn[stage];
+    // Position j of the tied range starts and moves the same on both stages.
+    const auto global_index = [&](std::size_t i) {
+      if (i >= tied_at && i < tied_at + kTied) return i - tied_at;
+      return kTied + static_cast<std::size_t>(stage) * 5000 + i;
+    };
+    std::vector<float> w(n);
+    for (std::size_t i = 0; i < n; ++i) w[i] = static_cast<float>(initial(global_index(i)));
+    OuterOptions o;
+    o.outer_steps = 2;
+    o.codec = codec;
+    {
+      OuterSync sync(PipelineComms{nullptr, data.get(), tied.get()}, stage, w,
+                     GradientLayout::Range{tied_at, kTied}, o);
+      for (int step = 0; step < kSteps; ++step) {
+        const auto eta = static_cast<float>(0.05 + 0.01 * step);
+        for (std::size_t i = 0; i < n; ++i) {
+          const std::size_t j = global_index(i);
+          w[i] -= eta * static_cast<float>(curvature(replica, j)) *
+                  (w[i] - static_cast<float>(target(replica, j)));
+        }
+        (void)sync.end_step(step, w, step + 1 == kSteps);
+      }
+      run.params[static_cast<std::size_t>(rank)] = w;
+      run.global[static_cast<std::size_t>(rank)].assign(sync.global().begin(), sync.global().end());
+    }
+    world.barrier();  // nobody tears down its endpoints while others still send
+  });
+  return run;
+}
+
+TEST(OuterSync, EveryCodecLeavesTheGlobalWeightsAndTheTiedCopiesBitIdenticalOnEveryRank) {
+  const TiedRun exact = run_tied("none");
+  for (const std::string codec : {"none", "bf16", "int8", "int4"}) {
+    SCOPED_TRACE(codec);
+    const TiedRun run = codec == "none" ? exact : run_tied(codec);
+    for (int rank = 0; rank < 6; ++rank) {
+      const auto& w = run.params[static_cast<std::size_t>(rank)];
+      const auto& g = run.global[static_cast<std::size_t>(rank)];
+      const auto& w0 = run.params[static_cast<std::size_t>(rank % 2)];  // replica 0, same stage
+      ASSERT_EQ(w.size(), w0.size());
+      for (std::size_t i = 0; i < w.size(); ++i) {
+        ASSERT_EQ(bits(w[i]), bits(w0[i])) << "rank " << rank << " parameter " << i;
+        ASSERT_EQ(bits(w[i]), bits(g[i])) << "rank " << rank << " parameter " << i;
+        // Lossy, but close to the uncompressed run (int4's 4 bits per value the loosest).
+        const float e = exact.params[static_cast<std::size_t>(rank)][i];
+        ASSERT_NEAR(w[i], e, 0.05) << "rank " << rank << " parameter " << i;
+      }
+      // The tied embedding: stage 0's first 300 values are stage 1's last 300, bit for bit.
+      if (rank % 2 == 0) {
+        const auto& last = run.params[static_cast<std::size_t>(rank + 1)];
+        for (std::size_t j = 0; j < 300; ++j) {
+          ASSERT_EQ(bits(w[j]), bits(last[last.size() - 300 + j])) << "rank " << rank << " " << j;
+        }
+      }
+    }
+  }
+}
+
+// The overlapped schedule in double, as outer_sync.h documents it: round t's mean pseudo-gradient
+// is applied at the end of round t + 1, on top of which each replica keeps its own progress of
+// round t + 1; the last round's mean is applied at once.
+std::vector<std::vector<double>> overlap_reference(int replicas, int steps, const OuterOptions& o,
+                                                   std::size_t n) {
+  std::vector<double> g(n), mom(n, 0.0);
+  for (std::size_t i = 0; i < n; ++i) g[i] = initial(i);
+  const auto rs = static_cast<std::size_t>(replicas);
+  std::vector<std::vector<double>> w(rs, g), start(rs, g), pending;
+  const auto apply = [&](const std::vector<std::vector<double>>& p) {
+    for (std::size_t i = 0; i < n; ++i) {
+      double d = 0;
+      for (std::size_t r = 0; r < rs; ++r) d += p[r][i] / replicas;
+      mom[i] = o.momentum * mom[i] + d;
+      g[i] -= o.lr * (d + o.momentum * mom[i]);
+    }
+  };
+  for (int step = 0; step < steps; ++step) {
+    for (std::size_t r = 0; r < rs; ++r) inner_sgd(w[r], static_cast<int>(r), step);
+    const bool last = step + 1 == steps;
+    if ((step + 1) % o.outer_steps != 0 && !last) continue;
+    std::vector<std::vector<double>> p(rs, std::vector<double>(n));
+    for (std::size_t r = 0; r < rs; ++r) {
+      for (std::size_t i = 0; i < n; ++i) p[r][i] = start[r][i] - w[r][i];
+    }
+    if (!pending.empty()) {
+      apply(pending);
+      for (std::size_t r = 0; r < rs; ++r) {
+        for (std::size_t i = 0; i < n; ++i) w[r][i] = g[i] - p[r][i];
+      }
+    }
+    pending = p;
+    if (last) {
+      apply(pending);
+      for (auto& wr : w) wr = g;
+    }
+    start = w;
+  }
+  return w;
+}
+
+TEST(OuterSync, OverlapAppliesEachRoundsAverageExactlyOneRoundLate) {
+  constexpr int kReplicas = 2, kSteps = 9;  // rounds end after steps 2, 4, 6, 8 and 9
+  constexpr std::size_t kN = 129;
+  OuterOptions o;
+  o.outer_steps = 2;
+  o.lr = 0.7;
+  o.momentum = 0.9;
+  o.codec = "none";
+  o.overlap = true;
+  const auto ref = overlap_reference(kReplicas, kSteps, o, kN);
+  // The same run without the delay ends elsewhere: the test can tell them apart.
+  OuterOptions sync_o = o;
+  sync_o.overlap = false;
+  const std::vector<double> undelayed = diloco_reference(kReplicas, kSteps, sync_o, kN);
+  double apart = 0;
+  for (std::size_t i = 0; i < kN; ++i) apart = std::max(apart, std::abs(ref[0][i] - undelayed[i]));
+  EXPECT_GT(apart, 1e-3);
+
+  std::vector<std::vector<float>> out(kReplicas);
+  run_ranks(kReplicas, [&](comm::Communicator& world) {
+    const int r = world.rank();
+    std::vector<float> w = initial_weights(kN);
+    const std::vector<float> w0 = w;
+    OuterSync sync(PipelineComms{nullptr, &world, nullptr}, 0, w, std::nullopt, o);
+    for (int step = 0; step < kSteps; ++step) {
+      inner_sgd(w, r, step);
+      const std::vector<float> before = w;
+      const OuterStepStats st = sync.end_step(step, w, step + 1 == kSteps);
+      if (step == 1) {
+        // Round 0 ended: its average is in flight, nothing applied, the weights untouched.
+        EXPECT_TRUE(st.round_ended);
+        EXPECT_FALSE(st.applied);
+        EXPECT_EQ(st.applied_rounds, 0);
+        EXPECT_EQ(w, before);
+        EXPECT_TRUE(std::equal(w0.begin(), w0.end(), sync.global().begin()));
+        // It completes in the background, on the progress engine, while nobody waits for it.
+        const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+        while (world.stats().allreduce_bytes == 0 && std::chrono::steady_clock::now() < deadline) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        }
+        EXPECT_GT(world.stats().allreduce_bytes, 0u);
+      }
+      // Round 0's average at the end of round 1; at the last step round 3's late, round 4's at
+      // once.
+      const std::int64_t applied[kSteps] = {0, 0, 0, 1, 1, 2, 2, 3, 5};
+      EXPECT_EQ(st.applied_rounds, applied[step]) << "step " << step;
+    }
+    out[static_cast<std::size_t>(r)] = w;
+  });
+  for (int r = 0; r < kReplicas; ++r) {
+    for (std::size_t i = 0; i < kN; ++i) {
+      ASSERT_NEAR(out[static_cast<std::size_t>(r)][i], ref[static_cast<std::size_t>(r)][i], 1e-5)
+          << "replica " << r << " parameter " << i;
+      ASSERT_EQ(bits(out[static_cast<std::size_t>(r)][i]), bits(out[0][i]));
+    }
+  }
+}
+
+TEST(OuterSync, BadOptionsAreErrorsNamingTheOption) {
+  const auto message = [](OuterOptions o) -> std::string {
+    try {
+      validate(o);
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::InvalidArgument);
+      return e.what();
+    }
+    return "";
+  };
+  OuterOptions o;
+  o.outer_steps = 0;
+  EXPECT_NE(message(o).find("--outer-steps 0"), std::string::npos);
+  o = {};
+  o.lr = 0;
+  EXPECT_NE(message(o).find("--outer-lr"), std::string::npos);
+  o = {};
+  o.momentum = 1;
+  EXPECT_NE(message(o).find("--outer-momentum"), std::string::npos);
+  o = {};
+  o.codec = "topk";
+  EXPECT_NE(message(o).find("none, bf16, int8, int4"), std::string::npos);
+  o = {};
+  o.codec = "int8:bogus=1";
+  EXPECT_FALSE(message(o).empty());
+  o = {};
+  o.codec = "int4:block=32";
+  EXPECT_EQ(message(o), "");
+}
+
+}  // namespace
+}  // namespace strait::sched
