@@ -28,6 +28,7 @@
 
 #include "offload/optimizer_offload.h"
 #include "scheduler/model/sampling.h"
+#include "scheduler/outer_sync.h"
 #include "scheduler/schedule.h"
 
 namespace strait::tools {
@@ -79,6 +80,16 @@ struct TrainConfig {
   // 1-bit Adam; grad_sync.h's GradientCompression::momentum), which freezes the variance at the
   // switch.
   CompressTarget compress = CompressTarget::Gradient;
+  // DiLoCo (scheduler/outer_sync.h): outer_steps > 0 makes each replica run that many inner AdamW
+  // steps with no gradient average between replicas, then average the pseudo-gradients over the
+  // replicas (outer_codec: none, bf16, int8, int4; error feedback when lossy) and take the outer
+  // Nesterov step (outer_lr, outer_momentum). outer_overlap: average round t while round t + 1
+  // computes and apply it one round late. 0: plain data-parallel averaging every step.
+  int outer_steps = 0;
+  double outer_lr = 0.7;
+  double outer_momentum = 0.9;
+  std::string outer_codec = "none";
+  bool outer_overlap = false;
   // Data and offload.
   std::filesystem::path data = "/usr/share/games/fortunes";
   // AdamW moments: Cpu (pinned RAM) or Nvme (files in offload_dir).
@@ -111,6 +122,8 @@ struct TrainConfig {
   [[nodiscard]] int world_size() const { return stages * replicas; }
   // The codec spec ("name" or "name:args"); empty when uncompressed.
   [[nodiscard]] std::string codec_spec() const;
+  // DiLoCo's settings (scheduler/outer_sync.h); meaningful when outer_steps > 0.
+  [[nodiscard]] sched::OuterOptions outer() const;
   // The sampler's settings (sample, temperature, top_k, sample_seed).
   [[nodiscard]] sched::SamplingOptions sampling() const;
   // The step after which AdamW's v is frozen (AdamWHyper::freeze_variance_after); 0: never.
