@@ -5,8 +5,10 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <future>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include "comm/compress/codec.h"
 #include "core/error.h"
@@ -59,36 +61,88 @@ void validate(const OuterOptions& o) {
 
 OuterSync::OuterSync(PipelineComms comms, int stage, std::span<const float> initial,
                      std::optional<GradientLayout::Range> tied, OuterOptions options,
-                     std::shared_ptr<offload::PinnedPool> pool)
+                     std::shared_ptr<offload::PinnedPool> pool,
+                     std::shared_ptr<offload::SwapStore> store)
     : comms_(comms),
       stage_(stage),
       tied_(tied),
       options_(std::move(options)),
       codec_(outer_codec(options_.codec)),
-      pool_(pool ? std::move(pool) : std::make_shared<offload::PinnedPool>()) {
+      pool_(pool ? std::move(pool) : std::make_shared<offload::PinnedPool>()),
+      store_(std::move(store)),
+      n_(initial.size()) {
   validate(options_);
-  if (tied_ && tied_->offset + tied_->count > initial.size()) {
+  if (tied_ && tied_->offset + tied_->count > n_) {
     throw bad(
         fmt::format("outer sync at stage {}: the tied range [{}, {}) reaches past the {} "
                     "parameters",
-                    stage_, tied_->offset, tied_->offset + tied_->count, initial.size()));
+                    stage_, tied_->offset, tied_->offset + tied_->count, n_));
   }
-  const std::size_t n = initial.size();
-  // global, momentum, in flight (, start, progress)
-  const std::size_t arrays = options_.overlap ? 5 : 3;
-  storage_ = pool_->acquire(arrays * n * sizeof(float));
-  auto* base = reinterpret_cast<float*>(storage_.data());
-  const auto slice = [&](std::size_t k) { return std::span<float>(base + k * n, n); };
-  global_ = slice(0);
-  momentum_ = slice(1);
-  in_flight_ = slice(2);
-  start_ = options_.overlap ? slice(3) : global_;  // without overlap a round starts at global_
-  progress_ = options_.overlap ? slice(4) : in_flight_;
+  // The pseudo-gradient in flight (and with overlap the next one) stay in RAM: the allreduce
+  // works on them in the background.
+  storage_ = pool_->acquire((options_.overlap ? 2 : 1) * n_ * sizeof(float));
+  in_flight_ = std::span<float>(reinterpret_cast<float*>(storage_.data()), n_);
+  progress_ = options_.overlap ? std::span<float>(in_flight_.data() + n_, n_) : in_flight_;
+  std::fill(in_flight_.begin(), in_flight_.end(), 0.0f);
+  map_state();
   std::copy(initial.begin(), initial.end(), global_.begin());
   std::fill(momentum_.begin(), momentum_.end(), 0.0f);
-  std::fill(in_flight_.begin(), in_flight_.end(), 0.0f);
   if (options_.overlap) std::copy(initial.begin(), initial.end(), start_.begin());
+  save_state();
   data_bytes_seen_ = data_bytes_now();
+}
+
+std::size_t OuterSync::state_arrays() const noexcept {
+  return options_.overlap ? 3 : 2;
+}
+
+void OuterSync::map_state() {
+  state_ = pool_->acquire(state_arrays() * n_ * sizeof(float));
+  auto* base = reinterpret_cast<float*>(state_.data());
+  global_ = std::span<float>(base, n_);
+  momentum_ = std::span<float>(base + n_, n_);
+  start_ = options_.overlap ? std::span<float>(base + 2 * n_, n_) : global_;
+}
+
+namespace {
+constexpr std::array<std::string_view, 3> kStateKeys{"outer-global", "outer-momentum",
+                                                     "outer-start"};
+}  // namespace
+
+void OuterSync::load_state() {
+  if (!store_) return;
+  map_state();
+  std::vector<std::future<void>> reads;
+  for (std::size_t k = 0; k < state_arrays(); ++k) {
+    reads.push_back(
+        store_->swap_in(kStateKeys[k], std::as_writable_bytes(std::span<float>(
+                                           reinterpret_cast<float*>(state_.data()) + k * n_, n_))));
+  }
+  for (auto& r : reads) r.get();
+}
+
+void OuterSync::save_state() {
+  if (!store_) return;
+  std::vector<std::future<void>> writes;
+  for (std::size_t k = 0; k < state_arrays(); ++k) {
+    writes.push_back(store_->swap_out(
+        kStateKeys[k], std::as_bytes(std::span<const float>(
+                           reinterpret_cast<const float*>(state_.data()) + k * n_, n_))));
+  }
+  for (auto& w : writes) w.get();
+  state_.reset();  // RAM holds the state only during the outer step
+  global_ = momentum_ = start_ = {};
+}
+
+std::vector<float> OuterSync::read_state(std::size_t k) const {
+  std::vector<float> out(n_);
+  if (store_) {
+    store_->swap_in(kStateKeys[k], std::as_writable_bytes(std::span<float>(out))).get();
+  } else {
+    const std::span<const float> from = k == 0 ? global_ : momentum_;
+    std::copy(from.begin(), from.end(), out.begin());
+  }
+  return out;
 }
 
 OuterSync::~OuterSync() {
@@ -145,15 +199,16 @@ void OuterSync::finish_average(OuterStepStats& stats) {
 }
 
 OuterStepStats OuterSync::end_step(std::int64_t step, std::span<float> params, bool last) {
-  if (params.size() != global_.size()) {
+  if (params.size() != n_) {
     throw bad(fmt::format("outer sync at stage {}: {} parameters given for {}", stage_,
-                          params.size(), global_.size()));
+                          params.size(), n_));
   }
   OuterStepStats stats;
   const bool round_end = (step + 1) % options_.outer_steps == 0 || last;
   if (round_end) {
     stats.round_ended = true;
     stats.round = round_++;
+    load_state();
     // This round's pseudo-gradient: where it started minus where the inner steps took it (with
     // overlap, beside the previous round's while that is still in flight).
     const std::span<float> p = pending_ ? progress_ : in_flight_;
@@ -178,6 +233,7 @@ OuterStepStats OuterSync::end_step(std::int64_t step, std::span<float> params, b
       }
       std::copy(params.begin(), params.end(), start_.begin());
     }
+    save_state();
   }
   stats.applied_rounds = applied_;
   const std::uint64_t now = data_bytes_now();

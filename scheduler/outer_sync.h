@@ -28,14 +28,16 @@
 // w = w_start - avg_r (w_start - w_r) = avg_r w_r (up to fp32 rounding).
 //
 // A round ends after every H-th inner step, and at the last step of training (a shorter round).
-// Outer state (global weights, momentum and the pseudo-gradient in flight; with overlap also the
-// round's start and the next pseudo-gradient: 3 or 5 floats per parameter) lives in page-locked
-// host memory from offload/pinned_pool.h. Units: params and all state are fp32, one value per
-// parameter of this stage. Thread-safety: one thread (the trainer's) drives an OuterSync; the
-// background allreduce only touches the sync's own in-flight buffer. Errors: comm errors (Timeout,
-// PeerLost, Mismatch) propagate; InvalidArgument for a codec other than none, bf16, int8, int4
-// (with arguments), outer_steps < 1, lr <= 0, momentum outside [0, 1), a params span of the wrong
-// size, and (lossy codecs, which check what they encode) a NaN or Inf in a pseudo-gradient.
+// Outer state: the global weights and the momentum (with overlap also the round's start) live in
+// page-locked host memory from offload/pinned_pool.h, or for big models in a SwapStore on NVMe
+// (offload/swap_store.h) between rounds, read in for the outer step and written back after it;
+// the pseudo-gradient in flight (with overlap also the next one) always stays in RAM. Units: params
+// and all state are fp32, one value per parameter of this stage. Thread-safety: one thread (the
+// trainer's) drives an OuterSync; the background allreduce only touches the sync's own in-flight
+// buffer. Errors: comm errors (Timeout, PeerLost, Mismatch) propagate; InvalidArgument for a codec
+// other than none, bf16, int8, int4 (with arguments), outer_steps < 1, lr <= 0, momentum outside
+// [0, 1), a params span of the wrong size, and (lossy codecs, which check what they encode) a NaN
+// or Inf in a pseudo-gradient; the store's errors (Io) with the state on NVMe.
 #pragma once
 
 #include <cstddef>
@@ -44,9 +46,11 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "comm/communicator.h"
 #include "offload/pinned_pool.h"
+#include "offload/swap_store.h"
 #include "scheduler/grad_sync.h"
 
 namespace strait::sched {
@@ -77,9 +81,13 @@ class OuterSync {
   // comms.data: the replicas of this stage (null or size 1: no average, the outer step is local);
   // comms.tied: first and last stage of this replica, with `tied` the embedding's range in
   // params (nullopt elsewhere). initial: this stage's weights, identical on every replica.
+  // pool: where the RAM comes from (null: a pool of its own). store: keep the outer state
+  // (global weights, momentum, with overlap the round's start) in this SwapStore (NVMe) between
+  // rounds, in RAM only during the outer step; null: in RAM throughout.
   OuterSync(PipelineComms comms, int stage, std::span<const float> initial,
             std::optional<GradientLayout::Range> tied, OuterOptions options,
-            std::shared_ptr<offload::PinnedPool> pool = nullptr);
+            std::shared_ptr<offload::PinnedPool> pool = nullptr,
+            std::shared_ptr<offload::SwapStore> store = nullptr);
   OuterSync(const OuterSync&) = delete;
   OuterSync& operator=(const OuterSync&) = delete;
   OuterSync(OuterSync&&) = delete;
@@ -91,10 +99,13 @@ class OuterSync {
   // or last) runs the outer step and may replace params. last: the final step of training.
   OuterStepStats end_step(std::int64_t step, std::span<float> params, bool last);
 
-  // The global weights of the last applied round (the weights every replica started it from).
-  [[nodiscard]] std::span<const float> global() const noexcept { return global_; }
-  // Nesterov's momentum buffer m.
-  [[nodiscard]] std::span<const float> momentum() const noexcept { return momentum_; }
+  // The global weights after the last applied outer update (a copy; read from the store when
+  // the state is on NVMe).
+  [[nodiscard]] std::vector<float> global() const { return read_state(0); }
+  // Nesterov's momentum buffer m (a copy).
+  [[nodiscard]] std::vector<float> momentum() const { return read_state(1); }
+  // Whether the outer state lives in a SwapStore between rounds.
+  [[nodiscard]] bool on_store() const noexcept { return store_ != nullptr; }
   [[nodiscard]] const OuterOptions& options() const noexcept { return options_; }
   // The codec spec in canonical form ("none" when uncompressed).
   [[nodiscard]] const std::string& codec_spec() const noexcept { return codec_; }
@@ -105,6 +116,12 @@ class OuterSync {
   // Waits for it, averages the tied copies, and applies the outer step to global_ and momentum_.
   void finish_average(OuterStepStats& stats);
   std::uint64_t data_bytes_now() const;
+  // The outer state: 2 arrays (global, momentum), 3 with overlap (and the round's start).
+  [[nodiscard]] std::size_t state_arrays() const noexcept;
+  void map_state();   // RAM for it, from the pool
+  void load_state();  // from the store into RAM (no-op without a store)
+  void save_state();  // from RAM to the store, and the RAM back to the pool (idem)
+  [[nodiscard]] std::vector<float> read_state(std::size_t k) const;
 
   PipelineComms comms_;
   int stage_;
@@ -112,7 +129,10 @@ class OuterSync {
   OuterOptions options_;
   std::string codec_;
   std::shared_ptr<offload::PinnedPool> pool_;
-  offload::PinnedPool::Lease storage_;
+  std::shared_ptr<offload::SwapStore> store_;
+  std::size_t n_;
+  offload::PinnedPool::Lease storage_;  // in_flight_ (and progress_): always in RAM
+  offload::PinnedPool::Lease state_;    // global_, momentum_ (and start_)
   std::span<float> global_, momentum_, start_, in_flight_, progress_;
   bool pending_ = false;  // in_flight_ holds a pseudo-gradient not yet applied
   std::optional<comm::Work> work_;

@@ -26,7 +26,9 @@
 
 #include "core/error.h"
 #include "kernels/adamw.h"
+#include "offload/swap_store.h"
 #include "tests/comm/comm_test_ranks.h"
+#include "tests/common/temp_dir.h"
 
 namespace strait::sched {
 namespace {
@@ -250,7 +252,7 @@ TiedRun run_tied(const std::string& codec) {
         (void)sync.end_step(step, w, step + 1 == kSteps);
       }
       run.params[static_cast<std::size_t>(rank)] = w;
-      run.global[static_cast<std::size_t>(rank)].assign(sync.global().begin(), sync.global().end());
+      run.global[static_cast<std::size_t>(rank)] = sync.global();
     }
     world.barrier();  // nobody tears down its endpoints while others still send
   });
@@ -360,7 +362,7 @@ TEST(OuterSync, OverlapAppliesEachRoundsAverageExactlyOneRoundLate) {
         EXPECT_FALSE(st.applied);
         EXPECT_EQ(st.applied_rounds, 0);
         EXPECT_EQ(w, before);
-        EXPECT_TRUE(std::equal(w0.begin(), w0.end(), sync.global().begin()));
+        EXPECT_EQ(sync.global(), w0);
         // It completes in the background, on the progress engine, while nobody waits for it.
         const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
         while (world.stats().allreduce_bytes == 0 && std::chrono::steady_clock::now() < deadline) {
@@ -381,6 +383,57 @@ TEST(OuterSync, OverlapAppliesEachRoundsAverageExactlyOneRoundLate) {
           << "replica " << r << " parameter " << i;
       ASSERT_EQ(bits(out[static_cast<std::size_t>(r)][i]), bits(out[0][i]));
     }
+  }
+}
+
+// The outer state on a SwapStore (NVMe) between rounds: the same bits as in RAM, with and without
+// overlap, and the momentum really kept across rounds (it is not zero at the end).
+TEST(OuterSync, OuterStateOnASwapStoreGivesTheBitsOfTheStateInRam) {
+  constexpr int kReplicas = 2, kSteps = 7;
+  constexpr std::size_t kN = 1000;
+  const strait::test::TempDir dir;
+  for (const bool overlap : {false, true}) {
+    SCOPED_TRACE(overlap ? "overlap" : "blocking");
+    std::vector<float> params[2][kReplicas], global[2][kReplicas], momentum[2][kReplicas];
+    for (const bool on_store : {false, true}) {
+      run_ranks(kReplicas, [&](comm::Communicator& world) {
+        const int r = world.rank();
+        std::shared_ptr<offload::SwapStore> store;
+        if (on_store) {
+          offload::SwapStoreOptions so;
+          so.dir = dir.path();
+          so.tag = "outer-rank" + std::to_string(r);
+          store = std::make_shared<offload::SwapStore>(so);
+        }
+        std::vector<float> w = initial_weights(kN);
+        OuterOptions o;
+        o.outer_steps = 2;
+        o.codec = "int8";
+        o.overlap = overlap;
+        OuterSync sync(PipelineComms{nullptr, &world, nullptr}, 0, w, std::nullopt, o, nullptr,
+                       store);
+        EXPECT_EQ(sync.on_store(), on_store);
+        for (int step = 0; step < kSteps; ++step) {
+          inner_sgd(w, r, step);
+          (void)sync.end_step(step, w, step + 1 == kSteps);
+        }
+        const auto k = static_cast<std::size_t>(on_store);
+        const auto rr = static_cast<std::size_t>(r);
+        params[k][rr] = w;
+        global[k][rr] = sync.global();
+        momentum[k][rr] = sync.momentum();
+      });
+    }
+    for (std::size_t r = 0; r < kReplicas; ++r) {
+      ASSERT_EQ(params[1][r].size(), kN);
+      ASSERT_EQ(momentum[1][r].size(), kN);
+      for (std::size_t i = 0; i < kN; ++i) {
+        ASSERT_EQ(bits(params[1][r][i]), bits(params[0][r][i])) << "replica " << r << " " << i;
+        ASSERT_EQ(bits(global[1][r][i]), bits(global[0][r][i])) << "replica " << r << " " << i;
+        ASSERT_EQ(bits(momentum[1][r][i]), bits(momentum[0][r][i])) << "replica " << r << " " << i;
+      }
+    }
+    EXPECT_NE(momentum[1][0][0], 0.0f);
   }
 }
 

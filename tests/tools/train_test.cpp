@@ -596,6 +596,30 @@ TEST(StraitTrain, DiLoCoWithInt8SendsASixteenthOfTheBytesBetweenReplicasAndStill
   EXPECT_NE(eval, exact.summary.at("eval_loss").get<double>());  // the codec was used
 }
 
+// --outer-state nvme keeps the global weights and the outer momentum in a file between rounds:
+// the same bits as keeping them in RAM.
+TEST(StraitTrain, DiLoCoOuterStateOnNvmeGivesTheSameBitsAsInRam) {
+  const Job job;
+  const std::vector<std::string> common = {
+      "--stages",       "2", "--replicas",    "2", "--steps",       "7",    "--warmup",       "2",
+      "--microbatches", "4", "--outer-steps", "3", "--outer-codec", "int8", "--outer-overlap"};
+  auto with = [&](std::vector<std::string> args) {
+    args.insert(args.begin(), common.begin(), common.end());
+    return args;
+  };
+  const Metrics ram = train(job, "ram", with({}));
+  const Metrics nvme = train(job, "nvme", with({"--outer-state", "nvme"}));
+  ASSERT_EQ(ram.steps.size(), 7U);
+  ASSERT_EQ(nvme.steps.size(), 7U);
+  for (std::size_t s = 0; s < 7; ++s) {
+    EXPECT_EQ(nvme.steps[s].at("loss").get<double>(), ram.steps[s].at("loss").get<double>())
+        << "step " << s + 1;
+  }
+  EXPECT_EQ(nvme.summary.at("eval_loss").get<double>(), ram.summary.at("eval_loss").get<double>());
+  EXPECT_EQ(nvme.summary.at("outer_state").get<std::string>(), "nvme");
+  EXPECT_EQ(ram.summary.at("outer_state").get<std::string>(), "cpu");
+}
+
 // --outer-overlap: round t's average is applied at the end of round t + 1, the last round's at
 // once; until the first outer update the run is the non-overlapped one's, step for step.
 TEST(StraitTrain, OuterOverlapAppliesEachRoundsAverageOneRoundLate) {

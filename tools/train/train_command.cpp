@@ -63,6 +63,7 @@ struct Choices {
   std::string offload_optimizer = "cpu";
   std::string offload_activations = "none";
   std::string sample = "topk";
+  std::string outer_state = "cpu";
 };
 
 // The one place where the words become TrainConfig's enums; an unknown schedule or optimizer
@@ -78,6 +79,7 @@ void parse_choices(const Choices& w, TrainConfig& c) {
                           : w.offload_activations == "nvme" ? ActivationOffload::Nvme
                                                             : ActivationOffload::None;
   c.greedy = w.sample == "greedy";
+  c.outer_state = offload::parse_optimizer_offload(w.outer_state);
 }
 
 // Seeds are unsigned: a leading minus is refused with a message that says so.
@@ -178,6 +180,12 @@ void add_train_command(CLI::App& app, const std::vector<std::string>& argv, int&
                    "Codec of the pseudo-gradient average: none, bf16, int8 or int4 (with error "
                    "feedback), optionally with arguments (int8:block=128)")
       ->capture_default_str();
+  train
+      ->add_option("--outer-state", words->outer_state,
+                   "Where DiLoCo's outer state (global weights, momentum) lives between rounds: "
+                   "cpu (pinned RAM) or nvme (a file per rank under --offload-dir)")
+      ->check(CLI::IsMember({"cpu", "nvme"}))
+      ->capture_default_str();
   train->add_flag("--outer-overlap", c->outer_overlap,
                   "Average round t's pseudo-gradients in the background while round t + 1 "
                   "computes, and apply them one round late (Streaming DiLoCo's overlap)");
@@ -254,7 +262,8 @@ void add_train_command(CLI::App& app, const std::vector<std::string>& argv, int&
       c->validate();
       check_data(*c);
       if (offload_dir->count() > 0 && c->offload_optimizer != offload::OptimizerOffload::Nvme &&
-          c->offload_activations != ActivationOffload::Nvme) {
+          c->offload_activations != ActivationOffload::Nvme &&
+          (c->outer_steps == 0 || c->outer_state != offload::OptimizerOffload::Nvme)) {
         fmt::print(stderr,
                    "strait train: note: --offload-dir is unused: the optimizer state stays in "
                    "RAM (--offload-optimizer {}) and activations are not offloaded to disk; pass "

@@ -27,6 +27,7 @@
 #include "offload/activation_store.h"
 #include "offload/io_engine_factory.h"
 #include "offload/optimizer_offload.h"
+#include "offload/swap_store.h"
 #include "scheduler/executor.h"
 #include "scheduler/grad_sync.h"
 #include "scheduler/model/baselines.h"
@@ -332,7 +333,15 @@ void Job::setup() {
     std::optional<GradientLayout::Range> tied;
     if (const auto t = model_->tied_wte(); t && p > 1)
       tied = GradientLayout::Range{t->offset, t->count};
-    outer_ = std::make_unique<OuterSync>(comms, stage_, model_->params(), tied, cfg_.outer());
+    std::shared_ptr<offload::SwapStore> store;
+    if (cfg_.outer_state == offload::OptimizerOffload::Nvme) {
+      offload::SwapStoreOptions so;
+      so.dir = cfg_.offload_dir;
+      so.tag = fmt::format("outer-rank{}", rank_);
+      store = std::make_shared<offload::SwapStore>(so);
+    }
+    outer_ = std::make_unique<OuterSync>(comms, stage_, model_->params(), tied, cfg_.outer(),
+                                         nullptr, std::move(store));
   }
   if (rank_ == 0 && !cfg_.metrics.empty()) {
     metrics_.open(cfg_.metrics, std::ios::trunc);
@@ -490,6 +499,11 @@ void Job::run() {
           outer_->codec_spec() == "none" ? "" : " (error feedback per stage)", cfg_.outer_lr,
           cfg_.outer_momentum,
           cfg_.outer_overlap ? "; overlapped: each round's average applied one round late" : "");
+      fmt::print("outer state (--outer-state {}): {}\n", offload::to_string(cfg_.outer_state),
+                 outer_->on_store()
+                     ? fmt::format("a file per rank in {}, in RAM during the outer step only",
+                                   cfg_.offload_dir.string())
+                     : std::string("pinned host RAM"));
     }
     if (!cfg_.codec.empty()) {
       fmt::print("{} average: {} after {} uncompressed, with error feedback per stage{}\n",
@@ -667,6 +681,7 @@ void Job::run() {
           {"outer_momentum", cfg_.outer_momentum},
           {"outer_codec", outer_ ? outer_->codec_spec() : std::string()},
           {"outer_overlap", cfg_.outer_overlap},
+          {"outer_state", offload::to_string(cfg_.outer_state)},
           {"outer_bytes", static_cast<std::uint64_t>(outer_bytes)},
           // Time in inner steps / training time (the outer step's wait, mean over ranks, is not).
           {"compute_utilisation", train_s > 0 ? 1.0 - outer_wait_s / train_s : 1.0},
@@ -760,10 +775,11 @@ void TrainConfig::validate() const {
   }
   if (outer_steps < 0)
     throw bad(fmt::format("--outer-steps {} must be >= 0 (0: off)", outer_steps));
-  if (outer_steps == 0 && (outer_overlap || outer_codec != "none")) {
+  if (outer_steps == 0 &&
+      (outer_overlap || outer_codec != "none" || outer_state != offload::OptimizerOffload::Cpu)) {
     throw bad(
-        "--outer-overlap and --outer-codec are DiLoCo's: pass --outer-steps H (inner steps per "
-        "round) to turn it on");
+        "--outer-overlap, --outer-codec and --outer-state are DiLoCo's: pass --outer-steps H "
+        "(inner steps per round) to turn it on");
   }
   if (outer_steps > 0) {
     sched::validate(outer());
@@ -779,7 +795,8 @@ void TrainConfig::validate() const {
   (void)comm::CommOptions::default_timeout();  // a bad STRAIT_TIMEOUT_S fails here, once
   check_memory(*this);
   if (offload_optimizer == offload::OptimizerOffload::Nvme ||
-      offload_activations == ActivationOffload::Nvme) {
+      offload_activations == ActivationOffload::Nvme ||
+      (outer_steps > 0 && outer_state == offload::OptimizerOffload::Nvme)) {
     check_writable(offload_dir);
   }
   if (!metrics.empty()) {

@@ -90,6 +90,9 @@ struct TrainConfig {
   double outer_momentum = 0.9;
   std::string outer_codec = "none";
   bool outer_overlap = false;
+  // Where the outer state (global weights, momentum) lives between rounds: Cpu (pinned RAM) or
+  // Nvme (a SwapStore file per rank in offload_dir, in RAM only during the outer step).
+  offload::OptimizerOffload outer_state = offload::OptimizerOffload::Cpu;
   // Data and offload.
   std::filesystem::path data = "/usr/share/games/fortunes";
   // AdamW moments: Cpu (pinned RAM) or Nvme (files in offload_dir).
