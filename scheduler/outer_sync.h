@@ -61,6 +61,12 @@ struct OuterOptions {
   double momentum = 0.9;       // Nesterov momentum mu (DiLoCo's 0.9); 0: plain outer SGD
   std::string codec = "none";  // none, bf16, int8, int4, optionally "name:key=value,..."
   bool overlap = false;        // average round t while round t + 1 computes; apply it late
+  // Streaming DiLoCo's fragments (arXiv 2501.18512, section 2.2): the stage's parameters cut into
+  // this many contiguous groups (in layer order), fragment k's rounds shifted by k * H / F steps,
+  // so that each sync sends 1/F of the stage and the link's peak load flattens. 1 <= F <= H. The
+  // tied embedding (when the stage has it) syncs on fragment 0's schedule on every stage, so its
+  // two copies stay one. At the last step every fragment syncs.
+  int fragments = 1;
 };
 
 // Throws InvalidArgument naming the wrong field and the fix.
@@ -68,10 +74,11 @@ void validate(const OuterOptions& options);
 
 // What end_step did.
 struct OuterStepStats {
-  bool round_ended = false;         // this step ended a round
+  bool round_ended = false;         // this step ended a round (of at least one fragment)
   bool applied = false;             // an outer update was applied (params replaced)
-  std::int64_t round = -1;          // the round that ended (0-based), -1 if none
-  std::int64_t applied_rounds = 0;  // outer updates applied so far
+  std::int64_t round = -1;          // the round that ended (0-based: steps with a sync), or -1
+  int fragments_synced = 0;         // fragments whose round ended at this step
+  std::int64_t applied_rounds = 0;  // outer updates applied so far (each fragment's counted)
   std::uint64_t data_bytes = 0;     // sent over the data-parallel group since the last end_step
   std::uint64_t tied_bytes = 0;     // sent over the tied group by this call
 };
@@ -96,49 +103,45 @@ class OuterSync {
   ~OuterSync();
 
   // After inner step `step` (0-based) updated params: at a round's end (step + 1 a multiple of H,
-  // or last) runs the outer step and may replace params. last: the final step of training.
+  // shifted per fragment, or last) runs the outer step and may replace params. last: the final
+  // step of training.
   OuterStepStats end_step(std::int64_t step, std::span<float> params, bool last);
 
   // The global weights after the last applied outer update (a copy; read from the store when
   // the state is on NVMe).
-  [[nodiscard]] std::vector<float> global() const { return read_state(0); }
+  [[nodiscard]] std::vector<float> global() const { return gather(0); }
   // Nesterov's momentum buffer m (a copy).
-  [[nodiscard]] std::vector<float> momentum() const { return read_state(1); }
+  [[nodiscard]] std::vector<float> momentum() const { return gather(1); }
   // Whether the outer state lives in a SwapStore between rounds.
   [[nodiscard]] bool on_store() const noexcept { return store_ != nullptr; }
+  // Its parts, in parameter order: [first, first + count) and the fragment (schedule) index.
+  struct Part {
+    std::size_t first = 0;
+    std::size_t count = 0;
+    int fragment = 0;
+  };
+  [[nodiscard]] std::vector<Part> parts() const;
   [[nodiscard]] const OuterOptions& options() const noexcept { return options_; }
   // The codec spec in canonical form ("none" when uncompressed).
   [[nodiscard]] const std::string& codec_spec() const noexcept { return codec_; }
 
  private:
-  // Posts the average of in_flight_ (non-blocking).
-  void post_average();
-  // Waits for it, averages the tied copies, and applies the outer step to global_ and momentum_.
-  void finish_average(OuterStepStats& stats);
-  std::uint64_t data_bytes_now() const;
-  // The outer state: 2 arrays (global, momentum), 3 with overlap (and the round's start).
-  [[nodiscard]] std::size_t state_arrays() const noexcept;
-  void map_state();   // RAM for it, from the pool
-  void load_state();  // from the store into RAM (no-op without a store)
-  void save_state();  // from RAM to the store, and the RAM back to the pool (idem)
-  [[nodiscard]] std::vector<float> read_state(std::size_t k) const;
+  // One contiguous range of the stage's parameters with its own outer state and round schedule
+  // (rounds end when step + 1 + offset is a multiple of H); defined in outer_sync.cpp.
+  class Fragment;
 
   PipelineComms comms_;
-  int stage_;
-  std::optional<GradientLayout::Range> tied_;
   OuterOptions options_;
   std::string codec_;
-  std::shared_ptr<offload::PinnedPool> pool_;
   std::shared_ptr<offload::SwapStore> store_;
   std::size_t n_;
-  offload::PinnedPool::Lease storage_;  // in_flight_ (and progress_): always in RAM
-  offload::PinnedPool::Lease state_;    // global_, momentum_ (and start_)
-  std::span<float> global_, momentum_, start_, in_flight_, progress_;
-  bool pending_ = false;  // in_flight_ holds a pseudo-gradient not yet applied
-  std::optional<comm::Work> work_;
-  std::int64_t round_ = 0;
-  std::int64_t applied_ = 0;
+  std::vector<std::unique_ptr<Fragment>> fragments_;
+  std::vector<Part> parts_;  // and where it lies
+  std::int64_t rounds_ = 0;  // steps at which a fragment synced
   std::uint64_t data_bytes_seen_ = 0;
+
+  [[nodiscard]] std::vector<float> gather(std::size_t k) const;  // 0: global, 1: momentum
+  [[nodiscard]] std::uint64_t data_bytes_now() const;
 };
 
 }  // namespace strait::sched

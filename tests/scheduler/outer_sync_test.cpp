@@ -210,19 +210,77 @@ TEST(OuterSync, NesterovOuterStepMatchesDiLoCoComputedInDouble) {
   }
 }
 
+// Streaming DiLoCo's fragments in double: fragment k (the k-th third of the parameters) ends
+// its rounds when step + 1 + k * H / F is a multiple of H (and at the last step), each with its
+// own outer momentum.
+TEST(OuterSync, FragmentsSyncInTurnAsStreamingDiLoCoComputedInDouble) {
+  constexpr int kReplicas = 2, kSteps = 13, kH = 6, kF = 3;
+  constexpr std::size_t kN = 300;
+  OuterOptions o;
+  o.outer_steps = kH;
+  o.fragments = kF;
+  o.codec = "none";
+  // Reference.
+  std::vector<double> g(kN), mom(kN, 0.0);
+  for (std::size_t i = 0; i < kN; ++i) g[i] = initial(i);
+  std::vector<std::vector<double>> w(kReplicas, g);
+  std::vector<int> synced_ref(kSteps, 0);
+  for (int step = 0; step < kSteps; ++step) {
+    for (int r = 0; r < kReplicas; ++r) inner_sgd(w[static_cast<std::size_t>(r)], r, step);
+    for (int k = 0; k < kF; ++k) {
+      if ((step + 1 + k * kH / kF) % kH != 0 && step + 1 != kSteps) continue;
+      ++synced_ref[static_cast<std::size_t>(step)];
+      for (std::size_t i = kN * k / kF; i < kN * (k + 1) / kF; ++i) {
+        double d = 0;
+        for (const auto& wr : w) d += (g[i] - wr[i]) / kReplicas;
+        mom[i] = o.momentum * mom[i] + d;
+        g[i] -= o.lr * (d + o.momentum * mom[i]);
+        for (auto& wr : w) wr[i] = g[i];
+      }
+    }
+  }
+  std::vector<std::vector<float>> out(kReplicas);
+  run_ranks(kReplicas, [&](comm::Communicator& world) {
+    const int r = world.rank();
+    std::vector<float> p = initial_weights(kN);
+    OuterSync sync(PipelineComms{nullptr, &world, nullptr}, 0, p, std::nullopt, o);
+    ASSERT_EQ(sync.parts().size(), 3U);
+    std::uint64_t one = 0, all = 0;
+    EXPECT_EQ(sync.parts()[1].first, 100U);
+    for (int step = 0; step < kSteps; ++step) {
+      inner_sgd(p, r, step);
+      const OuterStepStats st = sync.end_step(step, p, step + 1 == kSteps);
+      EXPECT_EQ(st.fragments_synced, synced_ref[static_cast<std::size_t>(step)]) << step;
+      if (st.fragments_synced == 1) one = st.data_bytes;
+      if (st.fragments_synced == kF) all = st.data_bytes;
+    }
+    // A sync of one fragment sends a third of what the last step's sync of all three does.
+    EXPECT_GT(one, 0u);
+    EXPECT_EQ(all, kF * one);
+    out[static_cast<std::size_t>(r)] = p;
+  });
+  for (int r = 0; r < kReplicas; ++r) {
+    for (std::size_t i = 0; i < kN; ++i) {
+      ASSERT_NEAR(out[static_cast<std::size_t>(r)][i], g[i], 1e-5) << "replica " << r << " " << i;
+    }
+  }
+}
+
 // 2 stages x 3 replicas (world rank = replica * 2 + stage), as strait train lays them out. Stage 0
 // holds the tied embedding first, stage 1 last, so each data-parallel group encodes it at a
 // different offset (int8 and int4 blocks cut it differently).
 struct TiedRun {
-  std::vector<std::vector<float>> params, global;  // per world rank
+  std::vector<std::vector<float>> params, global;     // per world rank
+  std::vector<std::vector<std::vector<float>>> tied;  // per world rank and step: the tied range
 };
 
-TiedRun run_tied(const std::string& codec) {
+TiedRun run_tied(const std::string& codec, int fragments = 1) {
   constexpr int kStages = 2, kReplicas = 3, kSteps = 6;
   constexpr std::size_t kTied = 300, kOwn[kStages] = {1000, 700};
   TiedRun run;
   run.params.resize(kStages * kReplicas);
   run.global.resize(kStages * kReplicas);
+  run.tied.resize(kStages * kReplicas);
   run_ranks(kStages * kReplicas, [&](comm::Communicator& world) {
     const int rank = world.rank(), stage = rank % kStages, replica = rank / kStages;
     auto data = world.split(stage, replica);
@@ -239,6 +297,7 @@ TiedRun run_tied(const std::string& codec) {
     OuterOptions o;
     o.outer_steps = 2;
     o.codec = codec;
+    o.fragments = fragments;
     {
       OuterSync sync(PipelineComms{nullptr, data.get(), tied.get()}, stage, w,
                      GradientLayout::Range{tied_at, kTied}, o);
@@ -250,6 +309,9 @@ TiedRun run_tied(const std::string& codec) {
                   (w[i] - static_cast<float>(target(replica, j)));
         }
         (void)sync.end_step(step, w, step + 1 == kSteps);
+        run.tied[static_cast<std::size_t>(rank)].emplace_back(
+            w.begin() + static_cast<std::ptrdiff_t>(tied_at),
+            w.begin() + static_cast<std::ptrdiff_t>(tied_at + kTied));
       }
       run.params[static_cast<std::size_t>(rank)] = w;
       run.global[static_cast<std::size_t>(rank)] = sync.global();
@@ -259,31 +321,59 @@ TiedRun run_tied(const std::string& codec) {
   return run;
 }
 
+// Every rank of a stage ends with the same bits, equal to the global weights, and the tied
+// embedding's two copies (stage 0's first 300 values, stage 1's last 300) are one after every step.
+void expect_consistent(const TiedRun& run) {
+  for (int rank = 0; rank < 6; ++rank) {
+    const auto& w = run.params[static_cast<std::size_t>(rank)];
+    const auto& g = run.global[static_cast<std::size_t>(rank)];
+    const auto& w0 = run.params[static_cast<std::size_t>(rank % 2)];  // replica 0, same stage
+    ASSERT_EQ(w.size(), w0.size());
+    for (std::size_t i = 0; i < w.size(); ++i) {
+      ASSERT_EQ(bits(w[i]), bits(w0[i])) << "rank " << rank << " parameter " << i;
+      ASSERT_EQ(bits(w[i]), bits(g[i])) << "rank " << rank << " parameter " << i;
+    }
+    if (rank % 2 == 0) {
+      const auto& first = run.tied[static_cast<std::size_t>(rank)];
+      const auto& last = run.tied[static_cast<std::size_t>(rank + 1)];
+      ASSERT_EQ(first.size(), last.size());
+      for (std::size_t step = 0; step < first.size(); ++step) {
+        for (std::size_t j = 0; j < first[step].size(); ++j) {
+          ASSERT_EQ(bits(first[step][j]), bits(last[step][j]))
+              << "rank " << rank << " step " << step << " tied value " << j;
+        }
+      }
+    }
+  }
+}
+
 TEST(OuterSync, EveryCodecLeavesTheGlobalWeightsAndTheTiedCopiesBitIdenticalOnEveryRank) {
   const TiedRun exact = run_tied("none");
   for (const std::string codec : {"none", "bf16", "int8", "int4"}) {
     SCOPED_TRACE(codec);
     const TiedRun run = codec == "none" ? exact : run_tied(codec);
+    expect_consistent(run);
+    // Lossy, but close to the uncompressed run (int4's 4 bits per value the loosest).
     for (int rank = 0; rank < 6; ++rank) {
       const auto& w = run.params[static_cast<std::size_t>(rank)];
-      const auto& g = run.global[static_cast<std::size_t>(rank)];
-      const auto& w0 = run.params[static_cast<std::size_t>(rank % 2)];  // replica 0, same stage
-      ASSERT_EQ(w.size(), w0.size());
+      const auto& e = exact.params[static_cast<std::size_t>(rank)];
       for (std::size_t i = 0; i < w.size(); ++i) {
-        ASSERT_EQ(bits(w[i]), bits(w0[i])) << "rank " << rank << " parameter " << i;
-        ASSERT_EQ(bits(w[i]), bits(g[i])) << "rank " << rank << " parameter " << i;
-        // Lossy, but close to the uncompressed run (int4's 4 bits per value the loosest).
-        const float e = exact.params[static_cast<std::size_t>(rank)][i];
-        ASSERT_NEAR(w[i], e, 0.05) << "rank " << rank << " parameter " << i;
-      }
-      // The tied embedding: stage 0's first 300 values are stage 1's last 300, bit for bit.
-      if (rank % 2 == 0) {
-        const auto& last = run.params[static_cast<std::size_t>(rank + 1)];
-        for (std::size_t j = 0; j < 300; ++j) {
-          ASSERT_EQ(bits(w[j]), bits(last[last.size() - 300 + j])) << "rank " << rank << " " << j;
-        }
+        ASSERT_NEAR(w[i], e[i], 0.05) << "rank " << rank << " parameter " << i;
       }
     }
+  }
+}
+
+// With fragments the tied range syncs on fragment 0's schedule on both stages, while the rest of
+// each stage syncs in turn: the copies still never part.
+TEST(OuterSync, FragmentsKeepTheTiedCopiesOneAndEveryRankBitIdentical) {
+  for (const std::string codec : {"none", "int8"}) {
+    SCOPED_TRACE(codec);
+    const TiedRun run = run_tied(codec, 2);
+    expect_consistent(run);
+    // Not the unfragmented run.
+    const TiedRun whole = run_tied(codec, 1);
+    EXPECT_NE(run.params[0], whole.params[0]);
   }
 }
 
@@ -462,6 +552,10 @@ TEST(OuterSync, BadOptionsAreErrorsNamingTheOption) {
   o = {};
   o.codec = "int8:bogus=1";
   EXPECT_FALSE(message(o).empty());
+  o = {};
+  o.outer_steps = 4;
+  o.fragments = 5;
+  EXPECT_NE(message(o).find("--outer-fragments 5"), std::string::npos);
   o = {};
   o.codec = "int4:block=32";
   EXPECT_EQ(message(o), "");

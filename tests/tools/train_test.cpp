@@ -620,6 +620,27 @@ TEST(StraitTrain, DiLoCoOuterStateOnNvmeGivesTheSameBitsAsInRam) {
   EXPECT_EQ(ram.summary.at("outer_state").get<std::string>(), "cpu");
 }
 
+// --outer-fragments 2 with H = 4: the stage's two halves sync in turn, two steps apart (the tied
+// embedding with the first half), each sync sending about half of a whole one; the run trains.
+TEST(StraitTrain, OuterFragmentsSyncInTurn) {
+  const Job job;
+  const Metrics m = train(
+      job, "fragments",
+      {"--stages", "2", "--replicas", "2", "--steps", "10", "--warmup", "2", "--microbatches", "4",
+       "--outer-steps", "4", "--outer-fragments", "2", "--outer-codec", "int8", "--outer-overlap"});
+  ASSERT_EQ(m.steps.size(), 10U);
+  // Fragment 0 ends rounds at steps 4 and 8, fragment 1 at 2, 6 and 10, both at the last (10).
+  std::vector<int> last_steps, synced;
+  for (const json& r : m.rounds) {
+    last_steps.push_back(r.at("last_step").get<int>());
+    synced.push_back(r.at("fragments_synced").get<int>());
+  }
+  EXPECT_EQ(last_steps, (std::vector<int>{2, 4, 6, 8, 10}));
+  EXPECT_EQ(synced, (std::vector<int>{1, 1, 1, 1, 2}));
+  EXPECT_EQ(m.summary.at("outer_fragments").get<int>(), 2);
+  EXPECT_LT(m.summary.at("eval_loss").get<double>(), m.steps[0].at("loss").get<double>() - 0.2);
+}
+
 // --outer-overlap: round t's average is applied at the end of round t + 1, the last round's at
 // once; until the first outer update the run is the non-overlapped one's, step for step.
 TEST(StraitTrain, OuterOverlapAppliesEachRoundsAverageOneRoundLate) {
@@ -832,6 +853,9 @@ TEST(StraitTrainErrors, DiLoCoSettingsOutOfPlace) {
   Strait momentum(job.train_args({"--steps", "1", "--outer-steps", "2", "--outer-momentum", "1"}),
                   job.dir().path() / "momentum");
   expect_rejected_before_launch(momentum, {"--outer-momentum 1 must be in [0, 1)"});
+  Strait fragments(job.train_args({"--steps", "1", "--outer-steps", "2", "--outer-fragments", "3"}),
+                   job.dir().path() / "fragments");
+  expect_rejected_before_launch(fragments, {"--outer-fragments 3 must be between 1 and"});
 }
 
 // --- A rank killed mid-step ----------------------------------------------------------------------

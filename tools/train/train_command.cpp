@@ -186,6 +186,11 @@ void add_train_command(CLI::App& app, const std::vector<std::string>& argv, int&
                    "cpu (pinned RAM) or nvme (a file per rank under --offload-dir)")
       ->check(CLI::IsMember({"cpu", "nvme"}))
       ->capture_default_str();
+  train
+      ->add_option("--outer-fragments", c->outer_fragments,
+                   "Streaming DiLoCo: cut each stage's parameters into this many groups synced in "
+                   "turn, H / F steps apart, to flatten the link's peak load (1: all at once)")
+      ->capture_default_str();
   train->add_flag("--outer-overlap", c->outer_overlap,
                   "Average round t's pseudo-gradients in the background while round t + 1 "
                   "computes, and apply them one round late (Streaming DiLoCo's overlap)");

@@ -499,6 +499,12 @@ void Job::run() {
           outer_->codec_spec() == "none" ? "" : " (error feedback per stage)", cfg_.outer_lr,
           cfg_.outer_momentum,
           cfg_.outer_overlap ? "; overlapped: each round's average applied one round late" : "");
+      if (cfg_.outer_fragments > 1) {
+        fmt::print(
+            "fragments: {} parameter groups per stage, fragment k syncing {} steps after "
+            "fragment 0\n",
+            cfg_.outer_fragments, fmt::format("k x {}", cfg_.outer_steps / cfg_.outer_fragments));
+      }
       fmt::print("outer state (--outer-state {}): {}\n", offload::to_string(cfg_.outer_state),
                  outer_->on_store()
                      ? fmt::format("a file per rank in {}, in RAM during the outer step only",
@@ -597,9 +603,12 @@ void Job::run() {
         // Who is in: the replicas of the data-parallel groups that averaged this round.
         const int in = data_ ? data_->size() : 1;
         fmt::print(
-            "round {} (steps {}-{}): replicas {}-{} in ({} of {}); outer average {} since the "
+            "round {} (steps {}-{}): replicas {}-{} in ({} of {}); outer average{} {} since the "
             "last round, {} applied\n",
             outer.round + 1, round_first + 1, step + 1, 0, in - 1, in, cfg_.replicas,
+            cfg_.outer_fragments > 1 ? fmt::format(" of {} of {} fragments", outer.fragments_synced,
+                                                   cfg_.outer_fragments)
+                                     : std::string(),
             human_bytes(outer_round_bytes + agg[3]), plural(outer.applied_rounds, "outer update"));
         std::fflush(stdout);
         emit({{"type", "round"},
@@ -607,6 +616,7 @@ void Job::run() {
               {"first_step", round_first + 1},
               {"last_step", step + 1},
               {"replicas_in", in},
+              {"fragments_synced", outer.fragments_synced},
               {"outer_bytes", static_cast<std::uint64_t>(outer_round_bytes + agg[3])},
               {"applied_rounds", outer.applied_rounds}});
       }
@@ -681,6 +691,7 @@ void Job::run() {
           {"outer_momentum", cfg_.outer_momentum},
           {"outer_codec", outer_ ? outer_->codec_spec() : std::string()},
           {"outer_overlap", cfg_.outer_overlap},
+          {"outer_fragments", cfg_.outer_fragments},
           {"outer_state", offload::to_string(cfg_.outer_state)},
           {"outer_bytes", static_cast<std::uint64_t>(outer_bytes)},
           // Time in inner steps / training time (the outer step's wait, mean over ranks, is not).
@@ -775,11 +786,11 @@ void TrainConfig::validate() const {
   }
   if (outer_steps < 0)
     throw bad(fmt::format("--outer-steps {} must be >= 0 (0: off)", outer_steps));
-  if (outer_steps == 0 &&
-      (outer_overlap || outer_codec != "none" || outer_state != offload::OptimizerOffload::Cpu)) {
+  if (outer_steps == 0 && (outer_overlap || outer_codec != "none" || outer_fragments != 1 ||
+                           outer_state != offload::OptimizerOffload::Cpu)) {
     throw bad(
-        "--outer-overlap, --outer-codec and --outer-state are DiLoCo's: pass --outer-steps H "
-        "(inner steps per round) to turn it on");
+        "--outer-overlap, --outer-codec, --outer-fragments and --outer-state are DiLoCo's: pass "
+        "--outer-steps H (inner steps per round) to turn it on");
   }
   if (outer_steps > 0) {
     sched::validate(outer());
@@ -846,6 +857,7 @@ OuterOptions TrainConfig::outer() const {
   o.momentum = outer_momentum;
   o.codec = outer_codec;
   o.overlap = outer_overlap;
+  o.fragments = outer_fragments;
   return o;
 }
 

@@ -12,6 +12,13 @@
 // it is split between replicas and microbatches.
 // Learning rate: linear warm-up over warmup_steps, then cosine decay to min_lr_ratio * lr
 // (as nanoGPT). Gradients are clipped to grad_clip in global norm.
+// DiLoCo (outer_steps > 0; scheduler/outer_sync.h): the replicas average no gradients; the inner
+// AdamW (its schedule and moments unchanged) runs on each replica's own batch share, and after
+// every outer_steps-th step (and the last) each stage's replicas average their pseudo-gradients and
+// take the outer step; rank 0 prints a line per round (the replicas in, the bytes the average sent,
+// the outer updates applied so far). Between rounds the replicas hold different weights, so an
+// --eval-every evaluation there scores each replica's own weights on its share of the held-out
+// set; the final evaluation and the sample come after the last round, on common weights.
 // End of a run (rank 0 prints it): the held-out loss in nats and bits per byte next to byte n-gram
 // baselines of the same corpus (baselines.h), then a sample from each replica's pipeline
 // (sampling.h: top-k at a temperature from its own seed, or greedy).
@@ -90,6 +97,7 @@ struct TrainConfig {
   double outer_momentum = 0.9;
   std::string outer_codec = "none";
   bool outer_overlap = false;
+  int outer_fragments = 1;  // Streaming DiLoCo's fragments: parameter groups synced in turn
   // Where the outer state (global weights, momentum) lives between rounds: Cpu (pinned RAM) or
   // Nvme (a SwapStore file per rank in offload_dir, in RAM only during the outer step).
   offload::OptimizerOffload outer_state = offload::OptimizerOffload::Cpu;
