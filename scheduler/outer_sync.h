@@ -28,6 +28,12 @@
 // w = w_start - avg_r (w_start - w_r) = avg_r w_r (up to fp32 rounding).
 //
 // A round ends after every H-th inner step, and at the last step of training (a shorter round).
+// Fragments (OuterOptions::fragments, Streaming DiLoCo): the stage's parameters are cut into F
+// contiguous groups, each with its own outer state, pseudo-gradient average and round schedule
+// (shifted by k * H / F steps); the tied embedding is a part of its own on fragment 0's schedule.
+// Each part averages its own buffer (error-feedback key "outer/stage<s>/part<i>"), in parameter
+// order, the same on every replica. Not hierarchical yet: the data-parallel groups come from
+// Communicator::split, which has one site, so the average is one flat ring over the replicas.
 // Outer state: the global weights and the momentum (with overlap also the round's start) live in
 // page-locked host memory from offload/pinned_pool.h, or for big models in a SwapStore on NVMe
 // (offload/swap_store.h) between rounds, read in for the outer step and written back after it;
@@ -36,8 +42,9 @@
 // trainer's) drives an OuterSync; the background allreduce only touches the sync's own in-flight
 // buffer. Errors: comm errors (Timeout, PeerLost, Mismatch) propagate; InvalidArgument for a codec
 // other than none, bf16, int8, int4 (with arguments), outer_steps < 1, lr <= 0, momentum outside
-// [0, 1), a params span of the wrong size, and (lossy codecs, which check what they encode) a NaN
-// or Inf in a pseudo-gradient; the store's errors (Io) with the state on NVMe.
+// [0, 1), fragments outside [1, H], a params span of the wrong size, and (lossy codecs, which check
+// what they encode) a NaN or Inf in a pseudo-gradient; the store's errors (Io) with the state on
+// NVMe.
 #pragma once
 
 #include <cstddef>
