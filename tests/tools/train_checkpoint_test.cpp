@@ -249,6 +249,9 @@ TEST(StraitTrainCheckpoint, ModelOrSeedThatDoesNotFitIsNamed) {
   const std::string codec =
       job.fail("codec", {"--steps", "2", "--codec", "int8", "--save", job.path("c").string()});
   EXPECT_TRUE(contains(codec, "drop --codec")) << codec;
+  const std::string outer =
+      job.fail("outer", {"--steps", "2", "--outer-steps", "2", "--save", job.path("o").string()});
+  EXPECT_TRUE(contains(outer, "DiLoCo's outer state")) << outer;
 }
 
 // The whole job (launcher and ranks) is killed with SIGKILL while it saves every step; what

@@ -59,6 +59,11 @@ def moving_average(xs, window):
 
 
 def label_of(summary, path):
+    if summary.get("outer_steps", 0) > 0:  # DiLoCo: the outer average's codec and H
+        codec = summary.get("outer_codec", "none").split(":")[0]
+        overlap = ", overlapped" if summary.get("outer_overlap") else ""
+        return (f"DiLoCo H={summary['outer_steps']}, {codec}, outer lr {summary['outer_lr']} "
+                f"mu {summary['outer_momentum']}{overlap}")
     codec = summary.get("codec") or "uncompressed"
     if codec == "uncompressed":
         return codec

@@ -41,6 +41,9 @@ while the multithreaded AdamW updates the previous chunk. Both give bit-identica
 forward and back before the backward (--offload-prefetch computes ahead): the losses are
 bit-identical, and each stage keeps at most prefetch + 1 activation slots instead of up to
 microbatches.
+--outer-steps H turns on DiLoCo (Douillard et al. 2023): replicas train alone for H steps, then
+average their pseudo-gradients (start-of-round weights minus current ones; --outer-codec) and take
+an outer Nesterov step; a line per round says which replicas took part and what the average sent.
 Environment: STRAIT_TIMEOUT_S (collective timeout, default 300), STRAIT_IO_ENGINE=posix|uring.)";
 
 // The same data checks a rank makes, made once before any process starts.
@@ -60,6 +63,7 @@ struct Choices {
   std::string offload_optimizer = "cpu";
   std::string offload_activations = "none";
   std::string sample = "topk";
+  std::string outer_state = "cpu";
 };
 
 // The one place where the words become TrainConfig's enums; an unknown schedule or optimizer
@@ -75,6 +79,7 @@ void parse_choices(const Choices& w, TrainConfig& c) {
                           : w.offload_activations == "nvme" ? ActivationOffload::Nvme
                                                             : ActivationOffload::None;
   c.greedy = w.sample == "greedy";
+  c.outer_state = offload::parse_optimizer_offload(w.outer_state);
 }
 
 // Seeds are unsigned: a leading minus is refused with a message that says so.
@@ -166,6 +171,35 @@ void add_train_command(CLI::App& app, const std::vector<std::string>& argv, int&
                    "onebit)")
       ->check(CLI::IsMember({"gradient", "momentum"}))
       ->capture_default_str();
+  train
+      ->add_option("--outer-steps", c->outer_steps,
+                   "DiLoCo: inner AdamW steps per round, each replica on its own data with no "
+                   "gradient average, then the outer step on the averaged pseudo-gradients (0: "
+                   "off, plain data-parallel)")
+      ->capture_default_str();
+  train->add_option("--outer-lr", c->outer_lr, "DiLoCo's outer (Nesterov) learning rate")
+      ->capture_default_str();
+  train->add_option("--outer-momentum", c->outer_momentum, "DiLoCo's outer Nesterov momentum")
+      ->capture_default_str();
+  train
+      ->add_option("--outer-codec", c->outer_codec,
+                   "Codec of the pseudo-gradient average: none, bf16, int8 or int4 (with error "
+                   "feedback), optionally with arguments (int8:block=128)")
+      ->capture_default_str();
+  train
+      ->add_option("--outer-state", words->outer_state,
+                   "Where DiLoCo's outer state (global weights, momentum) lives between rounds: "
+                   "cpu (pinned RAM) or nvme (a file per rank under --offload-dir)")
+      ->check(CLI::IsMember({"cpu", "nvme"}))
+      ->capture_default_str();
+  train
+      ->add_option("--outer-fragments", c->outer_fragments,
+                   "Streaming DiLoCo: cut each stage's parameters into this many groups synced in "
+                   "turn, H / F steps apart, to flatten the link's peak load (1: all at once)")
+      ->capture_default_str();
+  train->add_flag("--outer-overlap", c->outer_overlap,
+                  "Average round t's pseudo-gradients in the background while round t + 1 "
+                  "computes, and apply them one round late (Streaming DiLoCo's overlap)");
   train->add_option("--data", *data, "Text file or directory of text files")->capture_default_str();
   train
       ->add_option("--offload-optimizer", words->offload_optimizer,
@@ -256,7 +290,8 @@ void add_train_command(CLI::App& app, const std::vector<std::string>& argv, int&
       c->validate();
       check_data(*c);
       if (offload_dir->count() > 0 && c->offload_optimizer != offload::OptimizerOffload::Nvme &&
-          c->offload_activations != ActivationOffload::Nvme) {
+          c->offload_activations != ActivationOffload::Nvme &&
+          (c->outer_steps == 0 || c->outer_state != offload::OptimizerOffload::Nvme)) {
         fmt::print(stderr,
                    "strait train: note: --offload-dir is unused: the optimizer state stays in "
                    "RAM (--offload-optimizer {}) and activations are not offloaded to disk; pass "

@@ -27,6 +27,7 @@
 #include "offload/activation_store.h"
 #include "offload/io_engine_factory.h"
 #include "offload/optimizer_offload.h"
+#include "offload/swap_store.h"
 #include "scheduler/executor.h"
 #include "scheduler/grad_sync.h"
 #include "scheduler/model/baselines.h"
@@ -35,6 +36,7 @@
 #include "scheduler/model/sampling.h"
 #include "scheduler/model/transformer.h"
 #include "scheduler/model/transformer_stage.h"
+#include "scheduler/outer_sync.h"
 #include "scheduler/schedule.h"
 #include "scheduler/schedule_sim.h"
 #include "scheduler/schedule_trace.h"
@@ -246,6 +248,7 @@ class Job {
   DataParallelSync* sync_ = nullptr;              // owned by executor_
   std::unique_ptr<PipelineExecutor> executor_;
   std::unique_ptr<offload::AdamWState> moments_;
+  std::unique_ptr<OuterSync> outer_;  // DiLoCo (--outer-steps); destroyed before its comms
   std::vector<offload::DecayGroup> groups_;
   std::vector<double> activations_;  // [slots..., slots without offload..., bytes per slot...]
   std::ofstream metrics_;
@@ -296,11 +299,15 @@ void Job::setup() {
       model_config(cfg_), ranges[static_cast<std::size_t>(stage_)], cfg_.microbatch_size,
       peak_stashed_microbatches(schedule, stage_), cfg_.seed);
   PipelineComms comms{pipe_.get(), data_.get(), tied_.get()};
+  // DiLoCo: inside a round each replica steps on its own gradients (the tied embedding is still
+  // summed and the norm clipped inside the replica); the replicas meet only in the outer step.
+  const PipelineComms inner_comms =
+      cfg_.outer_steps > 0 ? PipelineComms{pipe_.get(), nullptr, tied_.get()} : comms;
   stage_view_ = std::make_unique<TransformerStage>(*model_);
   executor_ = std::make_unique<PipelineExecutor>(schedule, stage_, *stage_view_, comms,
                                                  cfg_.microbatch_size, cfg_.ctx);
   auto sync = std::make_unique<DataParallelSync>(
-      comms, stage_, p, gradient_layout(*model_),
+      inner_comms, stage_, p, gradient_layout(*model_),
       GradientCompression{cfg_.codec_spec(), cfg_.codec_warmup_steps,
                           cfg_.compress == CompressTarget::Momentum, cfg_.beta1},
       cfg_.grad_clip);
@@ -326,6 +333,20 @@ void Job::setup() {
   mopt.file.tag = fmt::format("rank{}", rank_);
   moments_ = offload::make_adamw_state(model_->params().size(), mopt);
   groups_ = decay_groups(*model_, cfg_.weight_decay);
+  if (cfg_.outer_steps > 0) {
+    std::optional<GradientLayout::Range> tied;
+    if (const auto t = model_->tied_wte(); t && p > 1)
+      tied = GradientLayout::Range{t->offset, t->count};
+    std::shared_ptr<offload::SwapStore> store;
+    if (cfg_.outer_state == offload::OptimizerOffload::Nvme) {
+      offload::SwapStoreOptions so;
+      so.dir = cfg_.offload_dir;
+      so.tag = fmt::format("outer-rank{}", rank_);
+      store = std::make_shared<offload::SwapStore>(so);
+    }
+    outer_ = std::make_unique<OuterSync>(comms, stage_, model_->params(), tied, cfg_.outer(),
+                                         nullptr, std::move(store));
+  }
   if (rank_ == 0 && !cfg_.metrics.empty()) {
     metrics_.open(cfg_.metrics, std::ios::trunc);
     if (!metrics_) throw bad(fmt::format("cannot write --metrics {}", cfg_.metrics.string()));
@@ -513,6 +534,26 @@ void Job::run() {
       fmt::print("activations: {} per replica in activation slots {} per stage\n",
                  human_bytes(act_bytes[0]), fmt::join(slots, "/"));
     }
+    if (outer_) {
+      fmt::print(
+          "DiLoCo: {} inner steps per round, no gradient average between replicas inside a "
+          "round; pseudo-gradients averaged with codec {}{}, outer Nesterov lr {} momentum {}{}\n",
+          cfg_.outer_steps, outer_->codec_spec(),
+          outer_->codec_spec() == "none" ? "" : " (error feedback per stage)", cfg_.outer_lr,
+          cfg_.outer_momentum,
+          cfg_.outer_overlap ? "; overlapped: each round's average applied one round late" : "");
+      if (cfg_.outer_fragments > 1) {
+        fmt::print(
+            "fragments: {} parameter groups per stage, fragment k syncing {} steps after "
+            "fragment 0\n",
+            cfg_.outer_fragments, fmt::format("k x {}", cfg_.outer_steps / cfg_.outer_fragments));
+      }
+      fmt::print("outer state (--outer-state {}): {}\n", offload::to_string(cfg_.outer_state),
+                 outer_->on_store()
+                     ? fmt::format("a file per rank in {}, in RAM during the outer step only",
+                                   cfg_.offload_dir.string())
+                     : std::string("pinned host RAM"));
+    }
     if (!cfg_.codec.empty()) {
       fmt::print("{} average: {} after {} uncompressed, with error feedback per stage{}\n",
                  to_string(cfg_.compress), cfg_.codec_spec(),
@@ -551,6 +592,8 @@ void Job::run() {
     }
   };
   // --- end checkpoints ---
+  double outer_bytes = 0, outer_wait_s = 0, outer_round_bytes = 0;  // DiLoCo's outer step
+  int round_first = first_step;                                     // the round's first step
   for (int step = first_step; step < cfg_.steps; ++step) {
     const auto step_start = Clock::now();
     if (dataset_) {
@@ -577,11 +620,23 @@ void Job::run() {
         step, tokens, targets, [&](std::span<float> params, std::span<const float> grads) {
           moments_->step(params, grads, groups_, hyper, step + 1);
         });
-    // Job-wide: the loss (last stages, averaged over replicas) and the bytes all-reduce sent.
-    double agg[3] = {executor_->last_stage() ? st.loss / cfg_.replicas : 0.0,
-                     static_cast<double>(st.allreduce_bytes),
-                     st.offload_wait_s / cfg_.world_size()};
-    world_->allreduce(agg, agg, 3, DType::F64, ReduceOp::Sum);
+    // DiLoCo: at a round's end, the outer step (it may replace the weights).
+    OuterStepStats outer;
+    double outer_s = 0;
+    if (outer_) {
+      const auto outer_start = Clock::now();
+      outer = outer_->end_step(step, model_->params(), step + 1 == cfg_.steps);
+      outer_s = std::chrono::duration<double>(Clock::now() - outer_start).count();
+    }
+    // Job-wide: the loss (last stages, averaged over replicas), the bytes all-reduce sent (of
+    // them, those between replicas in DiLoCo's outer step) and the mean wait for the outer step.
+    double agg[5] = {executor_->last_stage() ? st.loss / cfg_.replicas : 0.0,
+                     static_cast<double>(st.allreduce_bytes + outer.data_bytes + outer.tied_bytes),
+                     st.offload_wait_s / cfg_.world_size(), static_cast<double>(outer.data_bytes),
+                     outer_s / cfg_.world_size()};
+    world_->allreduce(agg, agg, 5, DType::F64, ReduceOp::Sum);
+    outer_bytes += agg[3];
+    outer_wait_s += agg[4];
     const double dt = std::chrono::duration<double>(Clock::now() - step_start).count();
     train_s += dt;
     const offload::AdamWStepStats opt = moments_->last_step_stats();
@@ -607,7 +662,36 @@ void Job::run() {
             {"optimizer_seconds", opt.total_s},
             {"optimizer_compute_seconds", opt.compute_s},
             {"optimizer_io_wait_seconds", opt.io_wait_s},
-            {"optimizer_io_bytes", opt.bytes_read + opt.bytes_written}});
+            {"optimizer_io_bytes", opt.bytes_read + opt.bytes_written},
+            {"outer_bytes", static_cast<std::uint64_t>(agg[3])},  // between replicas
+            {"outer_seconds", agg[4]}});                          // mean over ranks
+      if (outer.round_ended) {
+        // Who is in: the replicas of the data-parallel groups that averaged this round.
+        const int in = data_ ? data_->size() : 1;
+        fmt::print(
+            "round {} (steps {}-{}): replicas {}-{} in ({} of {}); outer average{} {} since the "
+            "last round, {} applied\n",
+            outer.round + 1, round_first + 1, step + 1, 0, in - 1, in, cfg_.replicas,
+            cfg_.outer_fragments > 1 ? fmt::format(" of {} of {} fragments", outer.fragments_synced,
+                                                   cfg_.outer_fragments)
+                                     : std::string(),
+            human_bytes(outer_round_bytes + agg[3]), plural(outer.applied_rounds, "outer update"));
+        std::fflush(stdout);
+        emit({{"type", "round"},
+              {"round", outer.round + 1},
+              {"first_step", round_first + 1},
+              {"last_step", step + 1},
+              {"replicas_in", in},
+              {"fragments_synced", outer.fragments_synced},
+              {"outer_bytes", static_cast<std::uint64_t>(outer_round_bytes + agg[3])},
+              {"applied_rounds", outer.applied_rounds}});
+      }
+    }
+    if (outer.round_ended) {
+      round_first = step + 1;
+      outer_round_bytes = 0;
+    } else {
+      outer_round_bytes += agg[3];
     }
     if (cfg_.eval_every > 0 && (step + 1) % cfg_.eval_every == 0 && step + 1 != cfg_.steps) {
       const double eval_loss = evaluate();
@@ -635,6 +719,13 @@ void Job::run() {
   if (rank_ == 0) {
     baselines = held_out_baselines(*dataset_, kBaselineSmoothing);
     fmt::print("done: {} in {:.1f} s ({:.0f} tok/s)\n", plural(cfg_.steps, "step"), train_s, tps);
+    if (outer_) {
+      fmt::print(
+          "DiLoCo: {} between replicas in the outer steps; {:.1f} s waiting for them (mean over "
+          "ranks), compute utilisation {:.1f}%\n",
+          human_bytes(outer_bytes), outer_wait_s,
+          train_s > 0 ? 100.0 * (1.0 - outer_wait_s / train_s) : 100.0);
+    }
     print_held_out(eval_loss, baselines);
     std::fflush(stdout);
     emit({{"type", "eval"}, {"step", cfg_.steps}, {"eval_loss", eval_loss}});
@@ -668,6 +759,16 @@ void Job::run() {
           {"codec_warmup_steps", cfg_.codec_warmup_steps},
           {"freeze_variance_after", cfg_.freeze_variance_after()},
           {"compress", to_string(cfg_.compress)},
+          {"outer_steps", cfg_.outer_steps},
+          {"outer_lr", cfg_.outer_lr},
+          {"outer_momentum", cfg_.outer_momentum},
+          {"outer_codec", outer_ ? outer_->codec_spec() : std::string()},
+          {"outer_overlap", cfg_.outer_overlap},
+          {"outer_fragments", cfg_.outer_fragments},
+          {"outer_state", offload::to_string(cfg_.outer_state)},
+          {"outer_bytes", static_cast<std::uint64_t>(outer_bytes)},
+          // Time in inner steps / training time (the outer step's wait, mean over ranks, is not).
+          {"compute_utilisation", train_s > 0 ? 1.0 - outer_wait_s / train_s : 1.0},
           {"offload_optimizer", offload::to_string(cfg_.offload_optimizer)},
           {"offload_activations", to_string(cfg_.offload_activations)},
           {"offload_prefetch", cfg_.offload_prefetch},
@@ -756,12 +857,30 @@ void TrainConfig::validate() const {
         "--freeze-variance on needs --codec-warmup >= 1: AdamW's second moment must be estimated "
         "from uncompressed steps before it is frozen");
   }
+  if (outer_steps < 0)
+    throw bad(fmt::format("--outer-steps {} must be >= 0 (0: off)", outer_steps));
+  if (outer_steps == 0 && (outer_overlap || outer_codec != "none" || outer_fragments != 1 ||
+                           outer_state != offload::OptimizerOffload::Cpu)) {
+    throw bad(
+        "--outer-overlap, --outer-codec, --outer-fragments and --outer-state are DiLoCo's: pass "
+        "--outer-steps H (inner steps per round) to turn it on");
+  }
+  if (outer_steps > 0) {
+    sched::validate(outer());
+    if (!codec.empty()) {
+      throw bad(fmt::format(
+          "--codec {} compresses the per-step gradient average, which DiLoCo (--outer-steps {}) "
+          "does not have: compress the outer average with --outer-codec instead",
+          codec, outer_steps));
+    }
+  }
   // "auto": the codec of the STRAIT_TUNE_FILE rules (`strait tune`), checked when they are read.
   if (!codec.empty() && codec != "auto") (void)comm::canonical_codec_spec(codec_spec());
   (void)comm::CommOptions::default_timeout();  // a bad STRAIT_TIMEOUT_S fails here, once
   check_memory(*this);
   if (offload_optimizer == offload::OptimizerOffload::Nvme ||
-      offload_activations == ActivationOffload::Nvme) {
+      offload_activations == ActivationOffload::Nvme ||
+      (outer_steps > 0 && outer_state == offload::OptimizerOffload::Nvme)) {
     check_writable(offload_dir);
   }
   // --- checkpoints ---
@@ -773,6 +892,12 @@ void TrainConfig::validate() const {
     throw bad(
         "--codec with --save or --resume: a checkpoint does not hold the codec's error-feedback "
         "state, so a resumed run would not continue the same training; drop --codec");
+  }
+  if (outer_steps > 0 && (!save.empty() || !resume.empty())) {
+    throw bad(
+        "--outer-steps with --save or --resume: a checkpoint does not hold DiLoCo's outer state "
+        "(round-start weights, outer momentum, the average in flight), so a resumed run would "
+        "not continue the same training; drop --save/--resume or --outer-steps");
   }
   if (!save.empty()) check_save_dir(save);
   if (!resume.empty() && !std::filesystem::is_directory(resume)) {
@@ -835,6 +960,17 @@ std::string_view to_string(CompressTarget target) noexcept {
     case CompressTarget::Momentum: return "momentum";
   }
   return "?";
+}
+
+OuterOptions TrainConfig::outer() const {
+  OuterOptions o;
+  o.outer_steps = outer_steps;
+  o.lr = outer_lr;
+  o.momentum = outer_momentum;
+  o.codec = outer_codec;
+  o.overlap = outer_overlap;
+  o.fragments = outer_fragments;
+  return o;
 }
 
 SamplingOptions TrainConfig::sampling() const {

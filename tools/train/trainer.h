@@ -12,6 +12,13 @@
 // it is split between replicas and microbatches.
 // Learning rate: linear warm-up over warmup_steps, then cosine decay to min_lr_ratio * lr
 // (as nanoGPT). Gradients are clipped to grad_clip in global norm.
+// DiLoCo (outer_steps > 0; scheduler/outer_sync.h): the replicas average no gradients; the inner
+// AdamW (its schedule and moments unchanged) runs on each replica's own batch share, and after
+// every outer_steps-th step (and the last) each stage's replicas average their pseudo-gradients and
+// take the outer step; rank 0 prints a line per round (the replicas in, the bytes the average sent,
+// the outer updates applied so far). Between rounds the replicas hold different weights, so an
+// --eval-every evaluation there scores each replica's own weights on its share of the held-out
+// set; the final evaluation and the sample come after the last round, on common weights.
 // End of a run (rank 0 prints it): the held-out loss in nats and bits per byte next to byte n-gram
 // baselines of the same corpus (baselines.h), then a sample from each replica's pipeline
 // (sampling.h: top-k at a temperature from its own seed, or greedy).
@@ -28,6 +35,7 @@
 
 #include "offload/optimizer_offload.h"
 #include "scheduler/model/sampling.h"
+#include "scheduler/outer_sync.h"
 #include "scheduler/schedule.h"
 
 namespace strait::tools {
@@ -79,6 +87,20 @@ struct TrainConfig {
   // 1-bit Adam; grad_sync.h's GradientCompression::momentum), which freezes the variance at the
   // switch.
   CompressTarget compress = CompressTarget::Gradient;
+  // DiLoCo (scheduler/outer_sync.h): outer_steps > 0 makes each replica run that many inner AdamW
+  // steps with no gradient average between replicas, then average the pseudo-gradients over the
+  // replicas (outer_codec: none, bf16, int8, int4; error feedback when lossy) and take the outer
+  // Nesterov step (outer_lr, outer_momentum). outer_overlap: average round t while round t + 1
+  // computes and apply it one round late. 0: plain data-parallel averaging every step.
+  int outer_steps = 0;
+  double outer_lr = 0.7;
+  double outer_momentum = 0.9;
+  std::string outer_codec = "none";
+  bool outer_overlap = false;
+  int outer_fragments = 1;  // Streaming DiLoCo's fragments: parameter groups synced in turn
+  // Where the outer state (global weights, momentum) lives between rounds: Cpu (pinned RAM) or
+  // Nvme (a SwapStore file per rank in offload_dir, in RAM only during the outer step).
+  offload::OptimizerOffload outer_state = offload::OptimizerOffload::Cpu;
   // Data and offload.
   std::filesystem::path data = "/usr/share/games/fortunes";
   // AdamW moments: Cpu (pinned RAM) or Nvme (files in offload_dir).
@@ -120,6 +142,8 @@ struct TrainConfig {
   [[nodiscard]] int world_size() const { return stages * replicas; }
   // The codec spec ("name" or "name:args"); empty when uncompressed.
   [[nodiscard]] std::string codec_spec() const;
+  // DiLoCo's settings (scheduler/outer_sync.h); meaningful when outer_steps > 0.
+  [[nodiscard]] sched::OuterOptions outer() const;
   // The sampler's settings (sample, temperature, top_k, sample_seed).
   [[nodiscard]] sched::SamplingOptions sampling() const;
   // The step after which AdamW's v is frozen (AdamWHyper::freeze_variance_after); 0: never.
