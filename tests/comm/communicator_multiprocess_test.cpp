@@ -371,8 +371,10 @@ class SingleCopyFailures : public ::testing::TestWithParam<SingleCopyMode> {};
 
 TEST_P(SingleCopyFailures, ARankKilledWhileItsLargeMessagesAreReadIsPeerLostOnTheOthers) {
   const SingleCopyMode& mode = GetParam();
+  // A long grace: a survivor that waits on the other survivor hears of the loss only once that
+  // one has failed and exited; it must still report, not be stopped by the launcher.
   const auto run = strait_run(
-      concat({"-n", "3", "--kill-grace", "1", "--"}, worker_with(mode, "kill_loop", "20")));
+      concat({"-n", "3", "--kill-grace", "30", "--"}, worker_with(mode, "kill_loop", "20")));
   EXPECT_NE(run.exit_code, 0) << run.output;
   EXPECT_EQ(launcher_says(run.output, 1), "was killed by signal 9 (SIGKILL)") << run.output;
   for (const int r : {0, 2}) {
