@@ -7,11 +7,12 @@
 // UCP_ERR_HANDLING_MODE_PEER, and UCX reports their loss through the endpoint error callback.
 // STRAIT_UCX_ERR_MODE=peer forces the latter for every peer (e.g. to exercise TCP on one box).
 // Unless UCX_TLS is set, CMA is left out: UCX aborts the process when a CMA read from a dead peer
-// fails (see the constructor), which would turn one lost rank into a crash of all. When every rank
-// is on this host, UCX gets shared memory only. Sends are
-// eager at every size unless RDMA devices are present (the constructor says why).
-// A failed operation's sends are withdrawn (withdraw()): the endpoint they wait on is
-// force-closed, and reconnected when the peer is on this host.
+// fails (see the constructor), which would turn one lost rank into a crash of all; large
+// collective messages between local ranks take strait's own single copy instead (below). When every
+// rank is on this host, UCX gets shared memory only. Sends are eager at every size unless RDMA
+// devices are present (the constructor says why). A failed operation's sends are withdrawn
+// (withdraw()): the endpoint they wait on is force-closed, and reconnected when the peer is on this
+// host.
 //
 // Streams: with `streams` > 1, every peer on another host gets that many endpoints (UCX's TCP
 // transport gives each endpoint its own TCP connection), and each collective message of at least
