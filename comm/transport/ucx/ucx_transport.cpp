@@ -36,6 +36,9 @@ struct UcxTransport::InFlight {
   std::byte* recv_buf = nullptr;
   std::size_t recv_len = 0;
   Tag tag = 0;
+  // Posted to match an announcement too (a collective tag): a point-to-point tag may have the
+  // announcement's bit as one of its own.
+  bool takes_announcement = false;
 };
 
 namespace {
@@ -555,7 +558,7 @@ void UcxTransport::on_recv(void* request, ucs_status_t status, const ucp_tag_rec
   const Tag sender_tag = status == UCS_OK ? info->sender_tag : 0;
   const std::size_t length = status == UCS_OK ? info->length : 0;
   ucp_request_free(request);
-  if ((sender_tag & kSingleCopyAnnounceBit) != 0) {
+  if (pending->takes_announcement && (sender_tag & kSingleCopyAnnounceBit) != 0) {
     pending->transport->accept_announcement(pending, length);
     return;
   }
@@ -595,6 +598,7 @@ RequestPtr UcxTransport::post(bool is_send, int peer, Tag tag, const void* send_
   pending->recv_buf = static_cast<std::byte*>(recv_buf);
   pending->recv_len = len;
   pending->tag = tag;
+  pending->takes_announcement = !is_send && (mask & kSingleCopyAnnounceBit) == 0;
   void* r = nullptr;
   if (is_send) {
     p.cb.send = &UcxTransport::on_send;
