@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# strait vs torch.distributed (Gloo) vs Open MPI: f32 sum allreduce, 8 B .. 256 MiB, in one run.
+# strait vs torch.distributed (Gloo) vs Open MPI: f32 sum allreduce, 8 B .. 256 MiB, in one run,
+# with one core's memcpy of each size from 128 KiB up (bench/memcpy_bound.py) as the local bound.
 #   bench/compare_allreduce.sh [RANKS...]      (default: 2 4)
 # Every peer is timed the same way (WARMUP calls, a barrier, ITERS timed calls, mean per call,
 # maximum over ranks; nccl-tests' algbw and busbw) and checks its sums. Small sizes (8 B .. 64 KiB)
@@ -54,6 +55,7 @@ run_peer() {
               -d f32 -o sum -c 1 --json "$json" >"$log" 2>&1 ;;
     gloo) OMP_NUM_THREADS=1 "$python" "$root/bench/gloo_allreduce.py" -np "$n" "${args[@]}" \
               --json "$json" >"$log" 2>&1 ;;
+    memcpy) "$python" "$root/bench/memcpy_bound.py" "${args[@]}" --json "$json" >"$log" 2>&1 ;;
     mpi) mpirun --allow-run-as-root --oversubscribe -np "$n" "$mpi_bin" "${args[@]}" \
               --json "$json" >"$log" 2>&1 ;;
   esac || { echo "compare: $peer with $n ranks ($range sizes) failed; its output:" >&2; cat "$log" >&2; exit 1; }
@@ -63,7 +65,9 @@ for n in "${ranks[@]}"; do
   ranges=(small large)
   [ "$max" -ge $((32 << 20)) ] && ranges+=(huge)
   for range in "${ranges[@]}"; do
-    for peer in strait gloo mpi; do
+    peers=(strait gloo mpi)
+    [ "$range" = small ] || peers+=(memcpy)
+    for peer in "${peers[@]}"; do
       echo "# running $peer, $n ranks, $range sizes" >&2
       run_peer "$peer" "$range" "$n"
     done
@@ -73,7 +77,12 @@ for n in "${ranks[@]}"; do
     for r in "${ranges[@]}"; do list+="${list:+,}$out/$1-$n-$r.json"; done
     echo "$list"
   }
+  memcpy_files=""
+  for r in "${ranges[@]}"; do
+    [ "$r" = small ] || memcpy_files+="${memcpy_files:+,}$out/memcpy-$n-$r.json"
+  done
   "$python" "$root/bench/compare_report.py" "$n" "$(files strait)" "$(files gloo)" "$(files mpi)" \
+    $memcpy_files \
     | tee -a "$out/report.md"
 done
 "$python" "$root/tools/plot/plot_busbw.py" --out "$out/busbw.png" \

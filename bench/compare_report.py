@@ -1,14 +1,16 @@
 #!/usr/bin/python3
 """Side-by-side tables of one allreduce comparison (bench/compare_allreduce.sh writes the inputs).
 
-  compare_report.py RANKS STRAIT.json[,STRAIT2.json] GLOO.json[,...] MPI.json[,...]
+  compare_report.py RANKS STRAIT.json[,STRAIT2.json] GLOO.json[,...] MPI.json[,...] [MEMCPY.json[,...]]
 
 Each argument is a comma-separated list of JSON files of one peer (size ranges run separately);
 their rows are merged by size. strait's rows are strait-bench's out-of-place column. Prints each
 peer's table, the ratios, and where the issue's bars stand for this rank count:
 (a) 2 ranks, 1 MiB - 256 MiB: strait busbw >= 2x Gloo's and >= 2x Open MPI's;
 (b) 2 ranks, 8 B - 4 KiB: strait time <= 2x Open MPI's;
-(c) 4 ranks: strait faster than both peers at every size.
+(c) 4 ranks: strait faster than both peers at every size;
+(d) with MEMCPY (bench/memcpy_bound.py, measured in the same run), 2 ranks, 1 MiB - 256 MiB:
+    strait busbw >= 60% of one core's memcpy of the same size.
 """
 import json
 import sys
@@ -49,7 +51,7 @@ def table(name, rows):
 
 
 def main():
-    if len(sys.argv) != 5:
+    if len(sys.argv) not in (5, 6):
         sys.exit(__doc__)
     ranks = int(sys.argv[1])
     peers = [load(sys.argv[2], True), load(sys.argv[3], False), load(sys.argv[4], False)]
@@ -91,6 +93,23 @@ def main():
         lost = [b for b in sizes if s[b]["time_us"] >= min(g[b]["time_us"], m[b]["time_us"])]
         print(f"bar (c) 4 ranks faster than both peers at every size: {verdict(not lost)}"
               + (f"; slower than a peer at {', '.join(human(b) for b in lost)}" if lost else ""))
+    if len(sys.argv) == 6:
+        mem = {}
+        for path in sys.argv[5].split(","):
+            with open(path) as f:
+                mem.update({r["bytes"]: r for r in json.load(f)["rows"]})
+        both = sorted(set(s) & set(mem))
+        print(f"\nstrait busbw against one core's memcpy of the same size, {ranks} ranks")
+        print("| size | memcpy (GB/s) | strait busbw (GB/s) | strait/memcpy |")
+        print("|---:|---:|---:|---:|")
+        for b in both:
+            print(f"| {human(b)} | {mem[b]['gbs']:.2f} | {s[b]['busbw_gbs']:.2f} |"
+                  f" {s[b]['busbw_gbs'] / mem[b]['gbs']:.2f} |")
+        big = [b for b in both if (1 << 20) <= b <= (256 << 20)]
+        if ranks == 2 and big:
+            worst = min(s[b]["busbw_gbs"] / mem[b]["gbs"] for b in big)
+            print(f"\nbar (d) 1 MiB-256 MiB busbw >= 0.6 x memcpy: worst strait/memcpy {worst:.2f}: "
+                  f"{verdict(worst >= 0.6)}")
     wrong = sum(r["wrong"] or 0 for _, rows in peers for r in rows.values())
     print(f"wrong elements over all peers and sizes: {wrong}")
 

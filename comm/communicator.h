@@ -92,10 +92,22 @@ struct STRAIT_API CommOptions {
   std::chrono::milliseconds heartbeat = default_heartbeat();
   // Throws InvalidArgument when STRAIT_HEARTBEAT_S is set to anything but 0 or 0.001 .. 3600 s.
   static std::chrono::milliseconds default_heartbeat();
+  // Collective messages of at least this many bytes to a rank on this host are copied once,
+  // straight from the sender's memory, rather than twice through UCX's shared-memory FIFO
+  // (transport/ucx/ucx_transport.h); 0: never. Default: STRAIT_SINGLE_COPY_MIN (bytes, with an
+  // optional K, M or G suffix, or "off") or kDefaultSingleCopyMin.
+  std::size_t single_copy_min = default_single_copy_min();
+  // In the 64 - 256 KiB range where one copy should start paying for its handshake (an
+  // announcement and a "done" message); not tuned: the ring allreduce sends 8 KiB segments below
+  // 1 MiB and 512 KiB - 1 MiB ones above, so only the other collectives' messages meet it.
+  static constexpr std::size_t kDefaultSingleCopyMin = 256 << 10;
   // Throws InvalidArgument when STRAIT_TIMEOUT_S is set to anything but 0.001 .. 1e6 seconds.
   static std::chrono::milliseconds default_timeout();
   // Throws InvalidArgument when STRAIT_STREAMS is set to anything but 1 .. 8.
   static int default_streams();
+  // Throws InvalidArgument when STRAIT_SINGLE_COPY_MIN is neither "off" nor a size of at least
+  // 64 bytes.
+  static std::size_t default_single_copy_min();
 };
 
 // Payload bytes this rank has sent, by operation kind, since the communicator was created (the
@@ -111,6 +123,10 @@ struct CommStats {
   std::uint64_t gather_bytes = 0;
   std::uint64_t scatter_bytes = 0;
   std::uint64_t alltoall_bytes = 0;  // alltoall and alltoall_v
+  // Of all the bytes this process's communicators sent (the world and those split from it share
+  // one transport), those that a rank on this host copied straight from this process's memory
+  // (CommOptions::single_copy_min).
+  std::uint64_t single_copy_bytes = 0;
 };
 
 // How a compressed allreduce encodes its messages (comm/compress/codec.h lists the codecs).

@@ -9,6 +9,8 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
+#include <string>
+#include <string_view>
 #include <tuple>
 #include <vector>
 
@@ -76,6 +78,30 @@ std::chrono::milliseconds CommOptions::default_heartbeat() {
   return std::chrono::milliseconds(static_cast<std::int64_t>(s * 1000));
 }
 
+std::size_t CommOptions::default_single_copy_min() {
+  const char* v = std::getenv("STRAIT_SINGLE_COPY_MIN");
+  if (v == nullptr || *v == '\0') return kDefaultSingleCopyMin;
+  const std::string_view text(v);
+  if (text == "off" || text == "0") return 0;
+  char* end = nullptr;
+  const unsigned long long n = std::strtoull(v, &end, 10);
+  std::size_t scale = 1;
+  const std::string_view suffix(end);
+  if (suffix == "K" || suffix == "k") scale = std::size_t{1} << 10;
+  if (suffix == "M" || suffix == "m") scale = std::size_t{1} << 20;
+  if (suffix == "G" || suffix == "g") scale = std::size_t{1} << 30;
+  const bool suffix_ok = suffix.empty() || scale != 1;
+  if (end == v || !suffix_ok || n == 0 || n > (std::size_t{1} << 40) / scale || n * scale < 64) {
+    throw Error(ErrorCode::InvalidArgument,
+                fmt::format("STRAIT_SINGLE_COPY_MIN={} is neither \"off\" nor a size of at least "
+                            "64 bytes (like 262144, 256K or 1M): collective messages of at "
+                            "least that size to ranks on this host are copied once, straight "
+                            "from the sender's memory (default {})",
+                            v, kDefaultSingleCopyMin));
+  }
+  return static_cast<std::size_t>(n) * scale;
+}
+
 std::unique_ptr<Communicator> Communicator::create(std::shared_ptr<Store> store, int rank, int size,
                                                    const CommOptions& options) {
   std::vector<int> identity(static_cast<std::size_t>(std::max(size, 0)));
@@ -119,7 +145,7 @@ std::unique_ptr<Communicator> Communicator::create_world(std::shared_ptr<Store> 
           : std::make_shared<const AlgorithmTable>(AlgorithmTable::from_environment());
   check_rule_codecs(*algorithms);
   auto transport = std::make_unique<UcxTransport>(*store, "strait/ucx", rank, size, options.timeout,
-                                                  options.streams);
+                                                  options.streams, options.single_copy_min);
   auto shared = std::make_shared<Shared>();
   shared->algorithms = std::move(algorithms);
   shared->root_store = std::move(root);  // reform() agrees through it (comm/reform.h)
@@ -359,6 +385,7 @@ CommStats Communicator::stats() const noexcept {
   s.gather_bytes = counters_.gather.load(std::memory_order_relaxed);
   s.scatter_bytes = counters_.scatter.load(std::memory_order_relaxed);
   s.alltoall_bytes = counters_.alltoall.load(std::memory_order_relaxed);
+  s.single_copy_bytes = shared_->engine->transport().single_copy_bytes();
   return s;
 }
 

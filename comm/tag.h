@@ -12,6 +12,11 @@
 // collective sequence numbers wrap at 2^18 (only operations that far apart could be confused, and
 // ops complete in order), 65535 steps per collective (step 65535 carries the operation's
 // fingerprint, comm/algorithms/collective_op.h), user tags < 2^37.
+// Peers on this host have one lane, so UcxTransport's single-copy path (ucx_transport.h) marks its
+// control messages with lanes there: lane 4 an announcement that stands in for a collective
+// message (its receive ignores that bit, so it takes the data or the announcement), lane 2 the
+// receiver's "done reading" back to the sender, with the receiver as the source rank (a message
+// sent to several peers under one tag gets one "done" from each).
 #pragma once
 
 #include <cstdint>
@@ -28,6 +33,8 @@ inline constexpr int kMaxLanes = 8;
 inline constexpr int kMaxSteps = 1 << 16;
 inline constexpr int kHeaderStep = kMaxSteps - 1;  // the fingerprint exchange of a collective
 inline constexpr std::uint64_t kMaxUserTag = (1ULL << 37) - 1;
+inline constexpr Tag kSingleCopyAnnounceBit = Tag{4} << kLaneShift;
+inline constexpr Tag kSingleCopyDoneBit = Tag{2} << kLaneShift;
 
 constexpr Tag collective_tag(int comm_id, int src, std::uint64_t seq, int step) noexcept {
   return (static_cast<Tag>(comm_id) << 52) | (static_cast<Tag>(src) << 38) |
@@ -37,6 +44,12 @@ constexpr Tag collective_tag(int comm_id, int src, std::uint64_t seq, int step) 
 // A collective tag's part sent over lane `lane` (< kMaxLanes).
 constexpr Tag with_lane(Tag tag, int lane) noexcept {
   return tag | (static_cast<Tag>(lane & (kMaxLanes - 1)) << kLaneShift);
+}
+
+// The tag with `src` as its source rank.
+constexpr Tag with_source(Tag tag, int src) noexcept {
+  constexpr Tag kSourceBits = static_cast<Tag>(kMaxRanks - 1) << 38;
+  return (tag & ~kSourceBits) | (static_cast<Tag>(src & (kMaxRanks - 1)) << 38);
 }
 
 constexpr bool is_collective_tag(Tag tag) noexcept {

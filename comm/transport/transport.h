@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <span>
 #include <string>
@@ -68,6 +69,10 @@ class Transport {
   // True when the ranks on this host are no more than its cores: a rank waiting for a peer may
   // then poll for longer without taking a core the peer needs (ProgressEngine::drive).
   [[nodiscard]] virtual bool core_per_local_rank() const noexcept { return false; }
+
+  // Bytes of this transport's sends that a peer copied straight out of this process's memory
+  // (UcxTransport's single-copy path). Any thread.
+  [[nodiscard]] virtual std::uint64_t single_copy_bytes() const noexcept { return 0; }
 
   // Refresh what is known about peers' liveness (cheap; called after wake-ups and every few ms).
   virtual void check_peers() = 0;

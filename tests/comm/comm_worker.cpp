@@ -17,6 +17,12 @@
 //                           PeerLost once rank 0 has gone.
 //   comm_worker stop        the same loop; 300 ms in, rank 1 suspends itself (SIGSTOP, as
 //                           `kill -STOP` would): the others fail with Timeout naming it.
+//   comm_worker kill_loop   the same loop; 300 ms in, rank 1 raises SIGKILL on itself while its
+//                           large messages are being sent and read (single copy: read from its
+//                           memory): the others fail with PeerLost naming it.
+//   comm_worker mismatch_large  rank 1 allreduces kLarge + 1 elements, the others kLarge.
+// The loops' failure lines say how many bytes this rank's peers copied straight from its memory
+// (CommStats::single_copy_bytes), so a test can tell that the single-copy path was taken.
 //   comm_worker nan         rank 1's input to an int8 allreduce_compressed holds a NaN, which it
 //                           refuses (InvalidArgument) before sending anything; the others must
 //                           fail with PeerLost naming rank 1 and the operation.
@@ -191,9 +197,9 @@ int one_rank_absent(Communicator& world, Absent absent) {
   return kWrong;
 }
 
-int mismatch_scenario(Communicator& world) {
+int mismatch_scenario(Communicator& world, std::size_t base) {
   const int me = world.rank();
-  const std::size_t count = me == 1 ? 1001 : 1000;
+  const std::size_t count = me == 1 ? base + 1 : base;
   std::vector<float> buf(count, 1.0F);
   const auto start = Clock::now();
   try {
@@ -230,7 +236,8 @@ int interrupted_loop(Communicator& world, int who, Interrupt interrupt) {
     say(me, "WRONG 100000 allreduces finished without the interruption");
   } catch (const Error& e) {
     const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start);
-    say_error(me, "failed after {} ms: {}", ms.count(), e.what());
+    say_error(me, "failed after {} ms ({} bytes sent by single copy): {}", ms.count(),
+              world.stats().single_copy_bytes, e.what());
     status = status_of(e);
   }
   if (interrupter.joinable()) interrupter.join();
@@ -310,7 +317,8 @@ int hierarchical_scenario(Communicator& world) {
 int main(int argc, char** argv) {
   if (argc != 2) {
     fmt::print(stderr,
-               "usage: comm_worker allreduce|kill|sleep|mismatch|abort|stop|nan|hierarchical\n");
+               "usage: comm_worker allreduce|kill|sleep|mismatch|mismatch_large|abort|stop|"
+               "kill_loop|nan|hierarchical\n");
     return kUsage;
   }
   const std::string scenario = argv[1];
@@ -327,13 +335,20 @@ int main(int argc, char** argv) {
     if (scenario == "sleep") {
       return one_rank_absent(*world, [] { std::this_thread::sleep_for(120s); });
     }
-    if (scenario == "mismatch") return mismatch_scenario(*world);
+    if (scenario == "mismatch") return mismatch_scenario(*world, 1000);
+    if (scenario == "mismatch_large") return mismatch_scenario(*world, kLarge);
     if (scenario == "abort") {
       Communicator& w = *world;
       return interrupted_loop(w, 0, [&w] { w.abort("the test's other thread aborted it"); });
     }
     if (scenario == "stop") {
       return interrupted_loop(*world, 1, [] { ::kill(::getpid(), SIGSTOP); });
+    }
+    if (scenario == "kill_loop") {
+      return interrupted_loop(*world, 1, [] {
+        std::fflush(nullptr);
+        std::raise(SIGKILL);
+      });
     }
     if (scenario == "nan") return nan_scenario(*world);
     if (scenario == "hierarchical") return hierarchical_scenario(*world);

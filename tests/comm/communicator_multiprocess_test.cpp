@@ -9,6 +9,7 @@
 #include <regex>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "tests/common/process.h"
@@ -307,6 +308,123 @@ TEST_P(FailureOutput, TeardownLeavesUcxNothingToWarnAbout) {
 
 INSTANTIATE_TEST_SUITE_P(Scenarios, FailureOutput, ::testing::ValuesIn(scenarios()),
                          [](const ::testing::TestParamInfo<FailureScenario>& p) {
+                           return std::string(p.param.name);
+                         });
+
+// ---------------------------------------------------------------------------------------------
+// The single-copy path between local ranks (transport/ucx/ucx_transport.h) across processes: on
+// (messages from 64 KiB read straight from the sender's memory) and forced off through
+// STRAIT_SINGLE_COPY_MIN, the collectives stay right and the failures keep their names.
+
+struct SingleCopyMode {
+  const char* name;
+  const char* min;  // STRAIT_SINGLE_COPY_MIN
+  bool on;
+};
+
+const SingleCopyMode kSingleCopyModes[] = {{"on", "64K", true}, {"off", "off", false}};
+
+void PrintTo(const SingleCopyMode& m, std::ostream* os) {
+  *os << m.name;
+}
+
+std::vector<std::string> worker_with(const SingleCopyMode& m, const std::string& scenario,
+                                     const std::string& timeout_s) {
+  return {"env", std::string("STRAIT_SINGLE_COPY_MIN=") + m.min, "STRAIT_TIMEOUT_S=" + timeout_s,
+          COMM_WORKER_BIN, scenario};
+}
+
+// The bytes a "failed after N ms (B bytes sent by single copy)" line reports; -1 if none.
+long single_copy_bytes(const std::string& line) {
+  const std::regex number("\\(([0-9]+) bytes sent by single copy\\)");
+  std::smatch m;
+  if (!std::regex_search(line, m, number)) return -1;
+  return std::stol(m[1].str());
+}
+
+class SingleCopyProcesses : public ::testing::TestWithParam<std::tuple<SingleCopyMode, int>> {};
+
+TEST_P(SingleCopyProcesses, AllreduceMatchesTheReferenceOnEveryRank) {
+  const auto& [mode, n] = GetParam();
+  const auto run =
+      strait_run(concat({"-n", std::to_string(n), "--"}, worker_with(mode, "allreduce", "20")));
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  for (int r = 0; r < n; ++r) {
+    EXPECT_TRUE(contains(line_of(run.output, r), "ok (18 checked allreduces)"))
+        << "rank " << r << ":\n"
+        << run.output;
+  }
+  EXPECT_FALSE(contains(run.output, "WRONG")) << run.output;
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, SingleCopyProcesses,
+                         ::testing::Combine(::testing::ValuesIn(kSingleCopyModes),
+                                            ::testing::Values(2, 4)),
+                         [](const ::testing::TestParamInfo<std::tuple<SingleCopyMode, int>>& p) {
+                           std::string name = std::get<0>(p.param).name;
+                           name += "_n";
+                           name += std::to_string(std::get<1>(p.param));
+                           return name;
+                         });
+
+class SingleCopyFailures : public ::testing::TestWithParam<SingleCopyMode> {};
+
+TEST_P(SingleCopyFailures, ARankKilledWhileItsLargeMessagesAreReadIsPeerLostOnTheOthers) {
+  const SingleCopyMode& mode = GetParam();
+  // A long grace: a survivor that waits on the other survivor hears of the loss only once that
+  // one has failed and exited; it must still report, not be stopped by the launcher.
+  const auto run = strait_run(
+      concat({"-n", "3", "--kill-grace", "30", "--"}, worker_with(mode, "kill_loop", "20")));
+  EXPECT_NE(run.exit_code, 0) << run.output;
+  EXPECT_EQ(launcher_says(run.output, 1), "was killed by signal 9 (SIGKILL)") << run.output;
+  for (const int r : {0, 2}) {
+    const std::string line = line_of(run.output, r);
+    EXPECT_TRUE(contains(line, "PeerLost")) << run.output;
+    EXPECT_TRUE(contains(line, "rank 1's process exited")) << run.output;
+    // Within the timeout (20 s), not by it: the loss is seen, not waited out.
+    const long ms = failed_after_ms(line);
+    EXPECT_GE(ms, 0) << line;
+    EXPECT_LT(ms, 10'000) << line;
+    const long copied = single_copy_bytes(line);
+    if (mode.on) {
+      EXPECT_GT(copied, 0) << line;
+    } else {
+      EXPECT_EQ(copied, 0) << line;
+    }
+  }
+}
+
+TEST_P(SingleCopyFailures, AStoppedRankIsATimeoutNamingIt) {
+  const SingleCopyMode& mode = GetParam();
+  const auto run =
+      strait_run(concat({"-n", "3", "--kill-grace", "1", "--"}, worker_with(mode, "stop", "2")));
+  EXPECT_NE(run.exit_code, 0) << run.output;
+  EXPECT_TRUE(contains(run.output, "Timeout")) << run.output;
+  EXPECT_TRUE(contains(run.output, "a message from rank 1")) << run.output;
+  EXPECT_TRUE(contains(run.output, "rank 1: was suspended by SIGSTOP at")) << run.output;
+  // Every survivor failed (a Timeout, or PeerLost once the other survivor had gone), none hung.
+  for (const int r : {0, 2}) {
+    const std::string line = line_of(run.output, r);
+    EXPECT_TRUE(contains(line, "Timeout") || contains(line, "PeerLost")) << run.output;
+    EXPECT_LT(failed_after_ms(line), 10'000) << line;
+  }
+}
+
+TEST_P(SingleCopyFailures, LargeMismatchedCountsAreAMismatchNamingBothSides) {
+  const SingleCopyMode& mode = GetParam();
+  const auto run = strait_run(
+      concat({"-n", "2", "--kill-grace", "30", "--"}, worker_with(mode, "mismatch_large", "20")));
+  EXPECT_NE(run.exit_code, 0) << run.output;
+  for (const int r : {0, 1}) {
+    const std::string line = line_of(run.output, r);
+    EXPECT_TRUE(contains(line, "Mismatch")) << run.output;
+    EXPECT_TRUE(contains(line, "f32 x 1000003")) << line;
+    EXPECT_TRUE(contains(line, "f32 x 1000004")) << line;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, SingleCopyFailures, ::testing::ValuesIn(kSingleCopyModes),
+                         [](const ::testing::TestParamInfo<SingleCopyMode>& p) {
                            return std::string(p.param.name);
                          });
 

@@ -2,7 +2,7 @@
 """Allreduce bus bandwidth against message size: strait, Gloo and Open MPI, one line each.
 
 Reads the JSON files bench/compare_allreduce.sh writes into its output folder
-(PEER-RANKS-RANGE.json, PEER in strait, gloo, mpi; the size ranges of one peer are merged) and
+(PEER-RANKS-RANGE.json, PEER in strait, gloo, mpi, memcpy; the size ranges of one peer are merged) and
 draws one panel per rank count into a PNG: busbw (GB/s, nccl-tests' definition) against the
 vector's size in bytes, both axes log-scaled. strait's points are strait-bench's out-of-place
 column, as in compare_report.py.
@@ -20,8 +20,9 @@ import os
 import re
 import sys
 
-PEERS = (("strait", "strait"), ("gloo", "Gloo (torch.distributed)"), ("mpi", "Open MPI"))
-NAME = re.compile(r"^(strait|gloo|mpi)-(\d+)-(small|large|huge)\.json$")
+PEERS = (("strait", "strait"), ("gloo", "Gloo (torch.distributed)"), ("mpi", "Open MPI"),
+         ("memcpy", "one core's memcpy (GB/s)"))
+NAME = re.compile(r"^(strait|gloo|mpi|memcpy)-(\d+)-(small|large|huge)\.json$")
 
 
 def load(directory):
@@ -41,7 +42,7 @@ def load(directory):
         points = found.setdefault(ranks, {}).setdefault(peer, {})
         for r in rows:
             m_ = r["out_of_place"] if peer == "strait" else r
-            points[r["bytes"]] = m_["busbw_gbs"]
+            points[r["bytes"]] = m_["gbs"] if peer == "memcpy" else m_["busbw_gbs"]
     return found
 
 

@@ -17,8 +17,10 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <random>
 
 #include "comm/algorithms/partition.h"
+#include "comm/transport/peer_memory.h"
 #include "comm/transport/ucx/ucx_log.h"
 #include "core/error.h"
 
@@ -29,7 +31,14 @@ struct UcxTransport::InFlight {
   RequestPtr request;
   void* ucx_request = nullptr;  // null until the post call returns a handle
   bool is_send = false;
-  int peer = 0;  // world rank (sends)
+  int peer = 0;  // world rank
+  // Receives: where the message lands, so that an announcement (single copy) can be read there.
+  std::byte* recv_buf = nullptr;
+  std::size_t recv_len = 0;
+  Tag tag = 0;
+  // Posted to match an announcement too (a collective tag): a point-to-point tag may have the
+  // announcement's bit as one of its own.
+  bool takes_announcement = false;
 };
 
 namespace {
@@ -69,8 +78,10 @@ bool force_peer_error_mode() {
               fmt::format("STRAIT_UCX_ERR_MODE={} is not one of auto, peer", v));
 }
 
-// The record a rank publishes: host identity, pid and worker address.
-Bytes encode_record(const std::string& host, pid_t pid, const void* addr, std::size_t len) {
+// The record a rank publishes: host identity, pid, the address of its probe word (single copy)
+// and its worker's address.
+Bytes encode_record(const std::string& host, pid_t pid, std::uint64_t probe, const void* addr,
+                    std::size_t len) {
   Bytes out;
   const auto append = [&out](const void* data, std::size_t n) {
     const auto* b = static_cast<const std::uint8_t*>(data);
@@ -80,6 +91,7 @@ Bytes encode_record(const std::string& host, pid_t pid, const void* addr, std::s
   append(&host_len, sizeof host_len);
   append(host.data(), host.size());
   append(&pid, sizeof pid);
+  append(&probe, sizeof probe);
   append(addr, len);
   return out;
 }
@@ -87,6 +99,7 @@ Bytes encode_record(const std::string& host, pid_t pid, const void* addr, std::s
 struct Record {
   std::string host;
   pid_t pid = 0;
+  std::uint64_t probe = 0;
   Bytes address;
 };
 
@@ -101,10 +114,11 @@ Record decode_record(const Bytes& in, int peer) {
   std::uint32_t host_len = 0;
   if (in.size() < sizeof host_len) throw bad();
   std::memcpy(&host_len, in.data(), sizeof host_len);
-  const std::size_t header = sizeof host_len + host_len + sizeof r.pid;
+  const std::size_t header = sizeof host_len + host_len + sizeof r.pid + sizeof r.probe;
   if (in.size() <= header) throw bad();
   r.host.assign(reinterpret_cast<const char*>(in.data()) + sizeof host_len, host_len);
   std::memcpy(&r.pid, in.data() + sizeof host_len + host_len, sizeof r.pid);
+  std::memcpy(&r.probe, in.data() + sizeof host_len + host_len + sizeof r.pid, sizeof r.probe);
   r.address.assign(in.begin() + static_cast<std::ptrdiff_t>(header), in.end());
   return r;
 }
@@ -112,12 +126,14 @@ Record decode_record(const Bytes& in, int peer) {
 }  // namespace
 
 UcxTransport::UcxTransport(Store& store, const std::string& prefix, int rank, int size,
-                           std::chrono::milliseconds timeout, int streams)
+                           std::chrono::milliseconds timeout, int streams,
+                           std::size_t single_copy_min)
     : rank_(rank),
       size_(size),
       context_(nullptr, ucp_cleanup),
       worker_(nullptr, ucp_worker_destroy),
-      streams_(streams) {
+      streams_(streams),
+      single_copy_min_(single_copy_min) {
   if (size < 1 || rank < 0 || rank >= size) {
     throw Error(ErrorCode::InvalidArgument,
                 fmt::format("UcxTransport: rank {} is not in a world of size {}", rank, size));
@@ -126,6 +142,16 @@ UcxTransport::UcxTransport(Store& store, const std::string& prefix, int rank, in
     throw Error(
         ErrorCode::InvalidArgument,
         fmt::format("UcxTransport: {} streams per peer; 1 .. {} are possible", streams, kMaxLanes));
+  }
+  if (single_copy_min != 0 && single_copy_min < sizeof(Announcement)) {
+    throw Error(ErrorCode::InvalidArgument,
+                fmt::format("UcxTransport: single-copy messages from {} bytes: at least {} (or 0 "
+                            "for none)",
+                            single_copy_min, sizeof(Announcement)));
+  }
+  {
+    std::random_device random;
+    next_token_ = (static_cast<std::uint64_t>(random()) << 32) ^ random();
   }
   const auto peer_key = [&](int p, const char* what) {
     try {
@@ -240,11 +266,13 @@ UcxTransport::UcxTransport(Store& store, const std::string& prefix, int rank, in
   if (auto st = ucp_worker_get_address(worker_.get(), &address, &address_len); st != UCS_OK) {
     throw ucx_error("ucp_worker_get_address", st);
   }
-  const Bytes mine = encode_record(host, ::getpid(), address, address_len);
+  const Bytes mine = encode_record(host, ::getpid(), reinterpret_cast<std::uintptr_t>(&probe_word_),
+                                   address, address_len);
   ucp_worker_release_address(worker_.get(), address);
   store.set(fmt::format("{}/address/{}", prefix, rank), mine);
 
   peers_.reserve(static_cast<std::size_t>(size));
+  std::vector<std::uint64_t> probes(static_cast<std::size_t>(size), 0);
   for (int p = 0; p < size; ++p) {
     auto peer = std::make_unique<Peer>();
     peer->self = this;
@@ -255,6 +283,8 @@ UcxTransport::UcxTransport(Store& store, const std::string& prefix, int rank, in
     // Shared memory has no flows to police: one endpoint suffices.
     peer->lanes = peer->same_host || p == rank ? 1 : streams_;
     peer->address = rec.address;
+    peer->pid = rec.pid;
+    probes[static_cast<std::size_t>(p)] = rec.probe;
     if (peer->same_host && p != rank) {
       peer->pidfd.reset(pidfd_open(rec.pid));
       epoll_event pev{};
@@ -279,6 +309,58 @@ UcxTransport::UcxTransport(Store& store, const std::string& prefix, int rank, in
       throw;
     }
     peers_.push_back(std::move(peer));
+  }
+  try {
+    agree_single_copy(store, prefix, probes, timeout);
+  } catch (const Error&) {
+    close_endpoints();
+    throw;
+  }
+}
+
+void UcxTransport::agree_single_copy(Store& store, const std::string& prefix,
+                                     const std::vector<std::uint64_t>& probe_addresses,
+                                     std::chrono::milliseconds timeout) {
+  // Every rank publishes, whatever its own setting, so that none waits for a key that never
+  // comes. Byte p of rank r's record: r takes single-copy messages from p (it may read p's
+  // memory, and its own single_copy_min is not 0).
+  Bytes readable(static_cast<std::size_t>(size_), 0);
+  for (auto& peer : peers_) {
+    if (single_copy_min_ == 0 || !peer->pidfd || !peer->lost.empty()) continue;
+    std::uint64_t word = 0;
+    const PeerRead r = read_peer_memory(
+        peer->pid, probe_addresses.at(static_cast<std::size_t>(peer->rank)), &word, sizeof word);
+    if (r.error == EPERM) {
+      spdlog::warn(
+          "strait: rank {} may not read the memory of rank {} on this host (process_vm_readv: "
+          "{}; ptrace rules: kernel.yama.ptrace_scope, seccomp or another user), so large "
+          "messages from it are copied twice through shared memory",
+          rank_, peer->rank, std::strerror(r.error));
+      continue;
+    }
+    // Another error (the peer is gone) or another word (not the process its record names): the
+    // ordinary path. The pidfd, checked after the read, says the pid was still the peer's.
+    mark_if_exited(*peer, 0);
+    peer->single_copy_from = r.error == 0 && word == kProbeValue && peer->lost.empty();
+    readable[static_cast<std::size_t>(peer->rank)] = peer->single_copy_from ? 1 : 0;
+  }
+  store.set(fmt::format("{}/single_copy/{}", prefix, rank_), readable);
+  if (single_copy_min_ == 0) return;
+  for (auto& peer : peers_) {
+    if (!peer->pidfd || peer->rank == rank_) continue;
+    Bytes theirs;
+    try {
+      theirs = store.get(fmt::format("{}/single_copy/{}", prefix, peer->rank), timeout);
+    } catch (const Error& e) {
+      if (e.code() != ErrorCode::Timeout) throw;
+      throw Error(ErrorCode::Timeout,
+                  fmt::format("rank {} of {}: rank {} did not finish connecting within {} ms (it "
+                              "published its address but not what it may read): did it fail? "
+                              "Raise STRAIT_TIMEOUT_S if it is only slow",
+                              rank_, size_, peer->rank, timeout.count()));
+    }
+    peer->single_copy_to = theirs.size() == static_cast<std::size_t>(size_) &&
+                           theirs[static_cast<std::size_t>(rank_)] == 1;
   }
 }
 
@@ -321,6 +403,10 @@ void UcxTransport::close_endpoint(ucp_ep_h& ep, unsigned flags, std::vector<void
 }
 
 UcxTransport::~UcxTransport() {
+  // No peer may read what our single-copy sends announced once we are gone, nor do we read.
+  for (auto& slot : slots_) slot.store(0, std::memory_order_seq_cst);
+  reads_.clear();
+  single_sends_.clear();
   check_peers();  // a dead local peer cannot flush: its endpoint is force-closed
   // Requests still posted (failed or aborted operations) are cancelled so UCX releases them.
   // Cancelling can complete a request at once, which erases it from in_flight_: iterate a copy.
@@ -467,8 +553,16 @@ void UcxTransport::on_send(void* request, ucs_status_t status, void* user_data) 
 void UcxTransport::on_recv(void* request, ucs_status_t status, const ucp_tag_recv_info_t* info,
                            void* user_data) {
   auto* pending = static_cast<InFlight*>(user_data);
+  // `info` lives in the request: read it before the request goes back to UCX's pool (whose free
+  // list then overwrites the sender's tag).
+  const Tag sender_tag = status == UCS_OK ? info->sender_tag : 0;
+  const std::size_t length = status == UCS_OK ? info->length : 0;
   ucp_request_free(request);
-  pending->transport->retire(pending, status, status == UCS_OK ? info->length : 0);
+  if (pending->takes_announcement && (sender_tag & kSingleCopyAnnounceBit) != 0) {
+    pending->transport->accept_announcement(pending, length);
+    return;
+  }
+  pending->transport->retire(pending, status, length);
 }
 
 void UcxTransport::on_ep_error(void* arg, ucp_ep_h /*ep*/, ucs_status_t status) {
@@ -480,7 +574,7 @@ void UcxTransport::on_ep_error(void* arg, ucp_ep_h /*ep*/, ucs_status_t status) 
 }
 
 RequestPtr UcxTransport::post(bool is_send, int peer, Tag tag, const void* send_buf, void* recv_buf,
-                              std::size_t len, int lane) {
+                              std::size_t len, int lane, Tag mask) {
   auto req = std::make_shared<TransportRequest>();
   Peer& to = *peers_.at(static_cast<std::size_t>(peer));
   const auto extra = static_cast<std::size_t>(lane - 1);
@@ -501,6 +595,10 @@ RequestPtr UcxTransport::post(bool is_send, int peer, Tag tag, const void* send_
   p.user_data = pending;
   pending->is_send = is_send;
   pending->peer = peer;
+  pending->recv_buf = static_cast<std::byte*>(recv_buf);
+  pending->recv_len = len;
+  pending->tag = tag;
+  pending->takes_announcement = !is_send && (mask & kSingleCopyAnnounceBit) == 0;
   void* r = nullptr;
   if (is_send) {
     p.cb.send = &UcxTransport::on_send;
@@ -509,7 +607,7 @@ RequestPtr UcxTransport::post(bool is_send, int peer, Tag tag, const void* send_
     // Receives always complete through the callback, which is where UCX reports the length.
     p.op_attr_mask |= UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
     p.cb.recv = &UcxTransport::on_recv;
-    r = ucp_tag_recv_nbx(worker_.get(), recv_buf, len, tag, ~Tag{0}, &p);
+    r = ucp_tag_recv_nbx(worker_.get(), recv_buf, len, tag, mask, &p);
   }
   if (!in_flight_.contains(req.get())) return req;  // the callback already ran (and freed r)
   if (r == nullptr) {
@@ -530,17 +628,24 @@ RequestPtr UcxTransport::isend(int peer, Tag tag, const void* buf, std::size_t l
   if (to.lanes > 1 && to.ep != nullptr && len >= kStripeMin && is_collective_tag(tag)) {
     return post_striped(true, peer, tag, buf, nullptr, len);
   }
+  if (to.single_copy_to && single_copy_min_ != 0 && len >= single_copy_min_ && to.ep != nullptr &&
+      is_collective_tag(tag)) {
+    return post_single_copy(peer, tag, buf, len);
+  }
   return post(true, peer, tag, buf, nullptr, len);
 }
 
 RequestPtr UcxTransport::irecv(int peer, Tag tag, void* buf, std::size_t len) {
   // The sender stripes by the same rule (its lanes to us equal ours to it), so a receive of the
   // size it sends expects the same parts.
-  if (peers_.at(static_cast<std::size_t>(peer))->lanes > 1 && len >= kStripeMin &&
-      is_collective_tag(tag)) {
+  const Peer& from = *peers_.at(static_cast<std::size_t>(peer));
+  if (from.lanes > 1 && len >= kStripeMin && is_collective_tag(tag)) {
     return post_striped(false, peer, tag, nullptr, buf, len);
   }
-  return post(false, peer, tag, nullptr, buf, len);
+  // The sender decides whether a message is announced (its own threshold): take either.
+  const Tag mask =
+      from.single_copy_from && is_collective_tag(tag) ? ~kSingleCopyAnnounceBit : ~Tag{0};
+  return post(false, peer, tag, nullptr, buf, len, 0, mask);
 }
 
 RequestPtr UcxTransport::post_striped(bool is_send, int peer, Tag tag, const void* send_buf,
@@ -578,11 +683,15 @@ bool UcxTransport::settle(Stripe& s) {
 
 void UcxTransport::withdraw(std::span<const RequestPtr> whole_requests,
                             std::chrono::milliseconds budget) {
-  // A striped message is withdrawn through its parts.
+  // A striped message is withdrawn through its parts, a single-copy send through its
+  // announcement (its "done" receive is its own business, below).
   std::vector<RequestPtr> expanded(whole_requests.begin(), whole_requests.end());
   for (const auto& r : whole_requests) {
     for (const auto& s : stripes_) {
       if (s.whole == r) expanded.insert(expanded.end(), s.parts.begin(), s.parts.end());
+    }
+    for (const auto& s : single_sends_) {
+      if (s.whole == r) expanded.push_back(s.announce);
     }
   }
   const std::span<const RequestPtr> requests(expanded);
@@ -604,6 +713,25 @@ void UcxTransport::withdraw(std::span<const RequestPtr> whole_requests,
   while (any_pending() && std::chrono::steady_clock::now() < until) {
     if (!progress()) check_peers();
   }
+  const auto withdrawn = [&](const RequestPtr& r) {
+    return r->pending() && std::find(requests.begin(), requests.end(), r) != requests.end();
+  };
+  // Single-copy messages: a receive no longer reads (the sender is told it is done), and a
+  // send's slot is cleared, so a peer still reading it fails rather than lands what the caller
+  // writes there next.
+  std::erase_if(reads_, [&](PeerReadJob& job) {
+    if (!withdrawn(job.request)) return false;
+    job.request->state = TransportRequest::State::Failed;
+    job.request->error = "withdrawn: its operation failed";
+    if (peers_.at(static_cast<std::size_t>(job.peer))->lost.empty()) send_done(job);
+    return true;
+  });
+  std::erase_if(single_sends_, [&](SingleCopySend& s) {
+    if (!withdrawn(s.whole)) return false;
+    s.whole->state = TransportRequest::State::Failed;
+    s.whole->error = "withdrawn: its operation failed";
+    return settle(s);
+  });
   // Sends the peer has not taken: UCX would read their buffers whenever it gets to them (a
   // rendezvous the peer matches later, a queue that drains later). Closing the endpoint by force
   // fails them; UCX 1.13 cannot cancel a single send.
@@ -665,13 +793,190 @@ void UcxTransport::reset_endpoint(Peer& peer, const std::string& why) {
   }
 }
 
+RequestPtr UcxTransport::post_single_copy(int peer, Tag tag, const void* buf, std::size_t len) {
+  std::size_t slot = 0;
+  if (free_slots_.empty()) {
+    slot = slots_.size();
+    slots_.emplace_back(0);
+  } else {
+    slot = free_slots_.back();
+    free_slots_.pop_back();
+  }
+  if (++next_token_ == 0) ++next_token_;  // 0 marks a free slot
+  const std::uint64_t token = next_token_;
+  slots_[slot].store(token, std::memory_order_release);
+  auto msg =
+      std::make_shared<Announcement>(Announcement{reinterpret_cast<std::uintptr_t>(buf), len, token,
+                                                  reinterpret_cast<std::uintptr_t>(&slots_[slot])});
+  auto done = std::make_shared<std::uint64_t>(0);
+  SingleCopySend s;
+  s.whole = std::make_shared<TransportRequest>();
+  s.slot = slot;
+  s.token = token;
+  s.length = len;
+  // The "done" receive first: it is posted before the receiver can answer.
+  s.done = post(false, peer, with_source(tag, peer) | kSingleCopyDoneBit, nullptr, done.get(),
+                sizeof *done);
+  s.done->keep_alive = std::move(done);
+  s.announce = post(true, peer, tag | kSingleCopyAnnounceBit, msg.get(), nullptr, sizeof *msg);
+  s.announce->keep_alive = std::move(msg);
+  RequestPtr whole = s.whole;
+  if (!settle(s)) single_sends_.push_back(std::move(s));
+  return whole;
+}
+
+bool UcxTransport::settle(SingleCopySend& s) {
+  auto& w = *s.whole;
+  if (w.pending()) {
+    const auto failed = [](const RequestPtr& r) {
+      return r->state == TransportRequest::State::Failed;
+    };
+    if (failed(s.announce) || failed(s.done)) {
+      w.state = TransportRequest::State::Failed;
+      w.error = failed(s.announce) ? s.announce->error : s.done->error;
+    } else if (!s.announce->pending() && !s.done->pending()) {
+      const auto* got = static_cast<const std::uint64_t*>(s.done->keep_alive.get());
+      if (s.done->bytes == sizeof s.token && *got == s.token) {
+        w.state = TransportRequest::State::Done;
+        single_copy_bytes_.fetch_add(s.length, std::memory_order_relaxed);
+      } else {
+        w.state = TransportRequest::State::Failed;
+        w.error = fmt::format(
+            "the receiver's \"done\" for a single-copy message did not name it "
+            "({} bytes): are all ranks running the same strait build?",
+            s.done->bytes);
+      }
+    } else {
+      return false;
+    }
+  }
+  // The caller may reuse its buffer from now on: a read that has not checked the slot yet fails.
+  release_slot(s.slot);
+  if (s.done->pending()) {
+    if (const auto it = in_flight_.find(s.done.get());
+        it != in_flight_.end() && it->second->ucx_request != nullptr) {
+      ucp_request_cancel(worker_.get(), it->second->ucx_request);
+    }
+  }
+  return true;
+}
+
+void UcxTransport::release_slot(std::size_t slot) {
+  slots_[slot].store(0, std::memory_order_seq_cst);
+  // The caller's next writes to the buffer come after this store for any reader (peer_memory.h).
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  free_slots_.push_back(slot);
+}
+
+void UcxTransport::accept_announcement(InFlight* pending, std::size_t length) {
+  PeerReadJob job;
+  job.request = pending->request;
+  job.peer = pending->peer;
+  job.tag = pending->tag;
+  job.dst = pending->recv_buf;
+  job.capacity = pending->recv_len;
+  const bool well_formed = length == sizeof(Announcement);
+  if (well_formed) std::memcpy(&job.msg, job.dst, sizeof job.msg);
+  in_flight_.erase(job.request.get());  // destroys *pending
+  if (!well_formed) {
+    job.request->state = TransportRequest::State::Failed;
+    job.request->error = fmt::format(
+        "rank {} sent a single-copy announcement of {} bytes where {} were expected: are all "
+        "ranks running the same strait build?",
+        job.peer, length, sizeof(Announcement));
+    return;
+  }
+  reads_.push_back(std::move(job));
+}
+
+bool UcxTransport::pump_reads() {
+  // One piece of each message in turn, so that none waits for another to be read whole.
+  for (std::size_t n = reads_.size(); n > 0; --n) {
+    PeerReadJob job = std::move(reads_.front());
+    reads_.pop_front();
+    if (!read_piece(job)) reads_.push_back(std::move(job));
+  }
+  return true;
+}
+
+bool UcxTransport::read_piece(PeerReadJob& job) {
+  auto& req = *job.request;
+  if (!req.pending()) return true;
+  Peer& peer = *peers_.at(static_cast<std::size_t>(job.peer));
+  if (job.msg.length > job.capacity) {
+    req.state = TransportRequest::State::Failed;
+    req.truncated = true;
+    req.error = ucs_status_string(UCS_ERR_MESSAGE_TRUNCATED);
+    send_done(job);
+    return true;
+  }
+  const std::size_t n = std::min(kReadPiece, job.msg.length - job.offset);
+  if (n > 0) {
+    const PeerRead r =
+        read_peer_memory(peer.pid, job.msg.address + job.offset, job.dst + job.offset, n);
+    if (r.error != 0) {
+      fail_read(job,
+                fmt::format("reading its message from its memory failed after {} of {} bytes: {}",
+                            job.offset + r.bytes, job.msg.length, std::strerror(r.error)),
+                true);
+      return true;
+    }
+    job.offset += n;
+  }
+  if (job.offset < job.msg.length) return false;
+  // All read. The slot, read after the data, still holds the token: the sender had not given the
+  // buffer back by then, so what was read is its message. A readable pidfd: the pid may have
+  // been another process's.
+  std::uint64_t slot = 0;
+  const PeerRead s = read_peer_memory(peer.pid, job.msg.slot, &slot, sizeof slot);
+  if (s.error != 0 || slot != job.msg.token || mark_if_exited(peer, 0) || !peer.lost.empty()) {
+    fail_read(job,
+              fmt::format("rank {} withdrew its message before this rank had read it (its "
+                          "operation failed there)",
+                          job.peer),
+              true);
+    return true;
+  }
+  req.state = TransportRequest::State::Done;
+  req.bytes = job.msg.length;
+  send_done(job);
+  return true;
+}
+
+void UcxTransport::fail_read(PeerReadJob& job, std::string why, bool tell_sender) {
+  Peer& peer = *peers_.at(static_cast<std::size_t>(job.peer));
+  // A read fails when the sender is gone, and its pidfd turns readable a moment after its memory
+  // went: wait for it once, as failure_cause() does, to report the cause rather than the symptom.
+  constexpr int kExitReportMs = 500;
+  if (peer.lost.empty()) mark_if_exited(peer, peer.waited_for_exit ? 0 : kExitReportMs);
+  peer.waited_for_exit = true;
+  auto& req = *job.request;
+  req.state = TransportRequest::State::Failed;
+  req.error = peer.lost.empty() ? std::move(why) : peer.lost;
+  if (tell_sender && peer.lost.empty()) send_done(job);
+}
+
+void UcxTransport::send_done(const PeerReadJob& job) {
+  auto token = std::make_shared<std::uint64_t>(job.msg.token);
+  RequestPtr r = post(true, job.peer, with_source(job.tag, rank_) | kSingleCopyDoneBit, token.get(),
+                      nullptr, sizeof *token);
+  r->keep_alive = std::move(token);  // a failed send (a closed endpoint) is the sender's loss
+}
+
 bool UcxTransport::progress() {
-  const bool any = ucp_worker_progress(worker_.get()) != 0;
+  bool any = ucp_worker_progress(worker_.get()) != 0;
+  if (!reads_.empty()) any = pump_reads() || any;
+  if (!single_sends_.empty()) {
+    const auto before = single_sends_.size();
+    std::erase_if(single_sends_, [this](SingleCopySend& s) { return settle(s); });
+    any = any || single_sends_.size() != before;
+  }
   if (!stripes_.empty()) std::erase_if(stripes_, [](Stripe& s) { return settle(s); });
   return any;
 }
 
 bool UcxTransport::arm() {
+  if (!reads_.empty()) return false;  // reading a peer's message is work no fd announces
   return ucp_worker_arm(worker_.get()) == UCS_OK;
 }
 
