@@ -84,6 +84,13 @@ struct STRAIT_API CommOptions {
   // (transport/ucx/ucx_transport.h): for links that limit each TCP flow. 1 .. 8, the same on every
   // rank (Mismatch otherwise). Default: STRAIT_STREAMS or 1.
   int streams = default_streams();
+  // The job's shared secret (comm/security/secret.h): a file, mode 0600. Unset: STRAIT_SECRET_FILE;
+  // "": none. Communicator::from_env authenticates the store with it.
+  std::optional<std::string> secret_file{};
+  // Which links are sealed with an AEAD (comm/transport/sealed_transport.h): "sites" (between
+  // sites), "all" or "off"; the same on every rank. Empty: STRAIT_ENCRYPT, else "sites" with a
+  // secret and "off" without.
+  std::string encrypt{};
   // Throws InvalidArgument when STRAIT_TIMEOUT_S is set to anything but 0.001 .. 1e6 seconds.
   static std::chrono::milliseconds default_timeout();
   // Throws InvalidArgument when STRAIT_STREAMS is set to anything but 1 .. 8.

@@ -24,6 +24,7 @@
 #include "comm/compress/compression_state.h"
 #include "comm/nccl/device_collectives.h"
 #include "comm/progress_engine.h"
+#include "comm/transport/sealed_transport.h"
 #include "comm/transport/ucx/ucx_transport.h"
 #include "core/error.h"
 
@@ -91,8 +92,11 @@ std::unique_ptr<Communicator> Communicator::create(std::shared_ptr<Store> store,
           ? options.algorithms
           : std::make_shared<const AlgorithmTable>(AlgorithmTable::from_environment());
   check_rule_codecs(*algorithms);
-  auto transport = std::make_unique<UcxTransport>(*store, "strait/ucx", rank, size, options.timeout,
-                                                  options.streams);
+  std::unique_ptr<Transport> transport =
+      seal_links(std::make_unique<UcxTransport>(*store, "strait/ucx", rank, size, options.timeout,
+                                                options.streams),
+                 options.secret_file, options.encrypt, sites ? sites->site_of : std::vector<int>{},
+                 *store, "strait/seal", options.timeout);
   auto shared = std::make_shared<Shared>();
   shared->algorithms = std::move(algorithms);
   shared->store = std::move(store);
@@ -234,7 +238,8 @@ std::vector<double> Communicator::measure_bandwidth() {
 
 std::unique_ptr<Communicator> Communicator::from_env(const CommOptions& options) {
   const LaunchEnv env = launch_env_from_environment();
-  std::shared_ptr<Store> store = make_launch_store(env, options.timeout, options.timeout);
+  std::shared_ptr<Store> store =
+      make_launch_store(env, options.timeout, options.timeout, options.secret_file);
   return create(std::move(store), env.rank, env.world_size, options);
 }
 
