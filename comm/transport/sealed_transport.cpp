@@ -17,6 +17,10 @@ namespace {
 // inner transport may finish with it even after the caller has given up.
 using Staging = std::vector<std::uint8_t>;
 
+// Staging buffers are reused: a fresh large allocation is a fresh mmap, whose page faults and
+// (for UCX) memory registration cost more than sealing the bytes.
+constexpr std::size_t kPoolSize = 32;
+
 }  // namespace
 
 SealedTransport::SealedTransport(std::unique_ptr<Transport> inner, const SharedSecret& secret,
@@ -57,7 +61,7 @@ SealedTransport::~SealedTransport() = default;
 RequestPtr SealedTransport::isend(int peer, Tag tag, const void* buf, std::size_t len) {
   Link* link = links_.at(static_cast<std::size_t>(peer)).get();
   if (link == nullptr) return inner_->isend(peer, tag, buf, len);
-  auto staging = std::make_shared<Staging>(len + sealed::kOverhead);
+  auto staging = acquire(len + sealed::kOverhead);
   const sealed::Header h{.sender = static_cast<std::uint32_t>(rank()),
                          .receiver = static_cast<std::uint32_t>(peer),
                          .tag = tag,
@@ -76,7 +80,7 @@ RequestPtr SealedTransport::irecv(int peer, Tag tag, void* buf, std::size_t len)
   if (links_.at(static_cast<std::size_t>(peer)) == nullptr) {
     return inner_->irecv(peer, tag, buf, len);
   }
-  auto staging = std::make_shared<Staging>(len + sealed::kOverhead);
+  auto staging = acquire(len + sealed::kOverhead);
   RequestPtr inner = inner_->irecv(peer, tag, staging->data(), staging->size());
   inner->keep_alive = staging;
   auto outer = std::make_shared<TransportRequest>();
@@ -89,6 +93,32 @@ RequestPtr SealedTransport::irecv(int peer, Tag tag, void* buf, std::size_t len)
   finish(ops_.back());
   if (!outer->pending()) ops_.pop_back();
   return outer;
+}
+
+std::shared_ptr<std::vector<std::uint8_t>> SealedTransport::acquire(std::size_t bytes) {
+  std::shared_ptr<Staging>* best = nullptr;
+  for (auto& b : pool_) {
+    // Free when only the pool holds it (the inner transport has let go of its request).
+    if (b.use_count() != 1 || b->capacity() < bytes) continue;
+    if (best == nullptr || b->capacity() < (*best)->capacity()) best = &b;
+  }
+  if (best != nullptr) {
+    (*best)->resize(bytes);
+    return *best;
+  }
+  auto fresh = std::make_shared<Staging>(bytes);
+  if (pool_.size() < kPoolSize) {
+    pool_.push_back(fresh);
+  } else {
+    // Replace the smallest free buffer, so the pool drifts toward the sizes in use.
+    for (auto& b : pool_) {
+      if (b.use_count() == 1 && b->capacity() < bytes) {
+        b = fresh;
+        break;
+      }
+    }
+  }
+  return fresh;
 }
 
 // Moves a finished inner request's outcome to the outer one; opens received messages.

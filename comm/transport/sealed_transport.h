@@ -76,11 +76,13 @@ class SealedTransport final : public Transport {
   };
 
   void finish(Op& op);
+  std::shared_ptr<std::vector<std::uint8_t>> acquire(std::size_t bytes);
 
   std::unique_ptr<Transport> inner_;
   std::vector<bool> sealed_;
   std::vector<std::unique_ptr<Link>> links_;  // null for peers in the clear
   std::vector<Op> ops_;                       // sealed requests whose outer is pending
+  std::vector<std::shared_ptr<std::vector<std::uint8_t>>> pool_;  // staging buffers, reused
 };
 
 enum class EncryptMode { Off, Sites, All };
