@@ -16,7 +16,9 @@
 // dropped for a new one, so a flood of idle connections cannot keep the ranks out), at most
 // max_connections may be open (more are closed at once), and each may park at most
 // max_parked_per_connection get/wait requests. Memory is therefore bounded by those limits and
-// the job's own keys and values.
+// the job's own keys and values. Without a secret every client is served once it has said Hello,
+// so each connection may make the server buffer up to one maximal frame (64 MiB): where untrusted
+// clients can reach the port, use a secret.
 //
 // Lifetime: the constructor binds and listens, so a port in use is reported to the caller, not to
 // a thread. The destructor stops the thread and closes every socket, parked requests included:
