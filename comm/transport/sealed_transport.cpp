@@ -221,18 +221,21 @@ std::unique_ptr<Transport> seal_links(std::unique_ptr<Transport> inner,
   const int me = inner->rank();
   const int n = inner->size();
   // Every rank must seal the same links: one that does not would read envelopes as data.
+  // Each rank compares with rank 0, and a sealing rank with every peer it seals (below), so that a
+  // sealing rank fails with Mismatch too instead of waiting for a session that never comes.
   store.set(fmt::format("{}/mode/{}", prefix, me), text);
-  if (me != 0) {
-    const Bytes root = store.get(fmt::format("{}/mode/0", prefix), timeout);
-    const std::string root_text(root.begin(), root.end());
-    if (root_text != text) {
+  const auto check_mode = [&](int peer) {
+    const Bytes theirs = store.get(fmt::format("{}/mode/{}", prefix, peer), timeout);
+    const std::string their_text(theirs.begin(), theirs.end());
+    if (their_text != text) {
       throw Error(ErrorCode::Mismatch,
-                  fmt::format("STRAIT_ENCRYPT differs between ranks: rank {} has {:?}, rank 0 "
+                  fmt::format("STRAIT_ENCRYPT differs between ranks: rank {} has {:?}, rank {} "
                               "{:?} (a secret on some ranks only changes the default too): set "
                               "the same STRAIT_ENCRYPT and STRAIT_SECRET_FILE on every rank",
-                              me, text, root_text));
+                              me, text, peer, their_text));
     }
-  }
+  };
+  if (me != 0) check_mode(0);
   if (mode == EncryptMode::Off) return inner;
   if (!secret) {
     throw Error(ErrorCode::InvalidArgument,
@@ -251,6 +254,9 @@ std::unique_ptr<Transport> seal_links(std::unique_ptr<Transport> inner,
     any = any || remote;
   }
   if (!any) return inner;
+  for (int p = 0; p < n; ++p) {
+    if (sealed[static_cast<std::size_t>(p)] && p != 0) check_mode(p);
+  }
   return std::make_unique<SealedTransport>(std::move(inner), *secret, store, prefix,
                                            std::move(sealed), timeout);
 }

@@ -91,8 +91,9 @@ EncryptMode parse_encrypt_mode(const std::string& text, const std::string& sourc
 
 // What Communicator::create does: resolves the secret (secret_file, else STRAIT_SECRET_FILE) and
 // the mode (encrypt, else STRAIT_ENCRYPT, else "sites" with a secret and "off" without), checks
-// through the store that every rank has rank 0's mode (Mismatch naming both otherwise), and wraps
-// inner in a SealedTransport when some peer is to be sealed; returns inner unchanged otherwise.
+// through the store that every rank has rank 0's mode, and a sealing rank that of each peer it
+// seals (Mismatch naming both otherwise, on both sides), and wraps inner in a SealedTransport when
+// some peer is to be sealed; returns inner unchanged otherwise.
 // site_of: each world rank's site; empty when not known yet (every peer then counts as remote).
 // InvalidArgument when sealing is asked for without a secret.
 std::unique_ptr<Transport> seal_links(std::unique_ptr<Transport> inner,
