@@ -15,6 +15,8 @@
 #include <vector>
 
 #include "comm/compress/codec.h"
+#include "comm/security/secret.h"
+#include "comm/transport/sealed_message.h"
 #include "kernels/adamw.h"
 #include "kernels/cpu_features.h"
 #include "kernels/gelu.h"
@@ -96,6 +98,39 @@ void BM_GeluBackward(benchmark::State& state) {
   state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * n));
 }
 BENCHMARK(BM_GeluBackward)->Arg(4 * 128 * 512);
+// The AEAD of sealed links (comm/transport/sealed_message.h, XChaCha20-Poly1305 from libsodium) on
+// one core: seal (arg 1 = 0) or open (1) a message of arg 0 bytes. The ceiling a sealed link's
+// busbw is held against (bench/RESULTS.md).
+void BM_SealedMessage(benchmark::State& state) {
+  const auto n = static_cast<std::size_t>(state.range(0));
+  const bool open = state.range(1) != 0;
+  const std::string text = "micro-bench-secret-0123456789";
+  const strait::comm::Key key =
+      strait::comm::SharedSecret::from_bytes(
+          {reinterpret_cast<const std::uint8_t*>(text.data()), text.size()}, "bench")
+          .derive("link");
+  std::vector<std::uint8_t> plain(n, 0x5a);
+  std::vector<std::uint8_t> sealed(n + strait::comm::sealed::kOverhead);
+  strait::comm::sealed::seal(key, {.sender = 0, .receiver = 1, .tag = 1, .seq = 0}, plain, sealed);
+  std::uint64_t seq = 0;
+  for (auto _ : state) {
+    if (open) {
+      strait::comm::sealed::open(key, 0, 1, sealed, plain);
+    } else {
+      strait::comm::sealed::seal(key, {.sender = 0, .receiver = 1, .tag = 1, .seq = ++seq}, plain,
+                                 sealed);
+    }
+    benchmark::DoNotOptimize(sealed.data());
+    benchmark::DoNotOptimize(plain.data());
+  }
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * n));
+}
+BENCHMARK(BM_SealedMessage)
+    ->Args({1 << 20, 0})
+    ->Args({1 << 20, 1})
+    ->Args({64 << 20, 0})
+    ->Args({64 << 20, 1})
+    ->Unit(benchmark::kMillisecond);
 
 // Codecs over 64 MiB of f32 (16 Mi elements, far beyond the caches), for each SIMD level the CPU
 // runs: BM_CodecEncode/<codec>/<level> and BM_CodecDecodeAdd/<codec>/<level>. Bytes/s counts the

@@ -22,6 +22,13 @@ if(NOT XXHASH_FOUND)
   message(FATAL_ERROR "xxHash (libxxhash.pc) not found: SwapStore checksums its extents with "
                       "XXH3_64bits. Install Debian's libxxhash-dev (scripts/setup.sh does).")
 endif()
+# libsodium: the store's authentication (HMAC-SHA256) and the sealed links (XChaCha20-Poly1305).
+pkg_check_modules(SODIUM QUIET IMPORTED_TARGET libsodium)
+if(NOT SODIUM_FOUND)
+  message(FATAL_ERROR "libsodium (libsodium.pc) not found: the store authenticates its clients and "
+                      "links between sites are sealed with it. Install Debian's libsodium-dev "
+                      "(scripts/setup.sh does).")
+endif()
 
 # OpenBLAS (not the reference BLAS): we want its sgemm and openblas_set_num_threads.
 find_path(OPENBLAS_INCLUDE_DIR cblas.h PATH_SUFFIXES openblas-pthread openblas REQUIRED)

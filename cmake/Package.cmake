@@ -42,8 +42,10 @@ set(STRAIT_PUBLIC_HEADERS
   offload/pinned_pool.h
   offload/swap_store.h
   scheduler/schedule.h
+  scheduler/schedule_csv.h
   scheduler/schedule_print.h
   scheduler/schedule_sim.h
+  scheduler/schedule_trace.h
   scheduler/schedule_validate.h
 )
 set(strait_header_sources ${STRAIT_PUBLIC_HEADERS})

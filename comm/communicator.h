@@ -101,6 +101,13 @@ struct STRAIT_API CommOptions {
   // announcement and a "done" message); not tuned: the ring allreduce sends 8 KiB segments below
   // 1 MiB and 512 KiB - 1 MiB ones above, so only the other collectives' messages meet it.
   static constexpr std::size_t kDefaultSingleCopyMin = 256 << 10;
+  // The job's shared secret (comm/security/secret.h): a file, mode 0600. Unset: STRAIT_SECRET_FILE;
+  // "": none. Communicator::from_env authenticates the store with it.
+  std::optional<std::string> secret_file{};
+  // Which links are sealed with an AEAD (comm/transport/sealed_transport.h): "sites" (between
+  // sites), "all" or "off"; the same on every rank. Empty: STRAIT_ENCRYPT, else "sites" with a
+  // secret and "off" without.
+  std::string encrypt{};
   // Throws InvalidArgument when STRAIT_TIMEOUT_S is set to anything but 0.001 .. 1e6 seconds.
   static std::chrono::milliseconds default_timeout();
   // Throws InvalidArgument when STRAIT_STREAMS is set to anything but 1 .. 8.

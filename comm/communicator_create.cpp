@@ -26,6 +26,7 @@
 #include "comm/compress/compression_state.h"
 #include "comm/nccl/device_collectives.h"
 #include "comm/progress_engine.h"
+#include "comm/transport/sealed_transport.h"
 #include "comm/transport/ucx/ucx_transport.h"
 #include "core/error.h"
 
@@ -144,8 +145,11 @@ std::unique_ptr<Communicator> Communicator::create_world(std::shared_ptr<Store> 
           ? options.algorithms
           : std::make_shared<const AlgorithmTable>(AlgorithmTable::from_environment());
   check_rule_codecs(*algorithms);
-  auto transport = std::make_unique<UcxTransport>(*store, "strait/ucx", rank, size, options.timeout,
-                                                  options.streams, options.single_copy_min);
+  std::unique_ptr<Transport> transport =
+      seal_links(std::make_unique<UcxTransport>(*store, "strait/ucx", rank, size, options.timeout,
+                                                options.streams, options.single_copy_min),
+                 options.secret_file, options.encrypt, sites ? sites->site_of : std::vector<int>{},
+                 *store, "strait/seal", options.timeout);
   auto shared = std::make_shared<Shared>();
   shared->algorithms = std::move(algorithms);
   shared->root_store = std::move(root);  // reform() agrees through it (comm/reform.h)
@@ -291,7 +295,8 @@ std::vector<double> Communicator::measure_bandwidth() {
 
 std::unique_ptr<Communicator> Communicator::from_env(const CommOptions& options) {
   const LaunchEnv env = launch_env_from_environment();
-  std::shared_ptr<Store> store = make_launch_store(env, options.timeout, options.timeout);
+  std::shared_ptr<Store> store =
+      make_launch_store(env, options.timeout, options.timeout, options.secret_file);
   return create(std::move(store), env.rank, env.world_size, options);
 }
 

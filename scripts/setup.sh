@@ -9,7 +9,7 @@ packages=(
   build-essential cmake ninja-build pkg-config git
   libucx-dev ucx-utils libhwloc-dev liburing-dev libxxhash-dev
   libgtest-dev libgmock-dev libbenchmark-dev libopenblas-dev
-  libcli11-dev libfmt-dev libspdlog-dev nlohmann-json3-dev
+  libcli11-dev libfmt-dev libspdlog-dev nlohmann-json3-dev libsodium-dev
   clang-format clang-tidy clang libclang-rt-14-dev
   iproute2 procps
   fortunes

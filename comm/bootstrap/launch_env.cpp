@@ -94,13 +94,15 @@ LaunchEnv launch_env_from_environment() {
 
 std::unique_ptr<TcpStore> make_launch_store(const LaunchEnv& env,
                                             std::chrono::milliseconds connect_timeout,
-                                            std::chrono::milliseconds timeout) {
+                                            std::chrono::milliseconds timeout,
+                                            const std::optional<std::string>& secret_file) {
   TcpStoreOptions options;
   options.host = env.master_addr;
   options.port = env.master_port;
   options.is_server = env.rank == 0;
   options.connect_timeout = connect_timeout;
   options.timeout = timeout;
+  options.secret_file = secret_file;
   return std::make_unique<TcpStore>(options);
 }
 

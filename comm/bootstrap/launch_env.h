@@ -39,9 +39,11 @@ LaunchEnv parse_launch_env(const EnvLookup& lookup);
 LaunchEnv launch_env_from_environment();
 
 // The job's store for this process: rank 0 runs the server at MASTER_ADDR:MASTER_PORT, every rank
-// connects to it (retrying for connect_timeout while rank 0 starts).
+// connects to it (retrying for connect_timeout while rank 0 starts). secret_file: as
+// TcpStoreOptions::secret_file (unset: STRAIT_SECRET_FILE).
 std::unique_ptr<TcpStore> make_launch_store(
     const LaunchEnv& env, std::chrono::milliseconds connect_timeout = std::chrono::minutes(5),
-    std::chrono::milliseconds timeout = std::chrono::minutes(5));
+    std::chrono::milliseconds timeout = std::chrono::minutes(5),
+    const std::optional<std::string>& secret_file = std::nullopt);
 
 }  // namespace strait::comm

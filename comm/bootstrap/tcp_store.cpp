@@ -4,6 +4,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <spdlog/spdlog.h>
 #include <sys/socket.h>
 
 #include <algorithm>
@@ -18,6 +19,7 @@
 #include <unordered_map>
 
 #include "comm/bootstrap/socket.h"
+#include "comm/bootstrap/store_auth.h"
 #include "comm/bootstrap/tcp_store_server.h"
 #include "comm/bootstrap/tcp_store_wire.h"
 #include "core/error.h"
@@ -122,8 +124,8 @@ std::string io_reason(int err) {
 class TcpStore::Client {
  public:
   Client(const std::string& host, std::uint16_t port, milliseconds connect_timeout,
-         milliseconds timeout)
-      : where_(net::endpoint(host, port)), timeout_(timeout) {
+         milliseconds timeout, std::optional<SharedSecret> secret)
+      : where_(net::endpoint(host, port)), timeout_(timeout), secret_(std::move(secret)) {
     connect(host, port, connect_timeout);
     reader_ = std::thread([this] { read_loop(); });
   }
@@ -246,13 +248,69 @@ class TcpStore::Client {
   // Hello / HelloOk. False (with why) when the connection closed early, so the caller retries;
   // throws when the peer answers but is not a compatible strait store.
   bool handshake(Clock::time_point deadline, std::string& why) {
-    const auto hello = wire::encode(
-        Request{.type = Type::Hello, .magic = wire::kMagic, .version = wire::kVersion});
+    const store_auth::Nonce nonce = store_auth::fresh_nonce();
+    const auto hello = wire::encode(Request{
+        .type = Type::Hello, .magic = wire::kMagic, .version = wire::kVersion, .nonce = nonce});
     if (send(fd_.get(), hello.data(), hello.size(), MSG_NOSIGNAL) !=
         static_cast<ssize_t>(hello.size())) {
       why = fmt::format("handshake: {}", std::strerror(errno));
       return false;
     }
+    std::optional<Reply> reply = handshake_reply(deadline, why);
+    if (!reply) return false;
+    expect_handshake(*reply, Type::HelloOk);
+    if (!reply->auth && !secret_) return true;
+    if (!secret_) {
+      throw Error(ErrorCode::Mismatch,
+                  fmt::format("authentication failed: the strait store at {} requires the job's "
+                              "shared secret and this rank has none: set STRAIT_SECRET_FILE to "
+                              "the same file as on rank 0",
+                              where_));
+    }
+    if (!reply->auth) {
+      throw Error(ErrorCode::Mismatch,
+                  fmt::format("authentication failed: this rank has a shared secret ({}) but the "
+                              "strait store at {} does not ask for one: set STRAIT_SECRET_FILE on "
+                              "rank 0 too (or is something else listening on MASTER_PORT?)",
+                              secret_->source(), where_));
+    }
+    const Key key = store_auth::auth_key(*secret_);
+    if (!store_auth::equal(reply->proof,
+                           store_auth::server_proof(key, wire::kVersion, nonce, reply->nonce))) {
+      throw Error(ErrorCode::Mismatch,
+                  fmt::format("authentication failed: this rank's secret differs from rank 0's "
+                              "({}; the store at {} proved a different one)",
+                              secret_->source(), where_));
+    }
+    const auto auth = wire::encode(
+        Request{.type = Type::Auth,
+                .proof = store_auth::client_proof(key, wire::kVersion, nonce, reply->nonce)});
+    if (send(fd_.get(), auth.data(), auth.size(), MSG_NOSIGNAL) !=
+        static_cast<ssize_t>(auth.size())) {
+      why = fmt::format("handshake: {}", std::strerror(errno));
+      return false;
+    }
+    reply = handshake_reply(deadline, why);
+    if (!reply) return false;
+    expect_handshake(*reply, Type::AuthOk);
+    return true;
+  }
+
+  void expect_handshake(const Reply& reply, Type type) const {
+    if (reply.type == Type::Fatal) {
+      throw Error(
+          ErrorCode::Mismatch,
+          fmt::format("the strait store at {} rejected this client: {}", where_, reply.message));
+    }
+    if (reply.type != type) {
+      throw Error(ErrorCode::Mismatch,
+                  fmt::format("the strait store at {} answered the handshake with type 0x{:02x}",
+                              where_, static_cast<unsigned>(reply.type)));
+    }
+  }
+
+  // One reply during the handshake; nullopt (with why) when the connection closed early.
+  std::optional<Reply> handshake_reply(Clock::time_point deadline, std::string& why) {
     std::array<std::uint8_t, wire::kHeaderBytes> header{};
     if (!recv_exact_until(fd_.get(), header, deadline)) {
       const int err = errno;
@@ -263,14 +321,14 @@ class TcpStore::Client {
                                 where_));
       }
       why = fmt::format("handshake: {}", io_reason(err));
-      return false;
+      return std::nullopt;
     }
     Reply reply;
     try {
       Bytes body(wire::body_length(header));
       if (!recv_exact_until(fd_.get(), body, deadline)) {
         why = fmt::format("handshake: {}", io_reason(errno));
-        return false;
+        return std::nullopt;
       }
       reply = wire::parse_reply(body);
     } catch (const wire::ProtocolError& e) {
@@ -279,17 +337,7 @@ class TcpStore::Client {
                               "program listening on MASTER_PORT?",
                               where_, e.what()));
     }
-    if (reply.type == Type::Fatal) {
-      throw Error(
-          ErrorCode::Mismatch,
-          fmt::format("the strait store at {} rejected this client: {}", where_, reply.message));
-    }
-    if (reply.type != Type::HelloOk) {
-      throw Error(ErrorCode::Mismatch,
-                  fmt::format("the strait store at {} answered the handshake with type 0x{:02x}",
-                              where_, static_cast<unsigned>(reply.type)));
-    }
-    return true;
+    return reply;
   }
 
   void read_loop() {
@@ -429,6 +477,7 @@ class TcpStore::Client {
 
   std::string where_;
   milliseconds timeout_;
+  std::optional<SharedSecret> secret_;
   Fd fd_;
   std::atomic<std::uint64_t> next_id_{1};
   std::mutex write_mu_;  // one frame on the wire at a time
@@ -449,14 +498,29 @@ TcpStore::TcpStore(const TcpStoreOptions& options) : host_(options.host), port_(
                             "ms)",
                             options.timeout.count(), options.connect_timeout.count()));
   }
+  // An explicit "" means no secret, whatever the environment says.
+  std::optional<SharedSecret> secret;
+  if (!options.secret_file || !options.secret_file->empty()) {
+    secret = SharedSecret::resolve(options.secret_file.value_or(std::string()));
+  }
   if (options.is_server) {
-    server_ = std::make_unique<TcpStoreServer>(net::is_loopback_host(host_) ? host_ : "", port_);
+    const bool loopback = net::is_loopback_host(host_);
+    server_ = std::make_unique<TcpStoreServer>(loopback ? host_ : "", port_,
+                                               TcpStoreServerOptions{.secret = secret});
     port_ = server_->port();
+    if (!secret && !loopback) {
+      spdlog::warn(
+          "strait store: listening on every interface at port {} without a shared secret: anyone "
+          "who reaches it can read and write the job's store. Set STRAIT_SECRET_FILE (a file of "
+          "random bytes, mode 0600) on every rank",
+          port_);
+    }
   } else if (port_ == 0) {
     throw Error(ErrorCode::InvalidArgument,
                 "a TcpStore client needs the server's port: set MASTER_PORT");
   }
-  client_ = std::make_unique<Client>(host_, port_, options.connect_timeout, options.timeout);
+  client_ = std::make_unique<Client>(host_, port_, options.connect_timeout, options.timeout,
+                                     std::move(secret));
 }
 
 TcpStore::~TcpStore() = default;

@@ -8,6 +8,15 @@
 // the timeout, then cancels the parked request (a key set just before the deadline still counts).
 // Clients connect with retries until connect_timeout, since rank 0 may start after them.
 //
+// Authentication: with a shared secret (secret_file, else STRAIT_SECRET_FILE; comm/security/
+// secret.h), the server serves only clients that prove they hold it, and a client trusts only a
+// server that proves it too (comm/bootstrap/store_auth.h), before any key is read or written. A
+// rank whose secret differs from rank 0's fails at once with Mismatch ("authentication failed:
+// this rank's secret differs from rank 0's (STRAIT_SECRET_FILE=...)"), as does a rank without one
+// when rank 0 has one and the reverse. Without a secret anyone who reaches the port may use the
+// store; the server then warns once when it listens on a non-loopback address. The store's
+// traffic after the handshake is not encrypted: keep bulk secrets out of it.
+//
 // Limits: keys are 1..4096 bytes (any bytes), values at most 64 MiB, wait() at most 4096 keys.
 // Thread-safety: every method may be called from several threads at once; destroy the store only
 // once no call is in flight. Destroying the server's owner ends the job's store: other clients
@@ -22,6 +31,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -40,6 +50,8 @@ struct TcpStoreOptions {
   std::chrono::milliseconds connect_timeout = std::chrono::minutes(5);
   // Deadline for the server to answer set() and add().
   std::chrono::milliseconds timeout = std::chrono::minutes(5);
+  // The shared secret's file (mode 0600): unset reads STRAIT_SECRET_FILE; "" means no secret.
+  std::optional<std::string> secret_file{};
 };
 
 class STRAIT_API TcpStore final : public Store {

@@ -15,12 +15,15 @@
 #include <charconv>
 #include <chrono>
 #include <cstring>
+#include <deque>
+#include <mutex>
 #include <thread>
 #include <unordered_map>
 #include <vector>
 
 #include "comm/bootstrap/socket.h"
 #include "comm/bootstrap/store.h"
+#include "comm/bootstrap/store_auth.h"
 #include "comm/bootstrap/tcp_store_wire.h"
 #include "core/error.h"
 #include "core/fd.h"
@@ -43,6 +46,13 @@ constexpr std::size_t kMaxReadPerEvent = std::size_t{4} << 20U;
 constexpr std::size_t kOutHighWater = std::size_t{8} << 20U;
 constexpr int kBacklog = 4096;
 constexpr auto kAcceptPause = std::chrono::milliseconds(100);
+// A client that has not authenticated is read in small pieces: its frames are tiny.
+constexpr std::size_t kPreAuthReadChunk = 512;
+// Failures logged one by one; after that every kLogEvery-th, so a flood cannot fill the log.
+constexpr std::uint64_t kLogFirst = 20;
+constexpr std::uint64_t kLogEvery = 1000;
+
+enum class Phase { Hello, Auth, Ready };
 
 struct Conn {
   Fd fd;
@@ -51,8 +61,11 @@ struct Conn {
   std::vector<std::uint8_t> out;  // reply bytes not yet sent, from out_off on
   std::size_t out_off = 0;
   std::uint32_t events = 0;  // current epoll interest
-  bool greeted = false;      // Hello received
-  bool dead = false;         // closed at the end of this loop iteration
+  Phase phase = Phase::Hello;
+  Clock::time_point deadline;        // for the handshake, while phase != Ready
+  store_auth::Nonce client_nonce{};  // Phase::Auth
+  store_auth::Nonce server_nonce{};  // Phase::Auth
+  bool dead = false;                 // closed at the end of this loop iteration
   std::unordered_map<std::uint64_t, std::uint64_t> parked;  // request id -> waiter id
 
   [[nodiscard]] std::size_t pending_out() const { return out.size() - out_off; }
@@ -88,7 +101,9 @@ std::string peer_name(const sockaddr_storage& ss) {
 
 class TcpStoreServer::Impl {
  public:
-  Impl(const std::string& host, std::uint16_t port) {
+  Impl(const std::string& host, std::uint16_t port, TcpStoreServerOptions options)
+      : options_(std::move(options)) {
+    if (options_.secret) auth_key_ = store_auth::auth_key(*options_.secret);
     net::Listener listener = net::listen_tcp(host, port, kBacklog);
     listen_ = std::move(listener.fd);
     port_ = listener.port;
@@ -115,6 +130,11 @@ class TcpStoreServer::Impl {
 
   [[nodiscard]] std::uint16_t port() const noexcept { return port_; }
 
+  [[nodiscard]] TcpStoreServerStats stats() const {
+    const std::lock_guard lock(stats_mu_);
+    return stats_;
+  }
+
  private:
   void watch(int fd, std::uint64_t tag, std::uint32_t events, int op) const {
     epoll_event ev{};
@@ -137,14 +157,19 @@ class TcpStoreServer::Impl {
     listen_.reset();
   }
 
+  static int ms_until(Clock::time_point t) {
+    return static_cast<int>(std::clamp<long long>(
+        std::chrono::ceil<std::chrono::milliseconds>(t - Clock::now()).count(), 0, 60'000));
+  }
+
   void loop() {
     std::array<epoll_event, 64> events{};
     while (true) {
       int timeout_ms = -1;
-      if (accept_paused_) {
-        timeout_ms = static_cast<int>(std::max<long long>(
-            0,
-            std::chrono::ceil<std::chrono::milliseconds>(accept_resume_ - Clock::now()).count()));
+      if (accept_paused_) timeout_ms = ms_until(accept_resume_);
+      if (const Conn* oldest = oldest_pending()) {
+        const int t = ms_until(oldest->deadline);
+        timeout_ms = timeout_ms < 0 ? t : std::min(timeout_ms, t);
       }
       const int n =
           epoll_wait(epoll_.get(), events.data(), static_cast<int>(events.size()), timeout_ms);
@@ -164,12 +189,13 @@ class TcpStoreServer::Impl {
         if (it == conns_.end() || it->second.dead) continue;
         Conn& c = it->second;
         if ((ev & (EPOLLERR | EPOLLHUP)) != 0U) {
-          c.dead = true;  // reset or fully closed: nothing more can be sent to it
+          drop(c);  // reset or fully closed: nothing more can be sent to it
           continue;
         }
         if ((ev & EPOLLIN) != 0U) on_readable(tag, c);
         if (!c.dead && (ev & EPOLLOUT) != 0U) on_writable(tag, c);
       }
+      expire_handshakes();
       close_dead();
       if (accept_paused_ && Clock::now() >= accept_resume_) {
         watch(listen_.get(), kListenerTag, EPOLLIN, EPOLL_CTL_MOD);
@@ -196,6 +222,23 @@ class TcpStoreServer::Impl {
         return;
       }
       Fd owned(fd);
+      count([](TcpStoreServerStats& s) { ++s.accepted; });
+      if (conns_.size() >= options_.max_connections) {
+        count([](TcpStoreServerStats& s) { ++s.flood_dropped; });
+        note_failure("refusing client {}: {} connections are open already", peer_name(ss),
+                     conns_.size());
+        continue;  // closed by owned's destructor
+      }
+      if (pending_ >= options_.max_pending) {
+        // The oldest unauthenticated connection makes room: real ranks authenticate within
+        // milliseconds, so it is a stalled or hostile one.
+        if (Conn* oldest = oldest_pending()) {
+          count([](TcpStoreServerStats& s) { ++s.flood_dropped; });
+          note_failure("dropping client {}: {} connections are waiting to authenticate",
+                       oldest->peer, pending_);
+          drop(*oldest);
+        }
+      }
       const int one = 1;
       setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
       const std::uint64_t tag = next_conn_++;
@@ -204,6 +247,64 @@ class TcpStoreServer::Impl {
       c.fd = std::move(owned);
       c.peer = peer_name(ss);
       c.events = EPOLLIN;
+      c.deadline = Clock::now() + options_.handshake_timeout;
+      pending_order_.push_back(tag);
+      ++pending_;
+    }
+  }
+
+  template <typename F>
+  void count(F f) {
+    const std::lock_guard lock(stats_mu_);
+    f(stats_);
+  }
+
+  // Logs a rejected client, the first few each, then one in kLogEvery.
+  template <typename... Args>
+  void note_failure(fmt::format_string<Args...> format, Args&&... args) {
+    const std::uint64_t n = ++failures_logged_;
+    if (n <= kLogFirst || n % kLogEvery == 0) {
+      spdlog::warn("strait store: {}{}", fmt::format(format, std::forward<Args>(args)...),
+                   n == kLogFirst ? " (further rejections are logged once per 1000)" : "");
+    }
+  }
+
+  // The unauthenticated connection accepted first, or null. Drops stale entries on the way.
+  Conn* oldest_pending() {
+    while (!pending_order_.empty()) {
+      const auto it = conns_.find(pending_order_.front());
+      if (it != conns_.end() && !it->second.dead && it->second.phase != Phase::Ready) {
+        return &it->second;
+      }
+      pending_order_.pop_front();
+    }
+    return nullptr;
+  }
+
+  // Closes unauthenticated connections past their handshake deadline (slow or silent clients).
+  void expire_handshakes() {
+    const auto now = Clock::now();
+    while (Conn* c = oldest_pending()) {
+      if (c->deadline > now) return;
+      count([](TcpStoreServerStats& s) { ++s.idle_dropped; });
+      note_failure("dropping client {}: no {} within {} ms", c->peer,
+                   options_.secret ? "authentication" : "handshake",
+                   options_.handshake_timeout.count());
+      drop(*c);
+    }
+  }
+
+  // Marks a connection for closing at the end of this loop iteration.
+  void drop(Conn& c) {
+    if (c.dead) return;
+    c.dead = true;
+    if (c.phase != Phase::Ready) {
+      --pending_;
+      if (c.phase == Phase::Auth) {
+        // Counted here (not at the failed proof) so each connection counts once.
+        count([](TcpStoreServerStats& s) { ++s.auth_failures; });
+      }
+      c.phase = Phase::Ready;  // no longer pending
     }
   }
 
@@ -211,8 +312,9 @@ class TcpStoreServer::Impl {
     std::size_t total = 0;
     while (!c.dead && c.pending_out() <= kOutHighWater && total < kMaxReadPerEvent) {
       const std::size_t old = c.in.size();
-      c.in.resize(old + kReadChunk);
-      const ssize_t n = recv(c.fd.get(), c.in.data() + old, kReadChunk, 0);
+      const std::size_t chunk = c.phase == Phase::Ready ? kReadChunk : kPreAuthReadChunk;
+      c.in.resize(old + chunk);
+      const ssize_t n = recv(c.fd.get(), c.in.data() + old, chunk, 0);
       if (n > 0) {
         c.in.resize(old + static_cast<std::size_t>(n));
         total += static_cast<std::size_t>(n);
@@ -222,7 +324,8 @@ class TcpStoreServer::Impl {
       c.in.resize(old);
       if (n < 0 && errno == EINTR) continue;
       if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
-      c.dead = true;  // orderly close (n == 0) or a socket error
+      if (c.phase == Phase::Auth) note_failure("client {} left while authenticating", c.peer);
+      drop(c);  // orderly close (n == 0) or a socket error
     }
     update_interest(tag, c);
   }
@@ -242,6 +345,10 @@ class TcpStoreServer::Impl {
       try {
         const std::size_t len = wire::body_length(std::span<const std::uint8_t, wire::kHeaderBytes>(
             c.in.data() + off, wire::kHeaderBytes));
+        if (c.phase != Phase::Ready && len > wire::kMaxPreAuthBodyBytes) {
+          throw ProtocolError(fmt::format("a frame of {} bytes before the handshake (at most {})",
+                                          len, wire::kMaxPreAuthBodyBytes));
+        }
         if (avail - wire::kHeaderBytes < len) break;
         handle(tag, c, {c.in.data() + off + wire::kHeaderBytes, len});
         off += wire::kHeaderBytes + len;
@@ -256,7 +363,7 @@ class TcpStoreServer::Impl {
   void handle(std::uint64_t tag, Conn& c, std::span<const std::uint8_t> body) {
     wire::Request q = wire::parse_request(body);
     const std::uint64_t id = q.id;
-    if (!c.greeted) {
+    if (c.phase == Phase::Hello) {
       if (q.type != Type::Hello) {
         throw ProtocolError("expected Hello as the first message: is this a strait store client?");
       }
@@ -267,12 +374,43 @@ class TcpStoreServer::Impl {
             "the same strait build",
             q.version, wire::kVersion));
       }
-      c.greeted = true;
-      reply(tag, Reply{.type = Type::HelloOk, .id = id});
+      if (!auth_key_) {
+        become_ready(c);
+        reply(tag, Reply{.type = Type::HelloOk, .id = id});
+        return;
+      }
+      c.phase = Phase::Auth;
+      c.client_nonce = q.nonce;
+      c.server_nonce = store_auth::fresh_nonce();
+      reply(tag, Reply{.type = Type::HelloOk,
+                       .id = id,
+                       .auth = true,
+                       .nonce = c.server_nonce,
+                       .proof = store_auth::server_proof(*auth_key_, wire::kVersion, c.client_nonce,
+                                                         c.server_nonce)});
+      return;
+    }
+    if (c.phase == Phase::Auth) {
+      const bool ok =
+          q.type == Type::Auth &&
+          store_auth::equal(q.proof, store_auth::client_proof(*auth_key_, wire::kVersion,
+                                                              c.client_nonce, c.server_nonce));
+      if (!ok) {
+        fatal(c, fmt::format("authentication failed: {} (every rank needs STRAIT_SECRET_FILE "
+                             "naming the same secret)",
+                             q.type == Type::Auth
+                                 ? "wrong proof: a different secret, or a replayed handshake"
+                                 : "a request before authenticating"));
+        return;
+      }
+      become_ready(c);
+      count([](TcpStoreServerStats& s) { ++s.authenticated; });
+      reply(tag, Reply{.type = Type::AuthOk, .id = id});
       return;
     }
     switch (q.type) {
       case Type::Hello: throw ProtocolError("Hello sent twice");
+      case Type::Auth: throw ProtocolError("Auth sent twice, or to a store without a secret");
       case Type::Set:
         kv_[q.key].assign(q.value.begin(), q.value.end());
         reply(tag, Reply{.type = Type::Ok, .id = id});
@@ -319,6 +457,11 @@ class TcpStoreServer::Impl {
     }
   }
 
+  void become_ready(Conn& c) {
+    c.phase = Phase::Ready;
+    --pending_;
+  }
+
   void add(std::uint64_t tag, std::uint64_t id, const std::string& key, std::int64_t delta) {
     std::int64_t current = 0;
     const auto it = kv_.find(key);
@@ -354,6 +497,10 @@ class TcpStoreServer::Impl {
   void park(std::uint64_t tag, Conn& c, std::uint64_t request, Type type,
             std::vector<std::string> keys) {
     if (c.parked.contains(request)) throw ProtocolError("request id reused while still pending");
+    if (c.parked.size() >= options_.max_parked_per_connection) {
+      throw ProtocolError(fmt::format("more than {} get/wait requests parked on one connection",
+                                      options_.max_parked_per_connection));
+    }
     const std::uint64_t wid = next_waiter_++;
     std::size_t missing = 0;
     for (const std::string& k : keys) {
@@ -411,7 +558,7 @@ class TcpStoreServer::Impl {
     update_interest(tag, c);
   }
 
-  static void flush(Conn& c) {
+  void flush(Conn& c) {
     while (c.pending_out() > 0) {
       const ssize_t n = ::send(c.fd.get(), c.out.data() + c.out_off, c.pending_out(),
                                MSG_NOSIGNAL | MSG_DONTWAIT);
@@ -421,7 +568,7 @@ class TcpStoreServer::Impl {
       }
       if (n < 0 && errno == EINTR) continue;
       if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
-      c.dead = true;
+      drop(c);
       return;
     }
     if (c.pending_out() == 0) {
@@ -445,7 +592,15 @@ class TcpStoreServer::Impl {
 
   // Tells the client what it did wrong, then drops it.
   void fatal(Conn& c, const std::string& reason) {
-    spdlog::warn("strait store: dropping client {}: {}", c.peer, reason);
+    if (c.phase == Phase::Ready) {
+      count([](TcpStoreServerStats& s) { ++s.protocol_errors; });
+      note_failure("dropping client {}: {}", c.peer, reason);
+    } else if (c.phase == Phase::Hello) {
+      count([](TcpStoreServerStats& s) { ++s.protocol_errors; });
+      note_failure("dropping client {} before its handshake: {}", c.peer, reason);
+    } else {
+      note_failure("dropping client {} while it authenticates: {}", c.peer, reason);
+    }
     const auto frame = wire::encode(Reply{.type = Type::Fatal, .message = reason});
     c.out.insert(c.out.end(), frame.begin(), frame.end());
     flush(c);
@@ -453,7 +608,7 @@ class TcpStoreServer::Impl {
     std::array<std::uint8_t, 4096> sink{};
     for (int i = 0; i < 256 && recv(c.fd.get(), sink.data(), sink.size(), MSG_DONTWAIT) > 0; ++i) {
     }
-    c.dead = true;
+    drop(c);
   }
 
   void close_dead() {
@@ -465,8 +620,18 @@ class TcpStoreServer::Impl {
       for (const auto& [request, wid] : it->second.parked) remove_waiter(wid);
       it = conns_.erase(it);  // closing the socket also removes it from the epoll set
     }
+    const std::lock_guard lock(stats_mu_);
+    stats_.open = conns_.size();
   }
 
+  TcpStoreServerOptions options_;
+  std::optional<Key> auth_key_;  // with a secret
+  std::deque<std::uint64_t>
+      pending_order_;        // unauthenticated connections, oldest first (some stale)
+  std::size_t pending_ = 0;  // connections not yet Ready
+  std::uint64_t failures_logged_ = 0;
+  mutable std::mutex stats_mu_;
+  TcpStoreServerStats stats_;
   Fd listen_;
   Fd epoll_;
   Fd wake_;
@@ -482,13 +647,18 @@ class TcpStoreServer::Impl {
   std::thread thread_;  // last: starts once everything above exists
 };
 
-TcpStoreServer::TcpStoreServer(const std::string& host, std::uint16_t port)
-    : impl_(std::make_unique<Impl>(host, port)) {}
+TcpStoreServer::TcpStoreServer(const std::string& host, std::uint16_t port,
+                               TcpStoreServerOptions options)
+    : impl_(std::make_unique<Impl>(host, port, std::move(options))) {}
 
 TcpStoreServer::~TcpStoreServer() = default;
 
 std::uint16_t TcpStoreServer::port() const noexcept {
   return impl_->port();
+}
+
+TcpStoreServerStats TcpStoreServer::stats() const {
+  return impl_->stats();
 }
 
 }  // namespace strait::comm

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 namespace strait::comm::wire {
 namespace {
 
@@ -9,6 +11,11 @@ std::uint64_t load_be(std::span<const std::uint8_t> b) {
   std::uint64_t v = 0;
   for (const std::uint8_t byte : b) v = (v << 8U) | byte;
   return v;
+}
+
+void copy_fixed(Reader& r, std::array<std::uint8_t, kAuthBytes>& out) {
+  const auto b = r.fixed(out.size());
+  std::copy(b.begin(), b.end(), out.begin());
 }
 
 }  // namespace
@@ -50,6 +57,11 @@ Writer& Writer::i64(std::int64_t v) {
 
 Writer& Writer::bytes(std::span<const std::uint8_t> v) {
   u32(static_cast<std::uint32_t>(v.size()));
+  buf_.insert(buf_.end(), v.begin(), v.end());
+  return *this;
+}
+
+Writer& Writer::raw(std::span<const std::uint8_t> v) {
   buf_.insert(buf_.end(), v.begin(), v.end());
   return *this;
 }
@@ -159,7 +171,9 @@ Request parse_request(std::span<const std::uint8_t> body) {
     case Type::Hello:
       q.magic = r.u32();
       q.version = r.u16();
+      copy_fixed(r, q.nonce);
       break;
+    case Type::Auth: copy_fixed(r, q.proof); break;
     case Type::Set:
       q.key = r.key();
       q.value = r.bytes(kMaxValueBytes);
@@ -186,7 +200,17 @@ Reply parse_reply(std::span<const std::uint8_t> body) {
   reply.type = r.type();
   reply.id = r.id();
   switch (reply.type) {
-    case Type::HelloOk:
+    case Type::HelloOk: {
+      const std::uint8_t auth = r.u8();
+      if (auth > 1) throw ProtocolError(fmt::format("HelloOk with auth flag {}", auth));
+      reply.auth = auth == 1;
+      if (reply.auth) {
+        copy_fixed(r, reply.nonce);
+        copy_fixed(r, reply.proof);
+      }
+      break;
+    }
+    case Type::AuthOk:
     case Type::Ok: break;
     case Type::Value: {
       const auto v = r.bytes(kMaxValueBytes);
@@ -221,7 +245,8 @@ Reply parse_reply(std::span<const std::uint8_t> body) {
 std::vector<std::uint8_t> encode(const Request& q) {
   Writer w(q.type, q.id);
   switch (q.type) {
-    case Type::Hello: w.u32(q.magic).u16(q.version); break;
+    case Type::Hello: w.u32(q.magic).u16(q.version).raw(q.nonce); break;
+    case Type::Auth: w.raw(q.proof); break;
     case Type::Set: w.str(q.key).bytes(q.value); break;
     case Type::Get: w.str(q.key); break;
     case Type::Add: w.str(q.key).i64(q.delta); break;
@@ -234,6 +259,10 @@ std::vector<std::uint8_t> encode(const Request& q) {
 std::vector<std::uint8_t> encode(const Reply& reply) {
   Writer w(reply.type, reply.id);
   switch (reply.type) {
+    case Type::HelloOk:
+      w.u8(reply.auth ? 1 : 0);
+      if (reply.auth) w.raw(reply.nonce).raw(reply.proof);
+      break;
     case Type::Value: w.bytes(reply.value); break;
     case Type::Int: w.i64(reply.number); break;
     case Type::Cancelled: w.keys(reply.keys); break;
@@ -242,7 +271,7 @@ std::vector<std::uint8_t> encode(const Reply& reply) {
           .str(std::string_view(reply.message).substr(0, kMaxMessageBytes));
       break;
     case Type::Fatal: w.str(std::string_view(reply.message).substr(0, kMaxMessageBytes)); break;
-    default: break;  // HelloOk, Ok
+    default: break;  // Ok, AuthOk
   }
   return w.finish();
 }

@@ -1,4 +1,4 @@
-// The TcpStore wire protocol (version 1), shared by the client (tcp_store.cpp) and the server
+// The TcpStore wire protocol (version 2), shared by the client (tcp_store.cpp) and the server
 // (tcp_store_server.cpp). Internal to comm/bootstrap; public so that tests can speak it.
 //
 // A message is a frame: a u32 body length (big-endian, kMinBodyBytes..kMaxBodyBytes), then the
@@ -7,7 +7,9 @@
 // one reply carrying its id, in any order (a parked get is answered when its key appears).
 //
 //   client -> server                        server -> client
-//   Hello   u32 magic, u16 version          HelloOk
+//   Hello   u32 magic, u16 version,         HelloOk u8 auth (0 or 1); when 1: 32-byte server
+//           32-byte client nonce                    nonce, 32-byte server proof
+//   Auth    32-byte client proof            AuthOk  (only when the server asked for it)
 //   Set     key, value                      Ok
 //   Get     key                             Value   value
 //   Add     key, i64 delta                  Int     i64  | Error u8 ErrorCode, message
@@ -16,6 +18,9 @@
 //                                           when the request was already answered
 //                                           Fatal   message; the server then closes the socket
 //
+// With a shared secret the server answers Hello with auth=1 and serves nothing before a valid Auth
+// (comm/bootstrap/store_auth.h has the proofs); without one, auth=0 and requests may follow Hello
+// at once. Until a client is authenticated its frames may be at most kMaxPreAuthBodyBytes.
 // Lengths from the network are never trusted: frame, key, value and key-count bounds are checked
 // before anything is allocated, and a malformed frame or an unknown type ends the connection.
 // parse_request / parse_reply are the only parsers of network bytes; encode() is their exact
@@ -24,6 +29,7 @@
 // Thread-safety: every type here is a plain value.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -37,7 +43,7 @@
 namespace strait::comm::wire {
 
 inline constexpr std::uint32_t kMagic = 0x53545254U;  // "STRT"
-inline constexpr std::uint16_t kVersion = 1;
+inline constexpr std::uint16_t kVersion = 2;
 inline constexpr std::size_t kMaxKeyBytes = 4096;
 inline constexpr std::size_t kMaxValueBytes = std::size_t{64} << 20U;
 inline constexpr std::size_t kMaxWaitKeys = 4096;
@@ -45,6 +51,9 @@ inline constexpr std::size_t kMaxMessageBytes = std::size_t{64} << 10U;  // Erro
 inline constexpr std::size_t kHeaderBytes = 4;
 inline constexpr std::size_t kMinBodyBytes = 9;  // type + request id
 inline constexpr std::size_t kMaxBodyBytes = kMaxValueBytes + kMaxKeyBytes + 64;
+inline constexpr std::size_t kAuthBytes = 32;  // nonces and proofs
+// The largest frame a server reads from a client that has not authenticated (Hello, Auth).
+inline constexpr std::size_t kMaxPreAuthBodyBytes = 128;
 static_assert(kMaxWaitKeys * (kMaxKeyBytes + 4) + 64 <= kMaxBodyBytes);
 
 enum class Type : std::uint8_t {
@@ -54,6 +63,7 @@ enum class Type : std::uint8_t {
   Add = 0x04,
   Wait = 0x05,
   Cancel = 0x06,
+  Auth = 0x07,
   HelloOk = 0x81,
   Ok = 0x82,
   Value = 0x83,
@@ -61,6 +71,7 @@ enum class Type : std::uint8_t {
   Cancelled = 0x85,
   Error = 0x86,
   Fatal = 0x87,
+  AuthOk = 0x88,
 };
 
 // A frame that breaks the protocol (bad length, truncated field, trailing bytes, unknown type).
@@ -79,6 +90,8 @@ class Writer {
   Writer& u64(std::uint64_t v);
   Writer& i64(std::int64_t v);
   Writer& bytes(std::span<const std::uint8_t> v);
+  // The bytes without a length (fixed-size fields).
+  Writer& raw(std::span<const std::uint8_t> v);
   Writer& str(std::string_view v);
   // u32 count, then each key.
   Writer& keys(const std::vector<std::string>& v);
@@ -107,6 +120,8 @@ class Reader {
   std::int64_t i64();
   // A byte string of at most max_len bytes (a view into the body).
   std::span<const std::uint8_t> bytes(std::size_t max_len);
+  // Exactly n bytes (a view into the body).
+  std::span<const std::uint8_t> fixed(std::size_t n) { return take(n); }
   // A non-empty key of at most kMaxKeyBytes.
   std::string key();
   // A u32 count in [min_count, kMaxWaitKeys], then that many keys.
@@ -126,9 +141,11 @@ class Reader {
 struct Request {
   Type type = Type::Hello;
   std::uint64_t id = 0;
-  std::uint32_t magic = 0;                // Hello
-  std::uint16_t version = 0;              // Hello
-  std::string key{};                      // Set, Get, Add: non-empty, <= kMaxKeyBytes
+  std::uint32_t magic = 0;                       // Hello
+  std::uint16_t version = 0;                     // Hello
+  std::array<std::uint8_t, kAuthBytes> nonce{};  // Hello: the client's nonce
+  std::array<std::uint8_t, kAuthBytes> proof{};  // Auth: the client's proof
+  std::string key{};                             // Set, Get, Add: non-empty, <= kMaxKeyBytes
   std::span<const std::uint8_t> value{};  // Set: <= kMaxValueBytes (a view into the parsed body)
   std::int64_t delta = 0;                 // Add
   std::vector<std::string> keys{};        // Wait: 1..kMaxWaitKeys keys, as sent
@@ -138,11 +155,14 @@ struct Request {
 struct Reply {
   Type type = Type::Ok;
   std::uint64_t id = 0;
-  std::vector<std::uint8_t> value{};     // Value
-  std::int64_t number = 0;               // Int
-  std::vector<std::string> keys{};       // Cancelled: the keys still missing
-  ErrorCode code = ErrorCode::Internal;  // Error
-  std::string message{};                 // Error, Fatal: <= kMaxMessageBytes
+  bool auth = false;                             // HelloOk: the server asks for Auth
+  std::array<std::uint8_t, kAuthBytes> nonce{};  // HelloOk with auth: the server's nonce
+  std::array<std::uint8_t, kAuthBytes> proof{};  // HelloOk with auth: the server's proof
+  std::vector<std::uint8_t> value{};             // Value
+  std::int64_t number = 0;                       // Int
+  std::vector<std::string> keys{};               // Cancelled: the keys still missing
+  ErrorCode code = ErrorCode::Internal;          // Error
+  std::string message{};                         // Error, Fatal: <= kMaxMessageBytes
 };
 
 // Parse one frame body (header excluded). ProtocolError on anything but a well-formed request

@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -371,7 +372,8 @@ std::vector<std::uint8_t> read_until_closed(const Fd& fd, bool& closed) {
 }
 
 std::vector<std::uint8_t> hello(std::uint16_t version = wire::kVersion) {
-  return wire::Writer(wire::Type::Hello, 0).u32(wire::kMagic).u16(version).finish();
+  const std::array<std::uint8_t, wire::kAuthBytes> nonce{};
+  return wire::Writer(wire::Type::Hello, 0).u32(wire::kMagic).u16(version).raw(nonce).finish();
 }
 
 TEST(TcpStore, GarbageFromOneClientDoesNotHurtTheServerOrOthers) {
