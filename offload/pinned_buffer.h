@@ -1,16 +1,18 @@
 // PinnedBuffer: a page-aligned, zero-filled host buffer for I/O and host<->device staging.
 //
 // The size is rounded up to a whole number of pages (so O_DIRECT and registered io_uring buffers
-// can use any prefix of it). The pages are locked with mlock so they cannot be swapped out under
-// an in-flight transfer; when the kernel refuses (RLIMIT_MEMLOCK too small and no CAP_IPC_LOCK)
-// the buffer stays usable but unlocked, and the process logs one warning (spdlog) saying how to
-// raise the limit. Options: bind the pages to a NUMA node before they are first touched (hwloc;
-// a refusal, e.g. mbind without CAP_SYS_NICE in a container, leaves them unbound with one
-// warning), and register them with CUDA (cudaHostRegister; a no-op without CUDA or a device, one
-// warning when the runtime refuses). PinnedPool (pinned_pool.h) caches these buffers by size.
-// Thread-safety: a value type; concurrent use of the bytes is up to the caller.
-// Errors: Io when the kernel has no memory for the mapping; InvalidArgument for a NUMA node this
-// machine does not have.
+// can use any prefix of it). Buffers of kHugePageBytes or more start on a 2 MiB boundary and are
+// advised to use transparent huge pages (MADV_HUGEPAGE): a device then gets one segment per huge
+// page, which doubled registered O_DIRECT reads (bench/RESULTS.md, "Offload I/O"). The pages are
+// locked with mlock so they cannot be swapped out under an in-flight transfer; when the kernel
+// refuses (RLIMIT_MEMLOCK too small and no CAP_IPC_LOCK) the buffer stays usable but unlocked, and
+// the process logs one warning (spdlog) saying how to raise the limit. Options: bind the pages to a
+// NUMA node before they are first touched (hwloc; a refusal, e.g. mbind without CAP_SYS_NICE in a
+// container, leaves them unbound with one warning), and register them with CUDA (cudaHostRegister;
+// a no-op without CUDA or a device, one warning when the runtime refuses). PinnedPool
+// (pinned_pool.h) caches these buffers by size. Thread-safety: a value type; concurrent use of the
+// bytes is up to the caller. Errors: Io when the kernel has no memory for the mapping;
+// InvalidArgument for a NUMA node this machine does not have.
 #pragma once
 
 #include <cstddef>
@@ -23,6 +25,9 @@ namespace strait::offload {
 
 // The system page size in bytes (sysconf(_SC_PAGESIZE)).
 STRAIT_API std::size_t page_size() noexcept;
+
+// x86-64's (and most systems') transparent huge page size.
+inline constexpr std::size_t kHugePageBytes = std::size_t{2} << 20;
 
 struct PinnedBufferOptions {
   std::optional<unsigned> numa_node;  // OS index of the node to bind to; nullopt: no binding

@@ -1254,6 +1254,21 @@ static void scenario_arguments(void) {
   config.tune = NULL;
   config.tuneFile = "/nonexistent/tune.json";
   FAILS(straitInvalidArgument, "cannot read it", straitCommInitFromEnv(&out, &config));
+  config.tuneFile = NULL;
+  {
+    /* config->secretFile: a secret others can read is refused, naming the fix. */
+    char path[] = "/tmp/strait-capi-secret-XXXXXX";
+    const int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    CHECK(write(fd, "0123456789abcdef0123456789abcdef", 32) == 32);
+    CHECK(fchmod(fd, 0644) == 0);
+    close(fd);
+    config.secretFile = path;
+    FAILS(straitInvalidArgument, "chmod 600",
+          straitCommInitRank(&out, 1, 0, "127.0.0.1", 40000 + (int)(getpid() % 20000), &config));
+    unlink(path);
+    config.secretFile = NULL;
+  }
   FAILS(straitInvalidArgument, "rank 2 of 2 ranks is out of range",
         straitCommInitRank(&out, 2, 2, "127.0.0.1", 1234, NULL));
   FAILS(straitInvalidArgument, "rank 0 of 0 ranks", straitCommInitRank(&out, 0, 0, "x", 1, NULL));

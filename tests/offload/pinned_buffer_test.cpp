@@ -64,6 +64,23 @@ TEST(PinnedBuffer, PageAlignedRoundedUpAndZeroed) {
   EXPECT_EQ(PinnedBuffer(0).size(), 0U);
 }
 
+// From a huge page up, a buffer starts on a huge-page boundary (so transparent huge pages can back
+// all of it), stays zeroed and writable to its end, and frees cleanly (its trimmed mapping).
+TEST(PinnedBuffer, HugePageSizedBuffersStartOnAHugePageBoundary) {
+  const std::size_t page = page_size();
+  for (const std::size_t request :
+       {kHugePageBytes, kHugePageBytes + page + 1, 3 * kHugePageBytes, std::size_t{32} << 20}) {
+    for (int round = 0; round < 3; ++round) {  // mmap's address moves between rounds
+      const PinnedBuffer b(request);
+      EXPECT_EQ(b.size(), (request + page - 1) / page * page) << request;
+      EXPECT_EQ(std::bit_cast<std::uintptr_t>(b.data()) % kHugePageBytes, 0U) << request;
+      EXPECT_TRUE(std::all_of(b.data(), b.data() + b.size(),
+                              [](std::byte x) { return x == std::byte{0}; }));
+      std::fill(b.data(), b.data() + b.size(), std::byte{0x5a});
+    }
+  }
+}
+
 TEST(PinnedBuffer, LockStateMatchesKernelAccounting) {
   STRAIT_SKIP_IF_MLOCK_INTERCEPTED();
   const long before = locked_kib();

@@ -143,7 +143,7 @@ straitResult_t straitCommInitRank(straitComm_t* comm, int nranks, int rank, cons
                                       .master_addr = address,
                                       .master_port = static_cast<std::uint16_t>(port)};
     std::shared_ptr<strait::comm::Store> store =
-        strait::comm::make_launch_store(env, options.timeout, options.timeout);
+        strait::comm::make_launch_store(env, options.timeout, options.timeout, options.secret_file);
     return strait::capi::publish(Communicator::create(std::move(store), rank, nranks, options),
                                  comm);
   });

@@ -79,6 +79,8 @@ comm::CommOptions options_from(const straitConfig_t* config, const char* functio
         rules, c.tune != nullptr ? fmt::format("{}: config->tune", function) : "STRAIT_TUNE"));
   }
   options.algorithms = std::make_shared<const comm::AlgorithmTable>(std::move(table));
+  if (c.secretFile != nullptr) options.secret_file = std::string(c.secretFile);
+  if (c.encrypt != nullptr) options.encrypt = c.encrypt;
   return options;
 }
 

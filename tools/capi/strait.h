@@ -133,13 +133,22 @@ typedef struct straitConfig_v1 {
   const char* tuneFile;
   /* Rules in STRAIT_TUNE syntax, applied after tuneFile's. NULL: STRAIT_TUNE. */
   const char* tune;
+  /* Added after the first release (older callers pass a shorter struct: NULL): the shared secret,
+   * a file of at least 16 bytes that only its owner may read (mode 0600). With it, every store
+   * connection proves the secret before it reads or writes, and links between sites are sealed
+   * (XChaCha20-Poly1305). A rank with another secret fails with straitMismatch naming the file.
+   * NULL: STRAIT_SECRET_FILE; "": none. */
+  const char* secretFile;
+  /* Which links are sealed: "sites", "all" or "off", the same on every rank. NULL:
+   * STRAIT_ENCRYPT, else "sites" with a secret and "off" without. */
+  const char* encrypt;
 } straitConfig_t;
 
 #define STRAIT_CONFIG_MAGIC 0x57a17c0fu
 #define STRAIT_CONFIG_INITIALIZER                                                              \
   {                                                                                            \
     sizeof(straitConfig_t), STRAIT_CONFIG_MAGIC, STRAIT_VERSION_CODE, STRAIT_CONFIG_UNDEF_INT, \
-        STRAIT_CONFIG_UNDEF_INT, 0, NULL, NULL, NULL                                           \
+        STRAIT_CONFIG_UNDEF_INT, 0, NULL, NULL, NULL, NULL, NULL                               \
   }
 
 /* A key-value store given as C callbacks, for bootstrapping over a store the program already has

@@ -120,12 +120,13 @@ class Config(ctypes.Structure):
     """straitConfig_v1. Construct with Config.new() (the STRAIT_CONFIG_INITIALIZER values)."""
     _fields_ = [("size", c_size_t), ("magic", c_uint), ("version", c_uint),
                 ("timeoutMs", c_int64), ("streams", c_int), ("siteCount", c_int),
-                ("sites", POINTER(c_int)), ("tuneFile", c_char_p), ("tune", c_char_p)]
+                ("sites", POINTER(c_int)), ("tuneFile", c_char_p), ("tune", c_char_p),
+                ("secretFile", c_char_p), ("encrypt", c_char_p)]
 
     @classmethod
     def new(cls):
         return cls(ctypes.sizeof(cls), CONFIG_MAGIC, HEADER_VERSION, CONFIG_UNDEF_INT,
-                   CONFIG_UNDEF_INT, 0, None, None, None)
+                   CONFIG_UNDEF_INT, 0, None, None, None, None, None)
 
 
 # Callback types of straitStore_t. Arguments stay raw (c_void_p, not c_char_p) so that ctypes
