@@ -25,10 +25,10 @@ constexpr F kGeluCubic = static_cast<F>(0.044715);
 // GELU's float loops compute gelu(x) = x * sigmoid(2u) (since (1 + tanh u) / 2 = sigmoid(2u)),
 // with exp from a polynomial instead of libm: libm's scalar tanhf and expm1f were 40% of a
 // training step (perf), about 18 ns an element; four lanes of SSE2 (every x86-64 has it) take
-// about 1.6 (BM_GeluForward, bench/RESULTS.md). The scalar tail (and other CPUs) run the same operations in the same order, so every
-// element gets the same bits wherever it sits and on every x86-64 machine. Written with
-// intrinsics: GCC's own vectorisation of the clamp's selects was as slow as libm.
-// exp: kernels/fast_math.h.
+// about 1.6 (BM_GeluForward, bench/RESULTS.md). The scalar tail (and other CPUs) run the same
+// operations in the same order, so every element gets the same bits wherever it sits and on every
+// x86-64 machine. Written with intrinsics: GCC's own vectorisation of the clamp's selects was as
+// slow as libm. exp: kernels/fast_math.h.
 inline float sigmoid_of_twice(float u) {
   return 1.0F / (1.0F + detail::exp_clamped(-2.0F * u));
 }
