@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Before/after strait-bench at 2 ranks, with one core's memcpy, in one run:
-#   BASE=DIR NEW=DIR ROUNDS="1" collectives-before-after.sh OUT
+# Before/after strait-bench at 2 ranks (reduce_scatter, allgather, broadcast, alltoall at 64 MiB),
+# with one core's memcpy, in one run:
+#   BASE=DIR NEW=DIR ROUNDS="1" bench/compare_collectives_ab.sh OUT
 # BASE and NEW hold `strait` and `strait-bench` (BASE: a build of commit a037133, the parent of the
 # single-copy work; NEW: this tree's build/). Run from the repository root.
 set -u
