@@ -219,37 +219,55 @@ struct StepBubbles {
   double planned = 0;
 };
 
-double mean(const std::vector<double>& v);
+// A measured step's mean F, B and W times: per model stage, and over all stages. Without W the
+// measured B holds the weight gradients too; the simulator adds w to such a B.
+struct MeasuredCosts {
+  std::vector<ActionCosts> per_stage;
+  ActionCosts overall;
+};
 
-// One step of a trace: its mean bubble over the ranks, and the plan's with that step's per-stage
-// mean F, B, W times.
-StepBubbles step_bubbles(const Schedule& plan, const LoadedTrace& trace, std::int64_t step) {
-  const Timeline measured = measured_timeline(trace, step, plan.stages);
-  const auto S = static_cast<std::size_t>(stage_count(plan));
-  std::vector<std::vector<double>> f(S), b(S), w(S);
+MeasuredCosts measured_costs(const Timeline& measured, std::size_t stages, std::int64_t step) {
+  std::vector<std::vector<double>> f(stages), b(stages), w(stages);
   for (const auto& list : measured.stages) {
     for (const TimedAction& t : list) {
       const auto v = static_cast<std::size_t>(t.action.stage);
-      if (v >= S) continue;
+      if (v >= stages) continue;
       const double d = t.end - t.start;
       if (t.action.kind == ActionKind::F) f[v].push_back(d);
       if (t.action.kind == ActionKind::B) b[v].push_back(d);
       if (t.action.kind == ActionKind::W) w[v].push_back(d);
     }
   }
-  std::vector<ActionCosts> costs(S);
-  for (std::size_t v = 0; v < S; ++v) {
+  MeasuredCosts out;
+  out.per_stage.resize(stages);
+  std::vector<double> all_f, all_b, all_w;
+  for (std::size_t v = 0; v < stages; ++v) {
     if (f[v].empty() || b[v].empty()) {
       throw Error(ErrorCode::InvalidArgument,
-                  fmt::format("--from-trace: step {} has no F or B of stage {}", step, v));
+                  fmt::format("--from-trace: step {} has no F or B of stage {}; pick a complete "
+                              "step with --step",
+                              step, v));
     }
-    costs[v] = ActionCosts{mean(f[v]), mean(b[v]), w[v].empty() ? 0.0 : mean(w[v])};
+    out.per_stage[v] = ActionCosts{mean(f[v]), mean(b[v]), w[v].empty() ? 0.0 : mean(w[v])};
+    all_f.insert(all_f.end(), f[v].begin(), f[v].end());
+    all_b.insert(all_b.end(), b[v].begin(), b[v].end());
+    all_w.insert(all_w.end(), w[v].begin(), w[v].end());
   }
+  out.overall = ActionCosts{mean(all_f), mean(all_b), mean(all_w)};
+  return out;
+}
+
+// One step of a trace: its mean bubble over the ranks, and the plan's with that step's per-stage
+// mean F, B, W times.
+StepBubbles step_bubbles(const Schedule& plan, const LoadedTrace& trace, std::int64_t step) {
+  const Timeline measured = measured_timeline(trace, step, plan.stages);
+  const MeasuredCosts costs =
+      measured_costs(measured, static_cast<std::size_t>(stage_count(plan)), step);
   StepBubbles out;
   for (double busy : measured.busy) {
     out.measured += (measured.makespan - busy) / measured.makespan / plan.stages;
   }
-  out.planned = mean(stage_bubble_fractions(plan, costs));
+  out.planned = mean(stage_bubble_fractions(plan, costs.per_stage));
   return out;
 }
 
@@ -284,35 +302,10 @@ void run_from_trace(const ScheduleOptions& o) {
   }
   const std::int64_t step = o.step < 0 ? last_step : o.step;
   const Timeline measured = measured_timeline(trace, step, info.stages);
-  // Mean measured compute times of the step, per stage and kind.
-  const auto S = static_cast<std::size_t>(stage_count(plan));
-  std::vector<std::vector<double>> f(S), b(S), w(S);
-  for (const auto& list : measured.stages) {
-    for (const TimedAction& t : list) {
-      const double d = t.end - t.start;
-      const auto v = static_cast<std::size_t>(t.action.stage);
-      if (v >= S) continue;
-      if (t.action.kind == ActionKind::F) f[v].push_back(d);
-      if (t.action.kind == ActionKind::B) b[v].push_back(d);
-      if (t.action.kind == ActionKind::W) w[v].push_back(d);
-    }
-  }
-  // Without W the measured B holds the weight gradients too; the simulator adds w to such a B.
-  std::vector<ActionCosts> stage_costs(S);
-  std::vector<double> all_f, all_b, all_w;
-  for (std::size_t v = 0; v < S; ++v) {
-    if (f[v].empty() || b[v].empty()) {
-      throw Error(ErrorCode::InvalidArgument,
-                  fmt::format("--from-trace: step {} has no F or B of stage {}; pick a complete "
-                              "step with --step",
-                              step, v));
-    }
-    stage_costs[v] = ActionCosts{mean(f[v]), mean(b[v]), w[v].empty() ? 0.0 : mean(w[v])};
-    all_f.insert(all_f.end(), f[v].begin(), f[v].end());
-    all_b.insert(all_b.end(), b[v].begin(), b[v].end());
-    all_w.insert(all_w.end(), w[v].begin(), w[v].end());
-  }
-  const ActionCosts costs{mean(all_f), mean(all_b), mean(all_w)};
+  const MeasuredCosts measured_means =
+      measured_costs(measured, static_cast<std::size_t>(stage_count(plan)), step);
+  const std::vector<ActionCosts>& stage_costs = measured_means.per_stage;
+  const ActionCosts& costs = measured_means.overall;
   const Timeline planned = simulate(plan, stage_costs);
   const std::vector<double> plan_bubble = stage_bubble_fractions(plan, stage_costs);
   fmt::print(
