@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "tests/common/process.h"
+#include "tests/common/word_corpus.h"
 
 namespace {
 
@@ -34,24 +35,11 @@ class Strait : public strait::test::Process {
       : Process(STRAIT_BIN, args, output, extra_env) {}
 };
 
-// About 19 KB of text from a small vocabulary (as train_test.cpp's corpus).
-fs::path write_corpus(const fs::path& dir) {
-  static const std::vector<std::string> kWords = {
-      "the", "quick", "brown", "fox", "jumps", "over",  "lazy", "dog", "and",  "a",
-      "cat", "sat",   "on",    "mat", "while", "birds", "sing", "in",  "tall", "trees"};
-  fs::path path = dir / "corpus.txt";
-  std::ofstream out(path);
-  std::uint32_t state = 12345;
-  for (int i = 1; i <= 4000; ++i) {
-    state = state * 1664525U + 1013904223U;
-    out << kWords[(state >> 16) % kWords.size()] << (i % 12 == 0 ? ".\n" : " ");
-  }
-  return path;
-}
+using strait::test::write_word_corpus;
 
 class Job {
  public:
-  Job() : corpus_(write_corpus(dir_.path())) { fs::create_directory(dir_.path() / "offload"); }
+  Job() : corpus_(write_word_corpus(dir_.path())) { fs::create_directory(dir_.path() / "offload"); }
   [[nodiscard]] fs::path path(const std::string& name) const { return dir_.path() / name; }
 
   // A tiny model (4 layers so that 1, 2 and 4 stages divide it), then `extra`: "--flag value"

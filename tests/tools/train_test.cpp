@@ -27,6 +27,7 @@
 
 #include "tests/common/process.h"
 #include "tests/common/scratch_mount.h"
+#include "tests/common/word_corpus.h"
 
 namespace {
 
@@ -52,26 +53,12 @@ class Strait : public strait::test::Process {
       : Process(STRAIT_BIN, args, output, extra_env) {}
 };
 
-// About 19 KB of text from a small vocabulary (a fixed LCG picks the words): enough for training
-// and the 5% held-out tail with context 32, and learnable within a few steps.
-fs::path write_corpus(const fs::path& dir) {
-  static const std::vector<std::string> kWords = {
-      "the", "quick", "brown", "fox", "jumps", "over",  "lazy", "dog", "and",  "a",
-      "cat", "sat",   "on",    "mat", "while", "birds", "sing", "in",  "tall", "trees"};
-  fs::path path = dir / "corpus.txt";  // not const: returned by move
-  std::ofstream out(path);
-  std::uint32_t state = 12345;
-  for (int i = 1; i <= 4000; ++i) {
-    state = state * 1664525U + 1013904223U;
-    out << kWords[(state >> 16) % kWords.size()] << (i % 12 == 0 ? ".\n" : " ");
-  }
-  return path;
-}
+using strait::test::write_word_corpus;
 
 // One job's workspace: a corpus, an offload directory, the output and the metrics file.
 class Job {
  public:
-  Job() : corpus_(write_corpus(dir_.path())) { fs::create_directory(offload_dir()); }
+  Job() : corpus_(write_word_corpus(dir_.path())) { fs::create_directory(offload_dir()); }
 
   [[nodiscard]] const TempDir& dir() const { return dir_; }
   [[nodiscard]] fs::path offload_dir() const { return dir_.path() / "offload"; }
