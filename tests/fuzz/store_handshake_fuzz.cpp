@@ -59,10 +59,24 @@ strait::Fd connect_to_server() {
   strait::Fd fd = comm::net::try_connect("127.0.0.1", server().port(),
                                          Clock::now() + std::chrono::seconds(5), why);
   if (!fd) fail("cannot connect to the store server");
-  timeval tv{};
-  tv.tv_sec = 5;
-  setsockopt(fd.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
   return fd;
+}
+
+// Receives what arrives before `deadline`: the byte count, 0 once the server has closed (or reset)
+// the connection, -1 at the deadline. libFuzzer's -timeout alarm (SIGALRM) interrupts blocking
+// calls, and a socket call is not restarted after a signal: EINTR is retried, never taken for a
+// silent server (which read as one under CI load).
+ssize_t recv_before(const strait::Fd& fd, std::span<std::uint8_t> out, Clock::time_point deadline) {
+  while (true) {
+    const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    if (left <= 0) return -1;
+    pollfd pfd{fd.get(), POLLIN, 0};
+    if (poll(&pfd, 1, static_cast<int>(left)) <= 0) continue;  // EINTR, or the deadline
+    const ssize_t n = recv(fd.get(), out.data(), out.size(), MSG_DONTWAIT);
+    if (n >= 0) return n;
+    if (errno == ECONNRESET) return 0;
+    if (errno != EINTR && errno != EAGAIN && errno != EWOULDBLOCK) fail("recv failed");
+  }
 }
 
 void send_all(const strait::Fd& fd, std::span<const std::uint8_t> bytes) {
@@ -74,9 +88,10 @@ void send_all(const strait::Fd& fd, std::span<const std::uint8_t> bytes) {
 std::vector<wire::Type> read_until_closed(const strait::Fd& fd) {
   std::vector<std::uint8_t> buf;
   std::array<std::uint8_t, 4096> chunk{};
+  const auto deadline = Clock::now() + std::chrono::seconds(5);
   while (true) {
-    const ssize_t n = recv(fd.get(), chunk.data(), chunk.size(), 0);
-    if (n == 0 || (n < 0 && errno == ECONNRESET)) break;
+    const ssize_t n = recv_before(fd, chunk, deadline);
+    if (n == 0) break;
     if (n < 0) fail("the server neither answered nor closed within 5 s");
     buf.insert(buf.end(), chunk.begin(), chunk.begin() + n);
   }
@@ -121,8 +136,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const strait::Fd probe = connect_to_server();
   send_all(probe, hello());
   std::array<std::uint8_t, wire::kHeaderBytes> header{};
-  if (recv(probe.get(), header.data(), header.size(), MSG_WAITALL) != wire::kHeaderBytes) {
-    fail("the server stopped answering Hello");
+  const auto deadline = Clock::now() + std::chrono::seconds(5);
+  for (std::size_t got = 0; got < header.size();) {
+    const ssize_t n = recv_before(probe, std::span(header).subspan(got), deadline);
+    if (n <= 0) fail("the server stopped answering Hello");
+    got += static_cast<std::size_t>(n);
   }
   return 0;
 }
