@@ -133,11 +133,12 @@ class StageModel {
   // Throws InvalidArgument for spans of another size.
   StageModel(const GptConfig& config, LayerRange layers, int max_batch, int slots,
              std::uint64_t seed, std::span<F> params, std::span<F> grads);
-  // A stage's spans point into its own buffers: no copies.
+  // No copies: params() / grads() would still point at the original's buffers. A move keeps them
+  // (a moved std::vector keeps its heap buffer).
   StageModel(const StageModel&) = delete;
   StageModel& operator=(const StageModel&) = delete;
-  StageModel(StageModel&&) = delete;
-  StageModel& operator=(StageModel&&) = delete;
+  StageModel(StageModel&&) noexcept = default;
+  StageModel& operator=(StageModel&&) noexcept = default;
   ~StageModel() = default;
 
   // Elements of params() for a stage holding `layers` of `config` (validated as the constructor
