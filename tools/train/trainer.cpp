@@ -530,9 +530,13 @@ void Job::run() {
     const GptConfig g = model_config(cfg_);
     const auto& corpus = dataset_->corpus();
     fmt::print(
-        "strait train: {} = {} x {}, {} schedule, {} of {} x {} bytes per replica per step\n",
+        "strait train: {} = {} x {}, {} schedule{}, {} of {} x {} bytes per replica per step\n",
         plural(cfg_.world_size(), "rank"), plural(p, "stage"), plural(cfg_.replicas, "replica"),
-        schedule_kind_name(cfg_.schedule), plural(cfg_.microbatches, "microbatch", "microbatches"),
+        schedule_kind_name(cfg_.schedule),
+        model_->chunks() > 1 ? fmt::format(" ({} model chunks per rank: {} pipeline stages)",
+                                           model_->chunks(), p * model_->chunks())
+                             : std::string(),
+        plural(cfg_.microbatches, "microbatch", "microbatches"),
         plural(cfg_.microbatch_size, "sequence"), cfg_.ctx);
     fmt::print(
         "model: GPT-2, {} layers, dim {}, {} heads, context {}, {:.2f} M parameters; AdamW "
