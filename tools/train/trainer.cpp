@@ -298,7 +298,7 @@ void Job::setup() {
 
   // Only the first stage reads tokens and only the last reads targets (rank 0 always holds the
   // corpus: it prints the baselines).
-  if (stage_ == 0 || stage_ == first_rank || stage_ == last_rank) {
+  if (stage_ == first_rank || stage_ == last_rank) {
     DatasetOptions dopt;
     dopt.context = cfg_.ctx;
     dopt.seed = cfg_.seed;
