@@ -848,7 +848,7 @@ void TrainConfig::validate() const {
       sched::rank_of(plan, 0) == sched::rank_of(plan, sched::stage_count(plan) - 1);
   if (outer_steps > 0 && local_tied_copies) {
     throw bad(fmt::format(
-        "--outer-steps with --schedule {} on {} rank(s): the first and the last model stage are "
+        "--outer-steps with --schedule {} --stages {}: the first and the last model stage are "
         "chunks of one rank, whose two copies of the tied embedding DiLoCo's outer step does not "
         "keep equal; use --schedule 1f1b, zb-h1 or interleaved with --stages >= 2",
         sched::schedule_kind_name(schedule), stages));
