@@ -46,7 +46,6 @@
 #include <utility>
 #include <vector>
 
-#include "core/export.h"
 #include "offload/activation_store.h"
 #include "scheduler/grad_sync.h"
 #include "scheduler/schedule.h"
@@ -70,7 +69,7 @@ struct StepStats {
 // OFFLOAD frees one, a RELOAD takes one). peak_stashed_microbatches (schedule_sim.h) counts a
 // rank's chunks together; a chunk's slots are its own. InvalidArgument for an invalid schedule or
 // a stage outside [0, P*V).
-STRAIT_API int chunk_activation_slots(const Schedule& schedule, int stage);
+int chunk_activation_slots(const Schedule& schedule, int stage);
 
 class PipelineExecutor {
  public:

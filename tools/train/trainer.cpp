@@ -36,7 +36,6 @@
 #include "scheduler/model/rank_model.h"
 #include "scheduler/model/sampling.h"
 #include "scheduler/model/transformer.h"
-#include "scheduler/model/transformer_stage.h"
 #include "scheduler/outer_sync.h"
 #include "scheduler/schedule.h"
 #include "scheduler/schedule_sim.h"
