@@ -538,6 +538,15 @@ TEST(StraitTrainErrors, ChunkedSchedulesNeedALayerPerStageAndAMicrobatchCountTha
                        "zbv schedule: 3 chunks per rank asked for, but it runs "
                        "exactly 2"))
       << v.output();
+  // DiLoCo does not keep ZB-V's two local copies of the tied embedding equal: refused.
+  Strait outer(job.train_args({"--stages", "2", "--replicas", "2", "--layers", "4", "--schedule",
+                               "zbv", "--outer-steps", "2"}),
+               job.dir().path() / "outer.txt");
+  EXPECT_EQ(outer.exit_code(kQuick), 2) << outer.output();
+  EXPECT_TRUE(contains(outer.output(),
+                       "--outer-steps with --schedule zbv --stages 2: the first "
+                       "and the last model stage are chunks of one rank"))
+      << outer.output();
 }
 
 // --- Compressed gradient averages ----------------------------------------------------------------
