@@ -16,19 +16,29 @@
 namespace strait::sched {
 namespace {
 
-// Message tags: step, microbatch and direction, so a late or early message can never be taken for
-// another (comm also matches on the sender). Forward-only passes use their own space (bit 36).
-std::uint64_t step_tag(std::int64_t step, int microbatch, bool backward) {
-  return ((static_cast<std::uint64_t>(step) & 0xfffffU) << 16) |
-         (static_cast<std::uint64_t>(microbatch) << 1) | (backward ? 1U : 0U);
-}
-
+// Message tags (comm takes tags < 2^37): the step (mod 2^12), the receiving model stage (8 bits),
+// the microbatch (15 bits) and the direction, so a late or early message can never be taken for
+// another, nor one chunk's for another's on the same peer (comm also matches on the sender).
+// Steps are collective, so messages 4096 steps apart never meet. Forward-only passes use their
+// own space (bit 36).
+constexpr int kMaxStages = 256;
+constexpr int kMaxMicrobatches = (1 << 15) - 1;
 constexpr std::uint64_t kForwardOnlyTag = 1ULL << 36;
 
-// The activation copies of a step, per microbatch. However the step ends, none may still touch the
-// model's slots afterwards: the destructor waits for those in flight.
+std::uint64_t step_tag(std::int64_t step, int stage, int microbatch, bool backward) {
+  return ((static_cast<std::uint64_t>(step) & 0xfffU) << 24) |
+         (static_cast<std::uint64_t>(stage) << 16) | (static_cast<std::uint64_t>(microbatch) << 1) |
+         (backward ? 1U : 0U);
+}
+
+std::uint64_t forward_only_tag(std::uint64_t tag, int stage) {
+  return kForwardOnlyTag | ((tag & ((1ULL << 28) - 1)) << 8) | static_cast<std::uint64_t>(stage);
+}
+
+// The activation copies of a step, per (chunk, microbatch) key. However the step ends, none may
+// still touch the model's slots afterwards: the destructor waits for those in flight.
 struct StepCopies {
-  explicit StepCopies(std::size_t m) : offloading(m), reloading(m) {}
+  explicit StepCopies(std::size_t n) : offloading(n), reloading(n) {}
   StepCopies(const StepCopies&) = delete;
   StepCopies& operator=(const StepCopies&) = delete;
   ~StepCopies() {
@@ -43,18 +53,49 @@ struct StepCopies {
 
 }  // namespace
 
-PipelineExecutor::PipelineExecutor(Schedule schedule, int stage, PipelineStage& model,
+int chunk_activation_slots(const Schedule& schedule, int stage) {
+  validate_schedule(schedule);
+  if (stage < 0 || stage >= stage_count(schedule)) {
+    throw Error(ErrorCode::InvalidArgument,
+                fmt::format("chunk_activation_slots: stage {} is outside the schedule's {} model "
+                            "stages",
+                            stage, stage_count(schedule)));
+  }
+  int live = 0;
+  int peak = 0;
+  for (const Action& a : schedule.ranks[static_cast<std::size_t>(rank_of(schedule, stage))]) {
+    if (a.stage != stage) continue;
+    switch (a.kind) {
+      case ActionKind::F:
+      case ActionKind::Reload: peak = std::max(peak, ++live); break;
+      case ActionKind::B:
+        if (!has_weight_action(schedule, stage, a.microbatch)) --live;
+        break;
+      case ActionKind::W:
+      case ActionKind::Offload: --live; break;
+      case ActionKind::SendF:
+      case ActionKind::RecvF:
+      case ActionKind::SendB:
+      case ActionKind::RecvB:
+      case ActionKind::AllreduceGrad:
+      case ActionKind::Optim: break;
+    }
+  }
+  return peak;
+}
+
+PipelineExecutor::PipelineExecutor(Schedule schedule, int rank, std::vector<PipelineStage*> chunks,
                                    PipelineComms comms, int microbatch_size, int context)
     : schedule_(std::move(schedule)),
-      stage_(stage),
-      model_(model),
+      rank_(rank),
       comms_(comms),
       batch_(microbatch_size),
       context_(context) {
   const int p = schedule_.stages;
-  if (stage < 0 || stage >= p) {
+  const int v = schedule_.chunks;
+  if (rank < 0 || rank >= p) {
     throw Error(ErrorCode::InvalidArgument,
-                fmt::format("executor: stage {} is outside the schedule's {} stages", stage, p));
+                fmt::format("executor: rank {} is outside the schedule's {} ranks", rank, p));
   }
   const int pipe_size = comms_.pipeline != nullptr ? comms_.pipeline->size() : 1;
   if (pipe_size != p) {
@@ -63,113 +104,172 @@ PipelineExecutor::PipelineExecutor(Schedule schedule, int stage, PipelineStage& 
                             "has {} ranks",
                             p, pipe_size));
   }
-  if (schedule_.chunks != 1) {
-    throw Error(
-        ErrorCode::InvalidArgument,
-        fmt::format("executor: the schedule puts {} model chunks on each rank; the executor "
-                    "runs one stage per rank (gpipe, 1f1b, zb-h1)",
-                    schedule_.chunks));
-  }
-  if (schedule_.microbatches >= (1 << 15)) {
-    throw Error(ErrorCode::InvalidArgument, "executor: at most 32767 microbatches per step");
-  }
-  slots_ = peak_stashed_microbatches(schedule_, stage_);
-  split_backward_.resize(static_cast<std::size_t>(schedule_.microbatches));
-  for (int mb = 0; mb < schedule_.microbatches; ++mb) {
-    split_backward_[static_cast<std::size_t>(mb)] = has_weight_action(schedule_, stage_, mb);
-  }
-  if (model_.slots() < slots_) {
+  if (static_cast<int>(chunks.size()) != v ||
+      std::any_of(chunks.begin(), chunks.end(), [](PipelineStage* c) { return c == nullptr; })) {
     throw Error(ErrorCode::InvalidArgument,
-                fmt::format("executor: stage {} needs {} activation slots for this schedule but "
-                            "the model has {}",
-                            stage_, slots_, model_.slots()));
+                fmt::format("executor: the schedule puts {} model chunks on each rank but {} "
+                            "were given (one PipelineStage per chunk, none null)",
+                            v, chunks.size()));
   }
+  if (stage_count(schedule_) > kMaxStages) {
+    throw Error(ErrorCode::InvalidArgument,
+                fmt::format("executor: {} ranks x {} chunks = {} model stages; at most {}", p, v,
+                            stage_count(schedule_), kMaxStages));
+  }
+  if (schedule_.microbatches > kMaxMicrobatches) {
+    throw Error(ErrorCode::InvalidArgument,
+                fmt::format("executor: at most {} microbatches per step", kMaxMicrobatches));
+  }
+  const int width = chunks[0]->width();
   act_elems_ = static_cast<std::size_t>(batch_) * static_cast<std::size_t>(context_) *
-               static_cast<std::size_t>(model_.width());
+               static_cast<std::size_t>(width);
   const auto m = static_cast<std::size_t>(schedule_.microbatches);
-  const bool first = stage_ == 0;
-  const bool last = stage_ == p - 1;
-  in_acts_.resize(first ? 1 : m, std::vector<float>(act_elems_));
-  out_acts_.resize(last ? 1 : m, std::vector<float>(act_elems_));
-  grad_out_.resize(last ? 0 : m, std::vector<float>(act_elems_));
-  grad_in_.resize(first ? 0 : m, std::vector<float>(act_elems_));
+  const int last_stage = stage_count(schedule_) - 1;
+  for (int c = 0; c < v; ++c) {
+    Chunk ch;
+    ch.stage = stage_of(schedule_, rank, c);
+    ch.model = chunks[static_cast<std::size_t>(c)];
+    ch.first = ch.stage == 0;
+    ch.last = ch.stage == last_stage;
+    ch.prev_rank = ch.first ? -1 : rank_of(schedule_, ch.stage - 1);
+    ch.next_rank = ch.last ? -1 : rank_of(schedule_, ch.stage + 1);
+    ch.prev_local = ch.prev_rank == rank;
+    ch.next_local = ch.next_rank == rank;
+    ch.slots = chunk_activation_slots(schedule_, ch.stage);
+    if (ch.model->width() != width) {
+      throw Error(ErrorCode::InvalidArgument,
+                  fmt::format("executor: chunk {} (stage {}) passes {} floats per position but "
+                              "chunk 0 passes {}: the chunks of a model share one width",
+                              c, ch.stage, ch.model->width(), width));
+    }
+    if (ch.model->slots() < ch.slots) {
+      throw Error(ErrorCode::InvalidArgument,
+                  fmt::format("executor: stage {} needs {} activation slots for this schedule but "
+                              "the model has {}",
+                              ch.stage, ch.slots, ch.model->slots()));
+    }
+    ch.split_backward.resize(m);
+    for (std::size_t mb = 0; mb < m; ++mb) {
+      ch.split_backward[mb] = has_weight_action(schedule_, ch.stage, static_cast<int>(mb));
+    }
+    // A received input needs a buffer per microbatch; one handed over in memory is read from the
+    // previous chunk's output. The first stage's forward-only input is never used.
+    ch.in_acts.resize(ch.first || ch.prev_local ? 1 : m, std::vector<float>(act_elems_));
+    ch.out_acts.resize(ch.last ? 1 : m, std::vector<float>(act_elems_));
+    ch.grad_out.resize(ch.last || ch.next_local ? 0 : m, std::vector<float>(act_elems_));
+    ch.grad_in.resize(ch.first ? 0 : m, std::vector<float>(act_elems_));
+    holds_first_ = holds_first_ || ch.first;
+    holds_last_ = holds_last_ || ch.last;
+    chunks_.push_back(std::move(ch));
+  }
+  // The rank's parameters and gradients as one buffer: the chunks' must follow one another.
+  for (const auto* which : {"params", "grads"}) {
+    const bool params = which[0] == 'p';
+    float* begin = nullptr;
+    std::size_t size = 0;
+    for (int c = 0; c < v; ++c) {
+      const std::span<float> s = params ? chunks[static_cast<std::size_t>(c)]->params()
+                                        : chunks[static_cast<std::size_t>(c)]->grads();
+      if (c == 0) {
+        begin = s.data();
+      } else if (s.data() != begin + size) {
+        throw Error(ErrorCode::InvalidArgument,
+                    fmt::format("executor: chunk {}'s {} do not follow chunk {}'s in memory: the "
+                                "gradient sync and the optimizer take a rank's {} as one buffer "
+                                "(build the chunks with scheduler/model/rank_model.h)",
+                                c, which, c - 1, which));
+      }
+      size += s.size();
+    }
+    (params ? params_ : grads_) = std::span<float>(begin, size);
+  }
+}
+
+std::size_t PipelineExecutor::chunk_index(int stage) const {
+  return static_cast<std::size_t>(chunk_of(schedule_, stage));
 }
 
 StepStats PipelineExecutor::run_step(std::int64_t step, std::span<const std::int32_t> tokens,
                                      std::span<const std::int32_t> targets,
                                      const OptimizerStep& optimizer) {
-  const int p = schedule_.stages;
   const int m = schedule_.microbatches;
-  const bool first = stage_ == 0;
-  const bool last = stage_ == p - 1;
+  const auto mm = static_cast<std::size_t>(m);
   const std::size_t seq_elems =
       static_cast<std::size_t>(batch_) * static_cast<std::size_t>(context_);
-  if ((first && tokens.size() != seq_elems * static_cast<std::size_t>(m)) ||
-      (last && targets.size() != seq_elems * static_cast<std::size_t>(m))) {
-    throw Error(
-        ErrorCode::InvalidArgument,
-        fmt::format("executor: step {} got {} tokens and {} targets; the first and last "
-                    "stage need microbatches x B x T = {} each",
-                    step, tokens.size(), targets.size(), seq_elems * static_cast<std::size_t>(m)));
+  if ((holds_first_ && tokens.size() != seq_elems * mm) ||
+      (holds_last_ && targets.size() != seq_elems * mm)) {
+    throw Error(ErrorCode::InvalidArgument,
+                fmt::format("executor: step {} got {} tokens and {} targets; the first and last "
+                            "stage need microbatches x B x T = {} each",
+                            step, tokens.size(), targets.size(), seq_elems * mm));
   }
   const std::size_t bytes = act_elems_ * sizeof(float);
   comm::Communicator* pipe = comms_.pipeline;
+  const std::size_t nchunks = chunks_.size();
 
-  model_.zero_grads();
+  for (Chunk& ch : chunks_) ch.model->zero_grads();
   // Post every receive of the step now; the schedule's RECV actions wait for them. Their deadline
   // runs from that wait, not from now: a receive posted early may rightly wait a whole step.
-  std::vector<comm::Work> recv_f(static_cast<std::size_t>(m)), recv_b(static_cast<std::size_t>(m));
-  for (int mb = 0; mb < m; ++mb) {
-    const auto i = static_cast<std::size_t>(mb);
-    if (!first) {
-      recv_f[i] = pipe->irecv(in_acts_[i].data(), bytes, stage_ - 1, step_tag(step, mb, false),
-                              comm::DeadlineStart::AtWait);
-    }
-    if (!last) {
-      recv_b[i] = pipe->irecv(grad_out_[i].data(), bytes, stage_ + 1, step_tag(step, mb, true),
-                              comm::DeadlineStart::AtWait);
+  // Indexed by key = chunk * M + microbatch.
+  std::vector<comm::Work> recv_f(nchunks * mm), recv_b(nchunks * mm);
+  for (std::size_t c = 0; c < nchunks; ++c) {
+    Chunk& ch = chunks_[c];
+    for (int mb = 0; mb < m; ++mb) {
+      const auto i = static_cast<std::size_t>(mb);
+      if (!ch.first && !ch.prev_local) {
+        recv_f[c * mm + i] =
+            pipe->irecv(ch.in_acts[i].data(), bytes, ch.prev_rank,
+                        step_tag(step, ch.stage, mb, false), comm::DeadlineStart::AtWait);
+      }
+      if (!ch.last && !ch.next_local) {
+        recv_b[c * mm + i] =
+            pipe->irecv(ch.grad_out[i].data(), bytes, ch.next_rank,
+                        step_tag(step, ch.stage, mb, true), comm::DeadlineStart::AtWait);
+      }
     }
   }
   std::vector<comm::Work> sends;
-  // Activation slots and offload state per microbatch. `draining`: offloaded microbatches whose
-  // copy out may still read their old slot (oldest first); the slot is free once it is done.
-  std::vector<int> slot_of(static_cast<std::size_t>(m), -1);
-  std::vector<int> free_slots;
-  for (int s = slots_ - 1; s >= 0; --s) free_slots.push_back(s);
-  StepCopies copies(static_cast<std::size_t>(m));
+  // Activation slots and offload state per key. `draining[c]`: chunk c's offloaded microbatches
+  // whose copy out may still read their old slot (oldest first); the slot is free once it is done.
+  std::vector<int> slot_of(nchunks * mm, -1);
+  std::vector<std::vector<int>> free_slots(nchunks);
+  for (std::size_t c = 0; c < nchunks; ++c) {
+    for (int s = chunks_[c].slots - 1; s >= 0; --s) free_slots[c].push_back(s);
+  }
+  StepCopies copies(nchunks * mm);
   auto& offloading = copies.offloading;
   auto& reloading = copies.reloading;
-  std::vector<StashInfo> stash_info(static_cast<std::size_t>(m));
-  std::deque<int> draining;
-  const auto& actions = schedule_.ranks[static_cast<std::size_t>(stage_)];
+  std::vector<StashInfo> stash_info(nchunks * mm);
+  std::vector<std::deque<int>> draining(nchunks);
+  const auto& actions = schedule_.ranks[static_cast<std::size_t>(rank_)];
   if (store_ == nullptr && std::any_of(actions.begin(), actions.end(), [](const Action& a) {
         return a.kind == ActionKind::Offload;
       })) {
     throw Error(ErrorCode::InvalidArgument,
-                fmt::format("executor: stage {}'s schedule offloads activations but no activation "
+                fmt::format("executor: rank {}'s schedule offloads activations but no activation "
                             "store was set (set_activation_store)",
-                            stage_));
+                            rank_));
   }
 
   StepStats stats;
-  // The slot of the oldest offload still copying becomes free once its copy is done.
-  auto drain_one = [&] {
-    const int mb = draining.front();
-    draining.pop_front();
-    const auto j = static_cast<std::size_t>(mb);
-    wait_copy(offloading[j], "offload", mb, stats);
-    free_slots.push_back(slot_of[j]);
-    slot_of[j] = -1;
+  // The slot of chunk c's oldest offload still copying becomes free once its copy is done.
+  auto drain_one = [&](std::size_t c) {
+    const int mb = draining[c].front();
+    draining[c].pop_front();
+    const std::size_t k = c * mm + static_cast<std::size_t>(mb);
+    wait_copy(offloading[k], "offload", mb, chunks_[c].stage, stats);
+    free_slots[c].push_back(slot_of[k]);
+    slot_of[k] = -1;
   };
-  auto take_slot = [&](const Action& a) {
-    if (free_slots.empty() && !draining.empty()) drain_one();
-    if (free_slots.empty()) {
+  auto take_slot = [&](std::size_t c, const Action& a) {
+    if (free_slots[c].empty() && !draining[c].empty()) drain_one(c);
+    if (free_slots[c].empty()) {
       throw Error(ErrorCode::Internal,
-                  fmt::format("executor: stage {} ran out of activation slots at {}", stage_,
-                              to_string(a)));
+                  fmt::format("executor: stage {} on rank {} ran out of activation slots at {}",
+                              chunks_[c].stage, rank_, action_string(a)));
     }
-    const int slot = free_slots.back();
-    free_slots.pop_back();
+    const int slot = free_slots[c].back();
+    free_slots[c].pop_back();
     return slot;
   };
 
@@ -179,153 +279,180 @@ StepStats PipelineExecutor::run_step(std::int64_t step, std::span<const std::int
                std::chrono::steady_clock::now().time_since_epoch())
         .count();
   };
+  const float loss_scale = 1.0F / static_cast<float>(m);
   for (const Action& a : actions) {
     const auto i = static_cast<std::size_t>(a.microbatch < 0 ? 0 : a.microbatch);
+    const std::size_t c = chunk_index(a.stage);
+    Chunk& ch = chunks_[c];
+    const std::size_t k = c * mm + i;
     const double start_us = tracing_ ? now_us() : 0.0;
     switch (a.kind) {
-      case ActionKind::RecvF: recv_f[i].wait(); break;
-      case ActionKind::RecvB: recv_b[i].wait(); break;
+      case ActionKind::RecvF: recv_f[k].wait(); break;
+      case ActionKind::RecvB: recv_b[k].wait(); break;
       case ActionKind::F: {
-        const int slot = take_slot(a);
-        slot_of[i] = slot;
-        const std::int32_t* tok = first ? tokens.data() + i * seq_elems : nullptr;
-        const std::int32_t* tgt = last ? targets.data() + i * seq_elems : nullptr;
-        const double loss = model_.forward(slot, tok, first ? nullptr : in_acts_[i].data(), tgt,
-                                           batch_, context_, last ? nullptr : out_acts_[i].data());
-        if (last) loss_sum += loss;
+        const int slot = take_slot(c, a);
+        slot_of[k] = slot;
+        const std::int32_t* tok = ch.first ? tokens.data() + i * seq_elems : nullptr;
+        const std::int32_t* tgt = ch.last ? targets.data() + i * seq_elems : nullptr;
+        const float* in = nullptr;
+        if (ch.prev_local) {
+          in = chunks_[chunk_index(ch.stage - 1)].out_acts[i].data();  // handed over in memory
+        } else if (!ch.first) {
+          in = ch.in_acts[i].data();
+        }
+        const double loss = ch.model->forward(slot, tok, in, tgt, batch_, context_,
+                                              ch.last ? nullptr : ch.out_acts[i].data());
+        if (ch.last) loss_sum += loss;
         break;
       }
       case ActionKind::SendF:
-        sends.push_back(pipe->isend(out_acts_[i].data(), bytes, stage_ + 1,
-                                    step_tag(step, a.microbatch, false)));
+        sends.push_back(pipe->isend(ch.out_acts[i].data(), bytes, ch.next_rank,
+                                    step_tag(step, ch.stage + 1, a.microbatch, false)));
         break;
       case ActionKind::Offload: {
         // The slot stays taken until the copy out is done (drain_one).
-        stash_info[i] = model_.release_stash(slot_of[i]);
+        stash_info[k] = ch.model->release_stash(slot_of[k]);
         try {
-          offloading[i] = store_->offload(a.microbatch, model_.stash(slot_of[i]));
+          offloading[k] = store_->offload(static_cast<int>(k), ch.model->stash(slot_of[k]));
         } catch (const std::exception&) {
-          copy_failed("offload", a.microbatch);
+          copy_failed("offload", a.microbatch, ch.stage);
         }
-        draining.push_back(a.microbatch);
+        draining[c].push_back(a.microbatch);
         break;
       }
       case ActionKind::Reload: {
-        if (const auto it = std::find(draining.begin(), draining.end(), a.microbatch);
-            it != draining.end()) {
+        if (const auto it = std::find(draining[c].begin(), draining[c].end(), a.microbatch);
+            it != draining[c].end()) {
           // Its copy out is still pending: finish it (and free its old slot) first.
-          draining.erase(it);
-          draining.push_front(a.microbatch);
-          drain_one();
+          draining[c].erase(it);
+          draining[c].push_front(a.microbatch);
+          drain_one(c);
         }
-        const int slot = take_slot(a);
-        slot_of[i] = slot;
+        const int slot = take_slot(c, a);
+        slot_of[k] = slot;
         try {
-          reloading[i] = store_->reload(a.microbatch, model_.stash(slot));
+          reloading[k] = store_->reload(static_cast<int>(k), ch.model->stash(slot));
         } catch (const std::exception&) {
-          copy_failed("reload", a.microbatch);
+          copy_failed("reload", a.microbatch, ch.stage);
         }
         break;
       }
       case ActionKind::B: {
-        if (reloading[i].valid()) {
-          wait_copy(reloading[i], "reload", a.microbatch, stats);
-          model_.restore_stash(slot_of[i], stash_info[i]);
+        if (reloading[k].valid()) {
+          wait_copy(reloading[k], "reload", a.microbatch, ch.stage, stats);
+          ch.model->restore_stash(slot_of[k], stash_info[k]);
         }
-        const float* dout = last ? nullptr : grad_out_[i].data();
-        float* din = first ? nullptr : grad_in_[i].data();
-        if (split_backward_[i]) {
+        const float* dout = nullptr;
+        if (ch.next_local) {
+          dout = chunks_[chunk_index(ch.stage + 1)].grad_in[i].data();  // handed over in memory
+        } else if (!ch.last) {
+          dout = ch.grad_out[i].data();
+        }
+        float* din = ch.first ? nullptr : ch.grad_in[i].data();
+        if (ch.split_backward[i]) {
           // Zero bubble: the input gradient now, the weight gradients at W (the slot stays).
-          model_.backward_input(slot_of[i], dout, 1.0F / static_cast<float>(m), din);
+          ch.model->backward_input(slot_of[k], dout, loss_scale, din);
           break;
         }
-        model_.backward(slot_of[i], dout, 1.0F / static_cast<float>(m), din);
-        free_slots.push_back(slot_of[i]);
-        slot_of[i] = -1;
+        ch.model->backward(slot_of[k], dout, loss_scale, din);
+        free_slots[c].push_back(slot_of[k]);
+        slot_of[k] = -1;
         break;
       }
       case ActionKind::W:
-        model_.backward_weight(slot_of[i]);
-        free_slots.push_back(slot_of[i]);
-        slot_of[i] = -1;
+        ch.model->backward_weight(slot_of[k]);
+        free_slots[c].push_back(slot_of[k]);
+        slot_of[k] = -1;
         break;
       case ActionKind::SendB:
-        sends.push_back(
-            pipe->isend(grad_in_[i].data(), bytes, stage_ - 1, step_tag(step, a.microbatch, true)));
+        sends.push_back(pipe->isend(ch.grad_in[i].data(), bytes, ch.prev_rank,
+                                    step_tag(step, ch.stage - 1, a.microbatch, true)));
         break;
       case ActionKind::AllreduceGrad:
         for (const auto& w : sends) w.wait();
         sends.clear();
         if (sync_) {
-          sync_->reduce_grads(step, model_.grads());
+          sync_->reduce_grads(step, grads_);
           stats.allreduce_bytes = sync_->bytes_sent();
         }
         break;
       case ActionKind::Optim:
         stats.grad_norm =
-            sync_ ? sync_->clip_grads(model_.grads()) : std::numeric_limits<double>::quiet_NaN();
-        optimizer(model_.params(), model_.grads());
+            sync_ ? sync_->clip_grads(grads_) : std::numeric_limits<double>::quiet_NaN();
+        optimizer(params_, grads_);
         break;
     }
-    if (tracing_) trace_.push_back(TraceRecord{stage_, step, a, start_us, now_us()});
+    if (tracing_) trace_.push_back(TraceRecord{rank_, step, a, start_us, now_us()});
   }
   for (const auto& w : sends) w.wait();
-  stats.loss = last ? loss_sum / m : std::numeric_limits<double>::quiet_NaN();
+  stats.loss = holds_last_ ? loss_sum / m : std::numeric_limits<double>::quiet_NaN();
   return stats;
 }
 
 void PipelineExecutor::wait_copy(std::future<void>& copy, const char* what, int microbatch,
-                                 StepStats& stats) const {
+                                 int stage, StepStats& stats) const {
   const auto start = std::chrono::steady_clock::now();
   try {
     copy.get();
   } catch (const std::exception&) {
-    copy_failed(what, microbatch);
+    copy_failed(what, microbatch, stage);
   }
   stats.offload_wait_s +=
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-void PipelineExecutor::copy_failed(const char* what, int microbatch) const {
+void PipelineExecutor::copy_failed(const char* what, int microbatch, int stage) const {
   // Called from a catch block: names where the activation copy failed, keeping the store's code.
   try {
     throw;
   } catch (const Error& e) {
     throw Error(e.code(), fmt::format("activation {} of microbatch {} on stage {} ({} store): {}",
-                                      what, microbatch, stage_, store_->kind(), e.message()));
+                                      what, microbatch, stage, store_->kind(), e.message()));
   } catch (const std::exception& e) {
     throw Error(ErrorCode::Io,
                 fmt::format("activation {} of microbatch {} on stage {} ({} store): {}", what,
-                            microbatch, stage_, store_->kind(), e.what()));
+                            microbatch, stage, store_->kind(), e.what()));
   }
 }
 
 double PipelineExecutor::forward_only(std::span<const std::int32_t> tokens,
                                       std::span<const std::int32_t> targets, int batch, int length,
                                       std::uint64_t tag) {
-  const bool first = stage_ == 0;
-  const bool last = stage_ == schedule_.stages - 1;
   if (batch < 1 || batch > batch_ || length < 1 || length > context_) {
     throw Error(ErrorCode::InvalidArgument,
                 fmt::format("forward_only: batch {} x length {} exceeds the executor's {} x {}",
                             batch, length, batch_, context_));
   }
   const auto n = static_cast<std::size_t>(batch) * static_cast<std::size_t>(length);
-  if ((first && tokens.size() != n) || (last && !targets.empty() && targets.size() != n)) {
+  if ((holds_first_ && tokens.size() != n) ||
+      (holds_last_ && !targets.empty() && targets.size() != n)) {
     throw Error(ErrorCode::InvalidArgument,
                 fmt::format("forward_only: {} tokens / {} targets for a {} x {} batch",
                             tokens.size(), targets.size(), batch, length));
   }
-  const std::size_t bytes = n * static_cast<std::size_t>(model_.width()) * sizeof(float);
-  const std::uint64_t t = kForwardOnlyTag | (tag & ((1ULL << 36) - 1));
+  const std::size_t bytes = n * static_cast<std::size_t>(chunks_[0].model->width()) * sizeof(float);
   comm::Communicator* pipe = comms_.pipeline;
-  if (!first) pipe->recv(in_acts_[0].data(), bytes, stage_ - 1, t);
-  const std::int32_t* tgt = last && !targets.empty() ? targets.data() : nullptr;
-  const double loss =
-      model_.forward(0, first ? tokens.data() : nullptr, first ? nullptr : in_acts_[0].data(), tgt,
-                     batch, length, last ? nullptr : out_acts_[0].data());
-  if (!last) pipe->send(out_acts_[0].data(), bytes, stage_ + 1, t);
-  return last && tgt != nullptr ? loss * static_cast<double>(n) : 0.0;
+  double loss = 0;
+  // Stage by stage, as every rank sees the same order: no cycle of blocking sends and receives.
+  for (int stage = 0; stage < stage_count(schedule_); ++stage) {
+    if (rank_of(schedule_, stage) != rank_) continue;
+    Chunk& ch = chunks_[chunk_index(stage)];
+    const float* in = nullptr;
+    if (ch.prev_local) {
+      in = chunks_[chunk_index(stage - 1)].out_acts[0].data();
+    } else if (!ch.first) {
+      pipe->recv(ch.in_acts[0].data(), bytes, ch.prev_rank, forward_only_tag(tag, stage));
+      in = ch.in_acts[0].data();
+    }
+    const std::int32_t* tgt = ch.last && !targets.empty() ? targets.data() : nullptr;
+    const double l = ch.model->forward(0, ch.first ? tokens.data() : nullptr, in, tgt, batch,
+                                       length, ch.last ? nullptr : ch.out_acts[0].data());
+    if (ch.last && tgt != nullptr) loss = l * static_cast<double>(n);
+    if (!ch.last && !ch.next_local) {
+      pipe->send(ch.out_acts[0].data(), bytes, ch.next_rank, forward_only_tag(tag, stage + 1));
+    }
+  }
+  return loss;
 }
 
 }  // namespace strait::sched

@@ -1,33 +1,43 @@
 // PipelineExecutor: runs one pipeline rank's action list (scheduler/schedule.h) for a training
-// step over a PipelineStage (scheduler/stage.h): forwards and backwards of its stage, the
+// step over the model chunks that rank holds (PipelineStage, scheduler/stage.h; one per chunk: V
+// of them for interleaved 1F1B and ZB-V, one otherwise): forwards and backwards of its chunks, the
 // activation / gradient transfers with the neighbouring stages, the gradient synchronisation at
 // ALLREDUCE_GRAD and the optimizer step at OPTIM. Both are injected (scheduler/grad_sync.h, an
 // OptimizerStep), as torch.distributed.pipelining's runtime delegates perform_reduce_grad to the
 // stage: the executor holds no averaging, compression or clipping policy.
 //
+// Chunks: chunk c of rank r is the model stage stage_of(schedule, r, c) (interleaved: c * P + r,
+// Megatron-LM's round robin; ZB-V: r and 2P-1-r). Messages are addressed by (peer, receiving
+// stage, microbatch, direction, step) in the tag, so two chunks talking to the same peer are never
+// confused. Where stage v + 1 is on the same rank as v (ZB-V's turn at rank P-1, or P = 1), the
+// activations and gradients are handed over in memory: no message.
 // Receives of a step are all posted when the step starts (the schedule's RECV only marks where the
 // data must have arrived) and sends are non-blocking, so a stage computes while its neighbours'
 // transfers are in flight; send buffers are per microbatch and live until the step's sends finish.
-// Transfer buffers are per microbatch (M per direction, B x T x width floats each) whatever the
-// schedule: 1F1B's memory saving, min(P - s, M) stashed microbatches, applies to the stage's
-// activation slots, not to these.
-// Zero-bubble schedules (ZB-H1): a B with a W for the same microbatch runs backward_input, and the
-// W backward_weight, which gives backward's bits. Schedules with several chunks per rank
-// (interleaved, ZB-V) are refused (InvalidArgument): the executor holds one stage.
-// Activation slots: a microbatch takes a free slot at its F and gives it back at its B (its W when
-// it has one); slots are
-// assigned at run time, so the stage needs only peak_stashed_microbatches(schedule, stage).
+// Transfer buffers are per chunk and microbatch (M per direction, B x T x width floats each)
+// whatever the schedule: 1F1B's memory saving, min(P - s, M) stashed microbatches, applies to the
+// chunks' activation slots, not to these.
+// Zero-bubble schedules (ZB-H1, ZB-V): a B with a W for the same (stage, microbatch) runs
+// backward_input, and the W backward_weight, which gives backward's bits.
+// Activation slots: a microbatch takes a free slot of its chunk at its F and gives it back at its B
+// (its W when it has one); slots are assigned at run time, so chunk c needs only
+// chunk_activation_slots(schedule, stage of c).
 // Activation offload (a schedule from add_activation_offload, and set_activation_store): OFFLOAD
-// hands the slot's stash (PipelineStage::stash) to the store and the slot becomes free once that
-// copy is done; RELOAD takes a free slot and starts the copy back; B waits for that copy. An F or
-// RELOAD that finds no free slot waits for the oldest offload copy still in flight. Stashes come
-// back bit for bit, so training with and without offload gives the same bits.
+// hands the slot's stash (PipelineStage::stash) to the store, keyed chunk * M + microbatch, and the
+// slot becomes free once that copy is done; RELOAD takes a free slot and starts the copy back; B
+// waits for that copy. An F or RELOAD that finds no free slot in its chunk waits for the oldest
+// offload copy of that chunk still in flight. Stashes come back bit for bit, so training with and
+// without offload gives the same bits.
+// Gradients: ALLREDUCE_GRAD and OPTIM see the rank's parameters and gradients as one buffer, the
+// chunks' one after the other (scheduler/model/rank_model.h lays them out so); the executor checks
+// that the chunks' buffers are adjacent.
 // Thread-safety: one thread drives an executor. Errors: comm errors (PeerLost, Timeout, Mismatch)
 // propagate with the operation and ranks named; InvalidArgument for inconsistent sizes; a failed
 // activation copy is an Error with the store's code (Io, ...) naming the microbatch, the stage and
 // the store. A step that fails waits for its copies in flight before it throws.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <future>
@@ -54,15 +64,29 @@ struct StepStats {
   double offload_wait_s = 0;  // time the step waited for activation copies (offload / reload)
 };
 
+// Activation slots model stage `stage` (in [0, P*V)) needs under `schedule`: the largest number
+// of its microbatches stashed at once on its rank (from F to B, or to W when it has one; an
+// OFFLOAD frees one, a RELOAD takes one). peak_stashed_microbatches (schedule_sim.h) counts a
+// rank's chunks together; a chunk's slots are its own. InvalidArgument for an invalid schedule or
+// a stage outside [0, P*V).
+int chunk_activation_slots(const Schedule& schedule, int stage);
+
 class PipelineExecutor {
  public:
-  // `schedule` must be valid (validate_schedule) with stages == pipeline size; `stage` is this
-  // rank's stage; `model` holds that stage and at least peak_stashed_microbatches slots
-  // (InvalidArgument otherwise). Only comms.pipeline is used here; the others are the gradient
-  // sync's.
+  // `schedule` must be valid (validate_schedule) with stages == pipeline size, at most 256 model
+  // stages and 32767 microbatches; `rank` is this rank of the pipeline; chunks[c] (non-null, V of
+  // them) holds the model stage stage_of(schedule, rank, c) with at least
+  // chunk_activation_slots of it, and their params() / grads() follow one another in memory
+  // (InvalidArgument otherwise, naming the fix). Only comms.pipeline is used here; the others are
+  // the gradient sync's.
   // microbatch_size: sequences per microbatch (B); context: T.
-  PipelineExecutor(Schedule schedule, int stage, PipelineStage& model, PipelineComms comms,
-                   int microbatch_size, int context);
+  PipelineExecutor(Schedule schedule, int rank, std::vector<PipelineStage*> chunks,
+                   PipelineComms comms, int microbatch_size, int context);
+  // One chunk per rank (GPipe, 1F1B, ZB-H1).
+  PipelineExecutor(Schedule schedule, int rank, PipelineStage& model, PipelineComms comms,
+                   int microbatch_size, int context)
+      : PipelineExecutor(std::move(schedule), rank, std::vector<PipelineStage*>{&model}, comms,
+                         microbatch_size, context) {}
 
   // One training step. tokens/targets: [M, B, T] int32 (used by the first / last stage only;
   // others may pass empty spans).
@@ -70,8 +94,10 @@ class PipelineExecutor {
                      std::span<const std::int32_t> targets, const OptimizerStep& optimizer);
 
   // Forward only (evaluation, generation) of one batch of B' <= B sequences of length T' <= T
-  // through the pipeline. Last stage: returns the sum of the per-position losses (targets given)
-  // and leaves the logits in the stage's slot 0; other stages return 0.
+  // through the pipeline, stage by stage (tokens: the rank holding stage 0; targets: the rank
+  // holding the last). The rank holding the last stage returns the sum of the per-position losses
+  // (targets given) and leaves the logits in slot 0 of that chunk; other ranks return 0. `tag`
+  // (< 2^28) tells passes apart.
   double forward_only(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets,
                       int batch, int length, std::uint64_t tag);
 
@@ -87,35 +113,53 @@ class PipelineExecutor {
   [[nodiscard]] offload::ActivationStore* activation_store() const noexcept { return store_.get(); }
 
   // Tracing (`strait train --trace`): while on, run_step records every action's start and end
-  // (steady_clock, microseconds) with this stage as the rank; take_trace() hands them over.
+  // (steady_clock, microseconds) with this rank; take_trace() hands them over.
   void set_tracing(bool on) noexcept { tracing_ = on; }
   [[nodiscard]] std::vector<TraceRecord> take_trace() { return std::exchange(trace_, {}); }
 
-  [[nodiscard]] bool first_stage() const noexcept { return stage_ == 0; }
-  [[nodiscard]] bool last_stage() const noexcept { return stage_ == schedule_.stages - 1; }
+  // Whether this rank holds the model's first stage (it reads tokens) and its last (targets, loss).
+  [[nodiscard]] bool first_stage() const noexcept { return holds_first_; }
+  [[nodiscard]] bool last_stage() const noexcept { return holds_last_; }
 
  private:
+  // Per chunk: its stage, its model, and its transfer buffers per microbatch (received input
+  // activations, output activations being sent or handed over, received output gradients, input
+  // gradients being sent or handed over; empty where the stage has none).
+  struct Chunk {
+    int stage = 0;
+    PipelineStage* model = nullptr;
+    int slots = 0;
+    bool first = false;       // stage 0
+    bool last = false;        // stage P*V - 1
+    bool prev_local = false;  // stage - 1 is on this rank: its output is handed over in memory
+    bool next_local = false;  // stage + 1 is on this rank
+    int prev_rank = -1;       // ranks of stage - 1 and stage + 1 (-1: none)
+    int next_rank = -1;
+    std::vector<bool> split_backward;  // per microbatch: B then a later W
+    std::vector<std::vector<float>> in_acts, out_acts, grad_out, grad_in;
+  };
+  // The chunk that runs `stage` (which is on this rank).
+  [[nodiscard]] std::size_t chunk_index(int stage) const;
   // Waits for an activation copy; a failure becomes an Error naming `what`, the microbatch, stage.
-  void wait_copy(std::future<void>& copy, const char* what, int microbatch, StepStats& stats) const;
-  [[noreturn]] void copy_failed(const char* what, int microbatch) const;
+  void wait_copy(std::future<void>& copy, const char* what, int microbatch, int stage,
+                 StepStats& stats) const;
+  [[noreturn]] void copy_failed(const char* what, int microbatch, int stage) const;
 
   Schedule schedule_;
-  int stage_;
-  PipelineStage& model_;
+  int rank_;
+  std::vector<Chunk> chunks_;
+  bool holds_first_ = false;
+  bool holds_last_ = false;
+  std::span<float> params_;  // all chunks', one after the other
+  std::span<float> grads_;
   PipelineComms comms_;
   std::unique_ptr<GradientSync> sync_;
   std::unique_ptr<offload::ActivationStore> store_;
   bool tracing_ = false;
   std::vector<TraceRecord> trace_;
-  int slots_ = 0;  // activation slots this schedule needs on this stage
-  // Per microbatch: B computes the input gradient only and a later W the weight gradients.
-  std::vector<bool> split_backward_;
   int batch_;
   int context_;
   std::size_t act_elems_;  // B * T * width
-  // Per microbatch: received input activations, output activations being sent, received output
-  // gradients, input gradients being sent.
-  std::vector<std::vector<float>> in_acts_, out_acts_, grad_out_, grad_in_;
 };
 
 }  // namespace strait::sched

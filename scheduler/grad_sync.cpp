@@ -36,6 +36,14 @@ void DataParallelSync::reduce_grads(std::int64_t step, std::span<float> grads) {
       float* w = grads.data() + layout_.tied->offset;
       comms_.tied->allreduce(w, w, layout_.tied->count, DType::F32, op);
     }
+    if (layout_.tied && layout_.tied_copy) {  // both copies on this rank
+      float* a = grads.data() + layout_.tied->offset;
+      float* b = grads.data() + layout_.tied_copy->offset;
+      for (std::size_t j = 0; j < layout_.tied->count; ++j) {
+        const float sum = a[j] + b[j];
+        a[j] = b[j] = op == ReduceOp::Avg ? sum * 0.5F : sum;
+      }
+    }
   };
   tied_allreduce(ReduceOp::Sum);
   if (comms_.data != nullptr && comms_.data->size() > 1) {
@@ -98,7 +106,10 @@ void DataParallelSync::advance_momentum(std::span<const float> grads) {
 double DataParallelSync::clip(std::span<float> grads) const {
   // The last stage's copy of the tied weights duplicates the first stage's: count it once.
   std::size_t skip_begin = 0, skip_end = 0;
-  if (stages_ > 1 && stage_ == stages_ - 1 && layout_.tied) {
+  if (layout_.tied_copy) {
+    skip_begin = layout_.tied_copy->offset;
+    skip_end = layout_.tied_copy->offset + layout_.tied_copy->count;
+  } else if (stages_ > 1 && stage_ == stages_ - 1 && layout_.tied) {
     skip_begin = layout_.tied->offset;
     skip_end = layout_.tied->offset + layout_.tied->count;
   }

@@ -57,6 +57,11 @@ struct GradientLayout {
     std::size_t count = 0;
   };
   std::optional<Range> tied;
+  // A second copy of the tied weights in this rank's buffer, when the rank holds both the first
+  // and the last of several stages as two chunks (ZB-V's rank 0, or interleaved on one rank): its
+  // gradient is summed with tied's in place (a + b, the bits a two-rank all-reduce gives), the
+  // norm counts it out, and it is not sent over comms.tied. nullopt elsewhere.
+  std::optional<Range> tied_copy;
   // The weight matrices (PowerSGD approximates each on its own; the elementwise codecs ignore it).
   std::vector<comm::MatrixShape> matrices;
 };

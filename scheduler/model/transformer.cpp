@@ -128,6 +128,30 @@ std::size_t StageModel<F>::add_tensor(const std::string& name, std::vector<int> 
 template <class F>
 StageModel<F>::StageModel(const GptConfig& config, LayerRange layers, int max_batch, int slots,
                           std::uint64_t seed)
+    : StageModel(config, layers, max_batch, slots, seed, {}, {}) {}
+
+template <class F>
+std::size_t StageModel<F>::parameter_count(const GptConfig& config, LayerRange layers) {
+  config.validate();
+  if (layers.first < 0 || layers.first >= layers.last || layers.last > config.layers) {
+    invalid(
+        fmt::format("StageModel: layer range [{}, {}) is not a non-empty part of the model's "
+                    "{} layers: use split_layers()",
+                    layers.first, layers.last, config.layers));
+  }
+  const std::size_t c = sz(config.dim);
+  const bool first = layers.first == 0;
+  const bool last = layers.last == config.layers;
+  // Per block: ln_1, attn (qkv, proj), ln_2, mlp (fc, proj), weights and biases.
+  const std::size_t block =
+      2 * c + (3 * c * c + 3 * c) + (c * c + c) + 2 * c + (4 * c * c + 4 * c) + (4 * c * c + c);
+  return (first || last ? sz(config.vocab) * c : 0) + (first ? sz(config.ctx) * c : 0) +
+         sz(layers.last - layers.first) * block + (last ? 2 * c : 0);
+}
+
+template <class F>
+StageModel<F>::StageModel(const GptConfig& config, LayerRange layers, int max_batch, int slots,
+                          std::uint64_t seed, std::span<F> params, std::span<F> grads)
     : config_(config), range_(layers), max_batch_(max_batch) {
   config_.validate();
   if (layers.first < 0 || layers.first >= layers.last || layers.last > config_.layers) {
@@ -175,8 +199,20 @@ StageModel<F>::StageModel(const GptConfig& config, LayerRange layers, int max_ba
     lnf_b_ = add_tensor("ln_f.bias", {C}, false);
   }
   const std::size_t n_params = tensors_.back().offset + tensors_.back().count;
-  params_.assign(n_params, F(0));
-  grads_.assign(n_params, F(0));
+  if (params.empty() && grads.empty()) {
+    own_params_.assign(n_params, F(0));
+    own_grads_.assign(n_params, F(0));
+    params = own_params_;
+    grads = own_grads_;
+  } else if (params.size() != n_params || grads.size() != n_params) {
+    invalid(
+        fmt::format("StageModel: layers [{}, {}) have {} parameters but the storage given holds "
+                    "{} parameters and {} gradients: size it with parameter_count()",
+                    layers.first, layers.last, n_params, params.size(), grads.size()));
+  }
+  params_ = params;
+  grads_ = grads;
+  std::fill(grads_.begin(), grads_.end(), F(0));
   init_params(seed);
 
   // Activation layout of one slot, sized for max_batch x ctx: x0, the blocks, the head.

@@ -127,6 +127,23 @@ class StageModel {
   // or slots < 1.
   StageModel(const GptConfig& config, LayerRange layers, int max_batch, int slots,
              std::uint64_t seed);
+  // The same over parameter and gradient storage the caller owns (RankModel puts the chunks of a
+  // pipeline rank in one buffer): params and grads hold parameter_count(config, layers) elements
+  // each and outlive the model; the parameters are initialised into them and the gradients zeroed.
+  // Throws InvalidArgument for spans of another size.
+  StageModel(const GptConfig& config, LayerRange layers, int max_batch, int slots,
+             std::uint64_t seed, std::span<F> params, std::span<F> grads);
+  // No copies: params() / grads() would still point at the original's buffers. A move keeps them
+  // (a moved std::vector keeps its heap buffer).
+  StageModel(const StageModel&) = delete;
+  StageModel& operator=(const StageModel&) = delete;
+  StageModel(StageModel&&) noexcept = default;
+  StageModel& operator=(StageModel&&) noexcept = default;
+  ~StageModel() = default;
+
+  // Elements of params() for a stage holding `layers` of `config` (validated as the constructor
+  // does).
+  [[nodiscard]] static std::size_t parameter_count(const GptConfig& config, LayerRange layers);
 
   [[nodiscard]] const GptConfig& config() const { return config_; }
   [[nodiscard]] LayerRange layers() const { return range_; }
@@ -260,8 +277,10 @@ class StageModel {
   LayerRange range_;
   int max_batch_;
   std::vector<TensorInfo> tensors_;
-  std::vector<F> params_;
-  std::vector<F> grads_;
+  std::vector<F> own_params_;  // empty when the caller owns the storage
+  std::vector<F> own_grads_;
+  std::span<F> params_;
+  std::span<F> grads_;
   std::optional<std::size_t> wte_;  // offset of wte (first stage, or the last stage's copy)
   std::size_t wpe_ = 0;
   std::size_t lnf_w_ = 0;

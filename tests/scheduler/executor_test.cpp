@@ -1,20 +1,25 @@
-// The pipeline executor on one stage (no communicators needed): activation offload gives the same
+// The pipeline executor on one rank (no communicators needed): activation offload gives the same
 // bits as keeping every stash in the model, with fewer activation slots, and a failing activation
-// store is an error naming the microbatch and the stage.
+// store is an error naming the microbatch and the stage; several model chunks on the rank
+// (interleaved 1F1B, ZB-V) hand activations and gradients over in memory and train the same model.
 #include "scheduler/executor.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <future>
 #include <memory>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/error.h"
 #include "offload/activation_store.h"
 #include "scheduler/grad_sync.h"
+#include "scheduler/model/rank_model.h"
 #include "scheduler/model/transformer_stage.h"
 #include "scheduler/schedule.h"
 #include "scheduler/schedule_sim.h"
@@ -177,6 +182,169 @@ TEST(ExecutorActivationOffload, MissingStoreOrTooFewSlotsAreRejected) {
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::InvalidArgument);
     EXPECT_NE(std::string(e.what()).find("needs 2 activation slots"), std::string::npos)
+        << e.what();
+  }
+}
+
+// --- Several chunks on one rank ------------------------------------------------------------------
+
+GptConfig four_layers() {
+  GptConfig c = tiny();
+  c.layers = 4;
+  return c;
+}
+
+// Three SGD steps of the 4-layer model under `schedule` on one rank (P = 1), its chunks built by
+// RankModel, the tied embedding's two copies (when two chunks hold them) summed by the sync.
+Result train_chunks(const Schedule& schedule,
+                    std::unique_ptr<offload::ActivationStore> store = nullptr) {
+  RankModel model(four_layers(), schedule, 0, kB, 5);
+  PipelineExecutor exec(schedule, 0, model.pipeline_stages(), {}, kB, kT);
+  GradientLayout layout;
+  if (const auto t = model.tied_wte()) layout.tied = GradientLayout::Range{t->offset, t->count};
+  if (const auto t = model.tied_copy())
+    layout.tied_copy = GradientLayout::Range{t->offset, t->count};
+  exec.set_gradient_sync(std::make_unique<DataParallelSync>(PipelineComms{}, 0, 1, layout,
+                                                            GradientCompression{}, 1.0));
+  if (store) exec.set_activation_store(std::move(store));
+  std::mt19937_64 rng(9);
+  Result run;
+  run.slots = model.slots();
+  for (int step = 0; step < 3; ++step) {
+    const auto tokens = random_ids(rng, kM * kB * kT);
+    const auto targets = random_ids(rng, kM * kB * kT);
+    const StepStats st =
+        exec.run_step(step, tokens, targets, [](std::span<float> p, std::span<const float> g) {
+          for (std::size_t i = 0; i < p.size(); ++i) p[i] -= 0.05F * g[i];
+        });
+    run.losses.push_back(st.loss);
+  }
+  // Every tensor once, by name, in name order: comparable whatever the split.
+  std::vector<std::pair<std::string, std::vector<float>>> named;
+  for (const TensorInfo& t : model.tensors()) {
+    if (model.is_tied_copy(t)) continue;
+    const auto p = model.params().subspan(t.offset, t.count);
+    named.emplace_back(t.name, std::vector<float>(p.begin(), p.end()));
+  }
+  std::sort(named.begin(), named.end());
+  for (const auto& [name, values] : named) {
+    run.params.insert(run.params.end(), values.begin(), values.end());
+  }
+  // The tied copies stayed one.
+  if (const auto copy = model.tied_copy()) {
+    const auto a = model.params().subspan(model.tied_wte()->offset, copy->count);
+    const auto b = model.params().subspan(copy->offset, copy->count);
+    EXPECT_TRUE(std::equal(a.begin(), a.end(), b.begin())) << "the two wte copies diverged";
+  }
+  return run;
+}
+
+TEST(ExecutorChunks, RankModelLaysOutTheChunksStagesInOneBuffer) {
+  // ZB-V on 2 ranks: rank 0 holds stages 0 and 3 (both ends: two wte), rank 1 stages 1 and 2.
+  const Schedule zbv = make_zb_v(2, 4);
+  const RankModel r0(four_layers(), zbv, 0, kB, 5);
+  const RankModel r1(four_layers(), zbv, 1, kB, 5);
+  EXPECT_EQ(r0.stage(0), 0);
+  EXPECT_EQ(r0.stage(1), 3);
+  EXPECT_EQ(r1.stage(0), 1);
+  EXPECT_EQ(r1.stage(1), 2);
+  ASSERT_TRUE(r0.tied_wte() && r0.tied_copy());
+  EXPECT_FALSE(r1.tied_wte() || r1.tied_copy());
+  EXPECT_TRUE(r0.holds_first_stage() && r0.holds_last_stage());
+  // The same weights, tensor by tensor, as one stage holding the whole model.
+  StageModel<float> whole(four_layers(), {0, 4}, kB, 1, 5);
+  std::size_t total = 0;
+  for (const RankModel* r : {&r0, &r1}) {
+    for (int c = 0; c < r->chunks(); ++c) {
+      EXPECT_EQ(r->chunk(c).params().data(),
+                r->params().data() + (c == 0 ? 0 : r->chunk(0).params().size()));
+    }
+    for (const TensorInfo& t : r->tensors()) {
+      const auto got = r->params().subspan(t.offset, t.count);
+      const auto want = whole.param(t.name);
+      EXPECT_TRUE(std::equal(got.begin(), got.end(), want.begin(), want.end())) << t.name;
+      if (!r->is_tied_copy(t)) total += t.count;
+    }
+  }
+  EXPECT_EQ(total, whole.params().size());
+  EXPECT_EQ(StageModel<float>::parameter_count(four_layers(), {1, 3}),
+            StageModel<float>(four_layers(), {1, 3}, 1, 1, 5).params().size());
+  // Interleaved on 2 ranks: chunk c of rank r is stage c * 2 + r.
+  const RankModel i1(four_layers(), make_interleaved_1f1b(2, 4, 2), 1, kB, 5);
+  EXPECT_EQ(i1.stage(0), 1);
+  EXPECT_EQ(i1.stage(1), 3);
+  EXPECT_TRUE(i1.tied_wte() && !i1.tied_copy());
+  EXPECT_TRUE(i1.is_tied_copy(i1.tensors()[i1.chunk(0).tensors().size()]));  // stage 3's wte
+  // More stages than layers is refused with the fix.
+  try {
+    (void)RankModel(tiny(), make_interleaved_1f1b(2, 4, 2), 0, kB, 5);
+    ADD_FAILURE() << "split 2 layers into 4 stages";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("needs 4 model stages (2 ranks x 2 chunks) but the model "
+                                         "has 2 layers"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(ExecutorChunks, ChunksOnOneRankTrainTheSameModel) {
+  // Interleaved with 2 chunks and ZB-V on one rank split the model the same way (stage 0: layers
+  // 0-1 and wte, stage 1: layers 2-3 and the head), so their bits agree (ZB-V's B / W split
+  // changes none).
+  const Result inter = train_chunks(make_interleaved_1f1b(1, kM, 2));
+  const Result zbv = train_chunks(make_zb_v(1, kM));
+  EXPECT_EQ(inter.losses, zbv.losses);
+  EXPECT_TRUE(inter.params == zbv.params);
+  // Against the model as one stage (one chunk, a single wte): the same up to float rounding of
+  // the sums taken in another order (the tied gradient is a + b instead of one accumulation).
+  const Result one = train_chunks(make_gpipe(1, kM));
+  ASSERT_EQ(one.losses.size(), inter.losses.size());
+  ASSERT_EQ(one.params.size(), inter.params.size());
+  for (std::size_t s = 0; s < one.losses.size(); ++s) {
+    EXPECT_NEAR(inter.losses[s], one.losses[s], 1e-5 * std::abs(one.losses[s])) << "step " << s;
+  }
+  double worst = 0;
+  for (std::size_t i = 0; i < one.params.size(); ++i) {
+    worst = std::max(worst, static_cast<double>(std::abs(inter.params[i] - one.params[i])));
+  }
+  EXPECT_LT(worst, 1e-5);
+  // Four chunks (one layer each) as well, and with their stashes offloaded: the same bits.
+  const Result four = train_chunks(make_interleaved_1f1b(1, kM, 4));
+  for (std::size_t s = 0; s < one.losses.size(); ++s) {
+    EXPECT_NEAR(four.losses[s], one.losses[s], 1e-5 * std::abs(one.losses[s])) << "step " << s;
+  }
+  auto store = std::make_unique<TestStore>();
+  TestStore* counts = store.get();
+  const Result offloaded =
+      train_chunks(add_activation_offload(make_interleaved_1f1b(1, kM, 4), 0), std::move(store));
+  EXPECT_GT(counts->offloads, 0);
+  EXPECT_LT(offloaded.slots, four.slots);
+  EXPECT_EQ(offloaded.losses, four.losses);
+  EXPECT_TRUE(offloaded.params == four.params);
+  // The comparison can fail: other data gives other losses.
+  EXPECT_NE(one.losses[1], one.losses[0]);
+}
+
+TEST(ExecutorChunks, ChunksThatDoNotShareABufferAreRejected) {
+  const Schedule s = make_interleaved_1f1b(1, kM, 2);
+  StageModel<float> a(four_layers(), {0, 2}, kB, kM, 5);
+  StageModel<float> b(four_layers(), {2, 4}, kB, kM, 5);
+  TransformerStage sa(a), sb(b);
+  try {
+    PipelineExecutor exec(s, 0, std::vector<PipelineStage*>{&sa, &sb}, {}, kB, kT);
+    ADD_FAILURE() << "accepted chunks in separate buffers";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::InvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("chunk 1's params do not follow chunk 0's"),
+              std::string::npos)
+        << e.what();
+  }
+  try {
+    PipelineExecutor exec(s, 0, sa, {}, kB, kT);
+    ADD_FAILURE() << "accepted one chunk for a 2-chunk schedule";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("puts 2 model chunks on each rank but 1 were given"),
+              std::string::npos)
         << e.what();
   }
 }

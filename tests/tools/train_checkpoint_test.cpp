@@ -198,6 +198,53 @@ TEST(StraitTrainCheckpoint, TwoStageCheckpointResumesWithOneOrFourStages) {
   }
 }
 
+// A checkpoint does not depend on how the schedule placed the layers: one saved by interleaved 1F1B
+// (2 ranks x 2 chunks: rank 0 holds layers 0 and 2) or ZB-V (rank 0 holds layers 0 and 3 and both
+// wte copies) holds every tensor once, under its global name, one shard per rank. Interleaved
+// resumes itself bit-identically, and 1F1B (2 stages of two layers) loads it to the same bits and
+// trains on as interleaved does, up to float rounding.
+TEST(StraitTrainCheckpoint, InterleavedOrZbVCheckpointResumesWithOneFOneB) {
+  const Job job;
+  const std::vector<std::string> inter = {"--stages",       "2", "--replicas", "1",
+                                          "--microbatches", "8", "--schedule", "interleaved"};
+  const auto full = job.train(
+      "inter",
+      with(inter, {"--steps", "5", "--save", job.path("inter").string(), "--save-every", "3"}));
+  ASSERT_EQ(full.size(), 5U);
+  const fs::path at3 = job.path("inter") / "step-00000003";
+  const auto original = checksums(at3);
+  EXPECT_EQ(original.size(), 3U * (2 + 12 * 4 + 2));
+  {
+    std::ifstream in(at3 / "manifest.json");
+    EXPECT_EQ(json::parse(in)["files"].size(), 2U);
+  }
+  // Interleaved from step 3: the uninterrupted run's bits.
+  const auto again =
+      job.train("inter-again", with(inter, {"--steps", "5", "--resume", at3.string()}));
+  ASSERT_EQ(again.size(), 2U);
+  for (std::size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(again[i]["loss"].get<double>(), full[i + 3]["loss"].get<double>()) << i + 4;
+    EXPECT_EQ(again[i]["grad_norm"].get<double>(), full[i + 3]["grad_norm"].get<double>()) << i + 4;
+  }
+  // 1F1B loads and saves it again as it was, and trains on as interleaved did.
+  const std::vector<std::string> one = {"--stages",       "2", "--replicas", "1",
+                                        "--microbatches", "8", "--schedule", "1f1b"};
+  (void)job.train("resaved-1f1b", with(one, {"--steps", "3", "--resume", at3.string(), "--save",
+                                             job.path("resaved-1f1b").string()}));
+  EXPECT_EQ(checksums(job.path("resaved-1f1b") / "step-00000003"), original);
+  const auto on = job.train("1f1b-on", with(one, {"--steps", "5", "--resume", at3.string()}));
+  ASSERT_EQ(on.size(), 2U);
+  for (std::size_t i = 0; i < 2; ++i) {
+    const double a = on[i]["loss"].get<double>(), b = full[i + 3]["loss"].get<double>();
+    EXPECT_LT(std::abs(a - b) / std::abs(b), 1e-5) << "step " << i + 4;
+  }
+  // ZB-V too: its rank 0 holds both copies of wte and saves one.
+  (void)job.train("resaved-zbv", {"--stages", "2", "--replicas", "1", "--microbatches", "8",
+                                  "--schedule", "zbv", "--steps", "3", "--resume", at3.string(),
+                                  "--save", job.path("resaved-zbv").string()});
+  EXPECT_EQ(checksums(job.path("resaved-zbv") / "step-00000003"), original);
+}
+
 TEST(StraitTrainCheckpoint, CorruptedShardIsReportedByItsChecksum) {
   const Job job;
   (void)job.train("saved", {"--stages", "2", "--replicas", "1", "--microbatches", "4", "--steps",

@@ -19,6 +19,7 @@
 #include <iterator>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -408,13 +409,144 @@ TEST(StraitTrain, ZbH1GivesOneFOneBsLossesBitForBitAndATrace) {
       << from_trace.output();
 }
 
-TEST(StraitTrainErrors, ChunkedSchedulesAreRefusedWithTheReason) {
+// --- Several model chunks per rank: interleaved 1F1B and ZB-V
+// --------------------------------------
+
+// With 4 layers, interleaved (2 chunks per rank, stage c * P + r on rank r) and ZB-V (rank r holds
+// stages r and 2P-1-r) split the model into 4 one-layer stages on 2 ranks. The global batch is
+// that of the one-rank run, so the losses and gradient norms agree up to float rounding (sums in
+// other orders: the tied embedding's gradient is summed over two copies, the norm over other
+// parts), as for any other split. Where the split is the same the bits are too: ZB-V and
+// interleaved with 2 chunks on one rank, and each schedule with its activations offloaded.
+TEST(StraitTrain, InterleavedAndZbVTrainTheSameTrajectory) {
   const Job job;
-  Strait run(job.train_args({"--stages", "2", "--replicas", "1", "--schedule", "zbv"}),
-             job.dir().path() / "out.txt");
-  EXPECT_EQ(run.exit_code(60s), 2) << run.output();
-  EXPECT_TRUE(contains(run.output(), "--schedule zbv puts several model chunks on each rank"))
-      << run.output();
+  const std::vector<std::string> common = {"--steps", "4", "--seed", "7", "--layers", "4"};
+  auto with = [&](std::vector<std::string> args) {
+    args.insert(args.end(), common.begin(), common.end());
+    return args;
+  };
+  const Metrics reference =
+      train(job, "1x1", with({"--stages", "1", "--replicas", "1", "--microbatches", "8"}));
+  ASSERT_EQ(reference.steps.size(), 4U);
+  const auto near = [&](const Metrics& m, const std::string& name) {
+    ASSERT_EQ(m.steps.size(), 4U) << name;
+    for (std::size_t s = 0; s < 4; ++s) {
+      for (const char* key : {"loss", "grad_norm"}) {
+        const double want = reference.steps[s].at(key).get<double>();
+        const double got = m.steps[s].at(key).get<double>();
+        EXPECT_LT(relative_difference(got, want), 1e-5)
+            << name << ", step " << s + 1 << ": " << key << " " << got << " vs " << want;
+      }
+    }
+    EXPECT_LT(relative_difference(m.summary.at("eval_loss").get<double>(),
+                                  reference.summary.at("eval_loss").get<double>()),
+              1e-5)
+        << name;
+  };
+  const auto same_bits = [](const Metrics& a, const Metrics& b, const std::string& name) {
+    ASSERT_EQ(a.steps.size(), b.steps.size()) << name;
+    for (std::size_t s = 0; s < a.steps.size(); ++s) {
+      for (const char* key : {"loss", "grad_norm"}) {
+        EXPECT_EQ(a.steps[s].at(key).get<double>(), b.steps[s].at(key).get<double>())
+            << name << ": " << key << " at step " << s + 1;
+      }
+    }
+    EXPECT_EQ(a.summary.at("eval_loss").get<double>(), b.summary.at("eval_loss").get<double>())
+        << name;
+    EXPECT_EQ(a.summary.at("sample"), b.summary.at("sample")) << name;
+  };
+
+  const fs::path trace = job.dir().path() / "interleaved.trace.json";
+  const Metrics inter =
+      train(job, "interleaved",
+            with({"--stages", "2", "--replicas", "1", "--microbatches", "8", "--schedule",
+                  "interleaved", "--chunks", "2", "--trace", trace.string()}));
+  near(inter, "interleaved, 2 ranks x 2 chunks");
+  const Metrics zbv =
+      train(job, "zbv",
+            with({"--stages", "2", "--replicas", "1", "--microbatches", "8", "--schedule", "zbv"}));
+  near(zbv, "zbv, 2 ranks");
+  near(train(job, "interleaved-dp",
+             with({"--stages", "2", "--replicas", "2", "--microbatches", "4", "--schedule",
+                   "interleaved"})),
+       "interleaved, 2 ranks x 2 replicas");
+  near(
+      train(job, "zbv-dp",
+            with({"--stages", "2", "--replicas", "2", "--microbatches", "4", "--schedule", "zbv"})),
+      "zbv, 2 ranks x 2 replicas");
+
+  // The same split, the same bits: one rank with two chunks either way.
+  same_bits(
+      train(job, "interleaved-1",
+            with({"--stages", "1", "--replicas", "1", "--microbatches", "8", "--schedule",
+                  "interleaved"})),
+      train(job, "zbv-1",
+            with({"--stages", "1", "--replicas", "1", "--microbatches", "8", "--schedule", "zbv"})),
+      "interleaved vs zbv on one rank");
+  // Activation offload on chunked schedules: the same bits, fewer resident slots.
+  const Metrics inter_off =
+      train(job, "interleaved-offload",
+            with({"--stages", "2", "--replicas", "1", "--microbatches", "8", "--schedule",
+                  "interleaved", "--offload-activations", "cpu"}));
+  same_bits(inter_off, inter, "interleaved with offload");
+  EXPECT_LT(inter_off.summary.at("activation_bytes").get<double>(),
+            inter_off.summary.at("activation_bytes_without_offload").get<double>());
+  const Metrics zbv_off =
+      train(job, "zbv-offload",
+            with({"--stages", "2", "--replicas", "1", "--microbatches", "8", "--schedule", "zbv",
+                  "--offload-activations", "nvme", "--offload-prefetch", "0"}));
+  same_bits(zbv_off, zbv, "zbv with offload");
+  EXPECT_LT(zbv_off.summary.at("activation_bytes").get<double>(),
+            zbv_off.summary.at("activation_bytes_without_offload").get<double>());
+
+  // The trace names the model stage of every action: rank r ran stages r and r + 2.
+  const json doc = json::parse(strait::test::read_file(trace));
+  EXPECT_EQ(doc.at("otherData").at("schedule"), "interleaved");
+  std::map<int, std::set<int>> stages_of_rank;
+  for (const json& e : doc.at("traceEvents")) {
+    if (e.at("ph") != "X" || e.at("cat") != "F") continue;
+    stages_of_rank[e.at("pid").get<int>()].insert(e.at("args").at("stage").get<int>());
+  }
+  EXPECT_EQ(stages_of_rank, (std::map<int, std::set<int>>{{0, {0, 2}}, {1, {1, 3}}}));
+}
+
+TEST(StraitTrainErrors, ChunkedSchedulesNeedALayerPerStageAndAMicrobatchCountThatFits) {
+  const Job job;
+  // 2 layers cannot make 2 ranks x 2 chunks = 4 stages.
+  Strait layers(job.train_args({"--stages", "2", "--replicas", "1", "--schedule", "zbv"}),
+                job.dir().path() / "layers.txt");
+  EXPECT_EQ(layers.exit_code(kQuick), 2) << layers.output();
+  EXPECT_TRUE(contains(layers.output(),
+                       "splits the model into 2 stages x 2 chunks = 4 pipeline stages but "
+                       "--layers is 2"))
+      << layers.output();
+  EXPECT_TRUE(contains(layers.output(), "use --layers >= 4")) << layers.output();
+  // Interleaved groups the microbatches by P: 3 on 2 ranks is refused with the counts that fit.
+  Strait mb(job.train_args({"--stages", "2", "--replicas", "1", "--layers", "4", "--schedule",
+                            "interleaved", "--microbatches", "3"}),
+            job.dir().path() / "mb.txt");
+  EXPECT_EQ(mb.exit_code(kQuick), 2) << mb.output();
+  EXPECT_TRUE(contains(mb.output(), "3 microbatches is not a multiple of the 2 stages"))
+      << mb.output();
+  EXPECT_TRUE(contains(mb.output(), "use 4 microbatches or 2, or --chunks 1")) << mb.output();
+  // ZB-V is a V of exactly two chunks.
+  Strait v(job.train_args({"--stages", "2", "--replicas", "1", "--layers", "6", "--schedule", "zbv",
+                           "--chunks", "3"}),
+           job.dir().path() / "v.txt");
+  EXPECT_EQ(v.exit_code(kQuick), 2) << v.output();
+  EXPECT_TRUE(contains(v.output(),
+                       "zbv schedule: 3 chunks per rank asked for, but it runs "
+                       "exactly 2"))
+      << v.output();
+  // DiLoCo does not keep ZB-V's two local copies of the tied embedding equal: refused.
+  Strait outer(job.train_args({"--stages", "2", "--replicas", "2", "--layers", "4", "--schedule",
+                               "zbv", "--outer-steps", "2"}),
+               job.dir().path() / "outer.txt");
+  EXPECT_EQ(outer.exit_code(kQuick), 2) << outer.output();
+  EXPECT_TRUE(contains(outer.output(),
+                       "--outer-steps with --schedule zbv --stages 2: the first "
+                       "and the last model stage are chunks of one rank"))
+      << outer.output();
 }
 
 // --- Compressed gradient averages ----------------------------------------------------------------

@@ -21,11 +21,6 @@ using nlohmann::json;
 constexpr std::string_view kExpAvg = "optimizer.exp_avg.";
 constexpr std::string_view kExpAvgSq = "optimizer.exp_avg_sq.";
 
-// The last stage's wte is a copy of the first stage's (transformer.h): saved once, by stage 0.
-bool is_tied_copy(const sched::StageModel<float>& model, const sched::TensorInfo& t) {
-  return t.name == "wte" && !model.is_first();
-}
-
 json model_json(const TrainConfig& c) {
   return {{"vocab", 256}, {"ctx", c.ctx}, {"layers", c.layers}, {"dim", c.dim}, {"heads", c.heads}};
 }
@@ -69,13 +64,18 @@ json train_checkpoint_meta(const TrainConfig& c, std::int64_t step) {
            {{"stages", c.stages},
             {"replicas", c.replicas},
             {"schedule", sched::schedule_kind_name(c.schedule)},
+            {"chunks", c.chunks != 0 ? c.chunks
+                       : c.schedule == sched::ScheduleKind::Interleaved ||
+                               c.schedule == sched::ScheduleKind::ZbV
+                           ? 2
+                           : 1},
             {"microbatches", c.microbatches},
             {"microbatch_size", c.microbatch_size},
             {"offload_optimizer", offload::to_string(c.offload_optimizer)}}}};
 }
 
 void save_checkpoint(comm::Communicator& world, const TrainConfig& c, int stage, int replica,
-                     const sched::StageModel<float>& model, offload::AdamWState& moments,
+                     const sched::RankModel& model, offload::AdamWState& moments,
                      std::int64_t step) {
   if (world.rank() == 0) sched::begin_checkpoint(c.save, step);
   world.barrier();
@@ -87,7 +87,7 @@ void save_checkpoint(comm::Communicator& world, const TrainConfig& c, int stage,
     std::vector<sched::CheckpointTensorView> tensors;
     const std::span<const float> params = model.params();
     for (const sched::TensorInfo& t : model.tensors()) {
-      if (is_tied_copy(model, t)) continue;
+      if (model.is_tied_copy(t)) continue;  // saved once, with the first stage
       const std::vector<std::int64_t> shape(t.shape.begin(), t.shape.end());
       tensors.push_back({t.name, shape, params.subspan(t.offset, t.count)});
       tensors.push_back({std::string(kExpAvg) + t.name, shape,
@@ -123,7 +123,7 @@ void check_save_dir(const std::filesystem::path& dir) {
   ::unlink(probe.c_str());
 }
 
-Resumed load_checkpoint(const TrainConfig& c, sched::StageModel<float>& model,
+Resumed load_checkpoint(const TrainConfig& c, sched::RankModel& model,
                         offload::AdamWState& moments) {
   const sched::CheckpointReader reader(c.resume);
   const json& meta = reader.meta();

@@ -13,7 +13,9 @@
 // state that is not saved, so --codec is refused with --save and --resume.
 //
 // Collective: save_checkpoint is called by every rank of the job at the same step; the ranks of
-// replica 0 each write their stage's shard (replicas hold identical weights), rank 0 publishes.
+// replica 0 each write their shard (shard r: every chunk rank r holds; replicas hold identical
+// weights), rank 0 publishes. Tensors are found by name, so the shards' split does not matter to
+// a reader.
 // Thread-safety: none; the trainer's thread calls these between steps.
 // Errors: InvalidArgument for a checkpoint whose model shape or seed differs from the run's
 // (naming each field and the value to pass); the format's errors (checkpoint.h).
@@ -28,7 +30,7 @@
 #include "comm/communicator.h"
 #include "offload/adamw_state.h"
 #include "scheduler/model/checkpoint.h"
-#include "scheduler/model/transformer.h"
+#include "scheduler/model/rank_model.h"
 #include "tools/train/trainer.h"
 
 namespace strait::tools {
@@ -38,7 +40,7 @@ nlohmann::json train_checkpoint_meta(const TrainConfig& config, std::int64_t ste
 
 // Writes the checkpoint of step `step` under config.save (collective over `world`).
 void save_checkpoint(comm::Communicator& world, const TrainConfig& config, int stage, int replica,
-                     const sched::StageModel<float>& model, offload::AdamWState& moments,
+                     const sched::RankModel& model, offload::AdamWState& moments,
                      std::int64_t step);
 
 // Creates the --save directory if needed and checks that it takes a new file (InvalidArgument
@@ -51,10 +53,10 @@ struct Resumed {
 };
 
 // Checks the checkpoint at config.resume against the run and loads this stage's parameters and
-// moments. Settings that change the training from there on but not the model (learning rate,
-// its schedule, AdamW's betas, weight decay, clipping, the global batch) may differ: each is
-// listed in `notes`, as the resumed run is then not the one that saved.
-Resumed load_checkpoint(const TrainConfig& config, sched::StageModel<float>& model,
+// moments (all its chunks'). Settings that change the training from there on but not the model
+// (learning rate, its schedule, AdamW's betas, weight decay, clipping, the global batch) may
+// differ: each is listed in `notes`, as the resumed run is then not the one that saved.
+Resumed load_checkpoint(const TrainConfig& config, sched::RankModel& model,
                         offload::AdamWState& moments);
 
 }  // namespace strait::tools

@@ -120,8 +120,14 @@ void add_train_command(CLI::App& app, const std::vector<std::string>& argv, int&
   train->add_option("--replicas", c->replicas, "Data-parallel replicas")->capture_default_str();
   train
       ->add_option("--schedule", words->schedule,
-                   "Pipeline schedule: 1f1b, gpipe or zb-h1 (interleaved and zbv: strait "
-                   "schedule only)")
+                   "Pipeline schedule: 1f1b, gpipe, interleaved, zb-h1 or zbv (interleaved and "
+                   "zbv hold several model chunks per rank: the layers are split into stages x "
+                   "chunks pipeline stages)")
+      ->capture_default_str();
+  train
+      ->add_option("--chunks", c->chunks,
+                   "Model chunks per rank: any V >= 1 for interleaved (default 2), 2 for zbv, "
+                   "1 for the others (0: the schedule's own)")
       ->capture_default_str();
   train->add_option("--microbatches", c->microbatches, "Microbatches per replica per step")
       ->capture_default_str();

@@ -33,9 +33,9 @@
 #include "scheduler/model/baselines.h"
 #include "scheduler/model/corpus.h"
 #include "scheduler/model/data.h"
+#include "scheduler/model/rank_model.h"
 #include "scheduler/model/sampling.h"
 #include "scheduler/model/transformer.h"
-#include "scheduler/model/transformer_stage.h"
 #include "scheduler/outer_sync.h"
 #include "scheduler/schedule.h"
 #include "scheduler/schedule_sim.h"
@@ -69,7 +69,7 @@ GptConfig model_config(const TrainConfig& c) {
 
 // The job's pipeline schedule, with activation offload when asked for.
 Schedule job_schedule(const TrainConfig& c) {
-  Schedule s = make_schedule(c.schedule, c.stages, c.microbatches);
+  Schedule s = make_schedule(c.schedule, c.stages, c.microbatches, c.chunks);
   if (c.offload_activations != ActivationOffload::None) {
     s = add_activation_offload(s, c.offload_prefetch);
   }
@@ -120,17 +120,21 @@ void check_writable(const std::filesystem::path& dir) {
 // probabilities), against this machine's memory: fail before starting rather than die of
 // bad_alloc in the middle of a step.
 void check_memory(const TrainConfig& c) {
-  const auto ranges = split_layers(c.layers, c.stages);
   const Schedule schedule = job_schedule(c);
+  const int stages = stage_count(schedule);  // model stages: ranks x chunks
+  const auto ranges = split_layers(c.layers, stages);
   double bytes = 0;
-  for (int s = 0; s < c.stages; ++s) {
+  for (int s = 0; s < stages; ++s) {
     const auto& r = ranges[static_cast<std::size_t>(s)];
     const double per_position = (r.last - r.first) * (16.0 * c.dim + 2.0 * c.heads * c.ctx) +
-                                (s == c.stages - 1 ? 3.0 * 256 : 0.0) + c.dim;
-    // Pinned host buffers of the cpu activation store count as well.
+                                (s == stages - 1 ? 3.0 * 256 : 0.0) + c.dim;
+    // Pinned host buffers of the cpu activation store count as well (per rank: its chunks'
+    // largest stash stands for each).
     const double slots =
-        peak_stashed_microbatches(schedule, s) +
-        (c.offload_activations == ActivationOffload::Cpu ? peak_offloaded(schedule, s) : 0);
+        chunk_activation_slots(schedule, s) +
+        (c.offload_activations == ActivationOffload::Cpu
+             ? static_cast<double>(peak_offloaded(schedule, rank_of(schedule, s))) / schedule.chunks
+             : 0.0);
     bytes += slots * c.microbatch_size * c.ctx * per_position * sizeof(float) * c.replicas;
   }
   const double available = static_cast<double>(::sysconf(_SC_PHYS_PAGES)) *
@@ -146,10 +150,12 @@ void check_memory(const TrainConfig& c) {
 
 // What the gradient sync treats specially: the tied word embedding and, for PowerSGD, each 2-D
 // weight as shape[0] x shape[1] (PyTorch's hook views a tensor as (shape[0], -1)).
-GradientLayout gradient_layout(const StageModel<float>& model) {
+GradientLayout gradient_layout(const RankModel& model) {
   GradientLayout layout;
   if (const auto tied = model.tied_wte())
     layout.tied = GradientLayout::Range{tied->offset, tied->count};
+  if (const auto copy = model.tied_copy())
+    layout.tied_copy = GradientLayout::Range{copy->offset, copy->count};
   for (const auto& t : model.tensors()) {
     if (t.shape.size() == 2) {
       layout.matrices.push_back(
@@ -160,7 +166,7 @@ GradientLayout gradient_layout(const StageModel<float>& model) {
 }
 
 // Contiguous runs of tensors with the same weight-decay rule become one optimizer group.
-std::vector<offload::DecayGroup> decay_groups(const StageModel<float>& model, double weight_decay) {
+std::vector<offload::DecayGroup> decay_groups(const RankModel& model, double weight_decay) {
   std::vector<offload::DecayGroup> groups;
   for (const auto& t : model.tensors()) {
     const double wd = t.weight_decay ? weight_decay : 0.0;
@@ -243,9 +249,8 @@ class Job {
   std::unique_ptr<comm::Communicator> world_, pipe_, data_, tied_;
   int rank_ = 0, stage_ = 0, replica_ = 0;
   std::optional<ByteDataset> dataset_;
-  std::unique_ptr<StageModel<float>> model_;
-  std::unique_ptr<TransformerStage> stage_view_;  // model_ as the executor sees it
-  DataParallelSync* sync_ = nullptr;              // owned by executor_
+  std::unique_ptr<RankModel> model_;  // this rank's model chunks (one unless interleaved / zbv)
+  DataParallelSync* sync_ = nullptr;  // owned by executor_
   std::unique_ptr<PipelineExecutor> executor_;
   std::unique_ptr<offload::AdamWState> moments_;
   std::unique_ptr<OuterSync> outer_;  // DiLoCo (--outer-steps); destroyed before its comms
@@ -274,7 +279,13 @@ void Job::setup() {
   const int p = cfg_.stages;
   pipe_ = world_->split(replica_, stage_);
   data_ = world_->split(stage_, replica_);
-  const bool tied_member = p > 1 && (stage_ == 0 || stage_ == p - 1);
+  const Schedule schedule = job_schedule(cfg_);
+  validate_schedule(schedule);
+  // The ranks holding the first and the last model stage sum the tied embedding's gradient; in a
+  // V placement both are rank 0, which sums its two copies in place (RankModel::tied_copy).
+  const int first_rank = rank_of(schedule, 0);
+  const int last_rank = rank_of(schedule, stage_count(schedule) - 1);
+  const bool tied_member = first_rank != last_rank && (stage_ == first_rank || stage_ == last_rank);
   tied_ = world_->split(tied_member ? replica_ : -1, stage_);
 
   int threads = cfg_.blas_threads;
@@ -284,27 +295,23 @@ void Job::setup() {
   }
   kernels::set_gemm_threads(threads);
 
-  // Only the first stage reads tokens and only the last reads targets.
-  if (stage_ == 0 || stage_ == p - 1) {
+  // Only the first stage reads tokens and only the last reads targets (rank 0 always holds the
+  // corpus: it prints the baselines).
+  if (stage_ == first_rank || stage_ == last_rank) {
     DatasetOptions dopt;
     dopt.context = cfg_.ctx;
     dopt.seed = cfg_.seed;
     dopt.max_eval_sequences = cfg_.eval_sequences;
     dataset_.emplace(ByteCorpus::load(cfg_.data), dopt);
   }
-  const Schedule schedule = job_schedule(cfg_);
-  validate_schedule(schedule);
-  const auto ranges = split_layers(cfg_.layers, p);
-  model_ = std::make_unique<StageModel<float>>(
-      model_config(cfg_), ranges[static_cast<std::size_t>(stage_)], cfg_.microbatch_size,
-      peak_stashed_microbatches(schedule, stage_), cfg_.seed);
+  model_ = std::make_unique<RankModel>(model_config(cfg_), schedule, stage_, cfg_.microbatch_size,
+                                       cfg_.seed);
   PipelineComms comms{pipe_.get(), data_.get(), tied_.get()};
   // DiLoCo: inside a round each replica steps on its own gradients (the tied embedding is still
   // summed and the norm clipped inside the replica); the replicas meet only in the outer step.
   const PipelineComms inner_comms =
       cfg_.outer_steps > 0 ? PipelineComms{pipe_.get(), nullptr, tied_.get()} : comms;
-  stage_view_ = std::make_unique<TransformerStage>(*model_);
-  executor_ = std::make_unique<PipelineExecutor>(schedule, stage_, *stage_view_, comms,
+  executor_ = std::make_unique<PipelineExecutor>(schedule, stage_, model_->pipeline_stages(), comms,
                                                  cfg_.microbatch_size, cfg_.ctx);
   auto sync = std::make_unique<DataParallelSync>(
       inner_comms, stage_, p, gradient_layout(*model_),
@@ -322,9 +329,15 @@ void Job::setup() {
     const auto at = [&](std::size_t k) -> double& {
       return activations_[k * static_cast<std::size_t>(p) + static_cast<std::size_t>(stage_)];
     };
+    // Per rank: all its chunks' slots, and the bytes of one slot (the chunks' mean: a slot of
+    // a chunk with the embedding or the head is larger).
+    const Schedule plain = make_schedule(cfg_.schedule, p, cfg_.microbatches, cfg_.chunks);
+    double without = 0;
+    for (int c = 0; c < model_->chunks(); ++c)
+      without += chunk_activation_slots(plain, model_->stage(c));
     at(0) = model_->slots();
-    at(1) = peak_stashed_microbatches(make_schedule(cfg_.schedule, p, cfg_.microbatches), stage_);
-    at(2) = static_cast<double>(model_->stash_bytes());
+    at(1) = without;
+    at(2) = static_cast<double>(model_->slot_bytes()) / model_->slots();
   }
   offload::OptimizerOffloadOptions mopt;
   mopt.where = cfg_.offload_optimizer;
@@ -383,7 +396,8 @@ void Job::write_trace() {
                     all[i + 5], all[i + 6]});
   }
   const TraceInfo info{
-      std::string(schedule_kind_name(cfg_.schedule)), cfg_.stages, cfg_.microbatches, 1,
+      std::string(schedule_kind_name(cfg_.schedule)), cfg_.stages, cfg_.microbatches,
+      job_schedule(cfg_).chunks,
       cfg_.offload_activations == ActivationOffload::None ? -1 : cfg_.offload_prefetch};
   std::ofstream out(cfg_.trace, std::ios::trunc);
   out << chrome_trace_json(info, records);
@@ -455,29 +469,35 @@ std::vector<std::int32_t> Job::generate() {
   std::vector<std::int32_t> text;
   for (const char c : cfg_.prompt) text.push_back(static_cast<unsigned char>(c));
   if (cfg_.sample_bytes <= 0 || text.empty()) return text;
-  const int p = cfg_.stages;
+  // The rank holding the last model stage picks the byte; rank 0 holds the first (the same rank
+  // in a V placement or with one rank: then nothing is sent).
+  const bool first = executor_->first_stage();
+  const bool last = executor_->last_stage();
+  const Schedule schedule = job_schedule(cfg_);
+  const int last_rank = rank_of(schedule, stage_count(schedule) - 1);
+  const bool message = last_rank != 0;
   const std::size_t prompt_len = text.size();
   for (int i = 0; i < cfg_.sample_bytes; ++i) {
     const std::size_t len = prompt_len + static_cast<std::size_t>(i);
     const int t = static_cast<int>(std::min<std::size_t>(len, static_cast<std::size_t>(cfg_.ctx)));
     std::span<const std::int32_t> window;
-    if (stage_ == 0)
+    if (first)
       window =
           std::span<const std::int32_t>(text).subspan(text.size() - static_cast<std::size_t>(t));
     executor_->forward_only(window, {}, 1, t,
                             std::uint64_t{1'000'000} + static_cast<std::uint64_t>(i));
     std::int32_t next = 0;
-    if (stage_ == p - 1) {
+    if (last) {
       const std::span<const float> logits =
           model_->logits(0).subspan(static_cast<std::size_t>(t - 1) * 256, 256);
       next = sampler.next(logits, static_cast<std::uint64_t>(i));
-      if (p > 1)
+      if (message)
         pipe_->send(&next, sizeof next, 0,
                     std::uint64_t{2'000'000} + static_cast<std::uint64_t>(i));
     }
-    if (stage_ == 0) {
-      if (p > 1)
-        pipe_->recv(&next, sizeof next, p - 1,
+    if (first) {
+      if (message)
+        pipe_->recv(&next, sizeof next, last_rank,
                     std::uint64_t{2'000'000} + static_cast<std::uint64_t>(i));
       text.push_back(next);
     }
@@ -509,9 +529,13 @@ void Job::run() {
     const GptConfig g = model_config(cfg_);
     const auto& corpus = dataset_->corpus();
     fmt::print(
-        "strait train: {} = {} x {}, {} schedule, {} of {} x {} bytes per replica per step\n",
+        "strait train: {} = {} x {}, {} schedule{}, {} of {} x {} bytes per replica per step\n",
         plural(cfg_.world_size(), "rank"), plural(p, "stage"), plural(cfg_.replicas, "replica"),
-        schedule_kind_name(cfg_.schedule), plural(cfg_.microbatches, "microbatch", "microbatches"),
+        schedule_kind_name(cfg_.schedule),
+        model_->chunks() > 1 ? fmt::format(" ({} model chunks per rank: {} pipeline stages)",
+                                           model_->chunks(), p * model_->chunks())
+                             : std::string(),
+        plural(cfg_.microbatches, "microbatch", "microbatches"),
         plural(cfg_.microbatch_size, "sequence"), cfg_.ctx);
     fmt::print(
         "model: GPT-2, {} layers, dim {}, {} heads, context {}, {:.2f} M parameters; AdamW "
@@ -798,6 +822,37 @@ void TrainConfig::validate() const {
     throw bad(fmt::format("--microbatches {} and --microbatch-size {} must be at least 1",
                           microbatches, microbatch_size));
   }
+  // --- chunks: the schedule, and the layers it splits into stages x chunks model stages ---
+  sched::Schedule plan;
+  try {
+    plan = sched::make_schedule(schedule, stages, microbatches, chunks);
+  } catch (const Error& e) {
+    throw bad(fmt::format("--schedule {} --stages {} --microbatches {} --chunks {}: {}",
+                          sched::schedule_kind_name(schedule), stages, microbatches, chunks,
+                          e.message()));
+  }
+  if (sched::stage_count(plan) > layers) {
+    throw bad(fmt::format(
+        "--schedule {} with --chunks {} splits the model into {} stages x {} chunks = {} "
+        "pipeline stages but --layers is {}: every stage needs at least one layer; use --layers "
+        ">= {}{}",
+        sched::schedule_kind_name(schedule), plan.chunks, stages, plan.chunks,
+        sched::stage_count(plan), layers, sched::stage_count(plan),
+        schedule == sched::ScheduleKind::Interleaved && layers >= stages
+            ? fmt::format(", or --chunks {} (at most --layers / --stages)", layers / stages)
+            : std::string()));
+  }
+  const bool local_tied_copies =
+      sched::stage_count(plan) > 1 &&
+      sched::rank_of(plan, 0) == sched::rank_of(plan, sched::stage_count(plan) - 1);
+  if (outer_steps > 0 && local_tied_copies) {
+    throw bad(fmt::format(
+        "--outer-steps with --schedule {} --stages {}: the first and the last model stage are "
+        "chunks of one rank, whose two copies of the tied embedding DiLoCo's outer step does not "
+        "keep equal; use --schedule 1f1b, zb-h1 or interleaved with --stages >= 2",
+        sched::schedule_kind_name(schedule), stages));
+  }
+  // --- end chunks ---
   if (steps < 0) throw bad(fmt::format("--steps {} is negative", steps));
   if (!(lr > 0) || warmup_steps < 0 || min_lr_ratio < 0 || min_lr_ratio > 1) {
     throw bad(fmt::format("--lr {} must be > 0, --warmup {} >= 0, --min-lr-ratio {} in [0, 1]", lr,
@@ -907,14 +962,6 @@ void TrainConfig::validate() const {
                     resume.string()));
   }
   // --- end checkpoints ---
-  if (schedule == sched::ScheduleKind::Interleaved || schedule == sched::ScheduleKind::ZbV) {
-    throw bad(
-        fmt::format("--schedule {} puts several model chunks on each rank, which the "
-                    "executor does not run yet; train with gpipe, 1f1b or zb-h1, and see "
-                    "{} in `strait schedule --schedule {}`",
-                    sched::schedule_kind_name(schedule), sched::schedule_kind_name(schedule),
-                    sched::schedule_kind_name(schedule)));
-  }
   if (!trace.empty()) {
     const std::ofstream probe(trace, std::ios::app);
     if (!probe) {

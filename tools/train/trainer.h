@@ -6,17 +6,19 @@
 //
 // Ranks: world rank = replica * stages + stage, so a replica's stages are neighbours. Groups: the
 // pipeline (same replica), the data-parallel group (same stage) and the tied-embedding group
-// (first and last stage of a replica). Batches: each step draws microbatches x microbatch_size
-// sequences per replica from ByteDataset; replica r takes the global sequences
-// [r M B, (r + 1) M B), so the global batch (and thus the loss trajectory) does not depend on how
-// it is split between replicas and microbatches.
-// Learning rate: linear warm-up over warmup_steps, then cosine decay to min_lr_ratio * lr
-// (as nanoGPT). Gradients are clipped to grad_clip in global norm.
-// DiLoCo (outer_steps > 0; scheduler/outer_sync.h): the replicas average no gradients; the inner
-// AdamW (its schedule and moments unchanged) runs on each replica's own batch share, and after
-// every outer_steps-th step (and the last) each stage's replicas average their pseudo-gradients and
-// take the outer step; rank 0 prints a line per round (the replicas in, the bytes the average sent,
-// the outer updates applied so far). Between rounds the replicas hold different weights, so an
+// (the ranks holding the first and the last model stage of a replica, when they differ). With
+// several chunks per rank (interleaved, zbv) a rank holds stages x chunks / stages model stages,
+// and everything per rank (optimizer, gradient sync, checkpoint shard) covers all its chunks.
+// Batches: each step draws microbatches x microbatch_size sequences per replica from ByteDataset;
+// replica r takes the global sequences [r M B, (r + 1) M B), so the global batch (and thus the loss
+// trajectory) does not depend on how it is split between replicas and microbatches. Learning rate:
+// linear warm-up over warmup_steps, then cosine decay to min_lr_ratio * lr (as nanoGPT). Gradients
+// are clipped to grad_clip in global norm. DiLoCo (outer_steps > 0; scheduler/outer_sync.h): the
+// replicas average no gradients; the inner AdamW (its schedule and moments unchanged) runs on each
+// replica's own batch share, and after every outer_steps-th step (and the last) each stage's
+// replicas average their pseudo-gradients and take the outer step; rank 0 prints a line per round
+// (the replicas in, the bytes the average sent, the outer updates applied so far). Between rounds
+// the replicas hold different weights, so an
 // --eval-every evaluation there scores each replica's own weights on its share of the held-out
 // set; the final evaluation and the sample come after the last round, on common weights.
 // End of a run (rank 0 prints it): the held-out loss in nats and bits per byte next to byte n-gram
@@ -57,6 +59,10 @@ struct TrainConfig {
   int stages = 2;
   int replicas = 2;
   sched::ScheduleKind schedule = sched::ScheduleKind::OneFOneB;
+  // Model chunks per rank (scheduler/schedule.h): V for interleaved, 2 for zbv, 1 for the others;
+  // 0: the schedule's own (2 for interleaved and zbv). The layers are split into stages x chunks
+  // pipeline stages, placed by the schedule (scheduler/model/rank_model.h).
+  int chunks = 0;
   int microbatches = 4;     // per replica per step
   int microbatch_size = 4;  // sequences per microbatch
   // Model (GPT-2 shape, byte vocabulary).
