@@ -1,42 +1,58 @@
 #!/usr/bin/env bash
 # DiLoCo against plain data parallelism on loopback: `strait run -n 4 strait train --stages 2
 # --replicas 2`, the same tokens, seed and inner AdamW schedule, once with a data-parallel gradient
-# average every step and once per DiLoCo recipe (--outer-steps H with an int8 outer average, with
-# and without --outer-overlap). Draws the loss curves (tools/plot/plot_convergence.py) and prints
-# the bytes strait's allreduce statistics counted, per step, between the replicas and in all, and
-# each run's final held-out loss (bench/diloco_report.py). Recipes: H with DiLoCo's outer lr 0.7
-# and Nesterov 0.9, the same overlapped, H with outer lr 1 and no momentum, and H = 50.
+# average every step and once per DiLoCo recipe: H = 10, 50 and 200 with an int8 outer average,
+# H = 50 overlapped (--outer-overlap), and H = 50 with DiLoCo's published outer lr 0.7 / Nesterov
+# 0.9 (tuned for H = 500). Then data parallelism and H = 50 again for each extra seed. Draws the
+# loss curves with the bytes sent between replicas on a second axis (bench/diloco_plot.py) and
+# prints bytes per step and final held-out losses (bench/diloco_report.py).
 #   bench/diloco.sh [OUT_DIR]                (default bench/results/<date>-diloco)
-# Environment: STEPS (200), H (10), TRAIN_ARGS (extra `strait train` arguments for every run; the
-# default model is small so that a run takes about a minute on 2 shared cores).
+# Environment: STEPS (1000), OUTER_LR (1), OUTER_MOMENTUM (0.5): the outer step of the recipes,
+# SEEDS (extra seeds for data parallelism and H = 50, e.g. "7 99"), TRAIN_ARGS (extra `strait
+# train` arguments for every run; the default model is small so that a run takes 1 - 2 minutes on
+# 2 shared cores).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${STRAIT_BUILD_DIR:-$root/build}
 out=${1:-$root/bench/results/$(date -u +%Y-%m-%d)-diloco}
-steps=${STEPS:-200}
-h=${H:-10}
+steps=${STEPS:-1000}
+lr=${OUTER_LR:-1}
+mu=${OUTER_MOMENTUM:-0.5}
+read -r -a seeds <<< "${SEEDS:-}"
 read -r -a extra <<< "${TRAIN_ARGS:---layers 2 --dim 64 --heads 4 --ctx 64 --warmup 20}"
 mkdir -p "$out"
 train() {  # NAME [strait train arguments...]
   local name=$1
   shift
   local cmd=("$build/strait" run -n 4 -- "$build/strait" train --stages 2 --replicas 2
-    --steps "$steps" --eval-every 50 --sample-bytes 0 --log-every 50 --metrics "$out/$name.jsonl"
-    "${extra[@]}" "$@")
+    --steps "$steps" --eval-every 250 --sample-bytes 0 --log-every 250
+    --metrics "$out/$name.jsonl" "${extra[@]}" "$@")
   echo "== $name: ${cmd[*]}"
-  "${cmd[@]}" | tee "$out/$name.log" | grep -E '^(done|eval|step|DiLoCo)'
+  "${cmd[@]}" > "$out/$name.log" 2>&1
+  grep -E '^ *model  ' "$out/$name.log" | head -1
 }
+outer=(--outer-codec int8 --outer-lr "$lr" --outer-momentum "$mu")
 train data-parallel
-train diloco-int8 --outer-steps "$h" --outer-codec int8
-train diloco-int8-overlap --outer-steps "$h" --outer-codec int8 --outer-overlap
-# Model averaging (outer lr 1, no momentum): DiLoCo's 0.7 / 0.9 were tuned for H = 500.
-train diloco-int8-lr1-mu0 --outer-steps "$h" --outer-codec int8 --outer-lr 1 --outer-momentum 0
-train diloco-int8-h50 --outer-steps 50 --outer-codec int8
-runs=("$out/diloco-int8.jsonl" "$out/diloco-int8-overlap.jsonl" "$out/diloco-int8-lr1-mu0.jsonl"
-  "$out/diloco-int8-h50.jsonl")
-/usr/bin/python3 "$root/tools/plot/plot_convergence.py" --baseline "$out/data-parallel.jsonl" \
-  --out "$out/loss_curves.png" \
-  --title "strait train, $steps steps, 2 stages x 2 replicas: data parallel vs DiLoCo" \
-  "${runs[@]}" | tee "$out/report.md"
-/usr/bin/python3 "$root/bench/diloco_report.py" "$out/data-parallel.jsonl" "${runs[@]}" |
-  tee -a "$out/report.md"
+train diloco-int8-h10 --outer-steps 10 "${outer[@]}"
+train diloco-int8-h50 --outer-steps 50 "${outer[@]}"
+train diloco-int8-h200 --outer-steps 200 "${outer[@]}"
+train diloco-int8-h50-overlap --outer-steps 50 "${outer[@]}" --outer-overlap
+train diloco-int8-h50-lr0.7-mu0.9 --outer-steps 50 --outer-codec int8
+runs=("$out/diloco-int8-h10.jsonl" "$out/diloco-int8-h50.jsonl" "$out/diloco-int8-h200.jsonl"
+  "$out/diloco-int8-h50-overlap.jsonl" "$out/diloco-int8-h50-lr0.7-mu0.9.jsonl")
+for seed in "${seeds[@]}"; do
+  train "data-parallel-seed$seed" --seed "$seed"
+  train "diloco-int8-h50-seed$seed" --seed "$seed" --outer-steps 50 "${outer[@]}"
+done
+/usr/bin/python3 "$root/bench/diloco_plot.py" --out "$out/loss_bytes.png" \
+  --title "strait train, $steps steps, 2 stages x 2 replicas: data parallel vs DiLoCo (int8)" \
+  "$out/data-parallel.jsonl" "${runs[@]}"
+{
+  echo "seed 1337 (the default):"
+  /usr/bin/python3 "$root/bench/diloco_report.py" "$out/data-parallel.jsonl" "${runs[@]}"
+  for seed in "${seeds[@]}"; do
+    echo "seed $seed:"
+    /usr/bin/python3 "$root/bench/diloco_report.py" "$out/data-parallel-seed$seed.jsonl" \
+      "$out/diloco-int8-h50-seed$seed.jsonl"
+  done
+} | tee "$out/report.md"
