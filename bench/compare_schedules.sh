@@ -2,14 +2,19 @@
 # Pipeline schedules as they run: `strait train` with 2 stages x 1 replica, M = 8, under 1F1B,
 # ZB-H1 and GPipe (the schedules the executor runs; interleaved and ZB-V have one stage too few per
 # rank for it), in ROUNDS rounds taken in turn so that load on a shared machine hits them alike.
-# Each run writes --metrics and --trace; then `strait schedule --from-trace` sets the last step of
-# the last round beside its plan (simulated with each stage's measured F, B, W) and draws it.
+# Each run writes --metrics and --trace; then `strait schedule --from-trace` sets each run's steps
+# beside their plans (simulated with each stage's measured costs of every kind) and draws the last
+# round's median step.
 #
 #   bench/compare_schedules.sh [OUT_DIR]     (default bench/results/schedules; the PNGs go there too)
 #
 # Environment: STRAIT (binary, default build/strait), STEPS (default 12), ROUNDS (default 2).
 # Prints, per schedule and round, the median and the fastest step time over steps 3.. (the first
-# two warm up); on a shared machine the fastest is the least disturbed.
+# two warm up; on a shared machine the fastest is the least disturbed), the median relative
+# difference of the measured bubble from the plan priced with every measured cost (and from the
+# plan priced with F, B, W alone), and ZB-H1's step over 1F1B's in each round. Each trace's full
+# comparison is in OUT/<schedule>-r<round>.bubble.txt. The CPU seconds are every rank's user +
+# system time for the whole run (start-up and evaluation included; /usr/bin/time).
 set -euo pipefail
 BIN=${STRAIT:-build/strait}
 OUT=${1:-bench/results/schedules}
@@ -20,22 +25,54 @@ common=(--stages 2 --replicas 1 --microbatches 8 --steps "$STEPS" --sample-bytes
         --eval-sequences 8 --blas-threads 1 --log-every 1000 --seed 7)
 for round in $(seq 1 "$ROUNDS"); do
   for s in 1f1b zb-h1 gpipe; do
-    timeout 600 "$BIN" train "${common[@]}" --schedule "$s" --metrics "$OUT/$s-r$round.jsonl" \
+    /usr/bin/time -f '%U %S %e' -o "$OUT/$s-r$round.time" \
+      timeout 600 "$BIN" train "${common[@]}" --schedule "$s" --metrics "$OUT/$s-r$round.jsonl" \
       --trace "$OUT/$s-r$round.trace.json" > "$OUT/$s-r$round.log" 2>&1
   done
 done
+for s in 1f1b zb-h1 gpipe; do
+  for round in $(seq 1 "$ROUNDS"); do
+    "$BIN" schedule --from-trace "$OUT/$s-r$round.trace.json" > "$OUT/$s-r$round.bubble.txt"
+  done
+done
 /usr/bin/python3 - "$OUT" "$ROUNDS" <<'PY'
-import json, statistics, sys
+import json, re, statistics, sys
 out, rounds = sys.argv[1], int(sys.argv[2])
-print(f"{'schedule':<8} {'round':>5} {'median step (ms)':>17} {'fastest (ms)':>13} {'final loss':>11}")
+print(f"{'schedule':<8} {'round':>5} {'median step (ms)':>17} {'fastest (ms)':>13} {'final loss':>11} "
+      f"{'bubble vs plan':>15} {'vs compute-only plan':>21} {'CPU s (all ranks)':>18}")
+median = {}
+cpu = {}
 for s in ("1f1b", "zb-h1", "gpipe"):
     for r in range(1, rounds + 1):
         steps = [json.loads(l) for l in open(f"{out}/{s}-r{r}.jsonl") if '"type":"step"' in l]
         times = [x["seconds"] * 1e3 for x in steps[2:]]
-        print(f"{s:<8} {r:>5} {statistics.median(times):>17.1f} {min(times):>13.1f} "
-              f"{steps[-1]['loss']:>11.6f}")
+        median[s, r] = statistics.median(times)
+        text = open(f"{out}/{s}-r{r}.bubble.txt").read()
+        m = re.search(r"median relative difference over steps \S+: (\S+)% \(compute-only plan: (\S+)%\)", text)
+        full, compute = (m.group(1) + "%", m.group(2) + "%") if m else ("-", "-")
+        user, system, _ = open(f"{out}/{s}-r{r}.time").read().split()[-3:]
+        cpu[s, r] = float(user) + float(system)
+        print(f"{s:<8} {r:>5} {median[s, r]:>17.1f} {min(times):>13.1f} {steps[-1]['loss']:>11.6f} "
+              f"{full:>15} {compute:>21} {cpu[s, r]:>18.1f}")
+print("ZB-H1 / 1F1B median step per round: " +
+      ", ".join(f"{median['zb-h1', r] / median['1f1b', r]:.3f}" for r in range(1, rounds + 1)))
+print("ZB-H1 / 1F1B CPU time of the whole run per round: " +
+      ", ".join(f"{cpu['zb-h1', r] / cpu['1f1b', r]:.3f}" for r in range(1, rounds + 1)))
 PY
+# The charts show the last round's median step (by its traced makespan, from the third step on),
+# not an outlier a loaded machine may have stalled.
 for s in 1f1b zb-h1 gpipe; do
-  "$BIN" schedule --from-trace "$OUT/$s-r$ROUNDS.trace.json" \
-    --png "$OUT/$s-planned-vs-measured.png"
+  step=$(/usr/bin/python3 - "$OUT/$s-r$ROUNDS.trace.json" <<'PY'
+import json, sys
+events = [e for e in json.load(open(sys.argv[1]))["traceEvents"] if e.get("ph") == "X"]
+span = {}
+for e in events:
+    lo, hi = span.get(e["args"]["step"], (float("inf"), 0))
+    span[e["args"]["step"]] = (min(lo, e["ts"]), max(hi, e["ts"] + e["dur"]))
+steps = sorted(span)[2:] or sorted(span)
+print(sorted(steps, key=lambda k: span[k][1] - span[k][0])[len(steps) // 2])
+PY
+)
+  "$BIN" schedule --from-trace "$OUT/$s-r$ROUNDS.trace.json" --step "$step" \
+    --png "$OUT/$s-planned-vs-measured.png" > "$OUT/$s-planned-vs-measured.txt"
 done

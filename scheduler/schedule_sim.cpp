@@ -162,20 +162,20 @@ Timeline simulate(const Schedule& sched, const std::vector<StageCosts>& per_stag
         bool compute = false;
         switch (a.kind) {
           case ActionKind::F:
-            end = start + cost(a).compute.f;
+            end += cost(a).compute.f;
             compute = true;
             break;
           case ActionKind::B:
-            end = start + cost(a).compute.b + (split[key(a)] ? 0.0 : cost(a).compute.w);
+            end += cost(a).compute.b + (split[key(a)] ? 0.0 : cost(a).compute.w);
             compute = true;
             break;
           case ActionKind::W:
-            end = start + cost(a).compute.w;
+            end += cost(a).compute.w;
             compute = true;
             break;
           case ActionKind::SendF:
           case ActionKind::SendB:
-            end = start + cost(a).send;
+            end += cost(a).send;
             message(a)[key(a)] = end + cost(a).link.transfer();
             break;
           case ActionKind::RecvF:
@@ -193,8 +193,8 @@ Timeline simulate(const Schedule& sched, const std::vector<StageCosts>& per_stag
             blocked = end < 0.0;
             break;
           }
-          case ActionKind::Offload: end = start + cost(a).offload; break;
-          case ActionKind::Reload: end = start + cost(a).reload; break;
+          case ActionKind::Offload: end += cost(a).offload; break;
+          case ActionKind::Reload: end += cost(a).reload; break;
         }
         if (blocked) break;  // its send, or a member of its collective, has not run yet
         if (compute) tl.busy[r] += end - start;
