@@ -191,7 +191,7 @@ std::string table(const std::vector<Row>& rows) {
       fmt::format("{:<12} {:>6} {:>8} {:>10} {:>8} {:>18} {:>12}\n", "schedule", "chunks",
                   "offload", "step", "bubble", "peak act (stages)", "peak W in");
   for (const Row& r : rows) {
-    out += fmt::format("{:<12} {:>6} {:>8} {:>10.4g} {:>8.3f} {:>18.3g} {:>12}\n", r.name, r.chunks,
+    out += fmt::format("{:<12} {:>6} {:>8} {:>10.7g} {:>8.3f} {:>18.3g} {:>12}\n", r.name, r.chunks,
                        r.offload < 0 ? std::string("no") : fmt::format("d={}", r.offload),
                        r.makespan, r.bubble, r.peak_stages, r.peak_w);
   }
