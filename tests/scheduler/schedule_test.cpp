@@ -437,9 +437,9 @@ TEST(ScheduleSimCosts, MeasuredCostsReplayTheTimelineTheyCameFrom) {
         ASSERT_EQ(again.stages[r].size(), tl.stages[r].size());
         for (std::size_t i = 0; i < tl.stages[r].size(); ++i) {
           EXPECT_NEAR(again.stages[r][i].end, tl.stages[r][i].end, 1e-9)
-              << "rank " << r << " " << to_string(tl.stages[r][i].action) << " send "
-              << got[r].send << " recv " << got[r].recv << " latency " << got[r].link.latency
-              << " offload " << got[r].offload << " reload " << got[r].reload;
+              << "rank " << r << " " << to_string(tl.stages[r][i].action) << " send " << got[r].send
+              << " recv " << got[r].recv << " latency " << got[r].link.latency << " offload "
+              << got[r].offload << " reload " << got[r].reload;
         }
       }
     }
