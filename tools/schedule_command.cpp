@@ -102,7 +102,7 @@ ActionCosts parse_costs(const std::string& text) {
   if (n != 3 || c.f <= 0.0 || c.b <= 0.0) {
     throw Error(ErrorCode::InvalidArgument,
                 fmt::format("--costs '{}': give three times F,B,W (F, B > 0, W >= 0), e.g. 1,1,1 "
-                            "or 1.0,1.1,0.9",
+                            "or 1.0,1.1,0.9, or a trace file written by `strait train --trace`",
                             text));
   }
   return c;
