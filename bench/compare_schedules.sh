@@ -3,16 +3,21 @@
 # ZB-H1, GPipe, interleaved 1F1B (--chunks 2: 4 one-layer pipeline stages, two per rank) and ZB-V
 # (two chunks per rank in a V), in ROUNDS rounds taken in turn so that load on a shared machine
 # hits them alike.
-# Each run writes --metrics and --trace; then `strait schedule --from-trace` sets the last step of
-# the last round beside its plan (simulated with each stage's measured F, B, W) and draws it.
+# Each run writes --metrics and --trace; then `strait schedule --from-trace` sets each run's steps
+# beside their plans (simulated with each stage's measured costs of every kind) and draws the last
+# round's median step.
 #
 #   bench/compare_schedules.sh [OUT_DIR]     (default bench/results/schedules; the PNGs go there too)
 #
 # Environment: STRAIT (binary, default build/strait), STEPS (default 12), ROUNDS (default 2),
 # SCHEDULES (default "1f1b zb-h1 gpipe interleaved zbv").
 # Prints, per schedule and round, the median and the fastest step time over steps 3.. (the first
-# two warm up), the tokens/s of the median step and the run's own tokens/s (all steps); on a
-# shared machine the fastest is the least disturbed.
+# two warm up; on a shared machine the fastest is the least disturbed), the tokens/s of the median
+# step and the run's own tokens/s (all steps), the median relative difference of the measured
+# bubble from the plan priced with every measured cost (and from the plan priced with F, B, W
+# alone), and ZB-H1's step over 1F1B's in each round. Each trace's full comparison is in
+# OUT/<schedule>-r<round>.bubble.txt. The CPU seconds are every rank's user + system time for the
+# whole run (start-up and evaluation included; /usr/bin/time).
 set -euo pipefail
 BIN=${STRAIT:-build/strait}
 OUT=${1:-bench/results/schedules}
@@ -24,27 +29,60 @@ common=(--stages 2 --replicas 1 --microbatches 8 --steps "$STEPS" --sample-bytes
         --eval-sequences 8 --blas-threads 1 --log-every 1000 --seed 7)
 for round in $(seq 1 "$ROUNDS"); do
   for s in $SCHEDULES; do
-    timeout 600 "$BIN" train "${common[@]}" --schedule "$s" --metrics "$OUT/$s-r$round.jsonl" \
+    /usr/bin/time -f '%U %S %e' -o "$OUT/$s-r$round.time" \
+      timeout 600 "$BIN" train "${common[@]}" --schedule "$s" --metrics "$OUT/$s-r$round.jsonl" \
       --trace "$OUT/$s-r$round.trace.json" > "$OUT/$s-r$round.log" 2>&1
   done
 done
+for s in $SCHEDULES; do
+  for round in $(seq 1 "$ROUNDS"); do
+    "$BIN" schedule --from-trace "$OUT/$s-r$round.trace.json" > "$OUT/$s-r$round.bubble.txt"
+  done
+done
 /usr/bin/python3 - "$OUT" "$ROUNDS" $SCHEDULES <<'PY'
-import json, statistics, sys
+import json, re, statistics, sys
 out, rounds, schedules = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
 print(f"{'schedule':<11} {'round':>5} {'median step (ms)':>17} {'fastest (ms)':>13} "
-      f"{'tok/s (median)':>15} {'tok/s (run)':>12} {'final loss':>11}")
+      f"{'tok/s (median)':>15} {'tok/s (run)':>12} {'final loss':>11} {'bubble vs plan':>15} "
+      f"{'vs compute-only plan':>21} {'CPU s (all ranks)':>18}")
+median = {}
+cpu = {}
 for s in schedules:
     for r in range(1, rounds + 1):
         records = [json.loads(l) for l in open(f"{out}/{s}-r{r}.jsonl")]
         steps = [x for x in records if x["type"] == "step"]
         summary = [x for x in records if x["type"] == "summary"][-1]
         times = [x["seconds"] * 1e3 for x in steps[2:]]
+        median[s, r] = statistics.median(times)
         tokens = steps[0]["tokens_per_s"] * steps[0]["seconds"]  # tokens per step
-        print(f"{s:<11} {r:>5} {statistics.median(times):>17.1f} {min(times):>13.1f} "
-              f"{tokens / statistics.median(times) * 1e3:>15.0f} {summary['tokens_per_s']:>12.0f} "
-              f"{steps[-1]['loss']:>11.6f}")
+        text = open(f"{out}/{s}-r{r}.bubble.txt").read()
+        m = re.search(r"median relative difference over steps \S+: (\S+)% \(compute-only plan: (\S+)%\)", text)
+        full, compute = (m.group(1) + "%", m.group(2) + "%") if m else ("-", "-")
+        user, system, _ = open(f"{out}/{s}-r{r}.time").read().split()[-3:]
+        cpu[s, r] = float(user) + float(system)
+        print(f"{s:<11} {r:>5} {median[s, r]:>17.1f} {min(times):>13.1f} "
+              f"{tokens / median[s, r] * 1e3:>15.0f} {summary['tokens_per_s']:>12.0f} "
+              f"{steps[-1]['loss']:>11.6f} {full:>15} {compute:>21} {cpu[s, r]:>18.1f}")
+if "zb-h1" in schedules and "1f1b" in schedules:
+    print("ZB-H1 / 1F1B median step per round: " +
+          ", ".join(f"{median['zb-h1', r] / median['1f1b', r]:.3f}" for r in range(1, rounds + 1)))
+    print("ZB-H1 / 1F1B CPU time of the whole run per round: " +
+          ", ".join(f"{cpu['zb-h1', r] / cpu['1f1b', r]:.3f}" for r in range(1, rounds + 1)))
 PY
+# The charts show the last round's median step (by its traced makespan, from the third step on),
+# not an outlier a loaded machine may have stalled.
 for s in $SCHEDULES; do
-  "$BIN" schedule --from-trace "$OUT/$s-r$ROUNDS.trace.json" \
-    --png "$OUT/$s-planned-vs-measured.png"
+  step=$(/usr/bin/python3 - "$OUT/$s-r$ROUNDS.trace.json" <<'PY'
+import json, sys
+events = [e for e in json.load(open(sys.argv[1]))["traceEvents"] if e.get("ph") == "X"]
+span = {}
+for e in events:
+    lo, hi = span.get(e["args"]["step"], (float("inf"), 0))
+    span[e["args"]["step"]] = (min(lo, e["ts"]), max(hi, e["ts"] + e["dur"]))
+steps = sorted(span)[2:] or sorted(span)
+print(sorted(steps, key=lambda k: span[k][1] - span[k][0])[len(steps) // 2])
+PY
+)
+  "$BIN" schedule --from-trace "$OUT/$s-r$ROUNDS.trace.json" --step "$step" \
+    --png "$OUT/$s-planned-vs-measured.png" > "$OUT/$s-planned-vs-measured.txt"
 done

@@ -474,6 +474,69 @@ void BM_TransformerMicrobatch(benchmark::State& state) {
 }
 BENCHMARK(BM_TransformerMicrobatch)->Unit(benchmark::kMillisecond);
 
+// The backward of one microbatch on one stage of the default model split in 2 (stage 0: layers
+// [0, 2) with the embeddings; stage 1: [2, 4) with the head), as `strait train --stages 2` runs it:
+// fused (1F1B, GPipe) or as B then W (ZB-H1). Only the backward is timed. With cold = 1 another
+// microbatch's forward runs (untimed) between B and W, as ZB-H1 defers W past other work.
+void BM_TransformerBackward(benchmark::State& state) {
+  strait::kernels::set_gemm_threads(1);
+  const int stage = static_cast<int>(state.range(0));
+  const bool split = state.range(1) != 0;
+  const bool cold = state.range(2) != 0;
+  const strait::sched::GptConfig cfg;
+  const int b = 4;
+  const int half = cfg.layers / 2;
+  const strait::sched::LayerRange range =
+      stage == 0 ? strait::sched::LayerRange{0, half} : strait::sched::LayerRange{half, cfg.layers};
+  strait::sched::StageModel<float> model(cfg, range, b, 2, 1337);
+  const std::size_t n = static_cast<std::size_t>(b) * static_cast<std::size_t>(cfg.ctx);
+  std::vector<std::int32_t> ids(n);
+  for (std::size_t i = 0; i < n; ++i) ids[i] = static_cast<std::int32_t>((i * 31 + 7) % 256);
+  std::vector<float> acts(n * static_cast<std::size_t>(cfg.dim));
+  std::mt19937 gen(5);
+  std::normal_distribution<float> normal(0.0F, 1.0F);
+  for (float& x : acts) x = normal(gen);
+  std::vector<float> grad(acts.size());
+  for (float& x : grad) x = 1e-3F * normal(gen);
+  std::vector<float> out(acts.size());
+  auto forward = [&](int slot) {
+    if (stage == 0) {
+      model.forward(slot, ids.data(), b, cfg.ctx, out.data());
+    } else {
+      benchmark::DoNotOptimize(model.forward(slot, acts.data(), ids.data(), b, cfg.ctx));
+    }
+  };
+  const float* dout = stage == 0 ? grad.data() : nullptr;
+  float* din = stage == 0 ? nullptr : out.data();
+  for ([[maybe_unused]] auto _ : state) {
+    state.PauseTiming();
+    forward(0);
+    state.ResumeTiming();
+    if (!split) {
+      model.backward(0, dout, 0.125F, din);
+      continue;
+    }
+    model.backward_input(0, dout, 0.125F, din);
+    if (cold) {
+      state.PauseTiming();
+      forward(1);
+      model.backward(1, dout, 0.125F, din);
+      state.ResumeTiming();
+    }
+    model.backward_weight(0);
+  }
+  state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations()) * b * cfg.ctx);  // tokens
+}
+BENCHMARK(BM_TransformerBackward)
+    ->ArgNames({"stage", "split", "cold"})
+    ->Args({0, 0, 0})
+    ->Args({0, 1, 0})
+    ->Args({0, 1, 1})
+    ->Args({1, 0, 0})
+    ->Args({1, 1, 0})
+    ->Args({1, 1, 1})
+    ->Unit(benchmark::kMillisecond);
+
 }  // namespace
 
 int main(int argc, char** argv) {

@@ -4,9 +4,10 @@
     bench/trace_transfer_latency.py TRACE.json [--skip 2]
 
 For every RECV_F / RECV_B whose rank waited (over 1 ms), the time from the matching SEND's start on
-the other rank to the receive's end: the transfer as the critical path sees it. The simulator
-(scheduler/schedule_sim.h) prices transfers at zero; a median far from zero says by how much the
-measured bubble may exceed the plan. Steps before --skip are warm-up and left out.
+the other rank to the receive's end: the transfer as the critical path sees it, median and worst.
+The simulator (scheduler/schedule_sim.h, measured_stage_costs) takes the mean of a similar figure
+per sending stage (from the SEND's end, over receives that waited for the whole transfer) when
+`strait schedule --from-trace` plans a step. Steps before --skip are warm-up and left out.
 """
 import argparse
 import json

@@ -60,12 +60,27 @@ void layernorm_backward(F* dinp, F* dweight, F* dbias, const F* dout, const F* i
     const F gn_mean =
         detail::lane_sum<F>(c, [&](std::size_t i) { return weight[i] * d[i] * ((x[i] - m) * s); }) *
         inv_c;
+    if (dweight != nullptr && dbias != nullptr) {
+      for (std::size_t i = 0; i < c; ++i) {
+        const F n = (x[i] - m) * s;
+        const F g = weight[i] * d[i];
+        dx[i] += s * (g - g_mean - n * gn_mean);
+        dweight[i] += n * d[i];
+        dbias[i] += d[i];
+      }
+      continue;
+    }
+    // The same operations, without the parameter gradients that are not wanted (a zero-bubble B).
     for (std::size_t i = 0; i < c; ++i) {
       const F n = (x[i] - m) * s;
       const F g = weight[i] * d[i];
       dx[i] += s * (g - g_mean - n * gn_mean);
-      dweight[i] += n * d[i];
-      dbias[i] += d[i];
+    }
+    if (dweight != nullptr) {
+      for (std::size_t i = 0; i < c; ++i) dweight[i] += ((x[i] - m) * s) * d[i];
+    }
+    if (dbias != nullptr) {
+      for (std::size_t i = 0; i < c; ++i) dbias[i] += d[i];
     }
   }
 }

@@ -7,7 +7,8 @@
 //           rstd for backward.
 // backward: with n = (x - mean) * rstd and g = weight * dout,
 //           dinp += rstd * (g - avg(g) - n * avg(g * n)), dweight += n * dout, dbias += dout.
-//           Accumulates (+=) into dinp, dweight and dbias; dinp must not alias dout.
+//           Accumulates (+=) into dinp, dweight and dbias; dinp must not alias dout. dweight
+//           and dbias may be null to skip them (each value is computed the same way either way).
 // F is float or double. Thread-safety: pure functions over caller-owned memory.
 // Errors: InvalidArgument for N < 0 or C <= 0.
 #pragma once

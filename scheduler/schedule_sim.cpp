@@ -45,29 +45,77 @@ void check_rank(const Schedule& sched, int rank, const char* what) {
 
 }  // namespace
 
+SyncGroups data_parallel_sync_groups(int ranks, bool clip_norm) {
+  SyncGroups g;
+  if (ranks > 1) g.allreduce_grad.push_back({0, ranks - 1});
+  if (clip_norm && ranks > 1) {
+    std::vector<int> all(static_cast<std::size_t>(ranks));
+    for (int r = 0; r < ranks; ++r) all[static_cast<std::size_t>(r)] = r;
+    g.optim.push_back(std::move(all));
+  }
+  return g;
+}
+
 Timeline simulate(const Schedule& sched, const ActionCosts& costs) {
   return simulate(sched, std::vector<ActionCosts>(
                              static_cast<std::size_t>(std::max(0, stage_count(sched))), costs));
 }
 
 Timeline simulate(const Schedule& sched, const std::vector<ActionCosts>& per_stage) {
+  std::vector<StageCosts> full(per_stage.size());
+  for (std::size_t v = 0; v < per_stage.size(); ++v) full[v].compute = per_stage[v];
+  return simulate(sched, full, SyncGroups{});
+}
+
+Timeline simulate(const Schedule& sched, const std::vector<StageCosts>& per_stage,
+                  const SyncGroups& groups) {
   if (per_stage.size() != static_cast<std::size_t>(std::max(0, stage_count(sched)))) {
     throw Error(ErrorCode::InvalidArgument,
                 fmt::format("schedule simulation: {} per-stage costs for {} stages",
                             per_stage.size(), stage_count(sched)));
   }
-  for (const ActionCosts& costs : per_stage) {
-    check_cost("f", costs.f, false);
-    check_cost("b", costs.b, false);
-    check_cost("w", costs.w, true);
+  for (const StageCosts& costs : per_stage) {
+    check_cost("f", costs.compute.f, false);
+    check_cost("b", costs.compute.b, false);
+    check_cost("w", costs.compute.w, true);
+    check_cost("send", costs.send, true);
+    check_cost("recv", costs.recv, true);
+    check_cost("link latency", costs.link.latency, true);
+    check_cost("link bytes", costs.link.bytes, true);
+    check_cost("link bandwidth", costs.link.bandwidth, true);
+    check_cost("offload", costs.offload, true);
+    check_cost("reload", costs.reload, true);
+    check_cost("allreduce", costs.allreduce, true);
+    check_cost("optim", costs.optim, true);
   }
   validate_schedule(sched);  // afterwards every RECV has one SEND and the walk below terminates
 
   const auto P = static_cast<std::size_t>(sched.stages);
   const auto M = static_cast<std::size_t>(sched.microbatches);
   const auto S = static_cast<std::size_t>(stage_count(sched));
+  // group_of[0][r]: the index of rank r's ALLREDUCE_GRAD group (-1: none); [1]: OPTIM's.
+  std::array<std::vector<int>, 2> group_of = {std::vector<int>(P, -1), std::vector<int>(P, -1)};
+  for (std::size_t k = 0; k < 2; ++k) {
+    const auto& list = k == 0 ? groups.allreduce_grad : groups.optim;
+    for (std::size_t g = 0; g < list.size(); ++g) {
+      for (const int r : list[g]) {
+        if (r < 0 || static_cast<std::size_t>(r) >= P ||
+            group_of[k][static_cast<std::size_t>(r)] >= 0) {
+          throw Error(ErrorCode::InvalidArgument,
+                      fmt::format("schedule simulation: {} group {} names rank {}, which is "
+                                  "outside [0, {}) or already in a group",
+                                  k == 0 ? "ALLREDUCE_GRAD" : "OPTIM", g, r, P));
+        }
+        group_of[k][static_cast<std::size_t>(r)] = static_cast<int>(g);
+      }
+    }
+  }
+  // When each rank reached its collective (negative = not yet), by [kind][rank].
+  std::array<std::vector<double>, 2> arrived = {std::vector<double>(P, -1.0),
+                                                std::vector<double>(P, -1.0)};
   const std::vector<bool> split = weight_keys(sched);
-  // When each message was sent; negative = not yet. [0] forward by sender stage, [1] backward.
+  // When each message can be received; negative = not sent yet. [0] forward by sender stage,
+  // [1] backward.
   std::array<std::vector<double>, 2> sent = {std::vector<double>(S * M, -1.0),
                                              std::vector<double>(S * M, -1.0)};
   Timeline tl;
@@ -83,8 +131,22 @@ Timeline simulate(const Schedule& sched, const std::vector<ActionCosts>& per_sta
   auto key = [M](const Action& a) {
     return static_cast<std::size_t>(a.stage) * M + static_cast<std::size_t>(a.microbatch);
   };
-  auto cost = [&](const Action& a) -> const ActionCosts& {
+  auto cost = [&](const Action& a) -> const StageCosts& {
     return per_stage[static_cast<std::size_t>(a.stage)];
+  };
+  // A collective of rank r: its end once every member of r's group has arrived, or -1.
+  auto collective_end = [&](std::size_t kind, std::size_t r, double start, double own) {
+    if (arrived[kind][r] < 0.0) arrived[kind][r] = start;
+    const int g = group_of[kind][r];
+    if (g < 0) return start + own;
+    double last = start;
+    for (const int m :
+         (kind == 0 ? groups.allreduce_grad : groups.optim)[static_cast<std::size_t>(g)]) {
+      const double t = arrived[kind][static_cast<std::size_t>(m)];
+      if (t < 0.0) return -1.0;
+      last = std::max(last, t);
+    }
+    return last + own;
   };
   bool progress = true;
   while (progress) {
@@ -100,33 +162,41 @@ Timeline simulate(const Schedule& sched, const std::vector<ActionCosts>& per_sta
         bool compute = false;
         switch (a.kind) {
           case ActionKind::F:
-            end = start + cost(a).f;
+            end += cost(a).compute.f;
             compute = true;
             break;
           case ActionKind::B:
-            end = start + cost(a).b + (split[key(a)] ? 0.0 : cost(a).w);
+            end += cost(a).compute.b + (split[key(a)] ? 0.0 : cost(a).compute.w);
             compute = true;
             break;
           case ActionKind::W:
-            end = start + cost(a).w;
+            end += cost(a).compute.w;
             compute = true;
             break;
           case ActionKind::SendF:
-          case ActionKind::SendB: message(a)[key(a)] = start; break;
+          case ActionKind::SendB:
+            end += cost(a).send;
+            message(a)[key(a)] = end + cost(a).link.transfer();
+            break;
           case ActionKind::RecvF:
           case ActionKind::RecvB: {
-            const double sent_at =
-                message(a)[sender(a) * M + static_cast<std::size_t>(a.microbatch)];
-            blocked = sent_at < 0.0;
-            end = std::max(start, sent_at);
+            const std::size_t from = sender(a);
+            const double ready = message(a)[from * M + static_cast<std::size_t>(a.microbatch)];
+            blocked = ready < 0.0;
+            end = std::max(start, ready) + cost(a).recv;
             break;
           }
           case ActionKind::AllreduceGrad:
-          case ActionKind::Optim:
-          case ActionKind::Offload:
-          case ActionKind::Reload: break;
+          case ActionKind::Optim: {
+            const std::size_t kind = a.kind == ActionKind::AllreduceGrad ? 0 : 1;
+            end = collective_end(kind, r, start, kind == 0 ? cost(a).allreduce : cost(a).optim);
+            blocked = end < 0.0;
+            break;
+          }
+          case ActionKind::Offload: end += cost(a).offload; break;
+          case ActionKind::Reload: end += cost(a).reload; break;
         }
-        if (blocked) break;  // its send has not run yet: let the sender catch up
+        if (blocked) break;  // its send, or a member of its collective, has not run yet
         if (compute) tl.busy[r] += end - start;
         out.push_back(TimedAction{a, start, end});
         clock[r] = end;
@@ -137,7 +207,11 @@ Timeline simulate(const Schedule& sched, const std::vector<ActionCosts>& per_sta
   }
   for (std::size_t r = 0; r < P; ++r) {
     if (tl.stages[r].size() != sched.ranks[r].size()) {
-      throw Error(ErrorCode::Internal, "schedule simulation stalled on a validated schedule");
+      throw Error(
+          ErrorCode::InvalidArgument,
+          fmt::format("schedule simulation: rank {} cannot run action {} ({}): a "
+                      "collective's group waits for a rank that never reaches it",
+                      r, tl.stages[r].size(), action_string(sched.ranks[r][tl.stages[r].size()])));
     }
   }
   return tl;
@@ -166,6 +240,16 @@ std::vector<double> stage_bubble_fractions(const Schedule& sched, double time_f,
   return stage_bubble_fractions(sched, ActionCosts{time_f, time_b, 0.0});
 }
 
+std::vector<double> stage_bubble_fractions(const Schedule& sched,
+                                           const std::vector<StageCosts>& costs,
+                                           const SyncGroups& groups) {
+  const Timeline tl = simulate(sched, costs, groups);
+  std::vector<double> out;
+  out.reserve(tl.busy.size());
+  for (double busy : tl.busy) out.push_back((tl.makespan - busy) / tl.makespan);
+  return out;
+}
+
 double bubble_fraction(const Schedule& sched, const ActionCosts& costs) {
   const std::vector<double> f = stage_bubble_fractions(sched, costs);
   double sum = 0.0;
@@ -175,6 +259,166 @@ double bubble_fraction(const Schedule& sched, const ActionCosts& costs) {
 
 double bubble_fraction(const Schedule& sched, double time_f, double time_b) {
   return bubble_fraction(sched, ActionCosts{time_f, time_b, 0.0});
+}
+
+std::vector<StageCosts> measured_stage_costs(const Schedule& sched, const Timeline& measured,
+                                             const SyncGroups& groups) {
+  const auto P = static_cast<std::size_t>(sched.stages);
+  const auto S = static_cast<std::size_t>(std::max(0, stage_count(sched)));
+  const auto M = static_cast<std::size_t>(sched.microbatches);
+  if (measured.stages.size() != P) {
+    throw Error(ErrorCode::InvalidArgument,
+                fmt::format("measured_stage_costs: the timeline has {} ranks, the schedule {}",
+                            measured.stages.size(), P));
+  }
+  struct Mean {
+    double sum = 0;
+    int n = 0;
+    void add(double x) {
+      sum += x;
+      ++n;
+    }
+    [[nodiscard]] double get() const { return n > 0 ? sum / n : 0.0; }
+  };
+  enum Kind : std::size_t { kF, kB, kW, kSend, kRecv, kLatency, kOffload, kReload, kAll, kOpt, kN };
+  std::vector<std::array<Mean, kN>> mean(S);
+  // The SENDs by direction and (sender stage, microbatch), to pair with their RECVs.
+  std::array<std::vector<const TimedAction*>, 2> sends = {
+      std::vector<const TimedAction*>(S * M, nullptr),
+      std::vector<const TimedAction*>(S * M, nullptr)};
+  std::array<std::vector<double>, 2> arrival_max = {std::vector<double>(P, -1.0),
+                                                    std::vector<double>(P, -1.0)};
+  std::array<std::vector<double>, 2> arrival = arrival_max;
+  const auto in_range = [&](const Action& a) {
+    return a.stage >= 0 && static_cast<std::size_t>(a.stage) < S &&
+           (a.microbatch == kNoMicrobatch || static_cast<std::size_t>(a.microbatch) < M);
+  };
+  for (std::size_t r = 0; r < P; ++r) {
+    for (const TimedAction& t : measured.stages[r]) {
+      const Action& a = t.action;
+      if (!in_range(a)) continue;
+      const auto v = static_cast<std::size_t>(a.stage);
+      const double d = t.end - t.start;
+      switch (a.kind) {
+        case ActionKind::F: mean[v][kF].add(d); break;
+        case ActionKind::B: mean[v][kB].add(d); break;
+        case ActionKind::W: mean[v][kW].add(d); break;
+        case ActionKind::SendF:
+        case ActionKind::SendB:
+          mean[v][kSend].add(d);
+          sends[a.kind == ActionKind::SendF ? 0 : 1]
+               [v * M + static_cast<std::size_t>(a.microbatch)] = &t;
+          break;
+        case ActionKind::Offload: mean[v][kOffload].add(d); break;
+        case ActionKind::Reload: mean[v][kReload].add(d); break;
+        case ActionKind::AllreduceGrad:
+        case ActionKind::Optim:
+          arrival[a.kind == ActionKind::AllreduceGrad ? 0 : 1][r] = t.start;
+          break;
+        case ActionKind::RecvF:
+        case ActionKind::RecvB: break;
+      }
+    }
+  }
+  for (std::size_t v = 0; v < S; ++v) {
+    if (mean[v][kF].n == 0 || mean[v][kB].n == 0) {
+      throw Error(ErrorCode::InvalidArgument,
+                  fmt::format("measured_stage_costs: the timeline has no F or no B of stage {}: "
+                              "give it a complete step",
+                              v));
+    }
+  }
+  // A RECV and the SEND it pairs with: [0] the sender stage's message, or null.
+  const auto matching_send = [&](const Action& a) -> const TimedAction* {
+    const bool fwd = a.kind == ActionKind::RecvF;
+    const int from = fwd ? a.stage - 1 : a.stage + 1;
+    if (from < 0 || static_cast<std::size_t>(from) >= S) return nullptr;
+    return sends[fwd ? 0 : 1]
+                [static_cast<std::size_t>(from) * M + static_cast<std::size_t>(a.microbatch)];
+  };
+  // Transfers seen whole (the receiver was waiting before the send began) give an upper bound
+  // of each sender stage's transfer time; RECVs that began after it found their data there and
+  // show what a receive costs by itself; the latency is then the whole-seen transfers less that.
+  const auto for_each_recv = [&](const auto& fn) {
+    for (const auto& list : measured.stages) {
+      for (const TimedAction& t : list) {
+        if ((t.action.kind != ActionKind::RecvF && t.action.kind != ActionKind::RecvB) ||
+            !in_range(t.action)) {
+          continue;
+        }
+        if (const TimedAction* send = matching_send(t.action); send != nullptr) fn(t, *send);
+      }
+    }
+  };
+  std::vector<Mean> whole(S);
+  for_each_recv([&](const TimedAction& t, const TimedAction& send) {
+    if (t.start <= send.start) {
+      whole[static_cast<std::size_t>(send.action.stage)].add(t.end - send.end);
+    }
+  });
+  for_each_recv([&](const TimedAction& t, const TimedAction& send) {
+    if (t.start >=
+        send.end + std::max(0.0, whole[static_cast<std::size_t>(send.action.stage)].get())) {
+      mean[static_cast<std::size_t>(t.action.stage)][kRecv].add(t.end - t.start);
+    }
+  });
+  // A stage whose receives all waited borrows the other stages' figure (the same code path).
+  Mean pooled;
+  for (std::size_t v = 0; v < S; ++v) {
+    pooled.sum += mean[v][kRecv].sum;
+    pooled.n += mean[v][kRecv].n;
+  }
+  for (std::size_t v = 0; v < S; ++v) {
+    if (mean[v][kRecv].n == 0 && pooled.n > 0) mean[v][kRecv].add(pooled.get());
+  }
+  for_each_recv([&](const TimedAction& t, const TimedAction& send) {
+    if (t.start <= send.start) {
+      mean[static_cast<std::size_t>(send.action.stage)][kLatency].add(std::max(
+          0.0, t.end - send.end - mean[static_cast<std::size_t>(t.action.stage)][kRecv].get()));
+    }
+  });
+  // Collectives: each member's end past the group's last arrival.
+  for (std::size_t k = 0; k < 2; ++k) {
+    const auto& list = k == 0 ? groups.allreduce_grad : groups.optim;
+    arrival_max[k] = arrival[k];
+    for (const auto& group : list) {
+      double last = -1.0;
+      for (const int m : group) {
+        if (m >= 0 && static_cast<std::size_t>(m) < P) {
+          last = std::max(last, arrival[k][static_cast<std::size_t>(m)]);
+        }
+      }
+      for (const int m : group) {
+        if (m >= 0 && static_cast<std::size_t>(m) < P) {
+          arrival_max[k][static_cast<std::size_t>(m)] = last;
+        }
+      }
+    }
+  }
+  for (std::size_t r = 0; r < P; ++r) {
+    for (const TimedAction& t : measured.stages[r]) {
+      const Action& a = t.action;
+      if ((a.kind != ActionKind::AllreduceGrad && a.kind != ActionKind::Optim) || !in_range(a)) {
+        continue;
+      }
+      const std::size_t k = a.kind == ActionKind::AllreduceGrad ? 0 : 1;
+      mean[static_cast<std::size_t>(a.stage)][k == 0 ? kAll : kOpt].add(
+          std::max(0.0, t.end - std::max(t.start, arrival_max[k][r])));
+    }
+  }
+  std::vector<StageCosts> out(S);
+  for (std::size_t v = 0; v < S; ++v) {
+    const auto& m = mean[v];
+    out[v].compute = ActionCosts{m[kF].get(), m[kB].get(), m[kW].get()};
+    out[v].send = m[kSend].get();
+    out[v].recv = m[kRecv].get();
+    out[v].link.latency = m[kLatency].get();
+    out[v].offload = m[kOffload].get();
+    out[v].reload = m[kReload].get();
+    out[v].allreduce = m[kAll].get();
+    out[v].optim = m[kOpt].get();
+  }
+  return out;
 }
 
 int peak_stashed_microbatches(const Schedule& sched, int stage) {

@@ -14,6 +14,7 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/error.h"
@@ -33,20 +34,30 @@ constexpr const char* kFooter = R"(
 Costs: --costs F,B,W are the times of one microbatch's forward, input-gradient backward and
 weight-gradient on a rank's whole share of the model (a stage of a P-stage split); a schedule with
 V chunks per rank runs V times as many actions, each costing a V-th. A backward without a W
-(gpipe, 1f1b, interleaved) costs B + W. The text timeline counts in units of 1/V of a cost unit
-and needs whole-number costs; otherwise the per-rank order is printed.
+(gpipe, 1f1b, interleaved) costs B + W. --costs TRACE (a `strait train --trace` file) takes every
+cost from that run instead: the mean per kind of action over its stages and its steps from the
+third on (scheduler/schedule_sim.h, measured_stage_costs), applied to every stage.
+Communication (same time unit; each defaults to 0, or the trace's figure): --send and --recv, what
+posting a send and completing a receive occupy a rank; --latency, --bytes and --bandwidth (bytes
+per time unit, 0 = unlimited): a message arrives latency + bytes / bandwidth after its send;
+--allreduce and --optim: ALLREDUCE_GRAD and OPTIM after the last rank of their collective arrived
+(strait train's: the tied embedding between the first and last rank, and the gradient norm over
+all ranks unless --no-norm-sync).
+The text timeline counts in units of 1/V of a cost unit and needs whole-number compute costs and
+free communication; otherwise the per-rank order is printed.
 Peak activation memory is in stages' worth of stashes per rank (chunk stashes / V): 1F1B's rank 0
 holds P. With --offload D, stashes leave the model after their F and come back D computes ahead
 of their B (scheduler/schedule.h, add_activation_offload).
 --schedule all prints the table for every schedule with and without offload. The zero-bubble
-schedules (zb-h1, zbv) are planned with --costs (list scheduling on those times), the others do
-not depend on them.
+schedules (zb-h1, zbv) are planned with the compute costs (list scheduling on those times), the
+others do not depend on them.
 --png FILE draws a Gantt chart with /usr/bin/python3 and matplotlib (tools/plot/plot_schedule.py;
 STRAIT_PLOT_DIR overrides where it is looked for).
 --from-trace FILE reads `strait train --trace FILE`: for every step, the measured bubble (mean over
-ranks) beside the plan's, simulated with that step's mean F, B and W time of each stage, and the
-median relative difference from the third step on; then one step (the last, or --step) per rank;
-with --png it draws that step's plan above what ran.)";
+ranks) beside the plan's, simulated with that step's mean cost of every kind of action on each
+stage (compute, transfers, all-reduce, optimizer), and beside the plan priced with compute alone;
+the median relative difference from the third step on; then one step (the last, or --step) per
+rank; with --png it draws that step's plan above what ran.)";
 
 struct ScheduleOptions {
   std::string schedule = "1f1b";
@@ -54,6 +65,15 @@ struct ScheduleOptions {
   int microbatches = 8;
   int chunks = 0;
   std::string costs = "1,1,1";
+  // Communication costs; negative = not given (0, or the --costs trace's figure).
+  double send = -1;
+  double recv = -1;
+  double latency = -1;
+  double bytes = -1;
+  double bandwidth = -1;
+  double allreduce = -1;
+  double optim = -1;
+  bool no_norm_sync = false;
   int offload = -1;
   bool all_actions = false;
   std::string csv_out;
@@ -82,7 +102,7 @@ ActionCosts parse_costs(const std::string& text) {
   if (n != 3 || c.f <= 0.0 || c.b <= 0.0) {
     throw Error(ErrorCode::InvalidArgument,
                 fmt::format("--costs '{}': give three times F,B,W (F, B > 0, W >= 0), e.g. 1,1,1 "
-                            "or 1.0,1.1,0.9",
+                            "or 1.0,1.1,0.9, or a trace file written by `strait train --trace`",
                             text));
   }
   return c;
@@ -110,6 +130,28 @@ ActionCosts per_chunk(const ActionCosts& c, int chunks) {
   return ActionCosts{c.f / v, c.b / v, c.w / v};
 }
 
+// What a plan is priced with: one rank's whole share of every cost (compute split over its chunks
+// by per_stage), and the collectives of strait train.
+struct PlanCosts {
+  StageCosts rank;
+  bool norm_sync = true;
+
+  [[nodiscard]] bool comm_free() const {
+    return rank.send == 0 && rank.recv == 0 && rank.link.transfer() == 0 && rank.offload == 0 &&
+           rank.reload == 0 && rank.allreduce == 0 && rank.optim == 0;
+  }
+  // Per model stage of s: compute / V (a chunk's share); messages, the all-reduce and the
+  // optimizer cost the same per action whatever V.
+  [[nodiscard]] std::vector<StageCosts> per_stage(const Schedule& s) const {
+    StageCosts c = rank;
+    c.compute = per_chunk(rank.compute, s.chunks);
+    return std::vector<StageCosts>(static_cast<std::size_t>(stage_count(s)), c);
+  }
+  [[nodiscard]] SyncGroups groups(const Schedule& s) const {
+    return data_parallel_sync_groups(s.stages, norm_sync);
+  }
+};
+
 struct Row {
   std::string name;
   int chunks = 1;
@@ -120,14 +162,21 @@ struct Row {
   int peak_w = 0;          // max over ranks, chunk stashes held for W
 };
 
-Row summarise(const std::string& name, const Schedule& s, const ActionCosts& costs, int offload) {
+double mean(const std::vector<double>& v) {
+  double s = 0;
+  for (double x : v) s += x;
+  return v.empty() ? 0.0 : s / static_cast<double>(v.size());
+}
+
+Row summarise(const std::string& name, const Schedule& s, const PlanCosts& costs, int offload) {
   Row row;
   row.name = name;
   row.chunks = s.chunks;
   row.offload = offload;
-  const ActionCosts c = per_chunk(costs, s.chunks);
-  row.makespan = simulate(s, c).makespan;
-  row.bubble = bubble_fraction(s, c);
+  const std::vector<StageCosts> c = costs.per_stage(s);
+  const SyncGroups g = costs.groups(s);
+  row.makespan = simulate(s, c, g).makespan;
+  row.bubble = mean(stage_bubble_fractions(s, c, g));
   for (int r = 0; r < s.stages; ++r) {
     row.peak_stages =
         std::max(row.peak_stages, static_cast<double>(peak_stashed_microbatches(s, r)) /
@@ -142,7 +191,7 @@ std::string table(const std::vector<Row>& rows) {
       fmt::format("{:<12} {:>6} {:>8} {:>10} {:>8} {:>18} {:>12}\n", "schedule", "chunks",
                   "offload", "step", "bubble", "peak act (stages)", "peak W in");
   for (const Row& r : rows) {
-    out += fmt::format("{:<12} {:>6} {:>8} {:>10.4g} {:>8.3f} {:>18.3g} {:>12}\n", r.name, r.chunks,
+    out += fmt::format("{:<12} {:>6} {:>8} {:>10.7g} {:>8.3f} {:>18.3g} {:>12}\n", r.name, r.chunks,
                        r.offload < 0 ? std::string("no") : fmt::format("d={}", r.offload),
                        r.makespan, r.bubble, r.peak_stages, r.peak_w);
   }
@@ -208,113 +257,114 @@ void draw(const std::string& png, const std::string& title, const std::string& u
   fmt::print("wrote {} (chart data: {})\n", png, spec_path);
 }
 
-double mean(const std::vector<double>& v) {
-  double s = 0;
-  for (double x : v) s += x;
-  return v.empty() ? 0.0 : s / static_cast<double>(v.size());
-}
-
 struct StepBubbles {
   double measured = 0;
-  double planned = 0;
+  double planned = 0;       // every kind of action priced
+  double compute_only = 0;  // F, B and W priced, communication free
 };
 
-// A measured step's mean F, B and W times: per model stage, and over all stages. Without W the
-// measured B holds the weight gradients too; the simulator adds w to such a B.
-struct MeasuredCosts {
-  std::vector<ActionCosts> per_stage;
-  ActionCosts overall;
-};
+double mean_bubble(const Timeline& tl) {
+  double out = 0;
+  for (double busy : tl.busy) {
+    out += (tl.makespan - busy) / tl.makespan / static_cast<double>(tl.busy.size());
+  }
+  return out;
+}
 
-MeasuredCosts measured_costs(const Timeline& measured, std::size_t stages, std::int64_t step) {
-  std::vector<std::vector<double>> f(stages), b(stages), w(stages);
-  for (const auto& list : measured.stages) {
-    for (const TimedAction& t : list) {
-      const auto v = static_cast<std::size_t>(t.action.stage);
-      if (v >= stages) continue;
-      const double d = t.end - t.start;
-      if (t.action.kind == ActionKind::F) f[v].push_back(d);
-      if (t.action.kind == ActionKind::B) b[v].push_back(d);
-      if (t.action.kind == ActionKind::W) w[v].push_back(d);
-    }
-  }
-  MeasuredCosts out;
-  out.per_stage.resize(stages);
-  std::vector<double> all_f, all_b, all_w;
-  for (std::size_t v = 0; v < stages; ++v) {
-    if (f[v].empty() || b[v].empty()) {
-      throw Error(ErrorCode::InvalidArgument,
-                  fmt::format("--from-trace: step {} has no F or B of stage {}; pick a complete "
-                              "step with --step",
-                              step, v));
-    }
-    out.per_stage[v] = ActionCosts{mean(f[v]), mean(b[v]), w[v].empty() ? 0.0 : mean(w[v])};
-    all_f.insert(all_f.end(), f[v].begin(), f[v].end());
-    all_b.insert(all_b.end(), b[v].begin(), b[v].end());
-    all_w.insert(all_w.end(), w[v].begin(), w[v].end());
-  }
-  out.overall = ActionCosts{mean(all_f), mean(all_b), mean(all_w)};
+std::vector<ActionCosts> compute_part(const std::vector<StageCosts>& costs) {
+  std::vector<ActionCosts> out;
+  out.reserve(costs.size());
+  for (const StageCosts& c : costs) out.push_back(c.compute);
   return out;
 }
 
 // One step of a trace: its mean bubble over the ranks, and the plan's with that step's per-stage
-// mean F, B, W times.
-StepBubbles step_bubbles(const Schedule& plan, const LoadedTrace& trace, std::int64_t step) {
+// mean costs.
+StepBubbles step_bubbles(const Schedule& plan, const SyncGroups& groups, const LoadedTrace& trace,
+                         std::int64_t step) {
   const Timeline measured = measured_timeline(trace, step, plan.stages);
-  const MeasuredCosts costs =
-      measured_costs(measured, static_cast<std::size_t>(stage_count(plan)), step);
+  const std::vector<StageCosts> costs = measured_stage_costs(plan, measured, groups);
   StepBubbles out;
-  for (double busy : measured.busy) {
-    out.measured += (measured.makespan - busy) / measured.makespan / plan.stages;
-  }
-  out.planned = mean(stage_bubble_fractions(plan, costs.per_stage));
+  out.measured = mean_bubble(measured);
+  out.planned = mean(stage_bubble_fractions(plan, costs, groups));
+  out.compute_only = mean(stage_bubble_fractions(plan, compute_part(costs)));
   return out;
+}
+
+// The steps a trace holds, [first, last].
+std::pair<std::int64_t, std::int64_t> step_range(const LoadedTrace& trace) {
+  std::int64_t first = std::numeric_limits<std::int64_t>::max();
+  std::int64_t last = -1;
+  for (const TraceRecord& r : trace.records) {
+    first = std::min(first, r.step);
+    last = std::max(last, r.step);
+  }
+  if (last < 0) throw Error(ErrorCode::InvalidArgument, "trace: it holds no actions");
+  return {first, last};
+}
+
+Schedule plan_of(const TraceInfo& info) {
+  Schedule plan = make_schedule(parse_schedule_kind(info.schedule), info.stages, info.microbatches,
+                                info.chunks);
+  if (info.offload_prefetch >= 0) plan = add_activation_offload(plan, info.offload_prefetch);
+  return plan;
 }
 
 void run_from_trace(const ScheduleOptions& o) {
   const LoadedTrace trace = parse_chrome_trace(read_file(o.from_trace, "--from-trace"));
   const TraceInfo& info = trace.info;
-  Schedule plan = make_schedule(parse_schedule_kind(info.schedule), info.stages, info.microbatches,
-                                info.chunks);
-  if (info.offload_prefetch >= 0) plan = add_activation_offload(plan, info.offload_prefetch);
-  std::int64_t first_step = std::numeric_limits<std::int64_t>::max();
-  std::int64_t last_step = -1;
-  for (const TraceRecord& r : trace.records) {
-    first_step = std::min(first_step, r.step);
-    last_step = std::max(last_step, r.step);
-  }
+  const Schedule plan = plan_of(info);
+  const SyncGroups groups = data_parallel_sync_groups(plan.stages, !o.no_norm_sync);
+  const auto [first_step, last_step] = step_range(trace);
   // Every step's mean bubble, measured and planned, to see the noise of single steps.
   if (last_step > first_step) {
-    fmt::print("{:<6} {:>16} {:>16} {:>10}\n", "step", "measured bubble", "planned bubble",
-               "relative");
+    fmt::print("{:<6} {:>16} {:>16} {:>10} {:>22}\n", "step", "measured bubble", "planned bubble",
+               "relative", "planned, compute only");
     std::vector<double> rel;
+    std::vector<double> rel_compute;
     for (std::int64_t k = first_step; k <= last_step; ++k) {
-      const StepBubbles sb = step_bubbles(plan, trace, k);
+      const StepBubbles sb = step_bubbles(plan, groups, trace, k);
       const double r = sb.planned > 0 ? (sb.measured - sb.planned) / sb.planned : 0.0;
-      if (k >= first_step + 2) rel.push_back(r);  // the first two steps warm up
-      fmt::print("{:<6} {:>16.3f} {:>16.3f} {:>+9.1f}%\n", k, sb.measured, sb.planned, 100 * r);
+      const double rc =
+          sb.compute_only > 0 ? (sb.measured - sb.compute_only) / sb.compute_only : 0.0;
+      if (k >= first_step + 2) {  // the first two steps warm up
+        rel.push_back(r);
+        rel_compute.push_back(rc);
+      }
+      fmt::print("{:<6} {:>16.3f} {:>16.3f} {:>+9.1f}% {:>13.3f} ({:>+6.1f}%)\n", k, sb.measured,
+                 sb.planned, 100 * r, sb.compute_only, 100 * rc);
     }
     if (!rel.empty()) {
       std::sort(rel.begin(), rel.end());
-      fmt::print("median relative difference over steps {}..{}: {:+.1f}%\n\n", first_step + 2,
-                 last_step, 100 * rel[rel.size() / 2]);
+      std::sort(rel_compute.begin(), rel_compute.end());
+      fmt::print(
+          "median relative difference over steps {}..{}: {:+.1f}% (compute-only plan: "
+          "{:+.1f}%)\n\n",
+          first_step + 2, last_step, 100 * rel[rel.size() / 2],
+          100 * rel_compute[rel_compute.size() / 2]);
     }
   }
   const std::int64_t step = o.step < 0 ? last_step : o.step;
   const Timeline measured = measured_timeline(trace, step, info.stages);
-  const MeasuredCosts measured_means =
-      measured_costs(measured, static_cast<std::size_t>(stage_count(plan)), step);
-  const std::vector<ActionCosts>& stage_costs = measured_means.per_stage;
-  const ActionCosts& costs = measured_means.overall;
-  const Timeline planned = simulate(plan, stage_costs);
-  const std::vector<double> plan_bubble = stage_bubble_fractions(plan, stage_costs);
+  const std::vector<StageCosts> stage_costs = measured_stage_costs(plan, measured, groups);
+  const Timeline planned = simulate(plan, stage_costs, groups);
+  const std::vector<double> plan_bubble = stage_bubble_fractions(plan, stage_costs, groups);
   fmt::print(
       "{} schedule, {} ranks x {} chunks, {} microbatches{}; step {} of {}\n"
-      "mean measured costs (us): F {:.1f}, B {:.1f}, W {:.1f}; the plan is simulated with each "
-      "stage's own means\n",
+      "measured costs per stage (us; the plan is simulated with them):\n",
       info.schedule, info.stages, info.chunks, info.microbatches,
       info.offload_prefetch >= 0 ? fmt::format(", offload d={}", info.offload_prefetch) : "", step,
-      o.from_trace, costs.f, costs.b, costs.w);
+      o.from_trace);
+  fmt::print("{:<6} {:>8} {:>8} {:>8} {:>7} {:>7} {:>8} {:>9} {:>7} {:>7}\n", "stage", "F", "B",
+             "W", "send", "recv", "latency", "allreduce", "optim", "reload");
+  for (std::size_t v = 0; v < stage_costs.size(); ++v) {
+    const StageCosts& c = stage_costs[v];
+    fmt::print(
+        "{:<6} {:>8.1f} {:>8.1f} {:>8.1f} {:>7.1f} {:>7.1f} {:>8.1f} {:>9.1f} {:>7.1f} "
+        "{:>7.1f}\n",
+        v, c.compute.f, c.compute.b, c.compute.w, c.send, c.recv, c.link.latency, c.allreduce,
+        c.optim, c.reload);
+  }
   fmt::print("{:<6} {:>16} {:>16} {:>10}\n", "rank", "measured bubble", "planned bubble", "diff");
   double m_sum = 0;
   double p_sum = 0;
@@ -342,12 +392,82 @@ void run_from_trace(const ScheduleOptions& o) {
   }
 }
 
+// --costs TRACE: the mean of every kind of cost over the trace's stages and its steps from the
+// third on (all of them when it has fewer than three).
+StageCosts costs_from_trace(const std::string& path, bool norm_sync) {
+  const LoadedTrace trace = parse_chrome_trace(read_file(path, "--costs"));
+  const Schedule plan = plan_of(trace.info);
+  const SyncGroups groups = data_parallel_sync_groups(plan.stages, norm_sync);
+  const auto [first_step, last_step] = step_range(trace);
+  const std::int64_t from = last_step - first_step >= 2 ? first_step + 2 : first_step;
+  std::vector<StageCosts> all;
+  for (std::int64_t k = from; k <= last_step; ++k) {
+    const std::vector<StageCosts> c =
+        measured_stage_costs(plan, measured_timeline(trace, k, plan.stages), groups);
+    all.insert(all.end(), c.begin(), c.end());
+  }
+  StageCosts out;
+  out.compute = ActionCosts{0.0, 0.0, 0.0};
+  const auto n = static_cast<double>(all.size());
+  for (const StageCosts& c : all) {
+    out.compute.f += c.compute.f / n;
+    out.compute.b += c.compute.b / n;
+    out.compute.w += c.compute.w / n;
+    out.send += c.send / n;
+    out.recv += c.recv / n;
+    out.link.latency += c.link.latency / n;
+    out.offload += c.offload / n;
+    out.reload += c.reload / n;
+    out.allreduce += c.allreduce / n;
+    out.optim += c.optim / n;
+  }
+  return out;
+}
+
+PlanCosts plan_costs(const ScheduleOptions& o) {
+  PlanCosts p;
+  p.norm_sync = !o.no_norm_sync;
+  if (std::filesystem::is_regular_file(o.costs)) {
+    p.rank = costs_from_trace(o.costs, p.norm_sync);
+  } else {
+    p.rank.compute = parse_costs(o.costs);
+  }
+  const auto set = [](double given, double& into) {
+    if (given >= 0) into = given;
+  };
+  set(o.send, p.rank.send);
+  set(o.recv, p.rank.recv);
+  set(o.latency, p.rank.link.latency);
+  set(o.bytes, p.rank.link.bytes);
+  set(o.bandwidth, p.rank.link.bandwidth);
+  set(o.allreduce, p.rank.allreduce);
+  set(o.optim, p.rank.optim);
+  return p;
+}
+
+std::string describe(const ScheduleOptions& o, const PlanCosts& c) {
+  std::string out =
+      fmt::format("costs F,B,W = {:.4g},{:.4g},{:.4g} per stage{}", c.rank.compute.f,
+                  c.rank.compute.b, c.rank.compute.w,
+                  std::filesystem::is_regular_file(o.costs) ? fmt::format(" (means of {})", o.costs)
+                                                            : std::string());
+  if (!c.comm_free()) {
+    out += fmt::format(
+        "; send {:.4g}, recv {:.4g}, transfer {:.4g}, allreduce {:.4g}, optim {:.4g}, offload "
+        "{:.4g}, reload {:.4g}",
+        c.rank.send, c.rank.recv, c.rank.link.transfer(), c.rank.allreduce, c.rank.optim,
+        c.rank.offload, c.rank.reload);
+  }
+  return out;
+}
+
 void run_schedule(const ScheduleOptions& o) {
   if (!o.from_trace.empty()) {
     run_from_trace(o);
     return;
   }
-  const ActionCosts costs = parse_costs(o.costs);
+  const PlanCosts costs = plan_costs(o);
+  const ActionCosts& compute = costs.rank.compute;
   if (o.schedule == "all") {
     std::vector<Row> rows;
     for (const char* name : {"gpipe", "1f1b", "interleaved", "zb-h1", "zbv"}) {
@@ -357,7 +477,7 @@ void run_schedule(const ScheduleOptions& o) {
       for (int v : chunk_list) {
         Schedule s;
         try {
-          s = build(kind, o.stages, o.microbatches, v, costs);
+          s = build(kind, o.stages, o.microbatches, v, compute);
         } catch (const Error& e) {
           fmt::print("{} (V={}): {}\n", name, v, e.message());
           continue;
@@ -367,12 +487,11 @@ void run_schedule(const ScheduleOptions& o) {
                                  costs, o.offload < 0 ? 1 : o.offload));
       }
     }
-    fmt::print("P = {}, M = {}, costs F,B,W = {} per stage\n{}", o.stages, o.microbatches, o.costs,
-               table(rows));
+    fmt::print("P = {}, M = {}, {}\n{}", o.stages, o.microbatches, describe(o, costs), table(rows));
     return;
   }
-  Schedule s = o.from_csv.empty() ? make_schedule(parse_schedule_kind(o.schedule), o.stages,
-                                                  o.microbatches, o.chunks)
+  Schedule s = o.from_csv.empty() ? build(parse_schedule_kind(o.schedule), o.stages, o.microbatches,
+                                          o.chunks, compute)
                                   : schedule_from_csv(read_file(o.from_csv, "--from-csv"));
   const std::string name = o.from_csv.empty() ? o.schedule : o.from_csv;
   if (o.offload >= 0) s = add_activation_offload(s, o.offload);
@@ -380,24 +499,27 @@ void run_schedule(const ScheduleOptions& o) {
     write_file(o.csv_out, schedule_to_csv(s), "--csv");
     fmt::print("wrote {}\n", o.csv_out);
   }
-  fmt::print("{}: {} ranks x {} chunks, {} microbatches{}\n", name, s.stages, s.chunks,
-             s.microbatches, o.offload >= 0 ? fmt::format(", offload d={}", o.offload) : "");
+  fmt::print("{}: {} ranks x {} chunks, {} microbatches{}; {}\n", name, s.stages, s.chunks,
+             s.microbatches, o.offload >= 0 ? fmt::format(", offload d={}", o.offload) : "",
+             describe(o, costs));
   if (o.all_actions) fmt::print("{}", format_schedule(s, ScheduleDetail::All));
-  if (integral(costs.f) && integral(costs.b) && integral(costs.w)) {
-    fmt::print("{}", format_timeline(s, static_cast<int>(std::lround(costs.f)),
-                                     static_cast<int>(std::lround(costs.b)),
-                                     static_cast<int>(std::lround(costs.w))));
+  if (costs.comm_free() && integral(compute.f) && integral(compute.b) && integral(compute.w)) {
+    fmt::print("{}", format_timeline(s, static_cast<int>(std::lround(compute.f)),
+                                     static_cast<int>(std::lround(compute.b)),
+                                     static_cast<int>(std::lround(compute.w))));
   } else if (!o.all_actions) {
     fmt::print("{}", format_schedule(s));
   }
   fmt::print("\n{}", table({summarise(name, s, costs, o.offload)}));
   if (!o.png.empty()) {
-    const ActionCosts c = per_chunk(costs, s.chunks);
+    const std::vector<StageCosts> c = costs.per_stage(s);
+    const SyncGroups g = costs.groups(s);
     draw(o.png,
-         fmt::format("{}: P={}, M={}, V={}, costs F,B,W = {}", name, s.stages, s.microbatches,
-                     s.chunks, o.costs),
+         fmt::format("{}: P={}, M={}, V={}, {}", name, s.stages, s.microbatches, s.chunks,
+                     describe(o, costs)),
          "time (cost units)",
-         {panel(s, "planned (simulated)", simulate(s, c), bubble_fraction(s, c))});
+         {panel(s, "planned (simulated)", simulate(s, c, g),
+                mean(stage_bubble_fractions(s, c, g)))});
   }
 }
 
@@ -424,8 +546,25 @@ void add_schedule_command(CLI::App& app, int& exit_code) {
                   "interleaved and zbv, 1 otherwise)")
       ->check(CLI::Range(0, 64))
       ->capture_default_str();
-  cmd->add_option("--costs", o->costs, "F,B,W: times of one microbatch on one stage (see below)")
+  cmd->add_option("--costs", o->costs,
+                  "F,B,W: times of one microbatch on one stage, or a trace file (see below)")
       ->capture_default_str();
+  cmd->add_option("--send", o->send, "Time a SEND occupies its rank (default 0)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--recv", o->recv, "Time a RECV occupies its rank once its data is there")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--latency", o->latency, "Per message, from its send to its arrival")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--bytes", o->bytes, "Bytes per message (with --bandwidth)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--bandwidth", o->bandwidth, "Bytes per time unit of a link (0: unlimited)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--allreduce", o->allreduce, "ALLREDUCE_GRAD's time once its group is there")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--optim", o->optim, "OPTIM's time once every rank is there")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_flag("--no-norm-sync", o->no_norm_sync,
+                "OPTIM waits for no other rank (strait train --grad-clip 0)");
   cmd->add_option("--offload", o->offload,
                   "Activation offload with this prefetch distance (computes); -1 = none")
       ->check(CLI::Range(-1, 1 << 20))

@@ -495,11 +495,11 @@ void StageModel<F>::run_backward(int slot, const F* dout_acts, F loss_scale, F* 
   F* dres = dres_.data();
   // Input of ln_f: the output of the stage's last block (every stage has at least one).
   const F* x_last = acts + blocks_base_ + (blocks_.size() - 1) * block_acts_.size + block_acts_.out;
-  // Split: weight gradients go nowhere (matmul) or to a discarded buffer (layernorm), and the
-  // gradient each weight op received is saved, in this order, for backward_weight.
+  // Split: weight gradients are skipped (null), and the gradient each weight op received is saved,
+  // in this order, for backward_weight.
   const auto gw = [&](std::size_t offset) -> F* { return split ? nullptr : G + offset; };
-  const auto ln_w = [&](std::size_t offset) { return split ? ln_discard_.data() : G + offset; };
-  const auto ln_b = [&](std::size_t offset) { return split ? ln_discard_.data() + C : G + offset; };
+  const auto ln_w = [&](std::size_t offset) { return split ? nullptr : G + offset; };
+  const auto ln_b = [&](std::size_t offset) { return split ? nullptr : G + offset; };
   F* saved = nullptr;
   if (split) {
     const std::ptrdiff_t per_block = 11 * nc;
@@ -508,27 +508,34 @@ void StageModel<F>::run_backward(int slot, const F* dout_acts, F loss_scale, F* 
         (is_last() ? static_cast<std::ptrdiff_t>(N) * V + nc : 0) + (is_first() ? nc : 0));
     s.wgrads.resize(total);
     saved = s.wgrads.data();
-    ln_discard_.assign(2 * static_cast<std::size_t>(C), F(0));
   }
+  // The residual gradient is updated in place, so what W needs of it is copied; every other
+  // gradient W replays is computed straight into the slot's wgrads (the next n values), where the
+  // fused backward uses the shared scratch buffer.
   const auto save = [&](const F* from, std::ptrdiff_t n) {
     if (saved != nullptr) saved = std::copy_n(from, n, saved);
+  };
+  const auto buffer = [&](std::vector<F>& scratch, std::ptrdiff_t n) {
+    if (saved == nullptr) return scratch.data();
+    F* at = saved;
+    saved += n;
+    return at;
   };
 
   if (is_last()) {
     const HeadActs& h = head_acts_;
     F* head = acts + head_base_;
-    std::fill_n(dlogits_.begin(), static_cast<std::ptrdiff_t>(N) * V, F(0));
+    F* dlogits = buffer(dlogits_, static_cast<std::ptrdiff_t>(N) * V);
+    std::fill_n(dlogits, static_cast<std::ptrdiff_t>(N) * V, F(0));
     get_ids(s, is_first() ? max_ids() : 0, N);
-    k::crossentropy_backward(dlogits_.data(), head + h.probs, ids_.data(),
-                             loss_scale / static_cast<F>(N), N, V);
-    std::fill_n(dln_.begin(), nc, F(0));
-    k::matmul_backward<F>(dln_.data(), gw(*wte_), nullptr, dlogits_.data(), head + h.lnf, P + *wte_,
-                          N, C, V);
-    save(dlogits_.data(), static_cast<std::ptrdiff_t>(N) * V);
+    k::crossentropy_backward(dlogits, head + h.probs, ids_.data(), loss_scale / static_cast<F>(N),
+                             N, V);
+    F* dln = buffer(dln_, nc);
+    std::fill_n(dln, nc, F(0));
+    k::matmul_backward<F>(dln, gw(*wte_), nullptr, dlogits, head + h.lnf, P + *wte_, N, C, V);
     std::fill_n(dres, nc, F(0));
-    k::layernorm_backward(dres, ln_w(lnf_w_), ln_b(lnf_b_), dln_.data(), x_last, P + lnf_w_,
+    k::layernorm_backward(dres, ln_w(lnf_w_), ln_b(lnf_b_), dln, x_last, P + lnf_w_,
                           head + h.lnf_mean, head + h.lnf_rstd, N, C);
-    save(dln_.data(), nc);
   } else {
     std::copy_n(dout_acts, nc, dres);
   }
@@ -543,30 +550,28 @@ void StageModel<F>::run_backward(int slot, const F* dout_acts, F loss_scale, F* 
     std::fill_n(dfch_gelu_.begin(), 4 * nc, F(0));
     k::matmul_backward(dfch_gelu_.data(), gw(p.fcproj_w), gw(p.fcproj_b), dres, a + o.fch_gelu,
                        P + p.fcproj_w, N, 4 * C, C);
-    std::fill_n(dfch_.begin(), 4 * nc, F(0));
-    k::gelu_backward(dfch_.data(), a + o.fch, dfch_gelu_.data(), 4 * nc);
-    std::fill_n(dln_.begin(), nc, F(0));
-    k::matmul_backward(dln_.data(), gw(p.fc_w), gw(p.fc_b), dfch_.data(), a + o.ln2, P + p.fc_w, N,
-                       C, 4 * C);
-    save(dfch_.data(), 4 * nc);
-    k::layernorm_backward(dres, ln_w(p.ln2_w), ln_b(p.ln2_b), dln_.data(), a + o.res2, P + p.ln2_w,
+    F* dfch = buffer(dfch_, 4 * nc);
+    std::fill_n(dfch, 4 * nc, F(0));
+    k::gelu_backward(dfch, a + o.fch, dfch_gelu_.data(), 4 * nc);
+    F* dln2 = buffer(dln_, nc);
+    std::fill_n(dln2, nc, F(0));
+    k::matmul_backward(dln2, gw(p.fc_w), gw(p.fc_b), dfch, a + o.ln2, P + p.fc_w, N, C, 4 * C);
+    k::layernorm_backward(dres, ln_w(p.ln2_w), ln_b(p.ln2_b), dln2, a + o.res2, P + p.ln2_w,
                           a + o.ln2_mean, a + o.ln2_rstd, N, C);
-    save(dln_.data(), nc);
     // Attention branch: res2 = x + c_proj(attn(c_attn(ln_1(x)))).
     save(dres, nc);
     std::fill_n(datty_.begin(), nc, F(0));
     k::matmul_backward(datty_.data(), gw(p.attproj_w), gw(p.attproj_b), dres, a + o.atty,
                        P + p.attproj_w, N, C, C);
-    std::fill_n(dqkv_.begin(), 3 * nc, F(0));
-    k::attention_backward(dqkv_.data(), datt_scratch_.data(), datty_.data(), a + o.qkv, a + o.att,
-                          B, T, C, NH);
-    std::fill_n(dln_.begin(), nc, F(0));
-    k::matmul_backward(dln_.data(), gw(p.qkv_w), gw(p.qkv_b), dqkv_.data(), a + o.ln1, P + p.qkv_w,
-                       N, C, 3 * C);
-    save(dqkv_.data(), 3 * nc);
-    k::layernorm_backward(dres, ln_w(p.ln1_w), ln_b(p.ln1_b), dln_.data(), x_in, P + p.ln1_w,
+    F* dqkv = buffer(dqkv_, 3 * nc);
+    std::fill_n(dqkv, 3 * nc, F(0));
+    k::attention_backward(dqkv, datt_scratch_.data(), datty_.data(), a + o.qkv, a + o.att, B, T, C,
+                          NH);
+    F* dln1 = buffer(dln_, nc);
+    std::fill_n(dln1, nc, F(0));
+    k::matmul_backward(dln1, gw(p.qkv_w), gw(p.qkv_b), dqkv, a + o.ln1, P + p.qkv_w, N, C, 3 * C);
+    k::layernorm_backward(dres, ln_w(p.ln1_w), ln_b(p.ln1_b), dln1, x_in, P + p.ln1_w,
                           a + o.ln1_mean, a + o.ln1_rstd, N, C);
-    save(dln_.data(), nc);
   }
   if (is_first()) {
     if (split) {
@@ -621,44 +626,56 @@ void StageModel<F>::backward_weight(int slot) {
   const F* acts = s.acts.data();
   const F* P = params_.data();
   F* G = grads_.data();
+  // The slot's saved gradients, laid out in backward_input's order: the head's (last stage), then
+  // 11 nc per block from the last block to the first, then the embedding's (first stage).
   const F* saved = s.wgrads.data();
-  const auto take = [&](std::ptrdiff_t n) {
-    const F* at = saved;
-    saved += n;
-    return at;
-  };
+  const std::ptrdiff_t head_size = is_last() ? static_cast<std::ptrdiff_t>(N) * V + nc : 0;
+  const auto nblocks = static_cast<std::ptrdiff_t>(blocks_.size());
   const F* x_last = acts + blocks_base_ + (blocks_.size() - 1) * block_acts_.size + block_acts_.out;
-  // The fused backward's weight-gradient calls, in its order (the tied wte of a single stage gets
-  // the unembedding's contribution first, the embedding's last).
-  if (is_last()) {
+  const auto head = [&] {
     const HeadActs& h = head_acts_;
-    const F* head = acts + head_base_;
-    k::matmul_backward<F>(nullptr, G + *wte_, nullptr, take(static_cast<std::ptrdiff_t>(N) * V),
-                          head + h.lnf, P + *wte_, N, C, V);
-    layernorm_weight_backward(G + lnf_w_, G + lnf_b_, take(nc), x_last, head + h.lnf_mean,
-                              head + h.lnf_rstd, N, C);
-  }
-  for (std::size_t l = blocks_.size(); l-- > 0;) {
+    const F* hd = acts + head_base_;
+    k::matmul_backward<F>(nullptr, G + *wte_, nullptr, saved, hd + h.lnf, P + *wte_, N, C, V);
+    layernorm_weight_backward(G + lnf_w_, G + lnf_b_, saved + static_cast<std::ptrdiff_t>(N) * V,
+                              x_last, hd + h.lnf_mean, hd + h.lnf_rstd, N, C);
+  };
+  // Block l's weight gradients: each tensor's own, so their order among tensors changes no bits.
+  const auto block = [&](std::size_t l) {
     const BlockParams& p = blocks_[l];
     const BlockActs& o = block_acts_;
     const F* a = acts + blocks_base_ + l * o.size;
     const F* x_in = l == 0 ? acts : acts + blocks_base_ + (l - 1) * o.size + o.out;
-    k::matmul_backward<F>(nullptr, G + p.fcproj_w, G + p.fcproj_b, take(nc), a + o.fch_gelu,
-                          P + p.fcproj_w, N, 4 * C, C);
-    k::matmul_backward<F>(nullptr, G + p.fc_w, G + p.fc_b, take(4 * nc), a + o.ln2, P + p.fc_w, N,
-                          C, 4 * C);
-    layernorm_weight_backward(G + p.ln2_w, G + p.ln2_b, take(nc), a + o.res2, a + o.ln2_mean,
-                              a + o.ln2_rstd, N, C);
-    k::matmul_backward<F>(nullptr, G + p.attproj_w, G + p.attproj_b, take(nc), a + o.atty,
-                          P + p.attproj_w, N, C, C);
-    k::matmul_backward<F>(nullptr, G + p.qkv_w, G + p.qkv_b, take(3 * nc), a + o.ln1, P + p.qkv_w,
-                          N, C, 3 * C);
-    layernorm_weight_backward(G + p.ln1_w, G + p.ln1_b, take(nc), x_in, a + o.ln1_mean,
+    const F* g = saved + head_size + (nblocks - 1 - static_cast<std::ptrdiff_t>(l)) * 11 * nc;
+    // g: dres (MLP), dfch, dln2, dres (attention), dqkv, dln1; the latest first (warmest in cache).
+    layernorm_weight_backward(G + p.ln1_w, G + p.ln1_b, g + 10 * nc, x_in, a + o.ln1_mean,
                               a + o.ln1_rstd, N, C);
-  }
-  if (is_first()) {
+    k::matmul_backward<F>(nullptr, G + p.qkv_w, G + p.qkv_b, g + 7 * nc, a + o.ln1, P + p.qkv_w, N,
+                          C, 3 * C);
+    k::matmul_backward<F>(nullptr, G + p.attproj_w, G + p.attproj_b, g + 6 * nc, a + o.atty,
+                          P + p.attproj_w, N, C, C);
+    layernorm_weight_backward(G + p.ln2_w, G + p.ln2_b, g + 5 * nc, a + o.res2, a + o.ln2_mean,
+                              a + o.ln2_rstd, N, C);
+    k::matmul_backward<F>(nullptr, G + p.fc_w, G + p.fc_b, g + nc, a + o.ln2, P + p.fc_w, N, C,
+                          4 * C);
+    k::matmul_backward<F>(nullptr, G + p.fcproj_w, G + p.fcproj_b, g, a + o.fch_gelu,
+                          P + p.fcproj_w, N, 4 * C, C);
+  };
+  const auto embedding = [&] {
     get_ids(s, 0, N);
-    k::encoder_backward(G + *wte_, G + wpe_, take(nc), ids_.data(), B, T, C, V);
+    k::encoder_backward(G + *wte_, G + wpe_, saved + head_size + nblocks * 11 * nc, ids_.data(), B,
+                        T, C, V);
+  };
+  if (is_first() && is_last()) {
+    // One stage: wte is tied in place, and gets the unembedding's contribution first, the
+    // embedding's last, as in the fused backward.
+    head();
+    for (std::size_t l = blocks_.size(); l-- > 0;) block(l);
+    embedding();
+  } else {
+    // The reverse of backward_input's order: what it touched last is the most likely in cache.
+    if (is_first()) embedding();
+    for (std::size_t l = 0; l < blocks_.size(); ++l) block(l);
+    if (is_last()) head();
   }
   s.weight_pending = false;
 }

@@ -297,7 +297,6 @@ class StageModel {
       ids_;  // backward's copy of a slot's tokens or targets [max_batch x ctx]
   // Backward scratch, shared by all slots (one backward runs at a time).
   std::vector<F> dres_, dln_, datty_, dqkv_, dfch_, dfch_gelu_, dlogits_, datt_scratch_;
-  std::vector<F> ln_discard_;  // backward_input: the layernorm weight gradients it drops [2C]
 };
 
 extern template class StageModel<float>;

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <limits>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -293,6 +294,174 @@ TEST(Schedule, ParsesNamesCaseInsensitively) {
         std::string::npos)
         << e.what();
   }
+}
+
+// --- Pricing communication ----------------------------------------------------------------------
+
+// 1F1B, P = 2, M = 2, fused backwards, every kind of action priced, worked out by hand:
+//   stage 0: f 2, b 3, send 0.25, recv 0, link 1 + 100 bytes / 100 per unit = 2 (its SEND_Fs)
+//   stage 1: f 2, b 3, send 0.25, recv 0.5, link 1.5 (its SEND_Bs)
+//   ALLREDUCE_GRAD 1 after both ranks arrive (the tied embedding), OPTIM 0.5 likewise.
+// rank 0: F0 [0,2] SEND_F0 [2,2.25] (arrives 4.25) F1 [2.25,4.25] SEND_F1 [4.25,4.5] (arrives 6.5)
+//         RECV_B0 [4.5,11.5] (SEND_B0 ends 10, + 1.5) B0 [11.5,14.5] RECV_B1 [14.5,17.25]
+//         B1 [17.25,20.25] ALLREDUCE_GRAD [20.25,21.25] OPTIM [21.25,21.75]
+// rank 1: RECV_F0 [0,4.75] (arrives 4.25, + recv 0.5) F0 [4.75,6.75] B0 [6.75,9.75]
+//         SEND_B0 [9.75,10] RECV_F1 [10,10.5] F1 [10.5,12.5] B1 [12.5,15.5] SEND_B1 [15.5,15.75]
+//         (arrives 17.25) ALLREDUCE_GRAD [15.75,21.25] (waits for rank 0) OPTIM [21.25,21.75]
+TEST(ScheduleSimCosts, TransfersAllreduceAndOptimFollowAHandComputedTimeline) {
+  const Schedule s = make_1f1b(2, 2);
+  std::vector<StageCosts> c(2);
+  for (StageCosts& x : c) {
+    x.compute = ActionCosts{2.0, 3.0, 0.0};
+    x.send = 0.25;
+    x.allreduce = 1.0;
+    x.optim = 0.5;
+  }
+  c[0].link = LinkCosts{1.0, 100.0, 100.0};
+  c[1].recv = 0.5;
+  c[1].link = LinkCosts{1.5, 0.0, 0.0};
+  const SyncGroups g = data_parallel_sync_groups(2);
+  ASSERT_EQ(g.allreduce_grad, (std::vector<std::vector<int>>{{0, 1}}));
+  ASSERT_EQ(g.optim, (std::vector<std::vector<int>>{{0, 1}}));
+  const Timeline tl = simulate(s, c, g);
+  struct Want {
+    std::string action;
+    double start, end;
+  };
+  const std::vector<std::vector<Want>> want = {{{"F0", 0, 2},
+                                                {"SEND_F0", 2, 2.25},
+                                                {"F1", 2.25, 4.25},
+                                                {"SEND_F1", 4.25, 4.5},
+                                                {"RECV_B0", 4.5, 11.5},
+                                                {"B0", 11.5, 14.5},
+                                                {"RECV_B1", 14.5, 17.25},
+                                                {"B1", 17.25, 20.25},
+                                                {"ALLREDUCE_GRAD", 20.25, 21.25},
+                                                {"OPTIM", 21.25, 21.75}},
+                                               {{"RECV_F0", 0, 4.75},
+                                                {"F0", 4.75, 6.75},
+                                                {"B0", 6.75, 9.75},
+                                                {"SEND_B0", 9.75, 10},
+                                                {"RECV_F1", 10, 10.5},
+                                                {"F1", 10.5, 12.5},
+                                                {"B1", 12.5, 15.5},
+                                                {"SEND_B1", 15.5, 15.75},
+                                                {"ALLREDUCE_GRAD", 15.75, 21.25},
+                                                {"OPTIM", 21.25, 21.75}}};
+  ASSERT_EQ(tl.stages.size(), 2U);
+  for (std::size_t r = 0; r < 2; ++r) {
+    ASSERT_EQ(tl.stages[r].size(), want[r].size()) << "rank " << r;
+    for (std::size_t i = 0; i < want[r].size(); ++i) {
+      SCOPED_TRACE("rank " + std::to_string(r) + " action " + std::to_string(i));
+      EXPECT_EQ(to_string(tl.stages[r][i].action), want[r][i].action);
+      EXPECT_DOUBLE_EQ(tl.stages[r][i].start, want[r][i].start);
+      EXPECT_DOUBLE_EQ(tl.stages[r][i].end, want[r][i].end);
+    }
+  }
+  EXPECT_DOUBLE_EQ(tl.makespan, 21.75);
+  EXPECT_DOUBLE_EQ(tl.busy[0], 10.0);
+  EXPECT_DOUBLE_EQ(tl.busy[1], 10.0);
+  const std::vector<double> bubble = stage_bubble_fractions(s, c, g);
+  EXPECT_DOUBLE_EQ(bubble[0], 11.75 / 21.75);
+  // Without the groups the ranks do not wait for each other at the end: rank 1 ends at 17.25.
+  const Timeline free_end = simulate(s, c, SyncGroups{});
+  EXPECT_DOUBLE_EQ(free_end.stages[1].back().end, 15.75 + 1.0 + 0.5);
+  EXPECT_DOUBLE_EQ(free_end.makespan, 21.75);
+}
+
+TEST(ScheduleSimCosts, GPipeWithTransfersMatchesItsClosedForm) {
+  // Each of the forward and the backward wave crosses P-1 links: (M+P-1)(f+b) + 2(P-1)t.
+  for (int P = 1; P <= 5; ++P) {
+    for (int M = 1; M <= 8; ++M) {
+      SCOPED_TRACE("P=" + std::to_string(P) + " M=" + std::to_string(M));
+      const Schedule s = make_gpipe(P, M);
+      std::vector<StageCosts> c(static_cast<std::size_t>(P));
+      for (StageCosts& x : c) {
+        x.compute = ActionCosts{1.0, 2.0, 0.0};
+        x.link = LinkCosts{0.25, 1000.0, 2000.0};  // t = 0.75
+      }
+      EXPECT_NEAR(simulate(s, c, data_parallel_sync_groups(P)).makespan,
+                  (M + P - 1) * 3.0 + 2.0 * (P - 1) * 0.75, 1e-9);
+    }
+  }
+}
+
+TEST(ScheduleSimCosts, FreeCommunicationKeepsTheComputeOnlyResults) {
+  for (ScheduleKind kind : {ScheduleKind::GPipe, ScheduleKind::OneFOneB, ScheduleKind::Interleaved,
+                            ScheduleKind::ZbH1, ScheduleKind::ZbV}) {
+    const Schedule s = make_schedule(kind, 4, 8);
+    const ActionCosts a{1.0, 1.5, 0.5};
+    std::vector<StageCosts> c(static_cast<std::size_t>(stage_count(s)));
+    for (StageCosts& x : c) x.compute = a;
+    EXPECT_DOUBLE_EQ(simulate(s, c, data_parallel_sync_groups(4)).makespan,
+                     simulate(s, a).makespan);
+  }
+}
+
+TEST(ScheduleSimCosts, MeasuredCostsReplayTheTimelineTheyCameFrom) {
+  // A simulated run read back as if measured: the costs it yields reproduce every action's times,
+  // for each schedule the executor runs, with offload too.
+  for (ScheduleKind kind : {ScheduleKind::GPipe, ScheduleKind::OneFOneB, ScheduleKind::ZbH1}) {
+    for (int offload : {-1, 1}) {
+      SCOPED_TRACE(std::string(schedule_kind_name(kind)) + " offload " + std::to_string(offload));
+      Schedule s = make_schedule(kind, 3, 6);
+      if (offload >= 0) s = add_activation_offload(s, offload);
+      std::vector<StageCosts> c(3);
+      for (std::size_t v = 0; v < 3; ++v) {
+        const double k = 1.0 + 0.25 * static_cast<double>(v);
+        c[v].compute = ActionCosts{2.0 * k, 2.5 * k, kind == ScheduleKind::ZbH1 ? 1.0 : 0.0};
+        c[v].send = 0.125;
+        c[v].recv = 0.0625;
+        c[v].link = LinkCosts{0.5 * k, 0.0, 0.0};
+        c[v].offload = 0.25;
+        c[v].reload = 0.375;
+        c[v].allreduce = 0.75 * k;
+        c[v].optim = 1.0 + k;
+      }
+      const SyncGroups g = data_parallel_sync_groups(3);
+      const Timeline tl = simulate(s, c, g);
+      const std::vector<StageCosts> got = measured_stage_costs(s, tl, g);
+      for (std::size_t v = 0; v < 3; ++v) {
+        EXPECT_DOUBLE_EQ(got[v].compute.f, c[v].compute.f);
+        EXPECT_DOUBLE_EQ(got[v].compute.b, c[v].compute.b);
+        EXPECT_DOUBLE_EQ(got[v].compute.w, c[v].compute.w);
+        EXPECT_DOUBLE_EQ(got[v].allreduce, c[v].allreduce);
+        EXPECT_DOUBLE_EQ(got[v].optim, c[v].optim);
+        if (offload >= 0 && got[v].offload > 0) {
+          EXPECT_DOUBLE_EQ(got[v].offload, 0.25);
+        }
+      }
+      const Timeline again = simulate(s, got, g);
+      EXPECT_NEAR(again.makespan, tl.makespan, 1e-9);
+      for (std::size_t r = 0; r < 3; ++r) {
+        ASSERT_EQ(again.stages[r].size(), tl.stages[r].size());
+        for (std::size_t i = 0; i < tl.stages[r].size(); ++i) {
+          EXPECT_NEAR(again.stages[r][i].end, tl.stages[r][i].end, 1e-9)
+              << "rank " << r << " " << to_string(tl.stages[r][i].action) << " send " << got[r].send
+              << " recv " << got[r].recv << " latency " << got[r].link.latency << " offload "
+              << got[r].offload << " reload " << got[r].reload;
+        }
+      }
+    }
+  }
+}
+
+TEST(ScheduleSimCosts, RejectsBadCostsAndGroups) {
+  const Schedule s = make_1f1b(2, 2);
+  std::vector<StageCosts> c(2);
+  c[1].link.latency = -1.0;
+  EXPECT_THROW((void)simulate(s, c, SyncGroups{}), Error);
+  c[1].link.latency = 0.0;
+  c[0].optim = std::numeric_limits<double>::infinity();
+  EXPECT_THROW((void)simulate(s, c, SyncGroups{}), Error);
+  c[0].optim = 0.0;
+  try {
+    (void)simulate(s, c, SyncGroups{{{0, 2}}, {}});
+    ADD_FAILURE() << "a group with rank 2 of 2 was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("names rank 2"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW((void)simulate(s, std::vector<StageCosts>(3), SyncGroups{}), Error);
 }
 
 TEST(Schedule, RejectsBadShapesAndCosts) {

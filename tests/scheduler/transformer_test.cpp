@@ -670,9 +670,9 @@ TEST(StageModel, FloatAgreesWithDoubleAtTrainingSize) {
 }
 
 // Backward split into B (backward_input) and W (backward_weight), as zero-bubble schedules run it:
-// every stage shape (single, first, middle, last; the single stage's tied wte gets both its
-// contributions), microbatches in flight, all Bs first and the Ws deferred. The input gradients
-// and the accumulated weight gradients equal the fused backward's bit for bit.
+// every stage shape (single, first, middle, last, with one block or two; the single stage's tied
+// wte gets both its contributions), microbatches in flight, all Bs first and the Ws deferred. The
+// input gradients and the accumulated weight gradients equal the fused backward's bit for bit.
 TEST(StageModel, BackwardSplitIntoInputAndWeightIsBitIdentical) {
   const GptConfig cfg = tiny(3);
   const int B = 2, T = 5, M = 3;
@@ -682,8 +682,8 @@ TEST(StageModel, BackwardSplitIntoInputAndWeightIsBitIdentical) {
   const auto same_bits = [](std::span<const float> a, std::span<const float> b) {
     return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
   };
-  for (const int P : {1, 3}) {
-    for (const LayerRange r : split_layers(cfg.layers, P)) {
+  for (const int P : {1, 2, 3}) {  // P = 2: a first stage of two blocks, whose W runs them
+    for (const LayerRange r : split_layers(cfg.layers, P)) {  // in the reverse of B's order
       SCOPED_TRACE("P=" + std::to_string(P) + " layers [" + std::to_string(r.first) + ", " +
                    std::to_string(r.last) + ")");
       StageModel<float> fused(cfg, r, B, M, 21);

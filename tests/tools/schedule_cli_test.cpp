@@ -94,15 +94,23 @@ TEST(ScheduleCli, CsvOutAndBackInGivesTheSameTimeline) {
             timeline(second).substr(0, timeline(second).find("\n\n")));
 }
 
-TEST(ScheduleCli, ATraceIsSetBesideItsPlan) {
-  // A trace that ran exactly as simulated (costs F 100 us, B 150 us, W 0): the measured bubble
-  // must equal the planned one.
-  const TempDir dir;
+// A trace of 1F1B, P = 2, M = 4 that ran exactly as simulated with every kind of action priced
+// (us): F 100, B 150, W 0, sends 10, transfers 40, ALLREDUCE_GRAD 20 and OPTIM 30 past their
+// collectives' waits.
+std::string priced_trace() {
   using namespace strait::sched;
   const Schedule plan = make_1f1b(2, 4);
-  const Timeline tl = simulate(plan, ActionCosts{100.0, 150.0, 0.0});
+  std::vector<StageCosts> costs(2);
+  for (StageCosts& c : costs) {
+    c.compute = ActionCosts{100.0, 150.0, 0.0};
+    c.send = 10.0;
+    c.link.latency = 40.0;
+    c.allreduce = 20.0;
+    c.optim = 30.0;
+  }
+  const Timeline tl = simulate(plan, costs, data_parallel_sync_groups(2));
   std::vector<TraceRecord> records;
-  for (int step = 0; step < 2; ++step) {
+  for (int step = 0; step < 4; ++step) {
     for (std::size_t r = 0; r < tl.stages.size(); ++r) {
       for (const TimedAction& t : tl.stages[r]) {
         const double at = 1e6 + step * 1e4;
@@ -110,17 +118,68 @@ TEST(ScheduleCli, ATraceIsSetBesideItsPlan) {
       }
     }
   }
+  return chrome_trace_json(TraceInfo{"1f1b", 2, 4, 1, -1}, records);
+}
+
+TEST(ScheduleCli, ATraceIsSetBesideItsPlan) {
+  // The measured bubble must equal the plan priced with the measured costs; the plan priced with
+  // compute alone misses the transfers and the optimizer: makespan (M+P-1)(f+b) = 1250 us there.
+  const TempDir dir;
   const fs::path trace = dir.path() / "trace.json";
-  std::ofstream(trace) << chrome_trace_json(TraceInfo{"1f1b", 2, 4, 1, -1}, records);
+  std::ofstream(trace) << priced_trace();
   const fs::path png = dir.path() / "vs.png";
   std::string out;
   ASSERT_EQ(strait_schedule(dir, {"--from-trace", trace.string(), "--png", png.string()}, out), 0)
       << out;
-  EXPECT_TRUE(contains(out, "mean measured costs (us): F 100.0, B 150.0, W 0.0")) << out;
-  // 1F1B, P = 2, M = 4: (P-1)/(M+P-1) = 0.2 on both sides.
-  EXPECT_TRUE(contains(out, "mean              0.200            0.200     +0.000")) << out;
-  EXPECT_TRUE(contains(out, "step 1 of")) << out;
+  EXPECT_TRUE(contains(out,
+                       "0         100.0    150.0      0.0    10.0     0.0     40.0      "
+                       "20.0    30.0     0.0"))
+      << out;
+  EXPECT_TRUE(contains(out,
+                       "median relative difference over steps 2..3: +0.0% (compute-only "
+                       "plan: +"))
+      << out;
+  EXPECT_TRUE(contains(out, "(relative +0.0%)")) << out;
+  EXPECT_TRUE(contains(out, "step 3 of")) << out;
   expect_png(png);
+}
+
+TEST(ScheduleCli, CostsComeFromATraceOrFromFlags) {
+  // 1F1B, P = 2, M = 4, F 100, B 150, with the trace's communication: rank 1's B3 ends at
+  // 100 + 10 + 40 (F0 reaches it) + 4 * 250 + 3 * 10 (its SEND_Bs between) = 1180 at best; the
+  // table must price more than the compute-only 1250 us.
+  const TempDir dir;
+  const fs::path trace = dir.path() / "trace.json";
+  std::ofstream(trace) << priced_trace();
+  std::string from_trace;
+  ASSERT_EQ(
+      strait_schedule(dir, {"--schedule", "1f1b", "-p", "2", "-m", "4", "--costs", trace.string()},
+                      from_trace),
+      0)
+      << from_trace;
+  EXPECT_TRUE(contains(from_trace, "costs F,B,W = 100,150,0 per stage (means of")) << from_trace;
+  EXPECT_TRUE(contains(from_trace, "send 10, recv 0, transfer 40, allreduce 20, optim 30"))
+      << from_trace;
+  // The same costs by hand give the same table row.
+  std::string by_hand;
+  ASSERT_EQ(
+      strait_schedule(dir, {"--schedule", "1f1b",        "-p",        "2",       "-m",
+                            "4",          "--costs",     "100,150,0", "--send",  "10",
+                            "--latency",  "20",          "--bytes",   "2000",    "--bandwidth",
+                            "100",        "--allreduce", "20",        "--optim", "30"},
+                      by_hand),
+      0)
+      << by_hand;
+  const auto row = [](const std::string& s) { return s.substr(s.find("\n1f1b ") + 1); };
+  EXPECT_EQ(row(from_trace), row(by_hand));
+  // Free communication: (M+P-1)(f+b) = 1250, bubble 1/5.
+  std::string free;
+  ASSERT_EQ(strait_schedule(
+                dir, {"--schedule", "1f1b", "-p", "2", "-m", "4", "--costs", "100,150,0"}, free),
+            0)
+      << free;
+  EXPECT_TRUE(contains(free, "1f1b              1       no       1250    0.200")) << free;
+  EXPECT_FALSE(contains(by_hand, "1f1b              1       no       1250")) << by_hand;
 }
 
 TEST(ScheduleCli, BadInputFailsWithAClearMessage) {
