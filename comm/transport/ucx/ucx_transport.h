@@ -78,7 +78,7 @@ class UcxTransport final : public Transport {
   static constexpr std::size_t kReadPiece = 2 << 20;
   // irecv_reduce(): an announced message is read in pieces of this into a buffer that stays in
   // this core's cache, and each piece is reduced at once (comm/transport/transport.h).
-  static constexpr std::size_t kReducePiece = 128 << 10;
+  static constexpr std::size_t kReducePiece = 256 << 10;
   // The announcement of a single-copy message (see above); addresses are the sender's.
   struct Announcement {
     std::uint64_t address = 0;
