@@ -320,9 +320,13 @@ struct SingleCopyMode {
   const char* name;
   const char* min;  // STRAIT_SINGLE_COPY_MIN
   bool on;
+  const char* tune = "";  // STRAIT_TUNE
 };
 
-const SingleCopyMode kSingleCopyModes[] = {{"on", "64K", true}, {"off", "off", false}};
+// "direct": large allreduces by the direct algorithm (comm/algorithms/direct_allreduce.h), every
+// rank reading every peer's memory at once, with the same failure semantics as the ring.
+const SingleCopyMode kSingleCopyModes[] = {
+    {"on", "64K", true}, {"off", "off", false}, {"direct", "64K", true, "allreduce:1M-inf:direct"}};
 
 void PrintTo(const SingleCopyMode& m, std::ostream* os) {
   *os << m.name;
@@ -330,8 +334,12 @@ void PrintTo(const SingleCopyMode& m, std::ostream* os) {
 
 std::vector<std::string> worker_with(const SingleCopyMode& m, const std::string& scenario,
                                      const std::string& timeout_s) {
-  return {"env", std::string("STRAIT_SINGLE_COPY_MIN=") + m.min, "STRAIT_TIMEOUT_S=" + timeout_s,
-          COMM_WORKER_BIN, scenario};
+  return {"env",
+          std::string("STRAIT_SINGLE_COPY_MIN=") + m.min,
+          std::string("STRAIT_TUNE=") + m.tune,
+          "STRAIT_TIMEOUT_S=" + timeout_s,
+          COMM_WORKER_BIN,
+          scenario};
 }
 
 // The bytes a "failed after N ms (B bytes sent by single copy)" line reports; -1 if none.
