@@ -6,6 +6,7 @@
 // [--benchmark_filter=...]
 #include <benchmark/benchmark.h>
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <cstdint>
 #include <cstdlib>
@@ -16,6 +17,7 @@
 
 #include "comm/compress/codec.h"
 #include "comm/security/secret.h"
+#include "comm/transport/peer_memory.h"
 #include "comm/transport/sealed_message.h"
 #include "kernels/adamw.h"
 #include "kernels/cpu_features.h"
@@ -63,6 +65,44 @@ void BM_ReduceSumF32(benchmark::State& state) {
   state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * n * 12));
 }
 BENCHMARK(BM_ReduceSumF32)->RangeMultiplier(16)->Range(1 << 10, 1 << 24);
+
+// The receiver's side of a single-copy reduce-scatter segment (comm/transport/ucx): a 32 MiB f32
+// message read with process_vm_readv (from this process, as from a peer) and summed into a 32 MiB
+// accumulator. Arg 0: as before 2026-12-02, each 1 MiB ring segment read whole into one of 4
+// scratch slots, then reduced; arg N: read in N-byte pieces into one buffer of N, each reduced at
+// once (UcxTransport::kReducePiece). Bytes: the message's.
+void BM_PeerReadReduce(benchmark::State& state) {
+  constexpr std::size_t kBytes = std::size_t{32} << 20;
+  constexpr std::size_t kSegment = std::size_t{1} << 20;
+  const auto piece = static_cast<std::size_t>(state.range(0));
+  const auto msg = random_floats(kBytes / 4, 3);
+  auto acc = random_floats(kBytes / 4, 4);
+  std::vector<std::byte> buf(piece == 0 ? 4 * kSegment : piece);
+  const pid_t self = ::getpid();
+  const auto remote = reinterpret_cast<std::uintptr_t>(msg.data());
+  auto* out = reinterpret_cast<std::byte*>(acc.data());
+  for ([[maybe_unused]] auto _ : state) {
+    const std::size_t step = piece == 0 ? kSegment : piece;
+    for (std::size_t at = 0, slot = 0; at < kBytes; at += step, slot = (slot + 1) % 4) {
+      std::byte* dst = piece == 0 ? buf.data() + slot * kSegment : buf.data();
+      if (strait::comm::read_peer_memory(self, remote + at, dst, step).error != 0) {
+        state.SkipWithError("process_vm_readv failed (ptrace rules?)");
+        return;
+      }
+      strait::kernels::reduce(DType::F32, ReduceOp::Sum, out + at, dst, step / 4);
+    }
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * kBytes));
+}
+BENCHMARK(BM_PeerReadReduce)
+    ->Arg(0)
+    ->Arg(32 << 10)
+    ->Arg(64 << 10)
+    ->Arg(128 << 10)
+    ->Arg(256 << 10)
+    ->Arg(512 << 10)
+    ->Arg(1 << 20);
 
 // GELU (tanh form) over f32 activations of one MLP of the reference transformer (B = 4, T = 128,
 // 4C = 512): elements per second. Inputs from a unit normal, as LayerNorm'd projections are.

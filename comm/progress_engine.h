@@ -162,6 +162,11 @@ class ProgressEngine : public std::enable_shared_from_this<ProgressEngine> {
 
   std::unique_ptr<Transport> transport_;
   std::mutex mutex_;  // guards incoming_, commands_, stop_
+  // Set (under mutex_) whenever incoming_, commands_ or stop_ change; iterate() clears it.
+  std::atomic<bool> inbox_{false};
+  // Idle passes of iterate() that read the clock: one in kClockEvery (see iterate()).
+  static constexpr unsigned kClockEvery = 8;
+  unsigned idle_passes_ = 0;  // under progress_mutex_
   std::deque<Entry> incoming_;
   std::vector<Command> commands_;
   bool stop_ = false;

@@ -50,6 +50,17 @@ RequestPtr CollectiveOp::recv_from(Transport& t, int peer, int step, void* buf, 
   return post_recv(t, peer, collective_tag(group_->comm_id, peer, seq_, step), buf, len, step);
 }
 
+RequestPtr CollectiveOp::recv_from(Transport& t, int peer, int step, void* buf, std::size_t len,
+                                   const ReduceOnArrival& how) {
+  if (peer == framed_peer_ && !framed_received_) return post_framed_recv(t, peer, step, buf, len);
+  exchange_fingerprint(t, peer, true);
+  const int world = group_->world_ranks.at(static_cast<std::size_t>(peer));
+  auto req =
+      t.irecv_reduce(world, collective_tag(group_->comm_id, peer, seq_, step), buf, len, how);
+  posted_.push_back(Posted{req, peer, step, true, len});
+  return req;
+}
+
 Fingerprint CollectiveOp::header_for(int peer, bool from_peer) const {
   Fingerprint f = *fingerprint_;
   if (!pair_send_.empty()) {

@@ -74,6 +74,10 @@ class CollectiveOp : public Op {
   // Post a message of step `step` to / from group rank `peer` (collective tags, see comm/tag.h).
   RequestPtr send_to(Transport& t, int peer, int step, const void* buf, std::size_t len);
   RequestPtr recv_from(Transport& t, int peer, int step, void* buf, std::size_t len);
+  // A receive the transport may reduce on arrival (Transport::irecv_reduce); a framed receive
+  // (short messages) never is.
+  RequestPtr recv_from(Transport& t, int peer, int step, void* buf, std::size_t len,
+                       const ReduceOnArrival& how);
   // Same with an explicit tag (point-to-point operations; step -1: not part of a collective).
   RequestPtr post_send(Transport& t, int peer, Tag tag, const void* buf, std::size_t len,
                        int step = -1);

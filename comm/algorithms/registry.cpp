@@ -11,6 +11,7 @@
 #include "comm/algorithms/binomial_scatter.h"
 #include "comm/algorithms/compressed_allgather_allreduce.h"
 #include "comm/algorithms/compressed_ring_allreduce.h"
+#include "comm/algorithms/direct_allreduce.h"
 #include "comm/algorithms/dissemination_barrier.h"
 #include "comm/algorithms/hierarchical_allreduce.h"
 #include "comm/algorithms/pairwise_alltoall.h"
@@ -101,6 +102,12 @@ constexpr std::array kBuilders = {
     Builder{"allreduce", "hierarchical",
             [](const Ctx& c) -> Op {
               return hierarchical_allreduce(c, InterSite{.segment_bytes = c.params.segment_bytes});
+            }},
+    Builder{"allreduce", "direct",
+            [](const Ctx& c) -> Op {
+              const auto& a = c.args;
+              return std::make_unique<DirectAllreduce>(c.group, c.seq, c.bytes_sent, a.send, a.recv,
+                                                       a.count, a.dtype, a.op);
             }},
     Builder{"allreduce_compressed", "ring",
             [](const Ctx& c) -> Op {

@@ -1,6 +1,7 @@
 #include "comm/algorithms/ring_allreduce.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "comm/algorithms/partition.h"
 #include "comm/algorithms/scratch.h"
@@ -35,9 +36,14 @@ RingAllreduce::Piece RingAllreduce::piece(std::size_t unit, bool outgoing) const
 
 void RingAllreduce::start() {
   started_ = true;
-  copy_input();
   const auto p = static_cast<std::size_t>(group().size());
-  if (p == 1) return;
+  // With peers the input is not copied to the output first: every chunk but this rank's own is
+  // reduced into the output from the input as it arrives, the first send reads the input, and
+  // the allgather fills the rest (one pass over the data fewer).
+  if (p == 1) {
+    copy_input();
+    return;
+  }
   const std::size_t largest_chunk = part(count_, p, 0).count;
   std::size_t segments = 1;
   if (segment_bytes_ != 0 && largest_chunk != 0) {
@@ -54,20 +60,27 @@ void RingAllreduce::start() {
 
 RingEngine::Landing RingAllreduce::landing(std::size_t unit) {
   const Piece in = piece(unit, false);
-  if (reduces(unit)) return {slot(unit), in.count * elem_, scratch_};
+  if (reduces(unit)) {
+    const std::size_t at = in.offset * elem_;
+    return {slot(unit), in.count * elem_, scratch_,
+            ReduceOnArrival{dtype_, elementwise_op(), out_ + at, input() + at}};
+  }
   return {out_ + in.offset * elem_, in.count * elem_, nullptr};
 }
 
 void RingAllreduce::arrived(std::size_t unit) {
   if (!reduces(unit)) return;
   const Piece in = piece(unit, false);
-  kernels::reduce(dtype_, elementwise_op(), out_ + in.offset * elem_, slot(unit), in.count);
+  const std::size_t at = in.offset * elem_;
+  if (input() != out_) std::memcpy(out_ + at, input() + at, in.count * elem_);
+  kernels::reduce(dtype_, elementwise_op(), out_ + at, slot(unit), in.count);
 }
 
 RingEngine::Outgoing RingAllreduce::outgoing(std::size_t unit) {
-  // Segment s of step k forwards what segment s of step k-1 brought in.
+  // Segment s of step k forwards what segment s of step k-1 brought in; step 0 sends the input.
   const Piece out = piece(unit, true);
-  return {out_ + out.offset * elem_, out.count * elem_, nullptr};
+  const std::byte* base = unit < ring_.segments() ? input() : out_;
+  return {base + out.offset * elem_, out.count * elem_, nullptr};
 }
 
 bool RingAllreduce::may_receive(std::size_t unit, std::size_t sent) const {

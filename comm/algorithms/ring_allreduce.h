@@ -13,6 +13,9 @@
 // the reduction of one segment overlaps the transfer of the next and no rank waits for a whole
 // chunk. Latency terms: 2 (P-1) + S - 1; the bytes are the same.
 // Every chunk is reduced once, by its owner, and then copied: all ranks end bit-identical.
+// The output is not first a copy of the input: a reduce-scatter arrival is reduced from the
+// input into the output, and where the transport reads the segment from the sender's memory
+// (single copy, Transport::irecv_reduce) it reduces it there, in cache-sized pieces as it reads.
 // Avg = Sum, then a scale by 1/P (floating-point dtypes only).
 #pragma once
 
@@ -48,6 +51,7 @@ class RingAllreduce final : public AllreduceOp, private RingEngine::Policy {
   };
   [[nodiscard]] Piece piece(std::size_t unit, bool outgoing) const;
   [[nodiscard]] bool reduces(std::size_t unit) const { return unit < ring_.units() / 2; }
+  [[nodiscard]] const std::byte* input() const { return static_cast<const std::byte*>(send_); }
   [[nodiscard]] std::byte* slot(std::size_t unit) const {
     return scratch_.get() + (unit % window_) * slot_bytes_;
   }

@@ -27,7 +27,7 @@ bool RingEngine::advance(CollectiveOp& op, Transport& t, Policy& policy) {
   for (bool moved = true; moved;) {
     moved = false;
     while (!recvs_.empty() && recvs_.front()->state == TransportRequest::State::Done) {
-      policy.arrived(received_);
+      if (!recvs_.front()->reduced) policy.arrived(received_);
       recvs_.pop_front();
       ++received_;
       moved = true;
@@ -41,7 +41,8 @@ bool RingEngine::advance(CollectiveOp& op, Transport& t, Policy& policy) {
            recv_posted_ < sent_ + window_ && policy.may_receive(recv_posted_, sent_)) {
       const std::size_t u = recv_posted_;
       Landing in = policy.landing(u);
-      RequestPtr rx = op.recv_from(t, left, tag_step(u), in.data, in.bytes);
+      RequestPtr rx = in.reduce ? op.recv_from(t, left, tag_step(u), in.data, in.bytes, *in.reduce)
+                                : op.recv_from(t, left, tag_step(u), in.data, in.bytes);
       rx->keep_alive = std::move(in.keep);
       recvs_.push_back(std::move(rx));
       ++recv_posted_;

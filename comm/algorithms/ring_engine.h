@@ -23,6 +23,7 @@
 #include <cstddef>
 #include <deque>
 #include <memory>
+#include <optional>
 
 #include "comm/transport/transport.h"
 
@@ -35,10 +36,13 @@ class RingEngine {
   // A message's bytes, and what keeps them alive while UCX may still read or write them (a failed
   // operation can go before a matched receive lands or a queued send is read). Null: the
   // caller's buffer, which outlives the operation by contract.
+  // `reduce`: the transport may reduce the message on arrival instead (Transport::irecv_reduce);
+  // when it has, arrived() is not called for the unit.
   struct Landing {
     std::byte* data = nullptr;
     std::size_t bytes = 0;
     std::shared_ptr<const void> keep{};
+    std::optional<ReduceOnArrival> reduce{};
   };
   struct Outgoing {
     const std::byte* data = nullptr;
@@ -56,7 +60,8 @@ class RingEngine {
     virtual ~Policy() = default;
     // Where unit u's incoming message lands; its size is what the left neighbour sends.
     virtual Landing landing(std::size_t unit) = 0;
-    // Unit u's message has landed (units in order): reduce it, decode it, keep it to forward.
+    // Unit u's message has landed (units in order): reduce it, decode it, keep it to forward. Not
+    // called when the transport reduced it as its landing asked.
     virtual void arrived(std::size_t unit) = 0;
     // Unit u's outgoing message, asked for once its send may go (see the rules above).
     virtual Outgoing outgoing(std::size_t unit) = 0;

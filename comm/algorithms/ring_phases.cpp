@@ -21,12 +21,18 @@ class ReduceScatterPolicy final : public RingEngine::Policy {
 
   RingEngine::Landing landing(std::size_t unit) override {
     const int k = static_cast<int>(unit);
-    return {slot(k), count(wrap(r_ - k - 2, p_)) * elem_, s_.scratch};
+    const int recv_block = wrap(r_ - k - 2, p_);
+    // Where the transport reads the partial from the sender's memory it reduces it on arrival:
+    // into the slot from this rank's block (what arrived() does from the slot), or into `own`.
+    std::byte* into = recv_block == r_ ? s_.own : slot(k);
+    const std::byte* from = recv_block == r_ ? s_.own : block(recv_block);
+    return {slot(k), count(recv_block) * elem_, s_.scratch,
+            ReduceOnArrival{s_.dtype, elementwise(), into, from}};
   }
   void arrived(std::size_t unit) override {
     const int k = static_cast<int>(unit);
     const int recv_block = wrap(r_ - k - 2, p_);
-    const auto op = s_.op == kernels::ReduceOp::Avg ? kernels::ReduceOp::Sum : s_.op;
+    const auto op = elementwise();
     if (recv_block == r_) {
       kernels::reduce(s_.dtype, op, s_.own, slot(k), count(r_));
     } else {
@@ -43,6 +49,9 @@ class ReduceScatterPolicy final : public RingEngine::Policy {
  private:
   [[nodiscard]] const std::byte* block(int b) const {
     return s_.send + s_.blocks.offset[static_cast<std::size_t>(b)] * elem_;
+  }
+  [[nodiscard]] kernels::ReduceOp elementwise() const {
+    return s_.op == kernels::ReduceOp::Avg ? kernels::ReduceOp::Sum : s_.op;
   }
   [[nodiscard]] std::size_t count(int b) const {
     return s_.blocks.count[static_cast<std::size_t>(b)];

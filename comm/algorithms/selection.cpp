@@ -31,6 +31,8 @@ constexpr std::array kAlgorithms = {
     AlgorithmInfo{"allreduce", "rabenseifner", 3, false, Choice::Rules, true},
     // comm/algorithms/hierarchical_allreduce.h; seg= pipelines its inter-site ring.
     AlgorithmInfo{"allreduce", "hierarchical", 4, true, Choice::Rules, true},
+    // comm/algorithms/direct_allreduce.h: ranks on one host, by rule only.
+    AlgorithmInfo{"allreduce", "direct", 22, false, Choice::Rules, true},
     AlgorithmInfo{"allreduce_compressed", "ring", 5, false, Choice::Codec, false},
     AlgorithmInfo{"allreduce_compressed", "allgather", 6, false, Choice::Codec, false},
     AlgorithmInfo{"allreduce_compressed", "powersgd", 7, false, Choice::Codec, false},

@@ -95,6 +95,15 @@ RequestPtr SealedTransport::irecv(int peer, Tag tag, void* buf, std::size_t len)
   return outer;
 }
 
+RequestPtr SealedTransport::irecv_reduce(int peer, Tag tag, void* buf, std::size_t len,
+                                         const ReduceOnArrival& how) {
+  // A clear link reduces as the inner transport can; a sealed message is opened whole first.
+  if (links_.at(static_cast<std::size_t>(peer)) == nullptr) {
+    return inner_->irecv_reduce(peer, tag, buf, len, how);
+  }
+  return irecv(peer, tag, buf, len);
+}
+
 std::shared_ptr<std::vector<std::uint8_t>> SealedTransport::acquire(std::size_t bytes) {
   std::shared_ptr<Staging>* best = nullptr;
   for (auto& b : pool_) {

@@ -16,6 +16,8 @@
 #include <string>
 
 #include "comm/tag.h"
+#include "kernels/dtype.h"
+#include "kernels/reduce.h"
 
 namespace strait::comm {
 
@@ -26,6 +28,9 @@ struct TransportRequest {
   std::size_t bytes = 0;
   std::string error;       // set when Failed: what the transport reported
   bool truncated = false;  // Failed because the message was longer than the receive buffer
+  // Done by an irecv_reduce() that reduced the message on arrival (see there): the receive
+  // buffer holds none of it. False: the message is in the receive buffer, as irecv() leaves it.
+  bool reduced = false;
   // Memory the request reads or writes that its poster does not otherwise keep alive (an
   // operation's header): it lives as long as the request, which the transport holds until the
   // request leaves Pending, even after the operation that posted it has failed and gone.
@@ -34,6 +39,16 @@ struct TransportRequest {
 };
 
 using RequestPtr = std::shared_ptr<TransportRequest>;
+
+// What irecv_reduce() asks of a message of elements of `dtype`: into[i] = from[i] (op) msg[i] for
+// every element i of the message. `op` is elementwise (not Avg); `from` may equal `into`, and
+// both must hold the message's length and stay valid until the request leaves Pending.
+struct ReduceOnArrival {
+  kernels::DType dtype{};
+  kernels::ReduceOp op = kernels::ReduceOp::Sum;
+  std::byte* into = nullptr;
+  const std::byte* from = nullptr;
+};
 
 class Transport {
  public:
@@ -50,6 +65,18 @@ class Transport {
   virtual RequestPtr isend(int peer, Tag tag, const void* buf, std::size_t len) = 0;
   // Post a receive of at most `len` bytes from world rank `peer` (the tag names the peer).
   virtual RequestPtr irecv(int peer, Tag tag, void* buf, std::size_t len) = 0;
+  // A receive whose message the transport may reduce as it reads it (`how`), in cache-sized pieces
+  // straight from where it lies (UcxTransport's single-copy path), instead of landing it whole in
+  // `buf` for the caller to reduce after it has left the cache. The request says which happened:
+  // Done with `reduced` set, the reduction is done and `buf` holds nothing of the message (its
+  // contents are unspecified: the transport may use it for its own short messages); else it is in
+  // `buf` as irecv() leaves it, and the caller reduces it. While it is pending `how.into` may be
+  // written at any time; a Failed request leaves it partly reduced. By default, irecv().
+  virtual RequestPtr irecv_reduce(int peer, Tag tag, void* buf, std::size_t len,
+                                  const ReduceOnArrival& how) {
+    (void)how;
+    return irecv(peer, tag, buf, len);
+  }
   // A failed operation gives up its requests (any state; done ones are ignored). When this
   // returns, the transport no longer reads or writes their buffers, so the caller may free them:
   // receives not yet matched are cancelled, the rest get up to `budget` to complete, and sends

@@ -142,7 +142,7 @@ std::vector<MatrixParam> matrix() {
   // ring@seg=100: segments that are no multiple of 8-byte elements, and hundreds of them per
   // chunk even at count 4096; the large counts only where segments stay few enough to be quick.
   for (const std::string spec :
-       {"ring", "ring@seg=100", "ring@seg=64K", "recursive_doubling", "rabenseifner"}) {
+       {"ring", "ring@seg=100", "ring@seg=64K", "recursive_doubling", "rabenseifner", "direct"}) {
     for (int world = 1; world <= 5; ++world) out.push_back({spec, world, spec != "ring@seg=100"});
   }
   return out;
@@ -193,6 +193,11 @@ TEST(AllreduceBytes, EachAlgorithmSendsWhatItsScheduleSays) {
   EXPECT_EQ(bytes_sent(4, "recursive_doubling"), (std::vector<std::uint64_t>(4, 2000)));
   EXPECT_EQ(bytes_sent(4, "rabenseifner"), (std::vector<std::uint64_t>(4, 1500)));
   EXPECT_EQ(bytes_sent(4, "ring"), (std::vector<std::uint64_t>(4, 1500)));
+  // Direct: rank r sends every chunk but its own once (reduce-scatter), then its own chunk to each
+  // of the P-1 others (allgather): 2 (P-1)/P of the vector over even chunks, as the ring.
+  EXPECT_EQ(bytes_sent(3, "direct"),
+            (std::vector<std::uint64_t>{666 + 2 * 334, 667 + 2 * 333, 667 + 2 * 333}));
+  EXPECT_EQ(bytes_sent(4, "direct"), (std::vector<std::uint64_t>(4, 1500)));
   // Over 5 ranks: ranks 0 and 1 fold, then Rabenseifner runs over 4.
   EXPECT_EQ(bytes_sent(5, "rabenseifner"),
             (std::vector<std::uint64_t>{1000, 2500, 1500, 1500, 1500}));

@@ -17,12 +17,14 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <optional>
 #include <random>
 
 #include "comm/algorithms/partition.h"
 #include "comm/transport/peer_memory.h"
 #include "comm/transport/ucx/ucx_log.h"
 #include "core/error.h"
+#include "kernels/reduce.h"
 
 namespace strait::comm {
 
@@ -39,6 +41,8 @@ struct UcxTransport::InFlight {
   // Posted to match an announcement too (a collective tag): a point-to-point tag may have the
   // announcement's bit as one of its own.
   bool takes_announcement = false;
+  // irecv_reduce(): an announced message is reduced as it is read (see read_piece()).
+  std::optional<ReduceOnArrival> reduce;
 };
 
 namespace {
@@ -574,7 +578,7 @@ void UcxTransport::on_ep_error(void* arg, ucp_ep_h /*ep*/, ucs_status_t status) 
 }
 
 RequestPtr UcxTransport::post(bool is_send, int peer, Tag tag, const void* send_buf, void* recv_buf,
-                              std::size_t len, int lane, Tag mask) {
+                              std::size_t len, int lane, Tag mask, const ReduceOnArrival* reduce) {
   auto req = std::make_shared<TransportRequest>();
   Peer& to = *peers_.at(static_cast<std::size_t>(peer));
   const auto extra = static_cast<std::size_t>(lane - 1);
@@ -599,6 +603,7 @@ RequestPtr UcxTransport::post(bool is_send, int peer, Tag tag, const void* send_
   pending->recv_len = len;
   pending->tag = tag;
   pending->takes_announcement = !is_send && (mask & kSingleCopyAnnounceBit) == 0;
+  if (reduce != nullptr && pending->takes_announcement) pending->reduce = *reduce;
   void* r = nullptr;
   if (is_send) {
     p.cb.send = &UcxTransport::on_send;
@@ -646,6 +651,15 @@ RequestPtr UcxTransport::irecv(int peer, Tag tag, void* buf, std::size_t len) {
   const Tag mask =
       from.single_copy_from && is_collective_tag(tag) ? ~kSingleCopyAnnounceBit : ~Tag{0};
   return post(false, peer, tag, nullptr, buf, len, 0, mask);
+}
+
+RequestPtr UcxTransport::irecv_reduce(int peer, Tag tag, void* buf, std::size_t len,
+                                      const ReduceOnArrival& how) {
+  const Peer& from = *peers_.at(static_cast<std::size_t>(peer));
+  if (!from.single_copy_from || from.lanes > 1 || !is_collective_tag(tag)) {
+    return irecv(peer, tag, buf, len);
+  }
+  return post(false, peer, tag, nullptr, buf, len, 0, ~kSingleCopyAnnounceBit, &how);
 }
 
 RequestPtr UcxTransport::post_striped(bool is_send, int peer, Tag tag, const void* send_buf,
@@ -875,6 +889,7 @@ void UcxTransport::accept_announcement(InFlight* pending, std::size_t length) {
   job.tag = pending->tag;
   job.dst = pending->recv_buf;
   job.capacity = pending->recv_len;
+  job.reduce = pending->reduce;
   const bool well_formed = length == sizeof(Announcement);
   if (well_formed) std::memcpy(&job.msg, job.dst, sizeof job.msg);
   in_flight_.erase(job.request.get());  // destroys *pending
@@ -910,8 +925,32 @@ bool UcxTransport::read_piece(PeerReadJob& job) {
     send_done(job);
     return true;
   }
+  if (job.reduce && job.msg.length % kernels::dtype_size(job.reduce->dtype) != 0) {
+    job.reduce.reset();  // lands whole instead; the operation then names the wrong size
+  }
   const std::size_t n = std::min(kReadPiece, job.msg.length - job.offset);
-  if (n > 0) {
+  if (n > 0 && job.reduce) {
+    if (!reduce_piece_) reduce_piece_ = std::make_unique_for_overwrite<std::byte[]>(kReducePiece);
+    const ReduceOnArrival& how = *job.reduce;
+    const std::size_t elem = kernels::dtype_size(how.dtype);
+    for (std::size_t done = 0; done < n;) {
+      const std::size_t m = std::min(kReducePiece, n - done);
+      const std::size_t at = job.offset + done;
+      const PeerRead r = read_peer_memory(peer.pid, job.msg.address + at, reduce_piece_.get(), m);
+      if (r.error != 0) {
+        fail_read(job,
+                  fmt::format("reading its message from its memory failed after {} of {} bytes: {}",
+                              at + r.bytes, job.msg.length, std::strerror(r.error)),
+                  true);
+        return true;
+      }
+      // The piece is in this core's cache: reduce it at once (one read of each operand).
+      if (how.from != how.into) std::memcpy(how.into + at, how.from + at, m);
+      kernels::reduce(how.dtype, how.op, how.into + at, reduce_piece_.get(), m / elem);
+      done += m;
+    }
+    job.offset += n;
+  } else if (n > 0) {
     const PeerRead r =
         read_peer_memory(peer.pid, job.msg.address + job.offset, job.dst + job.offset, n);
     if (r.error != 0) {
@@ -939,6 +978,7 @@ bool UcxTransport::read_piece(PeerReadJob& job) {
   }
   req.state = TransportRequest::State::Done;
   req.bytes = job.msg.length;
+  req.reduced = job.reduce.has_value();
   send_done(job);
   return true;
 }

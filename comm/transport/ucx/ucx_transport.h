@@ -59,6 +59,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -75,6 +76,9 @@ class UcxTransport final : public Transport {
   static constexpr std::size_t kStripeMin = 64 << 10;
   // A single-copy read is done in pieces of this, so other transfers progress between them.
   static constexpr std::size_t kReadPiece = 2 << 20;
+  // irecv_reduce(): an announced message is read in pieces of this into a buffer that stays in
+  // this core's cache, and each piece is reduced at once (comm/transport/transport.h).
+  static constexpr std::size_t kReducePiece = 256 << 10;
   // The announcement of a single-copy message (see above); addresses are the sender's.
   struct Announcement {
     std::uint64_t address = 0;
@@ -94,6 +98,9 @@ class UcxTransport final : public Transport {
   [[nodiscard]] int size() const noexcept override { return size_; }
   RequestPtr isend(int peer, Tag tag, const void* buf, std::size_t len) override;
   RequestPtr irecv(int peer, Tag tag, void* buf, std::size_t len) override;
+  // Announced messages (single copy) are reduced as they are read, kReducePiece at a time.
+  RequestPtr irecv_reduce(int peer, Tag tag, void* buf, std::size_t len,
+                          const ReduceOnArrival& how) override;
   void withdraw(std::span<const RequestPtr> requests, std::chrono::milliseconds budget) override;
   bool progress() override;
   [[nodiscard]] int event_fd() const noexcept override { return epoll_fd_.get(); }
@@ -133,7 +140,8 @@ class UcxTransport final : public Transport {
   // peer on this host, connects again.
   void reset_endpoint(Peer& peer, const std::string& why);
   RequestPtr post(bool is_send, int peer, Tag tag, const void* send_buf, void* recv_buf,
-                  std::size_t len, int lane = 0, Tag mask = ~Tag{0});
+                  std::size_t len, int lane = 0, Tag mask = ~Tag{0},
+                  const ReduceOnArrival* reduce = nullptr);
   // A message cut into peer.lanes parts (see above), completing as the request returned.
   RequestPtr post_striped(bool is_send, int peer, Tag tag, const void* send_buf, void* recv_buf,
                           std::size_t len);
@@ -162,6 +170,7 @@ class UcxTransport final : public Transport {
     std::size_t capacity = 0;
     Announcement msg{};
     std::size_t offset = 0;
+    std::optional<ReduceOnArrival> reduce{};  // irecv_reduce(): reduce each piece as it is read
   };
   // Publishes and reads which local peers' memory each rank may read; sets single_copy_*.
   void agree_single_copy(Store& store, const std::string& prefix,
@@ -198,8 +207,9 @@ class UcxTransport final : public Transport {
   Fd epoll_fd_;  // the worker's event fd, for the progress engine to sleep on
   bool core_per_local_rank_ = false;
   std::size_t single_copy_min_ = 0;
-  std::vector<SingleCopySend> single_sends_;  // not yet complete
-  std::deque<PeerReadJob> reads_;             // announcements taken, not yet read
+  std::vector<SingleCopySend> single_sends_;   // not yet complete
+  std::deque<PeerReadJob> reads_;              // announcements taken, not yet read
+  std::unique_ptr<std::byte[]> reduce_piece_;  // kReducePiece bytes, for irecv_reduce()
   // Slots of live single-copy sends, read by peers: a deque, so addresses stay put as it grows.
   std::deque<std::atomic<std::uint64_t>> slots_;
   std::vector<std::size_t> free_slots_;
