@@ -12,6 +12,19 @@
 // resumed run continues bit-identically to one that never stopped. Codecs keep error-feedback
 // state that is not saved, so --codec is refused with --save and --resume.
 //
+// DiLoCo (--outer-steps; scheduler/outer_sync.h): the replicas hold different weights and inner
+// moments between rounds, so every rank writes its own shard (shard index = world rank): replica
+// 0's weights and moments under the plain names (so that the checkpoint still reads as a model),
+// replica r > 0's as "replica.<r>.<name>" and "replica.<r>.optimizer.exp_avg(_sq).<name>"; the
+// outer state as "outer.global.<name>", "outer.momentum.<name>" (identical on every replica,
+// written by replica 0), with --outer-overlap also each replica's round start
+// "[replica.<r>.]outer.start.<name>" and the averaged pseudo-gradient still to be applied
+// "outer.pending.<name>"; meta "outer" holds DiLoCo's settings and whether the saving step closed
+// every round (the run's last step). The round counters follow from the step. Resuming needs the
+// same --stages, --replicas, --outer-steps, --outer-overlap and --outer-fragments (each named when
+// it differs); a lossy --outer-codec keeps error-feedback residuals in the communicator, which are
+// not saved, so it is refused with --save and --resume.
+//
 // Collective: save_checkpoint is called by every rank of the job at the same step; the ranks of
 // replica 0 each write their stage's shard (replicas hold identical weights), rank 0 publishes.
 // Thread-safety: none; the trainer's thread calls these between steps.
@@ -29,6 +42,7 @@
 #include "offload/adamw_state.h"
 #include "scheduler/model/checkpoint.h"
 #include "scheduler/model/transformer.h"
+#include "scheduler/outer_sync.h"
 #include "tools/train/trainer.h"
 
 namespace strait::tools {
@@ -37,9 +51,11 @@ namespace strait::tools {
 nlohmann::json train_checkpoint_meta(const TrainConfig& config, std::int64_t step);
 
 // Writes the checkpoint of step `step` under config.save (collective over `world`).
+// `outer`: DiLoCo's outer sync (null without --outer-steps); its in-flight average is completed
+// first (sched::OuterSync::export_state).
 void save_checkpoint(comm::Communicator& world, const TrainConfig& config, int stage, int replica,
                      const sched::StageModel<float>& model, offload::AdamWState& moments,
-                     std::int64_t step);
+                     std::int64_t step, sched::OuterSync* outer = nullptr);
 
 // Creates the --save directory if needed and checks that it takes a new file (InvalidArgument
 // naming --save otherwise).
@@ -54,7 +70,9 @@ struct Resumed {
 // moments. Settings that change the training from there on but not the model (learning rate,
 // its schedule, AdamW's betas, weight decay, clipping, the global batch) may differ: each is
 // listed in `notes`, as the resumed run is then not the one that saved.
+// With `outer` (DiLoCo), loads replica `replica`'s weights and moments and the outer state.
 Resumed load_checkpoint(const TrainConfig& config, sched::StageModel<float>& model,
-                        offload::AdamWState& moments);
+                        offload::AdamWState& moments, sched::OuterSync* outer = nullptr,
+                        int replica = 0);
 
 }  // namespace strait::tools

@@ -572,7 +572,7 @@ void Job::run() {
   // --- checkpoints: resume ---
   int first_step = 0;
   if (!cfg_.resume.empty()) {
-    const Resumed resumed = load_checkpoint(cfg_, *model_, *moments_);
+    const Resumed resumed = load_checkpoint(cfg_, *model_, *moments_, outer_.get(), replica_);
     first_step = static_cast<int>(resumed.step);
     if (rank_ == 0) {
       fmt::print("resumed from {} at step {}\n", cfg_.resume.string(), first_step);
@@ -583,7 +583,7 @@ void Job::run() {
   std::int64_t saved_step = -1;
   const auto save = [&](std::int64_t step) {
     const auto start = Clock::now();
-    save_checkpoint(*world_, cfg_, stage_, replica_, *model_, *moments_, step);
+    save_checkpoint(*world_, cfg_, stage_, replica_, *model_, *moments_, step, outer_.get());
     saved_step = step;
     if (rank_ == 0) {
       fmt::print("saved checkpoint of step {} in {} ({:.2f} s)\n", step, cfg_.save.string(),
@@ -893,11 +893,12 @@ void TrainConfig::validate() const {
         "--codec with --save or --resume: a checkpoint does not hold the codec's error-feedback "
         "state, so a resumed run would not continue the same training; drop --codec");
   }
-  if (outer_steps > 0 && (!save.empty() || !resume.empty())) {
-    throw bad(
-        "--outer-steps with --save or --resume: a checkpoint does not hold DiLoCo's outer state "
-        "(round-start weights, outer momentum, the average in flight), so a resumed run would "
-        "not continue the same training; drop --save/--resume or --outer-steps");
+  if (outer_steps > 0 && outer_codec != "none" && (!save.empty() || !resume.empty())) {
+    throw bad(fmt::format(
+        "--outer-codec {} with --save or --resume: a lossy outer average keeps error-feedback "
+        "residuals in the communicator, which a checkpoint does not hold, so a resumed run would "
+        "not continue the same training; use --outer-codec none with checkpoints",
+        outer_codec));
   }
   if (!save.empty()) check_save_dir(save);
   if (!resume.empty() && !std::filesystem::is_directory(resume)) {
