@@ -86,7 +86,9 @@ json train_checkpoint_meta(const TrainConfig& c, std::int64_t step) {
 
 namespace {
 
-json outer_meta(const TrainConfig& c, bool ended) {
+// `replicas`: those in the job when it saved (fewer than --replicas after an elastic job lost
+// some).
+json outer_meta(const TrainConfig& c, bool ended, int replicas) {
   return {{"outer_steps", c.outer_steps},
           {"lr", c.outer_lr},
           {"momentum", c.outer_momentum},
@@ -94,7 +96,7 @@ json outer_meta(const TrainConfig& c, bool ended) {
           {"overlap", c.outer_overlap},
           {"fragments", c.outer_fragments},
           {"stages", c.stages},
-          {"replicas", c.replicas},
+          {"replicas", replicas},
           {"rounds_closed_at_step", ended}};
 }
 
@@ -134,7 +136,7 @@ void save_diloco(comm::Communicator& world, const TrainConfig& c, int replica,
   world.barrier();
   if (world.rank() == 0) {
     json meta = train_checkpoint_meta(c, step);
-    meta["outer"] = outer_meta(c, outer.ended());
+    meta["outer"] = outer_meta(c, outer.ended(), world.size() / c.stages);
     sched::commit_checkpoint(c.save, step, world.size(), meta);
   }
   world.barrier();
@@ -154,7 +156,7 @@ void load_diloco(const sched::CheckpointReader& reader, const TrainConfig& c,
                             reader.dir().string()));
   }
   const json& saved = meta.at("outer");
-  const json now = outer_meta(c, false);
+  const json now = outer_meta(c, false, c.replicas);
   std::vector<std::string> wrong;
   for (const char* key : {"outer_steps", "overlap", "fragments", "stages", "replicas"}) {
     if (saved.at(key) != now.at(key)) {
@@ -256,10 +258,10 @@ void check_save_dir(const std::filesystem::path& dir) {
   ::unlink(probe.c_str());
 }
 
-Resumed load_checkpoint(const TrainConfig& c, sched::StageModel<float>& model,
-                        offload::AdamWState& moments, sched::OuterSync* outer, int replica) {
-  const sched::CheckpointReader reader(c.resume);
-  const json& meta = reader.meta();
+namespace {
+
+// Throws InvalidArgument naming each model field and the seed that differ from the run's.
+void check_model(const json& meta, const TrainConfig& c, const std::string& where) {
   const json want = model_json(c);
   const json& got = meta.at("model");
   std::vector<std::string> wrong;
@@ -271,17 +273,85 @@ Resumed load_checkpoint(const TrainConfig& c, sched::StageModel<float>& model,
   }
   if (!wrong.empty()) {
     throw Error(ErrorCode::InvalidArgument,
-                fmt::format("--resume {}: the checkpoint's model differs from this run's: {}; "
+                fmt::format("{}: the checkpoint's model differs from this run's: {}; "
                             "pass the checkpoint's values",
-                            reader.dir().string(), fmt::join(wrong, ", ")));
+                            where, fmt::join(wrong, ", ")));
   }
   if (meta.at("init_seed").get<std::uint64_t>() != c.seed) {
-    throw Error(ErrorCode::InvalidArgument,
-                fmt::format("--resume {}: --seed {} differs from the checkpoint's {}, which fixed "
-                            "its weights and data order: pass --seed {}",
-                            reader.dir().string(), c.seed, meta.at("init_seed").dump(),
-                            meta.at("init_seed").dump()));
+    throw Error(
+        ErrorCode::InvalidArgument,
+        fmt::format("{}: --seed {} differs from the checkpoint's {}, which fixed "
+                    "its weights and data order: pass --seed {}",
+                    where, c.seed, meta.at("init_seed").dump(), meta.at("init_seed").dump()));
   }
+}
+
+}  // namespace
+
+std::vector<std::byte> pack_replica_state(const TrainConfig& c,
+                                          const sched::StageModel<float>& model,
+                                          offload::AdamWState& moments, sched::OuterSync& outer,
+                                          std::int64_t step, const json& extra) {
+  const sched::OuterSync::State state = outer.export_state();
+  if (!state.start.empty() || !state.pending.empty()) {
+    throw Error(ErrorCode::InvalidArgument,
+                "the state of a replica with --outer-overlap cannot be sent to a joiner: drop "
+                "--outer-overlap with --elastic");
+  }
+  const std::size_t n = model.params().size();
+  std::vector<float> m(n), v(n);
+  moments.read_moments(m, v);
+  const auto view = [](const std::vector<float>& a, const sched::TensorInfo& t) {
+    return std::span<const float>(a).subspan(t.offset, t.count);
+  };
+  std::vector<sched::CheckpointTensorView> tensors;
+  const std::span<const float> params = model.params();
+  for (const sched::TensorInfo& t : model.tensors()) {
+    const std::vector<std::int64_t> shape(t.shape.begin(), t.shape.end());
+    tensors.push_back({t.name, shape, params.subspan(t.offset, t.count)});
+    tensors.push_back({std::string(kExpAvg) + t.name, shape, view(m, t)});
+    tensors.push_back({std::string(kExpAvgSq) + t.name, shape, view(v, t)});
+    tensors.push_back({std::string(kOuterGlobal) + t.name, shape, view(state.global, t)});
+    tensors.push_back({std::string(kOuterMomentum) + t.name, shape, view(state.momentum, t)});
+  }
+  json meta = train_checkpoint_meta(c, step);
+  meta["outer"] = outer_meta(c, outer.ended(), c.replicas);
+  meta["elastic"] = extra;
+  return sched::pack_checkpoint(meta, tensors);
+}
+
+json unpack_replica_state(std::span<const std::byte> bytes, const TrainConfig& c,
+                          sched::StageModel<float>& model, offload::AdamWState& moments,
+                          sched::OuterSync& outer) {
+  const sched::CheckpointContents in = sched::unpack_checkpoint(bytes, "the joiner's state");
+  check_model(in.meta, c, "--join");
+  const std::size_t n = model.params().size();
+  std::vector<float> m(n), v(n);
+  sched::OuterSync::State state;
+  state.global.resize(n);
+  state.momentum.resize(n);
+  const auto part = [](std::vector<float>& a, const sched::TensorInfo& t) {
+    return std::span<float>(a).subspan(t.offset, t.count);
+  };
+  const auto params = model.params();
+  for (const sched::TensorInfo& t : model.tensors()) {
+    in.read(t.name, params.subspan(t.offset, t.count));
+    in.read(std::string(kExpAvg) + t.name, part(m, t));
+    in.read(std::string(kExpAvgSq) + t.name, part(v, t));
+    in.read(std::string(kOuterGlobal) + t.name, part(state.global, t));
+    in.read(std::string(kOuterMomentum) + t.name, part(state.momentum, t));
+  }
+  moments.write_moments(m, v);
+  const auto step = in.meta.at("step").get<std::int64_t>();
+  outer.import_state(state, step, in.meta.at("outer").at("rounds_closed_at_step").get<bool>());
+  return in.meta;
+}
+
+Resumed load_checkpoint(const TrainConfig& c, sched::StageModel<float>& model,
+                        offload::AdamWState& moments, sched::OuterSync* outer, int replica) {
+  const sched::CheckpointReader reader(c.resume);
+  const json& meta = reader.meta();
+  check_model(meta, c, fmt::format("--resume {}", reader.dir().string()));
   if (outer != nullptr) {
     load_diloco(reader, c, model, moments, *outer, replica);
   } else {

@@ -75,4 +75,21 @@ Resumed load_checkpoint(const TrainConfig& config, sched::StageModel<float>& mod
                         offload::AdamWState& moments, sched::OuterSync* outer = nullptr,
                         int replica = 0);
 
+// --- Elastic DiLoCo (--elastic): the state a replica that joins receives ---
+// One replica's whole state after `step` completed steps, as one checkpoint container
+// (sched::pack_checkpoint; CHECKPOINT.md): its weights and AdamW moments under the plain names,
+// outer.global.<name> and outer.momentum.<name>, and meta as a checkpoint's with "outer" and
+// `extra` (the elastic membership) added. No overlap (elastic refuses it), so nothing is in
+// flight. The caller sends the bytes over the communicator.
+std::vector<std::byte> pack_replica_state(const TrainConfig& config,
+                                          const sched::StageModel<float>& model,
+                                          offload::AdamWState& moments, sched::OuterSync& outer,
+                                          std::int64_t step, const nlohmann::json& extra);
+// Loads what pack_replica_state packed into this process's model, moments and outer sync, after
+// checking that its model and seed are this run's (InvalidArgument naming each field otherwise).
+// Returns the meta (its "step" is where training goes on).
+nlohmann::json unpack_replica_state(std::span<const std::byte> bytes, const TrainConfig& config,
+                                    sched::StageModel<float>& model, offload::AdamWState& moments,
+                                    sched::OuterSync& outer);
+
 }  // namespace strait::tools
