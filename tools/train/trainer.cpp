@@ -268,9 +268,10 @@ class Job {
   int receive_state();
   // Below --min-replicas: a checkpoint (with --save), then an error.
   [[noreturn]] void stop_below_min(std::int64_t steps_done);
-  // Test hook (STRAIT_TRAIN_FAULT=ID:STEP:PHASE): replica ID dies by SIGKILL at step STEP (1-based)
-  // in PHASE: inner (before the step's computation), allreduce (in the middle of the round's
-  // pseudo-gradient average), outer (after the outer step).
+  // Test hooks. STRAIT_TRAIN_AWAIT_JOINER=STEP: the round boundary at step STEP waits (up to
+  // half the timeout) until a process waits to join. STRAIT_TRAIN_FAULT=ID:STEP:PHASE: replica ID
+  // dies by SIGKILL at step STEP (1-based) in PHASE: inner (before the step's computation),
+  // allreduce (in the middle of the round's pseudo-gradient average), outer (after the outer step).
   void maybe_fault(std::string_view phase, int step);
   [[nodiscard]] std::string ids_text() const;
 
@@ -286,6 +287,7 @@ class Job {
     std::string phase;
   };
   std::optional<Fault> fault_;
+  int await_joiner_ = -1;  // test hook STRAIT_TRAIN_AWAIT_JOINER=STEP (see elastic_round_end)
 
   const TrainConfig& cfg_;
   std::unique_ptr<comm::Communicator> world_, pipe_, data_, tied_;
@@ -403,6 +405,8 @@ void Job::setup() {
     fault.phase = phase;
     fault_ = fault;
   }
+  if (const char* a = std::getenv("STRAIT_TRAIN_AWAIT_JOINER"); a != nullptr && cfg_.elastic)
+    await_joiner_ = std::atoi(a);
   build_groups();
   const int p = cfg_.stages;
 
@@ -532,9 +536,13 @@ void Job::maybe_fault(std::string_view phase, int step) {
              fault_->id, step + 1, phase);
   std::fflush(nullptr);
   if (phase == "allreduce") {
-    // The round's average as OuterSync posts it (same count, dtype and op), left in flight.
-    std::vector<float> buf(model_->params().size(), 0.0f);
-    const comm::Work w =
+    // The round's average as OuterSync posts it (the same pseudo-gradient, count, dtype and op),
+    // left in flight: should it complete anyway, the others' result is the one it would have been.
+    const std::vector<float> start = outer_->global();
+    const std::span<const float> w = model_->params();
+    std::vector<float> buf(w.size());
+    for (std::size_t i = 0; i < w.size(); ++i) buf[i] = start[i] - w[i];
+    const comm::Work work =
         data_->iallreduce(buf.data(), buf.data(), buf.size(), DType::F32, ReduceOp::Avg);
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
@@ -712,6 +720,15 @@ OuterStepStats Job::elastic_round_end(int step, bool last) {
     }
     // Processes waiting to join: rank 0 asks the store, everyone goes by its answer.
     std::int64_t waiting = rank_ == 0 ? world_->joiners_waiting() : 0;
+    if (rank_ == 0 && await_joiner_ == step + 1) {
+      // Test hook: hold the round boundary (the others wait in the allreduce below, within the
+      // timeout) until a joiner waits, so a test's joiner is admitted whatever the machine's load.
+      const auto until = Clock::now() + comm::CommOptions::default_timeout() / 2;
+      while (waiting == 0 && Clock::now() < until) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        waiting = world_->joiners_waiting();
+      }
+    }
     if (!world_ok([&] { world_->allreduce(&waiting, &waiting, 1, DType::I64, ReduceOp::Max); }))
       continue;
     if (waiting == 0) break;
@@ -919,7 +936,13 @@ void Job::run() {
   double train_s = 0;  // steps only: evaluations are timed apart
   // --- checkpoints: resume ---
   int first_step = 0;
-  if (cfg_.join) first_step = receive_state();
+  // A joiner is admitted at the end of step joined_after (after its outer step, before the step's
+  // job-wide figures): it takes part from there on, in that step's figures (contributing none).
+  int joined_after = -1;
+  if (cfg_.join) {
+    joined_after = receive_state();
+    first_step = joined_after - 1;
+  }
   if (!cfg_.resume.empty()) {
     const Resumed resumed = load_checkpoint(cfg_, *model_, *moments_, outer_.get(), replica_);
     first_step = static_cast<int>(resumed.step);
@@ -945,7 +968,8 @@ void Job::run() {
   int round_first = first_step;                                     // the round's first step
   for (int step = first_step; step < cfg_.steps; ++step) {
     const auto step_start = Clock::now();
-    if (dataset_) {
+    const bool joining = step + 1 == joined_after;  // computed by the others before this joined
+    if (dataset_ && !joining) {
       dataset_->fill_train(step, replica_ * seqs, static_cast<int>(seqs),
                            tokens.empty() ? std::span<std::int32_t>(scratch) : tokens,
                            targets.empty() ? std::span<std::int32_t>(scratch) : targets);
@@ -966,14 +990,17 @@ void Job::run() {
       moments_->read_moments(m, v);
       sync_->set_momentum(std::move(m));
     }
-    const StepStats st = executor_->run_step(
-        step, tokens, targets, [&](std::span<float> params, std::span<const float> grads) {
-          moments_->step(params, grads, groups_, hyper, step + 1);
-        });
+    StepStats st;
+    if (!joining) {
+      st = executor_->run_step(step, tokens, targets,
+                               [&](std::span<float> params, std::span<const float> grads) {
+                                 moments_->step(params, grads, groups_, hyper, step + 1);
+                               });
+    }
     // DiLoCo: at a round's end, the outer step (it may replace the weights).
     OuterStepStats outer;
     double outer_s = 0;
-    if (outer_) {
+    if (outer_ && !joining) {
       const auto outer_start = Clock::now();
       const bool last = step + 1 == cfg_.steps;
       if (cfg_.elastic && ((step + 1) % cfg_.outer_steps == 0 || last)) {
@@ -986,14 +1013,21 @@ void Job::run() {
     // Job-wide: the loss (last stages, averaged over replicas), the bytes all-reduce sent (of
     // them, those between replicas in DiLoCo's outer step) and the mean wait for the outer step.
     const double ranks = world_->size();
-    double agg[5] = {executor_->last_stage() ? st.loss / replicas_ : 0.0,
+    // Elastic: the loss is a sum over the replicas that computed the step (agg[5] counts them:
+    // not a joiner in the step it joined at), divided afterwards.
+    const bool counted = executor_->last_stage() && !joining;
+    double agg[6] = {counted ? (cfg_.elastic ? st.loss : st.loss / cfg_.replicas) : 0.0,
                      static_cast<double>(st.allreduce_bytes + outer.data_bytes + outer.tied_bytes),
-                     st.offload_wait_s / ranks, static_cast<double>(outer.data_bytes),
-                     outer_s / ranks};
+                     st.offload_wait_s / ranks,
+                     static_cast<double>(outer.data_bytes),
+                     outer_s / ranks,
+                     counted ? 1.0 : 0.0};
     if (!cfg_.elastic) {
       world_->allreduce(agg, agg, 5, DType::F64, ReduceOp::Sum);
-    } else if (!world_ok([&] { world_->allreduce(agg, agg, 5, DType::F64, ReduceOp::Sum); })) {
-      agg[0] *= replicas_;  // alone until the round's end: this replica's own figures
+    } else {
+      // Alone until the round's end when the world is broken: this replica's own figures.
+      (void)world_ok([&] { world_->allreduce(agg, agg, 6, DType::F64, ReduceOp::Sum); });
+      agg[0] = agg[5] > 0 ? agg[0] / agg[5] : 0.0;
     }
     outer_bytes += agg[3];
     outer_wait_s += agg[4];
