@@ -47,7 +47,9 @@ class Strait : public strait::test::Process {
 
 // Generous on a loaded 2-core machine: a lost peer is known from its exit or its heartbeat (1 s),
 // long before this.
-const std::vector<std::string> kEnv = {"STRAIT_TIMEOUT_S=60"};
+std::vector<std::string> base_env() {
+  return {"STRAIT_TIMEOUT_S=60"};
+}
 
 class Job {
  public:
@@ -122,8 +124,8 @@ TEST(StraitTrainElastic, ReplicaKilledInAnyPhaseIsDroppedAndSurvivorsAgree) {
   for (const Case& c : cases) {
     const fs::path out = job.path(c.name + ".out");
     const fs::path metrics = job.path(c.name + ".jsonl");
-    std::vector<std::string> env = kEnv;
-    env.push_back("STRAIT_TRAIN_FAULT=" + c.fault);
+    std::vector<std::string> env = base_env();
+    env.emplace_back("STRAIT_TRAIN_FAULT=" + c.fault);
     Strait run(job.args({"--replicas", "3", "--steps", "8", "--metrics", metrics.string()}), out,
                env);
     const int status = run.wait(180s);
@@ -158,9 +160,9 @@ TEST(StraitTrainElastic, ReplicaKilledInAnyPhaseIsDroppedAndSurvivorsAgree) {
 
 TEST(StraitTrainElastic, JoinerIsAdmittedAtARoundBoundaryWithTheSurvivorsState) {
   const Job job;
-  std::vector<std::string> env = kEnv;
-  env.push_back("STRAIT_TRAIN_FAULT=1:3:inner");
-  env.push_back("STRAIT_TRAIN_AWAIT_JOINER=6");
+  std::vector<std::string> env = base_env();
+  env.emplace_back("STRAIT_TRAIN_FAULT=1:3:inner");
+  env.emplace_back("STRAIT_TRAIN_AWAIT_JOINER=6");
   const fs::path metrics = job.path("job.jsonl");
   Strait run(job.args({"--replicas", "2", "--steps", "12", "--metrics", metrics.string()}),
              job.path("job.out"), env);
@@ -175,9 +177,9 @@ TEST(StraitTrainElastic, JoinerIsAdmittedAtARoundBoundaryWithTheSurvivorsState) 
   }
   ASSERT_TRUE(std::regex_search(text, m, kStore)) << text;
   ASSERT_TRUE(contains(text, "lost replica 1 (1 of 2 ranks left)")) << text;
-  std::vector<std::string> joiner_env = kEnv;
-  joiner_env.push_back("MASTER_ADDR=" + m[1].str());
-  joiner_env.push_back("MASTER_PORT=" + m[2].str());
+  std::vector<std::string> joiner_env = base_env();
+  joiner_env.emplace_back("MASTER_ADDR=" + m[1].str());
+  joiner_env.emplace_back("MASTER_PORT=" + m[2].str());
   Strait joiner(job.args({"--replicas", "2", "--steps", "12", "--join"}), job.path("joiner.out"),
                 joiner_env);
   const int joiner_status = joiner.wait(180s);
@@ -213,8 +215,8 @@ TEST(StraitTrainElastic, JoinerIsAdmittedAtARoundBoundaryWithTheSurvivorsState) 
 TEST(StraitTrainElastic, BelowMinReplicasTheJobStopsAfterACheckpointThatResumes) {
   const Job job;
   const fs::path dir = job.path("saves");
-  std::vector<std::string> env = kEnv;
-  env.push_back("STRAIT_TRAIN_FAULT=1:3:inner");
+  std::vector<std::string> env = base_env();
+  env.emplace_back("STRAIT_TRAIN_FAULT=1:3:inner");
   Strait run(
       job.args({"--replicas", "3", "--steps", "8", "--min-replicas", "3", "--save", dir.string()}),
       job.path("stopped.out"), env);
@@ -236,7 +238,7 @@ TEST(StraitTrainElastic, BelowMinReplicasTheJobStopsAfterACheckpointThatResumes)
   const fs::path metrics = job.path("resumed.jsonl");
   Strait resumed(job.args({"--replicas", "2", "--steps", "8", "--resume", dir.string(), "--metrics",
                            metrics.string()}),
-                 job.path("resumed.out"), kEnv);
+                 job.path("resumed.out"), base_env());
   const int resumed_status = resumed.wait(180s);
   ASSERT_TRUE(WIFEXITED(resumed_status) && WEXITSTATUS(resumed_status) == 0) << resumed.output();
   EXPECT_EQ(metric_steps(metrics), std::vector<int>({5, 6, 7, 8}));
@@ -259,7 +261,7 @@ TEST(StraitTrainElastic, UnsupportedCombinationsAreRefusedByName) {
       a.erase(std::find(a.begin(), a.end(), std::string("--stages=2")));
       *(std::find(a.begin(), a.end(), std::string("--stages")) + 1) = "2";
     }
-    Strait run(a, job.path("refused" + std::to_string(i) + ".out"), kEnv);
+    Strait run(a, job.path("refused" + std::to_string(i) + ".out"), base_env());
     const int status = run.wait(60s);
     EXPECT_FALSE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << run.output();
     EXPECT_TRUE(contains(run.output(), cases[i].says)) << run.output();
@@ -267,7 +269,7 @@ TEST(StraitTrainElastic, UnsupportedCombinationsAreRefusedByName) {
   // --join without --elastic: the flag list without it.
   std::vector<std::string> a = job.args({"--replicas", "2", "--join"});
   a.erase(std::find(a.begin(), a.end(), std::string("--elastic")));
-  Strait run(a, job.path("join.out"), kEnv);
+  Strait run(a, job.path("join.out"), base_env());
   (void)run.wait(60s);
   EXPECT_TRUE(contains(run.output(), "pass --elastic too")) << run.output();
 }

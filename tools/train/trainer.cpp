@@ -396,17 +396,29 @@ void Job::setup() {
     for (int r = 0; r < world_->size(); ++r) ids_.push_back(r);
     next_id_ = world_->size();
   }
-  if (const char* f = std::getenv("STRAIT_TRAIN_FAULT"); f != nullptr && cfg_.elastic) {
-    Fault fault;
-    char phase[16] = {};
-    if (std::sscanf(f, "%d:%d:%15s", &fault.id, &fault.step, phase) != 3) {
-      throw bad(fmt::format("STRAIT_TRAIN_FAULT={:?} is not ID:STEP:PHASE (a test hook)", f));
+  // Test hooks (see maybe_fault and elastic_round_end).
+  const auto hook_int = [](const char* name, const std::string& text) {
+    try {
+      std::size_t used = 0;
+      const int v = std::stoi(text, &used);
+      if (used == text.size()) return v;
+    } catch (const std::exception&) {  // NOLINT(bugprone-empty-catch): reported below
     }
-    fault.phase = phase;
-    fault_ = fault;
+    throw bad(fmt::format("{}: {:?} is not a whole number (a test hook)", name, text));
+  };
+  if (const char* f = std::getenv("STRAIT_TRAIN_FAULT"); f != nullptr && cfg_.elastic) {
+    const std::string spec = f;
+    const auto a = spec.find(':');
+    const auto b = a == std::string::npos ? a : spec.find(':', a + 1);
+    if (b == std::string::npos) {
+      throw bad(fmt::format("STRAIT_TRAIN_FAULT={:?} is not ID:STEP:PHASE (a test hook)", spec));
+    }
+    fault_ =
+        Fault{hook_int("STRAIT_TRAIN_FAULT", spec.substr(0, a)),
+              hook_int("STRAIT_TRAIN_FAULT", spec.substr(a + 1, b - a - 1)), spec.substr(b + 1)};
   }
   if (const char* a = std::getenv("STRAIT_TRAIN_AWAIT_JOINER"); a != nullptr && cfg_.elastic)
-    await_joiner_ = std::atoi(a);
+    await_joiner_ = hook_int("STRAIT_TRAIN_AWAIT_JOINER", a);
   build_groups();
   const int p = cfg_.stages;
 
