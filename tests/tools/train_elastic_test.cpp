@@ -244,6 +244,41 @@ TEST(StraitTrainElastic, BelowMinReplicasTheJobStopsAfterACheckpointThatResumes)
   EXPECT_EQ(metric_steps(metrics), std::vector<int>({5, 6, 7, 8}));
 }
 
+// 2 stages x 3 replicas: the rank of replica 1's stage 1 is killed; its stage-0 rank leaves, the
+// other two replicas go on, and each stage's ranks end on identical weights.
+TEST(StraitTrainElastic, AReplicaThatLosesAStageIsDroppedWhole) {
+  const Job job;
+  std::vector<std::string> a = job.args({"--replicas", "3", "--steps", "8"});
+  *(std::find(a.begin(), a.end(), std::string("--stages")) + 1) = "2";
+  std::vector<std::string> env = base_env();
+  env.emplace_back("STRAIT_TRAIN_FAULT=3:3:inner");
+  Strait run(a, job.path("stages.out"), env);
+  const int status = run.wait(180s);
+  const std::string text = run.output();
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << text;
+  EXPECT_TRUE(contains(text,
+                       "replica 1 lost a stage's rank, and a replica without one of its 2 "
+                       "stages cannot run its pipeline: it is dropped whole, so this rank "
+                       "(stage 0) leaves the job"))
+      << text;
+  EXPECT_TRUE(contains(text, "lost replica 1 (4 of 6 ranks left)")) << text;
+  EXPECT_TRUE(contains(text, "replicas 0,2 in (2 of 3, generation 2)")) << text;
+  static const std::regex kEnd(
+      R"(elastic: replica (\d+) stage (\d+) \(rank \d+ of 4, generation 2\) ends after step 8 )"
+      R"(with weights xxh3 ([0-9a-f]{16}))");
+  std::map<int, std::map<int, std::string>> by_stage;  // stage -> replica -> weights
+  for (auto it = std::sregex_iterator(text.begin(), text.end(), kEnd); it != std::sregex_iterator();
+       ++it) {
+    by_stage[std::stoi((*it)[2])][std::stoi((*it)[1])] = (*it)[3];
+  }
+  ASSERT_EQ(by_stage.size(), 2U) << text;
+  for (const auto& [stage, replicas] : by_stage) {
+    ASSERT_EQ(replicas.size(), 2U) << "stage " << stage << ":\n" << text;
+    ASSERT_TRUE(replicas.contains(0) && replicas.contains(2)) << text;
+    EXPECT_EQ(replicas.at(0), replicas.at(2)) << "stage " << stage;
+  }
+}
+
 TEST(StraitTrainElastic, UnsupportedCombinationsAreRefusedByName) {
   const Job job;
   struct Case {
@@ -251,7 +286,7 @@ TEST(StraitTrainElastic, UnsupportedCombinationsAreRefusedByName) {
     std::string says;
   };
   const std::vector<Case> cases = {
-      {{"--replicas", "2", "--stages=2"}, "use --stages 1"},
+      {{"--replicas", "2", "--stages=2", "--join"}, "join jobs of --stages 1"},
       {{"--replicas", "2", "--outer-overlap"}, "drop them with --elastic"},
       {{"--replicas", "2", "--min-replicas", "3"}, "--min-replicas 3 must be between 1 and"},
   };

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <numbers>
@@ -274,9 +275,12 @@ class Job {
   // allreduce (in the middle of the round's pseudo-gradient average), outer (after the outer step).
   void maybe_fault(std::string_view phase, int step);
   [[nodiscard]] std::string ids_text() const;
+  // The replicas (ascending, once each) of ranks with these ids.
+  [[nodiscard]] std::vector<int> replicas_of(const std::vector<int>& ids) const;
 
   std::shared_ptr<comm::Store> join_store_;  // a joiner's client of the job's store
   bool broken_ = false;                      // a world operation failed since the last round end
+  bool pipeline_broken_ = false;  // and it was this replica's own pipeline: no more steps
   std::string broken_why_;
   int replicas_ = 1;      // replicas in the current world
   std::vector<int> ids_;  // each rank's replica id: its first rank, joiners numbered on
@@ -531,12 +535,23 @@ void Job::mark_broken(const Error& e) {
   fmt::print(stderr,
              "strait train: rank {} (replica {}): a world operation failed ({}); training on alone "
              "to the round's end, where the survivors re-form\n",
-             rank_, ids_.empty() ? -1 : ids_[static_cast<std::size_t>(rank_)], broken_why_);
+             rank_, ids_.empty() ? -1 : ids_[static_cast<std::size_t>(rank_)] / cfg_.stages,
+             broken_why_);
   std::fflush(stderr);
 }
 
 std::string Job::ids_text() const {
-  return fmt::format("{}", fmt::join(ids_, ","));
+  return fmt::format("{}", fmt::join(replicas_of(ids_), ","));
+}
+
+std::vector<int> Job::replicas_of(const std::vector<int>& ids) const {
+  std::vector<int> out;
+  for (const int id : ids) {
+    const int r = id / cfg_.stages;  // ids are first ranks (joiners only with --stages 1)
+    if (std::find(out.begin(), out.end(), r) == out.end()) out.push_back(r);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
 }
 
 void Job::maybe_fault(std::string_view phase, int step) {
@@ -577,6 +592,42 @@ std::vector<int> Job::adopt_reformed(bool admit) {
   for (std::size_t r = 0; r < ids_.size(); ++r) {
     if (!kept[r]) lost.push_back(ids_[r]);
   }
+  const int p = cfg_.stages;
+  if (p > 1) {
+    // A replica whose stage lost its rank cannot run its pipeline: it is dropped whole. Every
+    // member knows which from the new world's membership alone; the ranks of such a replica leave,
+    // the others re-form once more without them. (No joiners with stages: ids are first ranks.)
+    std::map<int, int> present;  // replica -> its stages present
+    for (const int id : ids) ++present[id / p];
+    std::vector<int> exclude;
+    for (int r = 0; r < next->size(); ++r) {
+      if (present[ids[static_cast<std::size_t>(r)] / p] < p) exclude.push_back(r);
+    }
+    if (!exclude.empty()) {
+      const int mine = ids[static_cast<std::size_t>(next->rank())];
+      if (present[mine / p] < p) {
+        throw Error(
+            ErrorCode::Aborted,
+            fmt::format("elastic: replica {} lost a stage's rank, and a replica without "
+                        "one of its {} stages cannot run its pipeline: it is dropped whole, "
+                        "so this rank (stage {}) leaves the job",
+                        mine / p, p, mine % p));
+      }
+      comm::ReformOptions without;
+      without.exclude = exclude;
+      without.admit_joiners = false;
+      std::unique_ptr<comm::Communicator> complete = next->reform(without);
+      std::vector<int> kept_ids(static_cast<std::size_t>(complete->size()));
+      for (int r = 0; r < complete->size(); ++r) {
+        kept_ids[static_cast<std::size_t>(r)] =
+            ids[static_cast<std::size_t>(complete->former_ranks()[static_cast<std::size_t>(r)])];
+      }
+      for (const int r : exclude) lost.push_back(ids[static_cast<std::size_t>(r)]);
+      std::sort(lost.begin(), lost.end());
+      next = std::move(complete);
+      ids = std::move(kept_ids);
+    }
+  }
   // Everything over the old world goes before it (the caller has taken the outer sync's state
   // and rebuilds it).
   outer_.reset();
@@ -588,6 +639,7 @@ std::vector<int> Job::adopt_reformed(bool admit) {
   world_ = std::move(next);
   ids_ = std::move(ids);
   broken_ = false;
+  pipeline_broken_ = false;
   build_groups();
   build_training();
   if (rank_ == 0 && !cfg_.metrics.empty() && !metrics_.is_open()) {
@@ -716,22 +768,24 @@ OuterStepStats Job::elastic_round_end(int step, bool last) {
         fmt::print(
             "elastic: after step {} lost replica{} {} ({} of {} ranks left); {} go on as "
             "generation {}: replicas {}; the round's outer average {}\n",
-            step + 1, lost.size() == 1 ? "" : "s", fmt::join(lost, ","), world_->size(), before_n,
-            plural(replicas_, "replica"), world_->generation(), ids_text(),
+            step + 1, replicas_of(lost).size() == 1 ? "" : "s", fmt::join(replicas_of(lost), ","),
+            world_->size(), before_n, plural(replicas_, "replica"), world_->generation(),
+            ids_text(),
             all_done == 0 ? "was redone among them" : "had completed on every one of them");
         std::fflush(stdout);
         emit({{"type", "elastic"},
               {"event", "lost"},
               {"step", step + 1},
-              {"lost", lost},
-              {"replicas", ids_},
+              {"lost", replicas_of(lost)},
+              {"replicas", replicas_of(ids_)},
               {"generation", world_->generation()},
               {"redone", all_done == 0}});
       }
       if (replicas_ < cfg_.min_replicas) stop_below_min(step + 1);
     }
     // Processes waiting to join: rank 0 asks the store, everyone goes by its answer.
-    std::int64_t waiting = rank_ == 0 ? world_->joiners_waiting() : 0;
+    // (With pipeline stages nobody joins: --join needs --stages 1.)
+    std::int64_t waiting = rank_ == 0 && cfg_.stages == 1 ? world_->joiners_waiting() : 0;
     if (rank_ == 0 && await_joiner_ == step + 1) {
       // Test hook: hold the round boundary (the others wait in the allreduce below, within the
       // timeout) until a joiner waits, so a test's joiner is admitted whatever the machine's load.
@@ -757,7 +811,7 @@ OuterStepStats Job::elastic_round_end(int step, bool last) {
       emit({{"type", "elastic"},
             {"event", "joined"},
             {"step", step + 1},
-            {"replicas", ids_},
+            {"replicas", replicas_of(ids_)},
             {"generation", world_->generation()}});
     }
     break;
@@ -1003,11 +1057,23 @@ void Job::run() {
       sync_->set_momentum(std::move(m));
     }
     StepStats st;
-    if (!joining) {
+    const auto compute = [&] {
       st = executor_->run_step(step, tokens, targets,
                                [&](std::span<float> params, std::span<const float> grads) {
                                  moments_->step(params, grads, groups_, hyper, step + 1);
                                });
+    };
+    if (joining || pipeline_broken_) {
+      // Nothing to compute: admitted after this step, or this replica lost a stage.
+    } else if (!cfg_.elastic || cfg_.stages == 1) {
+      compute();
+    } else {
+      // With stages, a lost rank of this replica breaks the step itself: the replica is then
+      // dropped at the round's end, and its ranks wait for it without computing.
+      const bool was_broken = broken_;
+      broken_ = false;
+      if (!world_ok(compute)) pipeline_broken_ = true;
+      broken_ = broken_ || was_broken;
     }
     // DiLoCo: at a round's end, the outer step (it may replace the weights).
     OuterStepStats outer;
@@ -1124,11 +1190,13 @@ void Job::run() {
   if (cfg_.elastic) {
     // Every replica ends on the global weights: each says what it holds.
     const std::span<const float> w = model_->params();
+    const int id = ids_[static_cast<std::size_t>(rank_)];
     fmt::print(
-        "elastic: replica {} (rank {} of {}, generation {}) ends after step {} with "
+        "elastic: replica {}{} (rank {} of {}, generation {}) ends after step {} with "
         "weights xxh3 {}\n",
-        ids_[static_cast<std::size_t>(rank_)], rank_, world_->size(), world_->generation(),
-        cfg_.steps, checkpoint_checksum(std::as_bytes(w)));
+        id / cfg_.stages,
+        cfg_.stages > 1 ? fmt::format(" stage {}", id % cfg_.stages) : std::string(), rank_,
+        world_->size(), world_->generation(), cfg_.steps, checkpoint_checksum(std::as_bytes(w)));
     std::fflush(stdout);
   }
   if (!cfg_.trace.empty()) write_trace();
@@ -1334,11 +1402,11 @@ void TrainConfig::validate() const {
           "--elastic re-forms the job at DiLoCo's round boundaries: pass --outer-steps H (inner "
           "steps per round)");
     }
-    if (stages != 1) {
+    if (join && stages != 1) {
       throw bad(fmt::format(
-          "--elastic with --stages {}: losing one stage's rank loses its whole replica, and "
-          "re-forming the pipeline and tied-embedding groups of the others is not supported yet; "
-          "use --stages 1 (each replica a whole model) with --elastic",
+          "--join with --stages {}: a replica with stages needs one joiner per stage admitted "
+          "together, which is not supported yet; join jobs of --stages 1 (each replica a whole "
+          "model)",
           stages));
     }
     if (outer_overlap || outer_fragments != 1) {
