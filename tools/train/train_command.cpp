@@ -44,11 +44,12 @@ microbatches.
 --outer-steps H turns on DiLoCo (Douillard et al. 2023): replicas train alone for H steps, then
 average their pseudo-gradients (start-of-round weights minus current ones; --outer-codec) and take
 an outer Nesterov step; a line per round says which replicas took part and what the average sent.
---elastic (with --outer-steps, --stages 1) lets replicas leave and join at round boundaries: the
+--elastic (with --outer-steps) lets replicas leave and join at round boundaries: the
 launcher hosts the store (and prints its address), a lost replica is dropped by the others at the
 next round boundary, `strait train --elastic --join` with MASTER_ADDR/MASTER_PORT set to that
 address and the job's other settings is admitted at one and receives a survivor's state;
---min-replicas N stops the job below N replicas (after a checkpoint with --save).
+--min-replicas N stops the job below N replicas (after a checkpoint with --save). With --stages > 1
+a replica that loses one stage's rank is dropped whole; --join needs --stages 1.
 Environment: STRAIT_TIMEOUT_S (collective timeout, default 300), STRAIT_IO_ENGINE=posix|uring,
 STRAIT_HEARTBEAT_S (with --elastic 1 unless set).)";
 
@@ -277,8 +278,8 @@ void add_train_command(CLI::App& app, const std::vector<std::string>& argv, int&
   // --- end checkpoints ---
   train->add_flag("--elastic", c->elastic,
                   "DiLoCo replicas that may leave and join: a lost replica is dropped at the next "
-                  "round boundary, a --join process admitted at one (needs --outer-steps, "
-                  "--stages 1; the launcher hosts the store)");
+                  "round boundary, a --join process admitted at one (needs --outer-steps; the "
+                  "launcher hosts the store)");
   train
       ->add_option("--min-replicas", c->min_replicas,
                    "With --elastic: stop (after a checkpoint with --save) when fewer replicas are "
