@@ -29,7 +29,9 @@
 //  - The store must outlive every rank that can be lost: a TcpStore whose server runs in a
 //    process that is not a rank (a launcher-hosted or standalone store), or in a rank that is
 //    never lost. With the default launch store (the server in rank 0), losing rank 0 loses the
-//    store: reform() then fails with PeerLost. The store is not re-elected.
+//    store: reform() then fails with PeerLost. The store is not re-elected. `strait run --elastic`
+//    (and `strait train --elastic`) host it in the launcher and say so to the ranks with
+//    TORCHELASTIC_USE_AGENT_STORE=True (comm/bootstrap/launch_env.h).
 //  - The decider is the first member to arrive; if it dies between being elected and writing the
 //    decision, the others fail with Timeout naming it (call reform() again to retry is not
 //    supported: the generation number is spent).

@@ -80,11 +80,22 @@ class OuterSync::Fragment {
   OuterStepStats end_step(std::int64_t step, std::span<float> params, bool last);
   [[nodiscard]] std::vector<float> read_state(std::size_t k) const;
   [[nodiscard]] std::int64_t applied() const noexcept { return applied_; }
+  // Rounds ended after `steps_done` steps (one more if the run ended there mid-round).
+  [[nodiscard]] std::int64_t rounds_after(std::int64_t steps_done, bool ended) const noexcept;
+  // Waits for the average in flight (if any); the state then stays as it is until the next round.
+  void settle();
+  [[nodiscard]] bool pending() const noexcept { return pending_; }
+  // Exports into / imports from [first, first + n) of full-size arrays (OuterSync::State).
+  void export_into(OuterSync::State& out, std::size_t first);
+  void import_from(const OuterSync::State& in, std::size_t first, std::int64_t steps_done,
+                   bool ended);
 
  private:
   // Posts the average of in_flight_ (non-blocking).
   void post_average();
-  // Waits for it, averages the tied copies, and applies the outer step to global_ and momentum_.
+  // Waits for it and averages the tied copies (no-op when nothing is in flight).
+  void complete_average(OuterStepStats& stats);
+  // complete_average, then applies the outer step to global_ and momentum_.
   void finish_average(OuterStepStats& stats);
   // The outer state: 2 arrays (global, momentum), 3 with overlap (and the round's start).
   [[nodiscard]] std::size_t state_arrays() const noexcept;
@@ -216,21 +227,77 @@ void OuterSync::Fragment::post_average() {
   }
 }
 
+void OuterSync::Fragment::complete_average(OuterStepStats& stats) {
+  if (!work_) return;
+  const comm::Work w = *work_;
+  work_.reset();
+  w.wait();
+  if (comms_.tied != nullptr && tied_) {
+    // Each stage's data-parallel group averaged (and, lossy, encoded) its own copy of the tied
+    // weights' pseudo-gradient at its own offset: average the two results back into one.
+    const std::uint64_t before = comms_.tied->stats().allreduce_bytes;
+    float* t = in_flight_.data() + tied_->offset;
+    comms_.tied->allreduce(t, t, tied_->count, DType::F32, ReduceOp::Avg);
+    stats.tied_bytes += comms_.tied->stats().allreduce_bytes - before;
+  }
+}
+
+void OuterSync::Fragment::settle() {
+  OuterStepStats ignored;
+  complete_average(ignored);
+}
+
+std::int64_t OuterSync::Fragment::rounds_after(std::int64_t steps_done, bool ended) const noexcept {
+  const std::int64_t h = options_.outer_steps;
+  const std::int64_t full = (steps_done + offset_) / h;  // steps s < steps_done with a round end
+  return full + (ended && steps_done > 0 && (steps_done + offset_) % h != 0 ? 1 : 0);
+}
+
+void OuterSync::Fragment::export_into(OuterSync::State& out, std::size_t first) {
+  settle();
+  load_state();
+  const auto put = [&](std::vector<float>& to, std::span<const float> from) {
+    std::copy(from.begin(), from.end(), to.begin() + static_cast<std::ptrdiff_t>(first));
+  };
+  put(out.global, global_);
+  put(out.momentum, momentum_);
+  if (options_.overlap) put(out.start, start_);
+  if (pending_) put(out.pending, in_flight_);
+  save_state();
+}
+
+void OuterSync::Fragment::import_from(const OuterSync::State& in, std::size_t first,
+                                      std::int64_t steps_done, bool ended) {
+  settle();
+  round_ = rounds_after(steps_done, ended);
+  // Without overlap every ended round was applied at once; with it, the last one waits for the
+  // next round's end unless the run ended there.
+  pending_ = options_.overlap && round_ > 0 && !ended;
+  applied_ = pending_ ? round_ - 1 : round_;
+  if (pending_ && in.pending.empty()) {
+    throw bad(fmt::format(
+        "outer state after step {}: round {} of {}'s average is pending (--outer-overlap) but "
+        "the state has none; pass the state saved at that step",
+        steps_done, round_, name_.empty() ? std::string("the stage") : name_));
+  }
+  load_state();
+  const auto get = [&](std::span<float> to, const std::vector<float>& from) {
+    std::copy_n(from.begin() + static_cast<std::ptrdiff_t>(first), to.size(), to.begin());
+  };
+  get(global_, in.global);
+  get(momentum_, in.momentum);
+  if (options_.overlap) get(start_, in.start);
+  if (pending_) {
+    get(in_flight_, in.pending);
+  } else {
+    std::fill(in_flight_.begin(), in_flight_.end(), 0.0f);
+  }
+  save_state();
+}
+
 void OuterSync::Fragment::finish_average(OuterStepStats& stats) {
   pending_ = false;
-  if (work_) {
-    const comm::Work w = *work_;
-    work_.reset();
-    w.wait();
-    if (comms_.tied != nullptr && tied_) {
-      // Each stage's data-parallel group averaged (and, lossy, encoded) its own copy of the tied
-      // weights' pseudo-gradient at its own offset: average the two results back into one.
-      const std::uint64_t before = comms_.tied->stats().allreduce_bytes;
-      float* t = in_flight_.data() + tied_->offset;
-      comms_.tied->allreduce(t, t, tied_->count, DType::F32, ReduceOp::Avg);
-      stats.tied_bytes += comms_.tied->stats().allreduce_bytes - before;
-    }
-  }
+  complete_average(stats);
   // torch.optim.SGD(nesterov=True, dampening=0) on the gradient delta, elementwise in fp32.
   const auto mu = static_cast<float>(options_.momentum);
   const auto lr = static_cast<float>(options_.lr);
@@ -355,6 +422,7 @@ OuterStepStats OuterSync::end_step(std::int64_t step, std::span<float> params, b
     throw bad(fmt::format("outer sync: {} parameters given for {}", params.size(), n_));
   }
   OuterStepStats stats;
+  ended_ = last;
   for (std::size_t i = 0; i < fragments_.size(); ++i) {
     const OuterStepStats s =
         fragments_[i]->end_step(step, params.subspan(parts_[i].first, parts_[i].count), last);
@@ -384,6 +452,52 @@ OuterStepStats OuterSync::end_step(std::int64_t step, std::span<float> params, b
   stats.data_bytes = now - data_bytes_seen_;
   data_bytes_seen_ = now;
   return stats;
+}
+
+OuterSync::State OuterSync::export_state() {
+  State out;
+  out.global.assign(n_, 0.0f);
+  out.momentum.assign(n_, 0.0f);
+  if (options_.overlap) out.start.assign(n_, 0.0f);
+  const bool any_pending =
+      std::any_of(fragments_.begin(), fragments_.end(), [](const auto& f) { return f->pending(); });
+  if (any_pending) out.pending.assign(n_, 0.0f);
+  for (std::size_t i = 0; i < fragments_.size(); ++i)
+    fragments_[i]->export_into(out, parts_[i].first);
+  return out;
+}
+
+void OuterSync::import_state(const State& state, std::int64_t steps_done, bool ended) {
+  const auto check = [&](const std::vector<float>& v, const char* what, bool needed) {
+    if ((needed || !v.empty()) && v.size() != n_) {
+      throw bad(fmt::format("outer state: {} has {} values for the stage's {} parameters", what,
+                            v.size(), n_));
+    }
+  };
+  check(state.global, "global", true);
+  check(state.momentum, "momentum", true);
+  check(state.start, "start", options_.overlap);
+  check(state.pending, "pending", false);
+  if (!options_.overlap && !state.pending.empty()) {
+    throw bad(
+        "outer state: a pending average comes from an --outer-overlap run; pass --outer-overlap "
+        "as the run that saved it did");
+  }
+  for (std::size_t i = 0; i < fragments_.size(); ++i)
+    fragments_[i]->import_from(state, parts_[i].first, steps_done, ended);
+  // Steps with a round end of some fragment, as end_step counts them.
+  const std::int64_t h = options_.outer_steps;
+  rounds_ = 0;
+  for (std::int64_t s = 0; s < steps_done; ++s) {
+    bool any = ended && s + 1 == steps_done;
+    for (const Part& p : parts_) {
+      any =
+          any || (s + 1 + static_cast<std::int64_t>(p.fragment) * h / options_.fragments) % h == 0;
+    }
+    if (any) ++rounds_;
+  }
+  ended_ = ended;
+  data_bytes_seen_ = data_bytes_now();
 }
 
 std::vector<float> OuterSync::gather(std::size_t k) const {

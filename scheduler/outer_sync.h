@@ -119,6 +119,29 @@ class OuterSync {
   [[nodiscard]] std::vector<float> global() const { return gather(0); }
   // Nesterov's momentum buffer m (a copy).
   [[nodiscard]] std::vector<float> momentum() const { return gather(1); }
+  // DiLoCo's state between steps, for checkpoints (tools/train/train_checkpoint.h) and for a
+  // replica that joins: elementwise over this stage's parameters, fp32.
+  struct State {
+    std::vector<float> global;    // the global weights after the last applied outer update
+    std::vector<float> momentum;  // Nesterov's m
+    std::vector<float> start;     // overlap only: this replica's weights when its round began
+    // Overlap only: the averaged pseudo-gradient to apply at the next round end, zeros in the
+    // fragments with none pending (empty when no fragment has one).
+    std::vector<float> pending;
+  };
+  // Completes an average still in flight (waits for it and averages the tied copies: collective
+  // over the data-parallel and tied groups, so every rank of the job calls it at the same step)
+  // and returns the state. The training goes on unchanged from there.
+  State export_state();
+  // Replaces the state by one that export_state gave after `steps_done` inner steps of a run with
+  // the same options and stage split; `ended` says that step was that run's last (its rounds all
+  // closed there). The round counters follow from the step. Throws InvalidArgument for arrays of
+  // the wrong size, or a pending average where none can be (or none where one must be).
+  void import_state(const State& state, std::int64_t steps_done, bool ended);
+  // Whether the last end_step was the last step of training (every round closed), or the
+  // imported state was saved at such a step.
+  [[nodiscard]] bool ended() const noexcept { return ended_; }
+
   // Whether the outer state lives in a SwapStore between rounds.
   [[nodiscard]] bool on_store() const noexcept { return store_ != nullptr; }
   // Its parts, in parameter order: [first, first + count) and the fragment (schedule) index.
@@ -146,6 +169,7 @@ class OuterSync {
   std::vector<Part> parts_;  // and where it lies
   std::int64_t rounds_ = 0;  // steps at which a fragment synced
   std::uint64_t data_bytes_seen_ = 0;
+  bool ended_ = false;
 
   [[nodiscard]] std::vector<float> gather(std::size_t k) const;  // 0: global, 1: momentum
   [[nodiscard]] std::uint64_t data_bytes_now() const;

@@ -22,6 +22,7 @@
 #include <optional>
 
 #include "comm/bootstrap/socket.h"
+#include "comm/bootstrap/tcp_store.h"
 #include "core/error.h"
 #include "core/fd.h"
 #include "tools/rank_output.h"
@@ -174,6 +175,7 @@ ExecImage make_image(const LaunchOptions& o, std::uint16_t port, int rank) {
       {"ROLE_RANK", std::to_string(rank)},
       {"ROLE_WORLD_SIZE", std::to_string(o.nproc)},
   };
+  if (o.elastic) vars.emplace_back("TORCHELASTIC_USE_AGENT_STORE", "True");
   if (node < o.node_env.size()) {
     for (const auto& entry : o.node_env[node]) {
       const auto eq = entry.find('=');
@@ -272,8 +274,21 @@ class Job {
 
   int run() {
     const SignalScope signals;  // before the first fork: no child's exit can be missed
-    const std::uint16_t port =
+    std::uint16_t port =
         o_.master_port != 0 ? o_.master_port : comm::net::pick_free_port(o_.master_addr);
+    if (o_.elastic) {
+      // The store's server thread starts after SignalScope, so it inherits the blocked signals;
+      // the children only exec (async-signal-safe calls) after fork.
+      comm::TcpStoreOptions so;
+      so.host = o_.master_addr;
+      so.port = port;
+      so.is_server = true;
+      store_ = std::make_unique<comm::TcpStore>(so);
+      port = store_->port();
+      say("elastic: the job's store is at {}:{}; a process joins with MASTER_ADDR={} "
+          "MASTER_PORT={} (strait train --join)",
+          o_.master_addr, port, o_.master_addr, port);
+    }
     started_at_ = WallClock::now();
     ranks_.resize(static_cast<std::size_t>(o_.nproc));
     for (int r = 0; r < o_.nproc; ++r) {
@@ -301,6 +316,13 @@ class Job {
     }
     supervise(signals);
     drain_output();
+    if (o_.elastic && !result_ && !interrupted_) {
+      // Elastic: the job succeeded if some rank finished it.
+      const bool finished = std::any_of(ranks_.begin(), ranks_.end(),
+                                        [](const Rank& r) { return succeeded(r.status); });
+      if (!finished && elastic_failure_) result_ = *elastic_failure_;
+      if (!finished && first_elastic_failed_ >= 0) first_failed_ = first_elastic_failed_;
+    }
     if (first_failed_ >= 0 || interrupted_) summarize();
     return result_.value_or(0);
   }
@@ -451,7 +473,15 @@ class Job {
           format_signals(r.sent));
       return;
     }
-    say("rank {} (pid {}) {}", r.index, r.pid, describe(status));
+    say("rank {} (pid {}) {}{}", r.index, r.pid, describe(status),
+        o_.elastic ? " (--elastic: the other ranks go on)" : "");
+    if (o_.elastic) {
+      if (!elastic_failure_) {
+        elastic_failure_ = exit_code_of(status);
+        first_elastic_failed_ = r.index;
+      }
+      return;
+    }
     if (result_) return;
     result_ = exit_code_of(status);
     first_failed_ = r.index;
@@ -618,6 +648,9 @@ class Job {
   std::vector<Rank> ranks_;
   std::optional<int> result_;  // the launcher's exit status, decided by the first failure
   int first_failed_ = -1;
+  std::unique_ptr<comm::TcpStore> store_;  // elastic: the job's store, hosted here
+  std::optional<int> elastic_failure_;     // elastic: the first failure's exit status
+  int first_elastic_failed_ = -1;
   bool interrupted_ = false;
   int interrupted_by_ = 0;
   WallClock::time_point interrupted_at_{};

@@ -16,10 +16,17 @@
 // launcher"; a rank that exits any other way after being signalled (it ignored or handled the
 // signal, or died of another one) gets its own line: its status and the signals it was sent.
 //
-// Exit status: decided by the first event. 0 when every rank exits 0 and the launcher is not
-// interrupted; else the status of the first rank to fail before the launcher signalled anything
-// (128 + signal when a signal killed it); 128 + the signal that interrupted the launcher; 127 when
-// the command cannot be executed; 1 when a rank cannot be started. What the ranks do once
+// Elastic (LaunchOptions::elastic, `strait run --elastic`, torchrun's elastic agent without
+// restarts): the launcher hosts the job's store (a TcpStore server at MASTER_ADDR:MASTER_PORT in
+// its own process, announced on stderr, so that it outlives every rank: comm/reform.h) and tells
+// the ranks so with TORCHELASTIC_USE_AGENT_STORE=True; a rank that fails is reported but the
+// others are not stopped (they re-form without it, and processes may join through the same store
+// while the launcher runs). Exit status: 0 when at least one rank exits 0, else that of the first
+// failure (an interruption or an exec failure as below).
+// Exit status (not elastic): decided by the first event. 0 when every rank exits 0 and the launcher
+// is not interrupted; else the status of the first rank to fail before the launcher signalled
+// anything (128 + signal when a signal killed it); 128 + the signal that interrupted the launcher;
+// 127 when the command cannot be executed; 1 when a rank cannot be started. What the ranks do once
 // signalled never changes it.
 // Thread-safety: call from a single-threaded process (it forks, and it blocks SIGCHLD, SIGINT,
 // SIGTERM and SIGHUP in the calling thread while it runs).
@@ -51,6 +58,8 @@ struct LaunchOptions {
   std::vector<std::vector<std::string>> node_env;
   // Start every relayed line with "[rank R] " (`strait run --tag-output`).
   bool tag_output = false;
+  // Host the store and let the others go on when a rank fails (see above).
+  bool elastic = false;
 };
 
 // Runs the job to completion and returns the launcher's exit status (see above).

@@ -76,6 +76,10 @@ void add_run_command(CLI::App& app, int& exit_code) {
                   "Seconds between SIGTERM (or a forwarded signal) and SIGKILL")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+  run->add_flag("--elastic", options->elastic,
+                "Host the job's store in the launcher (TORCHELASTIC_USE_AGENT_STORE=True) and let "
+                "the other ranks go on when one fails, for jobs that re-form (strait train "
+                "--elastic)");
   run->add_flag("--tag-output", options->tag_output,
                 "Start each line a rank writes with \"[rank R] \"");
   run->add_option("command", options->command, "The program to run, and its arguments")->required();

@@ -81,6 +81,18 @@ LaunchEnv parse_launch_env(const EnvLookup& lookup) {
   }
   env.master_port = static_cast<std::uint16_t>(parse_int(
       "MASTER_PORT", require(lookup, "MASTER_PORT"), 1, 65535, "it must be in [1, 65535]"));
+  if (const auto agent = lookup("TORCHELASTIC_USE_AGENT_STORE")) {
+    // torchrun writes "True"; accept the usual spellings of a boolean.
+    const std::string& v = *agent;
+    if (v == "True" || v == "true" || v == "1") {
+      env.agent_store = true;
+    } else if (!(v == "False" || v == "false" || v == "0" || v.empty())) {
+      throw Error(ErrorCode::InvalidArgument,
+                  fmt::format("TORCHELASTIC_USE_AGENT_STORE={:?} is not a boolean: set True (the "
+                              "launcher hosts the store) or False",
+                              v));
+    }
+  }
   return env;
 }
 
@@ -99,7 +111,7 @@ std::unique_ptr<TcpStore> make_launch_store(const LaunchEnv& env,
   TcpStoreOptions options;
   options.host = env.master_addr;
   options.port = env.master_port;
-  options.is_server = env.rank == 0;
+  options.is_server = env.rank == 0 && !env.agent_store;
   options.connect_timeout = connect_timeout;
   options.timeout = timeout;
   options.secret_file = secret_file;

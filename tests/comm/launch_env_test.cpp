@@ -118,5 +118,41 @@ TEST(LaunchEnv, MakesAWorkingStoreOnRankZeroAndConnectsTheOthers) {
   EXPECT_EQ(server->get_string("from rank 1", 1s), "hi");
 }
 
+// TORCHELASTIC_USE_AGENT_STORE=True (the elastic launcher hosts the store): rank 0 is a client
+// like the others, so it fails to reach a store nobody serves instead of starting one.
+TEST(LaunchEnv, AgentStoreMakesRankZeroAClient) {
+  Env e = torchrun_env();
+  EXPECT_FALSE(parse(e).agent_store);
+  for (const char* yes : {"True", "true", "1"}) {
+    e["TORCHELASTIC_USE_AGENT_STORE"] = yes;
+    EXPECT_TRUE(parse(e).agent_store) << yes;
+  }
+  e["TORCHELASTIC_USE_AGENT_STORE"] = "False";
+  EXPECT_FALSE(parse(e).agent_store);
+  e["TORCHELASTIC_USE_AGENT_STORE"] = "maybe";
+  EXPECT_TRUE(contains(error_for(e), "TORCHELASTIC_USE_AGENT_STORE=\"maybe\" is not a boolean"));
+
+  LaunchEnv rank0;
+  rank0.rank = 0;
+  rank0.world_size = 2;
+  rank0.master_addr = "127.0.0.1";
+  rank0.master_port = net::pick_free_port("127.0.0.1");
+  rank0.agent_store = true;
+  try {
+    (void)make_launch_store(rank0, 300ms, 300ms);
+    ADD_FAILURE() << "rank 0 served the store although the launcher hosts it";
+  } catch (const Error& err) {
+    EXPECT_EQ(err.code(), ErrorCode::PeerLost) << err.what();
+  }
+  // With a server elsewhere (the launcher's), rank 0 connects to it.
+  TcpStoreOptions agent;
+  agent.port = rank0.master_port;
+  agent.is_server = true;
+  const TcpStore launcher(agent);
+  const auto client = make_launch_store(rank0, 10s, 10s);
+  client->set("from rank 0", std::string("hi"));
+  EXPECT_EQ(client->get_string("from rank 0", 1s), "hi");
+}
+
 }  // namespace
 }  // namespace strait::comm

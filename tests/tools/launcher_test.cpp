@@ -71,6 +71,28 @@ TEST(StraitRun, EveryRankSeesTorchrunsEnvironment) {
   EXPECT_EQ(ports.size(), 1U) << "ranks disagree on MASTER_PORT";
 }
 
+// --elastic: the launcher hosts the store (the ranks are told so) and a failing rank does not stop
+// the others; the job succeeds when some rank finishes it, and fails with the first failure's
+// status when none does.
+TEST(StraitRun, ElasticLetsTheOthersGoOnAndHostsTheStore) {
+  const TempDir dir;
+  const std::string script = R"(env > "$0/env.$RANK"; if [ "$RANK" = 1 ]; then exit 3; fi; )"
+                             R"(sleep 1; touch "$0/done.$RANK")";
+  Strait run({"run", "-n", "3", "--elastic", "--", "sh", "-c", script, dir.str()},
+             dir.path() / "out");
+  EXPECT_EQ(run.exit_code(), 0) << run.output();
+  const std::string out = run.output();
+  EXPECT_TRUE(contains(out, "exited with status 3 (--elastic: the other ranks go on)")) << out;
+  EXPECT_TRUE(contains(out, "elastic: the job's store is at 127.0.0.1:")) << out;
+  EXPECT_TRUE(fs::exists(dir.path() / "done.0") && fs::exists(dir.path() / "done.2")) << out;
+  for (int r = 0; r < 3; ++r) {
+    auto env = parse_env(read_file(dir.path() / ("env." + std::to_string(r))));
+    EXPECT_EQ(env["TORCHELASTIC_USE_AGENT_STORE"], "True") << r;
+  }
+  Strait all_fail({"run", "-n", "2", "--elastic", "--", "sh", "-c", "exit 5"}, dir.path() / "out2");
+  EXPECT_EQ(all_fail.exit_code(), 5) << all_fail.output();
+}
+
 TEST(StraitRun, ExplicitAddressAndPortArePassedThrough) {
   const TempDir dir;
   Strait run({"run", "-n", "2", "--master-addr", "localhost", "--master-port", "29511", "--", "sh",

@@ -2,7 +2,8 @@
 // on loopback): a resumed run continues bit-identically to one that never stopped (also with the
 // optimizer state moved from RAM to NVMe), a checkpoint saved with 2 stages resumes with 1 or 4,
 // a corrupted shard is reported by its checksum, a model that does not fit is named, and a job
-// killed with SIGKILL while it saves every step leaves a checkpoint that resumes.
+// killed with SIGKILL while it saves every step leaves a checkpoint that resumes; a DiLoCo run
+// (--outer-steps) resumed mid-round continues bit-identically too.
 #include <gtest/gtest.h>
 #include <signal.h>
 
@@ -43,7 +44,8 @@ class Job {
   [[nodiscard]] fs::path path(const std::string& name) const { return dir_.path() / name; }
 
   // A tiny model (4 layers so that 1, 2 and 4 stages divide it), then `extra`: "--flag value"
-  // pairs, a later pair replacing an earlier one of the same flag (CLI11 refuses repeats).
+  // pairs, a later pair replacing an earlier one of the same flag (CLI11 refuses repeats); an
+  // empty value passes a flag that takes none (--outer-overlap).
   [[nodiscard]] std::vector<std::string> args(const std::vector<std::string>& extra) const {
     std::vector<std::string> pairs = {"--layers",
                                       "4",
@@ -73,7 +75,9 @@ class Job {
       bool later = false;
       for (std::size_t j = i + 2; j + 1 < pairs.size(); j += 2)
         later = later || pairs[j] == pairs[i];
-      if (!later) all.insert(all.end(), {pairs[i], pairs[i + 1]});
+      if (later) continue;
+      all.push_back(pairs[i]);
+      if (!pairs[i + 1].empty()) all.push_back(pairs[i + 1]);
     }
     return all;
   }
@@ -285,8 +289,78 @@ TEST(StraitTrainCheckpoint, ModelOrSeedThatDoesNotFitIsNamed) {
       job.fail("codec", {"--steps", "2", "--codec", "int8", "--save", job.path("c").string()});
   EXPECT_TRUE(contains(codec, "drop --codec")) << codec;
   const std::string outer =
-      job.fail("outer", {"--steps", "2", "--outer-steps", "2", "--save", job.path("o").string()});
-  EXPECT_TRUE(contains(outer, "DiLoCo's outer state")) << outer;
+      job.fail("outer", {"--steps", "2", "--outer-steps", "2", "--outer-codec", "int8", "--save",
+                         job.path("o").string()});
+  EXPECT_TRUE(contains(outer, "use --outer-codec none with checkpoints")) << outer;
+}
+
+// DiLoCo (--outer-steps): the replicas' own weights and moments, the outer momentum and global
+// weights, and with --outer-overlap each replica's round start and the average still to be
+// applied, are in the checkpoint; a run resumed mid-round (H = 3, saved after step 4) continues
+// bit-identically to one that never stopped, with the outer state in RAM and on NVMe.
+TEST(StraitTrainCheckpoint, ResumedDiLoCoRunContinuesBitIdentically) {
+  const Job job;
+  const std::vector<std::string> split = {"--stages",       "2", "--replicas", "2",
+                                          "--microbatches", "2", "--steps",    "8",
+                                          "--outer-steps",  "3"};
+  struct Variant {
+    std::string name;
+    std::vector<std::string> extra;
+  };
+  const std::vector<Variant> variants = {
+      {"plain", {}},
+      {"overlap", {"--outer-overlap", "", "--outer-fragments", "3", "--outer-state", "nvme"}}};
+  for (const Variant& v : variants) {
+    const auto full = job.train(
+        "full-" + v.name,
+        with(with(split, v.extra), {"--save", job.path(v.name).string(), "--save-every", "4"}));
+    ASSERT_EQ(full.size(), 8U) << v.name;
+    const fs::path mid = job.path(v.name) / "step-00000004";
+    ASSERT_TRUE(fs::exists(mid / "manifest.json")) << v.name;
+    // Every replica's own state and the outer state are there, one shard per rank.
+    const auto names = checksums(mid);
+    EXPECT_TRUE(names.contains("replica.1.h.0.attn.c_attn.weight")) << v.name;
+    EXPECT_TRUE(names.contains("replica.1.optimizer.exp_avg_sq.ln_f.bias")) << v.name;
+    EXPECT_TRUE(names.contains("outer.momentum.wte")) << v.name;
+    EXPECT_TRUE(names.contains("outer.global.h.3.mlp.c_fc.weight")) << v.name;
+    EXPECT_EQ(names.contains("outer.pending.wpe"), v.name == "overlap") << v.name;
+    EXPECT_EQ(names.contains("replica.1.outer.start.wpe"), v.name == "overlap") << v.name;
+    {
+      std::ifstream in(mid / "manifest.json");
+      EXPECT_EQ(json::parse(in)["files"].size(), 4U) << v.name;
+    }
+    // Replicas differ mid-round: replica 1's weights are its own.
+    EXPECT_NE(names.at("replica.1.h.0.attn.c_attn.weight"), names.at("h.0.attn.c_attn.weight"))
+        << v.name;
+
+    const auto resumed = job.train(
+        "resumed-" + v.name, with(with(split, v.extra), {"--resume", mid.string(), "--save",
+                                                         job.path("resumed-" + v.name).string()}));
+    ASSERT_EQ(resumed.size(), 4U) << v.name;
+    for (std::size_t i = 0; i < 4; ++i) {
+      EXPECT_EQ(resumed[i]["step"], full[i + 4]["step"]);
+      EXPECT_EQ(resumed[i]["loss"].get<double>(), full[i + 4]["loss"].get<double>())
+          << v.name << ", step " << i + 5;
+      EXPECT_EQ(resumed[i]["grad_norm"].get<double>(), full[i + 4]["grad_norm"].get<double>())
+          << v.name << ", step " << i + 5;
+    }
+    EXPECT_EQ(checksums(job.path("resumed-" + v.name) / "step-00000008"),
+              checksums(job.path(v.name) / "step-00000008"))
+        << v.name;
+  }
+  // A different split, or no --outer-steps, is refused by name.
+  const fs::path mid = job.path("plain") / "step-00000004";
+  const std::string replicas =
+      job.fail("replicas",
+               with(split, {"--replicas", "1", "--microbatches", "4", "--resume", mid.string()}));
+  EXPECT_TRUE(contains(replicas, "--replicas 1 (the checkpoint has 2)")) << replicas;
+  const std::string plain =
+      job.fail("no-outer", {"--stages", "2", "--replicas", "2", "--microbatches", "2", "--steps",
+                            "8", "--resume", mid.string()});
+  EXPECT_TRUE(contains(plain, "pass --outer-steps 3")) << plain;
+  const std::string overlap =
+      job.fail("overlap-differs", with(split, {"--outer-overlap", "", "--resume", mid.string()}));
+  EXPECT_TRUE(contains(overlap, "--outer-overlap true (the checkpoint has false)")) << overlap;
 }
 
 // The whole job (launcher and ranks) is killed with SIGKILL while it saves every step; what

@@ -44,7 +44,14 @@ microbatches.
 --outer-steps H turns on DiLoCo (Douillard et al. 2023): replicas train alone for H steps, then
 average their pseudo-gradients (start-of-round weights minus current ones; --outer-codec) and take
 an outer Nesterov step; a line per round says which replicas took part and what the average sent.
-Environment: STRAIT_TIMEOUT_S (collective timeout, default 300), STRAIT_IO_ENGINE=posix|uring.)";
+--elastic (with --outer-steps) lets replicas leave and join at round boundaries: the
+launcher hosts the store (and prints its address), a lost replica is dropped by the others at the
+next round boundary, `strait train --elastic --join` with MASTER_ADDR/MASTER_PORT set to that
+address and the job's other settings is admitted at one and receives a survivor's state;
+--min-replicas N stops the job below N replicas (after a checkpoint with --save). With --stages > 1
+a replica that loses one stage's rank is dropped whole; --join needs --stages 1.
+Environment: STRAIT_TIMEOUT_S (collective timeout, default 300), STRAIT_IO_ENGINE=posix|uring,
+STRAIT_HEARTBEAT_S (with --elastic 1 unless set).)";
 
 // The same data checks a rank makes, made once before any process starts.
 void check_data(const TrainConfig& c) {
@@ -275,6 +282,18 @@ void add_train_command(CLI::App& app, const std::vector<std::string>& argv, int&
                     "Continue from a checkpoint: a --save directory (its newest) or one of its "
                     "step-N directories; any --stages / --replicas split may resume it");
   // --- end checkpoints ---
+  train->add_flag("--elastic", c->elastic,
+                  "DiLoCo replicas that may leave and join: a lost replica is dropped at the next "
+                  "round boundary, a --join process admitted at one (needs --outer-steps; the "
+                  "launcher hosts the store)");
+  train
+      ->add_option("--min-replicas", c->min_replicas,
+                   "With --elastic: stop (after a checkpoint with --save) when fewer replicas are "
+                   "left")
+      ->capture_default_str();
+  train->add_flag("--join", c->join,
+                  "Join the running --elastic job whose store is at MASTER_ADDR:MASTER_PORT (the "
+                  "same settings as the job's) at its next round boundary");
   train
       ->add_option("--timeout", *timeout_s,
                    "Seconds before a stuck collective fails (sets STRAIT_TIMEOUT_S; default 300)")
@@ -290,8 +309,11 @@ void add_train_command(CLI::App& app, const std::vector<std::string>& argv, int&
     c->resume = *resume;  // --- checkpoints
     c->trace = *trace;
     if (*timeout_s > 0) ::setenv("STRAIT_TIMEOUT_S", fmt::format("{}", *timeout_s).c_str(), 1);
+    // Elastic jobs need a lost peer known before the next allreduce times out (comm/heartbeat.h).
+    if (c->elastic && std::getenv("STRAIT_HEARTBEAT_S") == nullptr)
+      ::setenv("STRAIT_HEARTBEAT_S", "1", 1);
     const char* rank_env = std::getenv("RANK");
-    if (rank_env == nullptr) {
+    if (rank_env == nullptr && !c->join) {
       // Parent: fail fast on bad settings, then start the ranks.
       c->validate();
       check_data(*c);
@@ -308,24 +330,27 @@ void add_train_command(CLI::App& app, const std::vector<std::string>& argv, int&
       launch_options.nproc = c->world_size();
       launch_options.command = argv;
       launch_options.command[0] = self_executable(argv[0]);
+      launch_options.elastic = c->elastic;
       exit_code = launch(launch_options);
       return;
     }
-    const std::string rank = rank_env;
+    if (c->join) c->validate();  // a joiner runs on its own, without a launcher
+    const std::string rank =
+        rank_env != nullptr ? fmt::format("rank {}", rank_env) : std::string("joiner");
     try {
       run_training_rank(*c);
       exit_code = 0;
     } catch (const Error& e) {
-      fmt::print(stderr, "strait train: rank {}: {}\n", rank, e.what());
+      fmt::print(stderr, "strait train: {}: {}\n", rank, e.what());
       exit_code = e.code() == ErrorCode::InvalidArgument ? 2 : 1;
     } catch (const std::bad_alloc&) {
       fmt::print(stderr,
-                 "strait train: rank {}: out of memory: lower --ctx, --microbatch-size, "
+                 "strait train: {}: out of memory: lower --ctx, --microbatch-size, "
                  "--microbatches, --dim or --layers, or use more stages\n",
                  rank);
       exit_code = 1;
     } catch (const std::exception& e) {
-      fmt::print(stderr, "strait train: rank {}: unexpected error: {}\n", rank, e.what());
+      fmt::print(stderr, "strait train: {}: unexpected error: {}\n", rank, e.what());
       exit_code = 1;
     }
   });

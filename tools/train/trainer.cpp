@@ -8,9 +8,12 @@
 #include <bit>
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <functional>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <numbers>
@@ -19,6 +22,7 @@
 #include <vector>
 
 #include "comm/bootstrap/launch_env.h"
+#include "comm/bootstrap/tcp_store.h"
 #include "comm/communicator.h"
 #include "comm/compress/codec.h"
 #include "core/error.h"
@@ -31,6 +35,7 @@
 #include "scheduler/executor.h"
 #include "scheduler/grad_sync.h"
 #include "scheduler/model/baselines.h"
+#include "scheduler/model/checkpoint.h"
 #include "scheduler/model/corpus.h"
 #include "scheduler/model/data.h"
 #include "scheduler/model/rank_model.h"
@@ -244,6 +249,55 @@ class Job {
   void check_momentum();
   void emit(const nlohmann::json& record);
   void write_trace();
+  // pipe_, data_, tied_ and this rank's place, from world_.
+  void build_groups();
+  // The executor and its gradient sync over the current groups.
+  void build_training();
+  // DiLoCo's outer sync over the current groups, starting from the model's weights.
+  void build_outer();
+
+  // --- elastic (--elastic) ---
+  // Runs a world operation; on a lost peer (PeerLost, Timeout, Aborted) marks the world broken
+  // and returns false. Does nothing and returns false once it is broken.
+  bool world_ok(const std::function<void()>& op);
+  void mark_broken(const Error& e);
+  // At a round's end: the outer step, and when the world lost ranks or processes wait to join,
+  // the re-formation (see TrainConfig::elastic).
+  OuterStepStats elastic_round_end(int step, bool last);
+  // Re-forms the world (admitting joiners or not) and rebuilds the groups and the executor over
+  // it; the outer sync is left for the caller to rebuild. Returns the lost replicas' ids.
+  std::vector<int> adopt_reformed(bool admit);
+  // The outer sync rebuilt over the current groups with `state`.
+  void rebuild_outer(const OuterSync::State& state, std::int64_t steps_done, bool ended);
+  // Rank 0 of the re-formed world sends its state to everyone (the joiners keep it).
+  void send_state(std::int64_t steps_done);
+  // A joiner: receives that state; returns the step to go on from.
+  int receive_state();
+  // Below --min-replicas: a checkpoint (with --save), then an error.
+  [[noreturn]] void stop_below_min(std::int64_t steps_done);
+  // Test hooks. STRAIT_TRAIN_AWAIT_JOINER=STEP: the round boundary at step STEP waits (up to
+  // half the timeout) until a process waits to join. STRAIT_TRAIN_FAULT=ID:STEP:PHASE: replica ID
+  // dies by SIGKILL at step STEP (1-based) in PHASE: inner (before the step's computation),
+  // allreduce (in the middle of the round's pseudo-gradient average), outer (after the outer step).
+  void maybe_fault(std::string_view phase, int step);
+  [[nodiscard]] std::string ids_text() const;
+  // The replicas (ascending, once each) of ranks with these ids.
+  [[nodiscard]] std::vector<int> replicas_of(const std::vector<int>& ids) const;
+
+  std::shared_ptr<comm::Store> join_store_;  // a joiner's client of the job's store
+  bool broken_ = false;                      // a world operation failed since the last round end
+  bool pipeline_broken_ = false;  // and it was this replica's own pipeline: no more steps
+  std::string broken_why_;
+  int replicas_ = 1;      // replicas in the current world
+  std::vector<int> ids_;  // each rank's replica id: its first rank, joiners numbered on
+  int next_id_ = 0;       // the next joiner's id
+  struct Fault {
+    int id = -1;
+    int step = 0;
+    std::string phase;
+  };
+  std::optional<Fault> fault_;
+  int await_joiner_ = -1;  // test hook STRAIT_TRAIN_AWAIT_JOINER=STEP (see elastic_round_end)
 
   const TrainConfig& cfg_;
   std::unique_ptr<comm::Communicator> world_, pipe_, data_, tied_;
@@ -259,24 +313,11 @@ class Job {
   std::ofstream metrics_;
 };
 
-void Job::setup() {
-  cfg_.validate();
-  // The world size is checked from the environment, before any connection is made: every rank
-  // then reports the mistake itself, instead of some of them failing later on a connection to a
-  // rank that has already exited over it.
-  const comm::LaunchEnv env = comm::launch_env_from_environment();
-  if (env.world_size != cfg_.world_size()) {
-    throw bad(fmt::format(
-        "the job has {} ranks (WORLD_SIZE={}) but --stages {} x --replicas {} needs {}: launch "
-        "{} ranks (strait train does this itself when run without RANK set)",
-        env.world_size, env.world_size, cfg_.stages, cfg_.replicas, cfg_.world_size(),
-        cfg_.world_size()));
-  }
-  world_ = comm::Communicator::from_env();
+void Job::build_groups() {
   rank_ = world_->rank();
   stage_ = rank_ % cfg_.stages;
   replica_ = rank_ / cfg_.stages;
-  const int p = cfg_.stages;
+  replicas_ = world_->size() / cfg_.stages;
   pipe_ = world_->split(replica_, stage_);
   data_ = world_->split(stage_, replica_);
   const Schedule schedule = job_schedule(cfg_);
@@ -287,25 +328,11 @@ void Job::setup() {
   const int last_rank = rank_of(schedule, stage_count(schedule) - 1);
   const bool tied_member = first_rank != last_rank && (stage_ == first_rank || stage_ == last_rank);
   tied_ = world_->split(tied_member ? replica_ : -1, stage_);
+}
 
-  int threads = cfg_.blas_threads;
-  if (threads == 0) {
-    threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) /
-                              std::max(1, env.local_world_size));
-  }
-  kernels::set_gemm_threads(threads);
-
-  // Only the first stage reads tokens and only the last reads targets (rank 0 always holds the
-  // corpus: it prints the baselines).
-  if (stage_ == first_rank || stage_ == last_rank) {
-    DatasetOptions dopt;
-    dopt.context = cfg_.ctx;
-    dopt.seed = cfg_.seed;
-    dopt.max_eval_sequences = cfg_.eval_sequences;
-    dataset_.emplace(ByteCorpus::load(cfg_.data), dopt);
-  }
-  model_ = std::make_unique<RankModel>(model_config(cfg_), schedule, stage_, cfg_.microbatch_size,
-                                       cfg_.seed);
+void Job::build_training() {
+  const int p = cfg_.stages;
+  const Schedule schedule = job_schedule(cfg_);
   PipelineComms comms{pipe_.get(), data_.get(), tied_.get()};
   // DiLoCo: inside a round each replica steps on its own gradients (the tied embedding is still
   // summed and the norm clipped inside the replica); the replicas meet only in the outer step.
@@ -323,6 +350,115 @@ void Job::setup() {
   if (cfg_.offload_activations != ActivationOffload::None)
     executor_->set_activation_store(make_activation_store(cfg_, rank_));
   executor_->set_tracing(!cfg_.trace.empty() && replica_ == 0);
+}
+
+void Job::build_outer() {
+  const PipelineComms comms{pipe_.get(), data_.get(), tied_.get()};
+  std::optional<GradientLayout::Range> tied;
+  if (const auto t = model_->tied_wte(); t && cfg_.stages > 1)
+    tied = GradientLayout::Range{t->offset, t->count};
+  std::shared_ptr<offload::SwapStore> store;
+  if (cfg_.outer_state == offload::OptimizerOffload::Nvme) {
+    offload::SwapStoreOptions so;
+    so.dir = cfg_.offload_dir;
+    so.tag = fmt::format("outer-rank{}", rank_);
+    store = std::make_shared<offload::SwapStore>(so);
+  }
+  outer_ = std::make_unique<OuterSync>(comms, stage_, model_->params(), tied, cfg_.outer(), nullptr,
+                                       std::move(store));
+}
+
+void Job::setup() {
+  cfg_.validate();
+  int local_world_size = 1;
+  if (cfg_.join) {
+    // A joiner: no rank yet; the job's store is where the elastic launcher said.
+    const char* addr = std::getenv("MASTER_ADDR");
+    const char* port = std::getenv("MASTER_PORT");
+    if (addr == nullptr || port == nullptr) {
+      throw bad(
+          "--join needs MASTER_ADDR and MASTER_PORT: set them to the store address the elastic "
+          "job's launcher printed (\"the job's store is at ADDR:PORT\")");
+    }
+    comm::TcpStoreOptions so;
+    so.host = addr;
+    so.port = static_cast<std::uint16_t>(std::stoi(port));
+    so.connect_timeout = comm::CommOptions::default_timeout();
+    so.timeout = comm::CommOptions::default_timeout();
+    join_store_ = std::make_shared<comm::TcpStore>(so);
+    world_ = comm::Communicator::join(join_store_);
+  } else {
+    // The world size is checked from the environment, before any connection is made: every rank
+    // then reports the mistake itself, instead of some of them failing later on a connection to a
+    // rank that has already exited over it.
+    const comm::LaunchEnv env = comm::launch_env_from_environment();
+    if (env.world_size != cfg_.world_size()) {
+      throw bad(fmt::format(
+          "the job has {} ranks (WORLD_SIZE={}) but --stages {} x --replicas {} needs {}: launch "
+          "{} ranks (strait train does this itself when run without RANK set)",
+          env.world_size, env.world_size, cfg_.stages, cfg_.replicas, cfg_.world_size(),
+          cfg_.world_size()));
+    }
+    if (cfg_.elastic && !env.agent_store) {
+      throw bad(
+          "--elastic needs a store that outlives every rank (comm/reform.h): start the job with "
+          "`strait train --elastic` (its launcher hosts the store) or `strait run --elastic`, "
+          "which set TORCHELASTIC_USE_AGENT_STORE=True");
+    }
+    local_world_size = env.local_world_size;
+    world_ = comm::Communicator::from_env();
+    for (int r = 0; r < world_->size(); ++r) ids_.push_back(r);
+    next_id_ = world_->size();
+  }
+  // Test hooks (see maybe_fault and elastic_round_end).
+  const auto hook_int = [](const char* name, const std::string& text) {
+    try {
+      std::size_t used = 0;
+      const int v = std::stoi(text, &used);
+      if (used == text.size()) return v;
+    } catch (const std::exception&) {  // NOLINT(bugprone-empty-catch): reported below
+    }
+    throw bad(fmt::format("{}: {:?} is not a whole number (a test hook)", name, text));
+  };
+  if (const char* f = std::getenv("STRAIT_TRAIN_FAULT"); f != nullptr && cfg_.elastic) {
+    const std::string spec = f;
+    const auto a = spec.find(':');
+    const auto b = a == std::string::npos ? a : spec.find(':', a + 1);
+    if (b == std::string::npos) {
+      throw bad(fmt::format("STRAIT_TRAIN_FAULT={:?} is not ID:STEP:PHASE (a test hook)", spec));
+    }
+    fault_ =
+        Fault{hook_int("STRAIT_TRAIN_FAULT", spec.substr(0, a)),
+              hook_int("STRAIT_TRAIN_FAULT", spec.substr(a + 1, b - a - 1)), spec.substr(b + 1)};
+  }
+  if (const char* a = std::getenv("STRAIT_TRAIN_AWAIT_JOINER"); a != nullptr && cfg_.elastic)
+    await_joiner_ = hook_int("STRAIT_TRAIN_AWAIT_JOINER", a);
+  build_groups();
+  const Schedule schedule = job_schedule(cfg_);
+  // The ranks holding the first and the last model stage (both rank 0 in a V placement).
+  const int first_rank = rank_of(schedule, 0);
+  const int last_rank = rank_of(schedule, stage_count(schedule) - 1);
+  const int p = cfg_.stages;
+
+  int threads = cfg_.blas_threads;
+  if (threads == 0) {
+    threads = std::max(
+        1, static_cast<int>(std::thread::hardware_concurrency()) / std::max(1, local_world_size));
+  }
+  kernels::set_gemm_threads(threads);
+
+  // Only the first stage reads tokens and only the last reads targets (rank 0 always holds the
+  // corpus: it prints the baselines).
+  if (stage_ == first_rank || stage_ == last_rank) {
+    DatasetOptions dopt;
+    dopt.context = cfg_.ctx;
+    dopt.seed = cfg_.seed;
+    dopt.max_eval_sequences = cfg_.eval_sequences;
+    dataset_.emplace(ByteCorpus::load(cfg_.data), dopt);
+  }
+  model_ = std::make_unique<RankModel>(model_config(cfg_), schedule, stage_, cfg_.microbatch_size,
+                                       cfg_.seed);
+  build_training();
   // Activation memory of replica 0, per stage: resident slots and bytes, with and without offload.
   activations_.assign(3 * static_cast<std::size_t>(p), 0.0);
   if (replica_ == 0) {
@@ -346,20 +482,7 @@ void Job::setup() {
   mopt.file.tag = fmt::format("rank{}", rank_);
   moments_ = offload::make_adamw_state(model_->params().size(), mopt);
   groups_ = decay_groups(*model_, cfg_.weight_decay);
-  if (cfg_.outer_steps > 0) {
-    std::optional<GradientLayout::Range> tied;
-    if (const auto t = model_->tied_wte(); t && p > 1)
-      tied = GradientLayout::Range{t->offset, t->count};
-    std::shared_ptr<offload::SwapStore> store;
-    if (cfg_.outer_state == offload::OptimizerOffload::Nvme) {
-      offload::SwapStoreOptions so;
-      so.dir = cfg_.offload_dir;
-      so.tag = fmt::format("outer-rank{}", rank_);
-      store = std::make_shared<offload::SwapStore>(so);
-    }
-    outer_ = std::make_unique<OuterSync>(comms, stage_, model_->params(), tied, cfg_.outer(),
-                                         nullptr, std::move(store));
-  }
+  if (cfg_.outer_steps > 0) build_outer();
   if (rank_ == 0 && !cfg_.metrics.empty()) {
     metrics_.open(cfg_.metrics, std::ios::trunc);
     if (!metrics_) throw bad(fmt::format("cannot write --metrics {}", cfg_.metrics.string()));
@@ -406,6 +529,314 @@ void Job::write_trace() {
   fmt::print("wrote the trace of {} pipeline actions to {}\n", records.size(), cfg_.trace.string());
 }
 
+// --- elastic (--elastic) ---
+
+bool Job::world_ok(const std::function<void()>& op) {
+  if (broken_) return false;
+  try {
+    op();
+    return true;
+  } catch (const Error& e) {
+    if (e.code() != ErrorCode::PeerLost && e.code() != ErrorCode::Timeout &&
+        e.code() != ErrorCode::Aborted) {
+      throw;
+    }
+    mark_broken(e);
+    return false;
+  }
+}
+
+void Job::mark_broken(const Error& e) {
+  broken_ = true;
+  broken_why_ = e.what();
+  fmt::print(stderr,
+             "strait train: rank {} (replica {}): a world operation failed ({}); training on alone "
+             "to the round's end, where the survivors re-form\n",
+             rank_, ids_.empty() ? -1 : ids_[static_cast<std::size_t>(rank_)] / cfg_.stages,
+             broken_why_);
+  std::fflush(stderr);
+}
+
+std::string Job::ids_text() const {
+  return fmt::format("{}", fmt::join(replicas_of(ids_), ","));
+}
+
+std::vector<int> Job::replicas_of(const std::vector<int>& ids) const {
+  std::vector<int> out;
+  for (const int id : ids) {
+    const int r = id / cfg_.stages;  // ids are first ranks (joiners only with --stages 1)
+    if (std::find(out.begin(), out.end(), r) == out.end()) out.push_back(r);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+void Job::maybe_fault(std::string_view phase, int step) {
+  if (!fault_ || ids_.empty() || fault_->id != ids_[static_cast<std::size_t>(rank_)] ||
+      fault_->step != step + 1 || fault_->phase != phase) {
+    return;
+  }
+  fmt::print("strait train: test hook: replica {} dies (SIGKILL) at step {}, phase {}\n",
+             fault_->id, step + 1, phase);
+  std::fflush(nullptr);
+  if (phase == "allreduce") {
+    // The round's average as OuterSync posts it (the same pseudo-gradient, count, dtype and op),
+    // left in flight: should it complete anyway, the others' result is the one it would have been.
+    const std::vector<float> start = outer_->global();
+    const std::span<const float> w = model_->params();
+    std::vector<float> buf(w.size());
+    for (std::size_t i = 0; i < w.size(); ++i) buf[i] = start[i] - w[i];
+    const comm::Work work =
+        data_->iallreduce(buf.data(), buf.data(), buf.size(), DType::F32, ReduceOp::Avg);
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  std::raise(SIGKILL);
+}
+
+std::vector<int> Job::adopt_reformed(bool admit) {
+  comm::ReformOptions o;
+  o.admit_joiners = admit;
+  std::unique_ptr<comm::Communicator> next = world_->reform(o);
+  std::vector<int> ids(static_cast<std::size_t>(next->size()));
+  std::vector<bool> kept(ids_.size(), false);
+  for (int r = 0; r < next->size(); ++r) {
+    const int former = next->former_ranks()[static_cast<std::size_t>(r)];
+    if (former >= 0) kept[static_cast<std::size_t>(former)] = true;
+    ids[static_cast<std::size_t>(r)] =
+        former >= 0 ? ids_[static_cast<std::size_t>(former)] : next_id_++;
+  }
+  std::vector<int> lost;
+  for (std::size_t r = 0; r < ids_.size(); ++r) {
+    if (!kept[r]) lost.push_back(ids_[r]);
+  }
+  const int p = cfg_.stages;
+  if (p > 1) {
+    // A replica whose stage lost its rank cannot run its pipeline: it is dropped whole. Every
+    // member knows which from the new world's membership alone; the ranks of such a replica leave,
+    // the others re-form once more without them. (No joiners with stages: ids are first ranks.)
+    std::map<int, int> present;  // replica -> its stages present
+    for (const int id : ids) ++present[id / p];
+    std::vector<int> exclude;
+    for (int r = 0; r < next->size(); ++r) {
+      if (present[ids[static_cast<std::size_t>(r)] / p] < p) exclude.push_back(r);
+    }
+    if (!exclude.empty()) {
+      const int mine = ids[static_cast<std::size_t>(next->rank())];
+      if (present[mine / p] < p) {
+        throw Error(
+            ErrorCode::Aborted,
+            fmt::format("elastic: replica {} lost a stage's rank, and a replica without "
+                        "one of its {} stages cannot run its pipeline: it is dropped whole, "
+                        "so this rank (stage {}) leaves the job",
+                        mine / p, p, mine % p));
+      }
+      comm::ReformOptions without;
+      without.exclude = exclude;
+      without.admit_joiners = false;
+      std::unique_ptr<comm::Communicator> complete = next->reform(without);
+      std::vector<int> kept_ids(static_cast<std::size_t>(complete->size()));
+      for (int r = 0; r < complete->size(); ++r) {
+        kept_ids[static_cast<std::size_t>(r)] =
+            ids[static_cast<std::size_t>(complete->former_ranks()[static_cast<std::size_t>(r)])];
+      }
+      for (const int r : exclude) lost.push_back(ids[static_cast<std::size_t>(r)]);
+      std::sort(lost.begin(), lost.end());
+      next = std::move(complete);
+      ids = std::move(kept_ids);
+    }
+  }
+  // Everything over the old world goes before it (the caller has taken the outer sync's state
+  // and rebuilds it).
+  outer_.reset();
+  executor_.reset();
+  sync_ = nullptr;
+  tied_.reset();
+  data_.reset();
+  pipe_.reset();
+  world_ = std::move(next);
+  ids_ = std::move(ids);
+  broken_ = false;
+  pipeline_broken_ = false;
+  build_groups();
+  build_training();
+  if (rank_ == 0 && !cfg_.metrics.empty() && !metrics_.is_open()) {
+    metrics_.open(cfg_.metrics, std::ios::app);  // rank 0 of the old world was lost
+  }
+  return lost;
+}
+
+void Job::rebuild_outer(const OuterSync::State& state, std::int64_t steps_done, bool ended) {
+  outer_.reset();
+  build_outer();
+  outer_->import_state(state, steps_done, ended);
+}
+
+void Job::send_state(std::int64_t steps_done) {
+  std::vector<std::byte> bytes;
+  std::int64_t size = 0;
+  if (rank_ == 0) {
+    const nlohmann::json extra = {{"ids", ids_},
+                                  {"next_id", next_id_},
+                                  {"generation", world_->generation()},
+                                  {"from_replica", ids_[0]}};
+    bytes = pack_replica_state(cfg_, *model_, *moments_, *outer_, steps_done, extra);
+    size = static_cast<std::int64_t>(bytes.size());
+  }
+  world_->broadcast(&size, 1, DType::I64, 0);
+  if (rank_ != 0) bytes.resize(static_cast<std::size_t>(size));
+  world_->broadcast(bytes.data(), bytes.size(), DType::U8, 0);
+  if (rank_ == 0) {
+    fmt::print("elastic: sent the state of step {} ({}, xxh3 {}) to the joiners\n", steps_done,
+               human_bytes(static_cast<double>(size)), checkpoint_checksum(bytes));
+    std::fflush(stdout);
+  }
+}
+
+int Job::receive_state() {
+  std::int64_t size = 0;
+  world_->broadcast(&size, 1, DType::I64, 0);
+  std::vector<std::byte> bytes(static_cast<std::size_t>(size));
+  world_->broadcast(bytes.data(), bytes.size(), DType::U8, 0);
+  const nlohmann::json meta = unpack_replica_state(bytes, cfg_, *model_, *moments_, *outer_);
+  ids_ = meta.at("elastic").at("ids").get<std::vector<int>>();
+  next_id_ = meta.at("elastic").at("next_id").get<int>();
+  const auto step = meta.at("step").get<int>();
+  // What this process now holds, packed the same way: equal bytes mean an equal state.
+  const std::vector<std::byte> mine =
+      pack_replica_state(cfg_, *model_, *moments_, *outer_, step, meta.at("elastic"));
+  fmt::print(
+      "elastic: joined as replica {} (rank {} of {}, generation {}) after step {}: received {} "
+      "from replica {} (weights, AdamW moments and step, outer weights and momentum); the state "
+      "held now packs to xxh3 {}\n",
+      ids_[static_cast<std::size_t>(rank_)], rank_, world_->size(), world_->generation(), step,
+      human_bytes(static_cast<double>(size)), meta.at("elastic").at("from_replica").get<int>(),
+      checkpoint_checksum(mine));
+  std::fflush(stdout);
+  return step;
+}
+
+void Job::stop_below_min(std::int64_t steps_done) {
+  std::string saved;
+  if (!cfg_.save.empty()) {
+    save_checkpoint(*world_, cfg_, stage_, replica_, *model_, *moments_, steps_done, outer_.get());
+    saved = fmt::format(
+        " after saving the checkpoint of step {} in {} (continue it with --resume {} "
+        "--replicas {})",
+        steps_done, cfg_.save.string(), cfg_.save.string(), replicas_);
+  }
+  throw Error(
+      ErrorCode::Unavailable,
+      fmt::format("elastic: {} left (replicas {}) after step {}, fewer than "
+                  "--min-replicas {}: the job stops{}",
+                  plural(replicas_, "replica"), ids_text(), steps_done, cfg_.min_replicas, saved));
+}
+
+OuterStepStats Job::elastic_round_end(int step, bool last) {
+  const std::span<float> params = model_->params();
+  const std::vector<float> at_end(params.begin(), params.end());
+  // No overlap: nothing is in flight, so this is local.
+  const OuterSync::State before = outer_->export_state();
+  OuterStepStats stats;
+  bool done = false;  // this rank took the round's outer step
+  if (!broken_) {
+    maybe_fault("allreduce", step);
+    try {
+      stats = outer_->end_step(step, params, last);
+      done = true;
+    } catch (const Error& e) {
+      if (e.code() != ErrorCode::PeerLost && e.code() != ErrorCode::Timeout &&
+          e.code() != ErrorCode::Aborted) {
+        throw;
+      }
+      mark_broken(e);
+    }
+    maybe_fault("outer", step);
+  }
+  const int most = cfg_.replicas + 2;  // each attempt loses a replica or admits joiners
+  for (int attempt = 0;; ++attempt) {
+    if (attempt > most) {
+      throw Error(ErrorCode::Aborted,
+                  fmt::format("elastic: the job kept losing replicas while re-forming after step "
+                              "{} ({} attempts): stopping",
+                              step + 1, attempt));
+    }
+    if (broken_) {
+      const int before_n = world_->size();
+      const OuterSync::State now = outer_->export_state();
+      const std::vector<int> lost = adopt_reformed(false);
+      rebuild_outer(done ? now : before, done ? step + 1 : step, done && last);
+      // What the interrupted round achieved: the outer step counts only if every survivor took
+      // it (torchft's commit vote); else it is redone among the survivors.
+      std::int64_t all_done = done ? 1 : 0;
+      if (!world_ok(
+              [&] { world_->allreduce(&all_done, &all_done, 1, DType::I64, ReduceOp::Min); })) {
+        continue;
+      }
+      if (all_done == 0) {
+        if (done) {
+          std::copy(at_end.begin(), at_end.end(), params.begin());
+          rebuild_outer(before, step, false);
+          done = false;
+        }
+        if (!world_ok([&] { stats = outer_->end_step(step, params, last); })) continue;
+        done = true;
+      }
+      if (rank_ == 0) {
+        fmt::print(
+            "elastic: after step {} lost replica{} {} ({} of {} ranks left); {} go on as "
+            "generation {}: replicas {}; the round's outer average {}\n",
+            step + 1, replicas_of(lost).size() == 1 ? "" : "s", fmt::join(replicas_of(lost), ","),
+            world_->size(), before_n, plural(replicas_, "replica"), world_->generation(),
+            ids_text(),
+            all_done == 0 ? "was redone among them" : "had completed on every one of them");
+        std::fflush(stdout);
+        emit({{"type", "elastic"},
+              {"event", "lost"},
+              {"step", step + 1},
+              {"lost", replicas_of(lost)},
+              {"replicas", replicas_of(ids_)},
+              {"generation", world_->generation()},
+              {"redone", all_done == 0}});
+      }
+      if (replicas_ < cfg_.min_replicas) stop_below_min(step + 1);
+    }
+    // Processes waiting to join: rank 0 asks the store, everyone goes by its answer.
+    // (With pipeline stages nobody joins: --join needs --stages 1.)
+    std::int64_t waiting = rank_ == 0 && cfg_.stages == 1 ? world_->joiners_waiting() : 0;
+    if (rank_ == 0 && await_joiner_ == step + 1) {
+      // Test hook: hold the round boundary (the others wait in the allreduce below, within the
+      // timeout) until a joiner waits, so a test's joiner is admitted whatever the machine's load.
+      const auto until = Clock::now() + comm::CommOptions::default_timeout() / 2;
+      while (waiting == 0 && Clock::now() < until) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        waiting = world_->joiners_waiting();
+      }
+    }
+    if (!world_ok([&] { world_->allreduce(&waiting, &waiting, 1, DType::I64, ReduceOp::Max); }))
+      continue;
+    if (waiting == 0) break;
+    const OuterSync::State now = outer_->export_state();
+    const int before_n = world_->size();
+    (void)adopt_reformed(true);
+    rebuild_outer(now, step + 1, last);
+    if (!world_ok([&] { send_state(step + 1); })) continue;
+    if (rank_ == 0) {
+      fmt::print("elastic: after step {} admitted {} ({} ranks); generation {}: replicas {}\n",
+                 step + 1, plural(world_->size() - before_n, "joiner"), world_->size(),
+                 world_->generation(), ids_text());
+      std::fflush(stdout);
+      emit({{"type", "elastic"},
+            {"event", "joined"},
+            {"step", step + 1},
+            {"replicas", replicas_of(ids_)},
+            {"generation", world_->generation()}});
+    }
+    break;
+  }
+  stats.round_ended = true;
+  return stats;
+}
+
 void Job::emit(const nlohmann::json& record) {
   if (metrics_.is_open()) metrics_ << record.dump() << '\n' << std::flush;
 }
@@ -435,7 +866,7 @@ double Job::evaluate() {
   std::int64_t total = 0;
   if (dataset_) total = dataset_->eval_sequences();
   world_->allreduce(&total, &total, 1, DType::I64, ReduceOp::Max);  // middle stages have no data
-  const std::int64_t per = (total + cfg_.replicas - 1) / cfg_.replicas;
+  const std::int64_t per = (total + replicas_ - 1) / replicas_;
   const std::int64_t begin = std::min<std::int64_t>(total, per * replica_);
   const std::int64_t end = std::min<std::int64_t>(total, begin + per);
   std::vector<std::int32_t> tokens(static_cast<std::size_t>(b) * static_cast<std::size_t>(t));
@@ -511,8 +942,11 @@ void Job::run() {
   const int p = cfg_.stages;
   const std::int64_t seqs = static_cast<std::int64_t>(cfg_.microbatches) * cfg_.microbatch_size;
   const double tokens_per_step = static_cast<double>(seqs * cfg_.replicas * cfg_.ctx);
-  world_->allreduce(activations_.data(), activations_.data(), activations_.size(), DType::F64,
-                    ReduceOp::Sum);
+  // A joiner arrives at a round boundary of a running job: no start-up collective for it.
+  if (!cfg_.join) {
+    world_->allreduce(activations_.data(), activations_.data(), activations_.size(), DType::F64,
+                      ReduceOp::Sum);
+  }
   const auto per_stage = [&](std::size_t k) {  // whole numbers, summed exactly in doubles
     const auto stages = static_cast<std::size_t>(p);
     std::vector<std::int64_t> v(stages);
@@ -595,8 +1029,15 @@ void Job::run() {
   double train_s = 0;  // steps only: evaluations are timed apart
   // --- checkpoints: resume ---
   int first_step = 0;
+  // A joiner is admitted at the end of step joined_after (after its outer step, before the step's
+  // job-wide figures): it takes part from there on, in that step's figures (contributing none).
+  int joined_after = -1;
+  if (cfg_.join) {
+    joined_after = receive_state();
+    first_step = joined_after - 1;
+  }
   if (!cfg_.resume.empty()) {
-    const Resumed resumed = load_checkpoint(cfg_, *model_, *moments_);
+    const Resumed resumed = load_checkpoint(cfg_, *model_, *moments_, outer_.get(), replica_);
     first_step = static_cast<int>(resumed.step);
     if (rank_ == 0) {
       fmt::print("resumed from {} at step {}\n", cfg_.resume.string(), first_step);
@@ -607,7 +1048,7 @@ void Job::run() {
   std::int64_t saved_step = -1;
   const auto save = [&](std::int64_t step) {
     const auto start = Clock::now();
-    save_checkpoint(*world_, cfg_, stage_, replica_, *model_, *moments_, step);
+    save_checkpoint(*world_, cfg_, stage_, replica_, *model_, *moments_, step, outer_.get());
     saved_step = step;
     if (rank_ == 0) {
       fmt::print("saved checkpoint of step {} in {} ({:.2f} s)\n", step, cfg_.save.string(),
@@ -620,11 +1061,13 @@ void Job::run() {
   int round_first = first_step;                                     // the round's first step
   for (int step = first_step; step < cfg_.steps; ++step) {
     const auto step_start = Clock::now();
-    if (dataset_) {
+    const bool joining = step + 1 == joined_after;  // computed by the others before this joined
+    if (dataset_ && !joining) {
       dataset_->fill_train(step, replica_ * seqs, static_cast<int>(seqs),
                            tokens.empty() ? std::span<std::int32_t>(scratch) : tokens,
                            targets.empty() ? std::span<std::int32_t>(scratch) : targets);
     }
+    maybe_fault("inner", step);
     const double lr = learning_rate(cfg_, step);
     kernels::AdamWHyper hyper;
     hyper.lr = lr;
@@ -640,25 +1083,57 @@ void Job::run() {
       moments_->read_moments(m, v);
       sync_->set_momentum(std::move(m));
     }
-    const StepStats st = executor_->run_step(
-        step, tokens, targets, [&](std::span<float> params, std::span<const float> grads) {
-          moments_->step(params, grads, groups_, hyper, step + 1);
-        });
+    StepStats st;
+    const auto compute = [&] {
+      st = executor_->run_step(step, tokens, targets,
+                               [&](std::span<float> params, std::span<const float> grads) {
+                                 moments_->step(params, grads, groups_, hyper, step + 1);
+                               });
+    };
+    if (joining || pipeline_broken_) {
+      // Nothing to compute: admitted after this step, or this replica lost a stage.
+    } else if (!cfg_.elastic || cfg_.stages == 1) {
+      compute();
+    } else {
+      // With stages, a lost rank of this replica breaks the step itself: the replica is then
+      // dropped at the round's end, and its ranks wait for it without computing.
+      const bool was_broken = broken_;
+      broken_ = false;
+      if (!world_ok(compute)) pipeline_broken_ = true;
+      broken_ = broken_ || was_broken;
+    }
     // DiLoCo: at a round's end, the outer step (it may replace the weights).
     OuterStepStats outer;
     double outer_s = 0;
-    if (outer_) {
+    if (outer_ && !joining) {
       const auto outer_start = Clock::now();
-      outer = outer_->end_step(step, model_->params(), step + 1 == cfg_.steps);
+      const bool last = step + 1 == cfg_.steps;
+      if (cfg_.elastic && ((step + 1) % cfg_.outer_steps == 0 || last)) {
+        outer = elastic_round_end(step, last);
+      } else {
+        outer = outer_->end_step(step, model_->params(), last);
+      }
       outer_s = std::chrono::duration<double>(Clock::now() - outer_start).count();
     }
     // Job-wide: the loss (last stages, averaged over replicas), the bytes all-reduce sent (of
     // them, those between replicas in DiLoCo's outer step) and the mean wait for the outer step.
-    double agg[5] = {executor_->last_stage() ? st.loss / cfg_.replicas : 0.0,
+    const double ranks = world_->size();
+    // Elastic: the loss is a sum over the replicas that computed the step (agg[5] counts them:
+    // not a joiner in the step it joined at), divided afterwards.
+    const bool counted = executor_->last_stage() && !joining;
+    double agg[6] = {counted ? (cfg_.elastic ? st.loss : st.loss / cfg_.replicas) : 0.0,
                      static_cast<double>(st.allreduce_bytes + outer.data_bytes + outer.tied_bytes),
-                     st.offload_wait_s / cfg_.world_size(), static_cast<double>(outer.data_bytes),
-                     outer_s / cfg_.world_size()};
-    world_->allreduce(agg, agg, 5, DType::F64, ReduceOp::Sum);
+                     st.offload_wait_s / ranks,
+                     static_cast<double>(outer.data_bytes),
+                     outer_s / ranks,
+                     counted ? 1.0 : 0.0};
+    if (!cfg_.elastic) {
+      world_->allreduce(agg, agg, 5, DType::F64, ReduceOp::Sum);
+    } else {
+      // Alone until the round's end when the world is broken: this replica's own figures.
+      (void)world_ok([&] { world_->allreduce(agg, agg, 6, DType::F64, ReduceOp::Sum); });
+      agg[0] = agg[5] > 0 ? agg[0] / agg[5] : 0.0;
+    }
     outer_bytes += agg[3];
     outer_wait_s += agg[4];
     const double dt = std::chrono::duration<double>(Clock::now() - step_start).count();
@@ -692,10 +1167,15 @@ void Job::run() {
       if (outer.round_ended) {
         // Who is in: the replicas of the data-parallel groups that averaged this round.
         const int in = data_ ? data_->size() : 1;
+        const std::string who =
+            cfg_.elastic
+                ? fmt::format("replicas {} in ({} of {}, generation {})", ids_text(), in,
+                              cfg_.replicas, world_->generation())
+                : fmt::format("replicas {}-{} in ({} of {})", 0, in - 1, in, cfg_.replicas);
         fmt::print(
-            "round {} (steps {}-{}): replicas {}-{} in ({} of {}); outer average{} {} since the "
+            "round {} (steps {}-{}): {}; outer average{} {} since the "
             "last round, {} applied\n",
-            outer.round + 1, round_first + 1, step + 1, 0, in - 1, in, cfg_.replicas,
+            outer.round + 1, round_first + 1, step + 1, who,
             cfg_.outer_fragments > 1 ? fmt::format(" of {} of {} fragments", outer.fragments_synced,
                                                    cfg_.outer_fragments)
                                      : std::string(),
@@ -734,6 +1214,18 @@ void Job::run() {
     save(std::max(first_step, cfg_.steps));
   }
   check_momentum();
+  if (cfg_.elastic) {
+    // Every replica ends on the global weights: each says what it holds.
+    const std::span<const float> w = model_->params();
+    const int id = ids_[static_cast<std::size_t>(rank_)];
+    fmt::print(
+        "elastic: replica {}{} (rank {} of {}, generation {}) ends after step {} with "
+        "weights xxh3 {}\n",
+        id / cfg_.stages,
+        cfg_.stages > 1 ? fmt::format(" stage {}", id % cfg_.stages) : std::string(), rank_,
+        world_->size(), world_->generation(), cfg_.steps, checkpoint_checksum(std::as_bytes(w)));
+    std::fflush(stdout);
+  }
   if (!cfg_.trace.empty()) write_trace();
   const double tps = train_s > 0 ? tokens_per_step * cfg_.steps / train_s : 0.0;
   const double eval_loss = evaluate();
@@ -948,11 +1440,45 @@ void TrainConfig::validate() const {
         "--codec with --save or --resume: a checkpoint does not hold the codec's error-feedback "
         "state, so a resumed run would not continue the same training; drop --codec");
   }
-  if (outer_steps > 0 && (!save.empty() || !resume.empty())) {
-    throw bad(
-        "--outer-steps with --save or --resume: a checkpoint does not hold DiLoCo's outer state "
-        "(round-start weights, outer momentum, the average in flight), so a resumed run would "
-        "not continue the same training; drop --save/--resume or --outer-steps");
+  if (outer_steps > 0 && outer_codec != "none" && (!save.empty() || !resume.empty())) {
+    throw bad(fmt::format(
+        "--outer-codec {} with --save or --resume: a lossy outer average keeps error-feedback "
+        "residuals in the communicator, which a checkpoint does not hold, so a resumed run would "
+        "not continue the same training; use --outer-codec none with checkpoints",
+        outer_codec));
+  }
+  if (join && !elastic) throw bad("--join joins a running --elastic job: pass --elastic too");
+  if (min_replicas != 1 && !elastic)
+    throw bad("--min-replicas is the floor of an --elastic job: pass --elastic too");
+  if (min_replicas < 1 || min_replicas > replicas) {
+    throw bad(fmt::format("--min-replicas {} must be between 1 and --replicas {}", min_replicas,
+                          replicas));
+  }
+  if (elastic) {
+    if (outer_steps == 0) {
+      throw bad(
+          "--elastic re-forms the job at DiLoCo's round boundaries: pass --outer-steps H (inner "
+          "steps per round)");
+    }
+    if (join && stages != 1) {
+      throw bad(fmt::format(
+          "--join with --stages {}: a replica with stages needs one joiner per stage admitted "
+          "together, which is not supported yet; join jobs of --stages 1 (each replica a whole "
+          "model)",
+          stages));
+    }
+    if (outer_overlap || outer_fragments != 1) {
+      throw bad(
+          "--elastic with --outer-overlap or --outer-fragments: a re-formation would have to "
+          "settle averages still in flight over a world that lost ranks; drop them with "
+          "--elastic");
+    }
+    if (eval_every > 0) {
+      throw bad(
+          "--eval-every with --elastic: an evaluation between rounds is a collective that a lost "
+          "replica would break outside a round boundary; drop --eval-every (the end of the run "
+          "still evaluates)");
+    }
   }
   if (!save.empty()) check_save_dir(save);
   if (!resume.empty() && !std::filesystem::is_directory(resume)) {

@@ -141,6 +141,23 @@ struct TrainConfig {
   std::filesystem::path save;
   int save_every = 0;
   std::filesystem::path resume;
+  // Elastic DiLoCo replicas (comm/reform.h; torchrun's elastic conventions: the launcher hosts the
+  // store, TORCHELASTIC_USE_AGENT_STORE): a replica whose rank is lost is dropped at the next
+  // round boundary (the survivors re-form the world, agree with a Min vote whether every one of
+  // them took the round's outer step, redo it among themselves when not, and go on: the outer
+  // average is over those present); a process started with `join` is admitted at a round boundary
+  // and receives a survivor's state (weights, inner AdamW moments and step, outer weights and
+  // momentum) as a packed checkpoint over the communicator. Needs outer_steps > 0, no overlap, one
+  // fragment; joining needs stages 1. With stages, a replica that loses one stage's rank is dropped
+  // whole (its other ranks leave with an error naming it; the others re-form again without them);
+  // the re-formation aborts the other replicas' pipeline steps still in flight in that round
+  // (comm/heartbeat.h), so those replicas contribute the inner steps they completed, and the
+  // survivors still agree bit for bit. Heartbeats are on (STRAIT_HEARTBEAT_S, 1 s unless set).
+  bool elastic = false;
+  // Below this many replicas the job stops with an error (after a checkpoint when `save` is set).
+  int min_replicas = 1;
+  // This process joins a running elastic job (MASTER_ADDR / MASTER_PORT: the job's store).
+  bool join = false;
 
   // Checks what can be checked without the job (sizes, paths, directories); throws
   // InvalidArgument with the fix.
