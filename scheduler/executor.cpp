@@ -53,37 +53,6 @@ struct StepCopies {
 
 }  // namespace
 
-int chunk_activation_slots(const Schedule& schedule, int stage) {
-  validate_schedule(schedule);
-  if (stage < 0 || stage >= stage_count(schedule)) {
-    throw Error(ErrorCode::InvalidArgument,
-                fmt::format("chunk_activation_slots: stage {} is outside the schedule's {} model "
-                            "stages",
-                            stage, stage_count(schedule)));
-  }
-  int live = 0;
-  int peak = 0;
-  for (const Action& a : schedule.ranks[static_cast<std::size_t>(rank_of(schedule, stage))]) {
-    if (a.stage != stage) continue;
-    switch (a.kind) {
-      case ActionKind::F:
-      case ActionKind::Reload: peak = std::max(peak, ++live); break;
-      case ActionKind::B:
-        if (!has_weight_action(schedule, stage, a.microbatch)) --live;
-        break;
-      case ActionKind::W:
-      case ActionKind::Offload: --live; break;
-      case ActionKind::SendF:
-      case ActionKind::RecvF:
-      case ActionKind::SendB:
-      case ActionKind::RecvB:
-      case ActionKind::AllreduceGrad:
-      case ActionKind::Optim: break;
-    }
-  }
-  return peak;
-}
-
 PipelineExecutor::PipelineExecutor(Schedule schedule, int rank, std::vector<PipelineStage*> chunks,
                                    PipelineComms comms, int microbatch_size, int context)
     : schedule_(std::move(schedule)),
@@ -135,7 +104,7 @@ PipelineExecutor::PipelineExecutor(Schedule schedule, int rank, std::vector<Pipe
     ch.next_rank = ch.last ? -1 : rank_of(schedule_, ch.stage + 1);
     ch.prev_local = ch.prev_rank == rank;
     ch.next_local = ch.next_rank == rank;
-    ch.slots = chunk_activation_slots(schedule_, ch.stage);
+    ch.slots = peak_stashed_microbatches_of_stage(schedule_, ch.stage);
     if (ch.model->width() != width) {
       throw Error(ErrorCode::InvalidArgument,
                   fmt::format("executor: chunk {} (stage {}) passes {} floats per position but "

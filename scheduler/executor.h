@@ -21,7 +21,7 @@
 // backward_input, and the W backward_weight, which gives backward's bits.
 // Activation slots: a microbatch takes a free slot of its chunk at its F and gives it back at its B
 // (its W when it has one); slots are assigned at run time, so chunk c needs only
-// chunk_activation_slots(schedule, stage of c).
+// peak_stashed_microbatches_of_stage(schedule, stage of c).
 // Activation offload (a schedule from add_activation_offload, and set_activation_store): OFFLOAD
 // hands the slot's stash (PipelineStage::stash) to the store, keyed chunk * M + microbatch, and the
 // slot becomes free once that copy is done; RELOAD takes a free slot and starts the copy back; B
@@ -64,22 +64,14 @@ struct StepStats {
   double offload_wait_s = 0;  // time the step waited for activation copies (offload / reload)
 };
 
-// Activation slots model stage `stage` (in [0, P*V)) needs under `schedule`: the largest number
-// of its microbatches stashed at once on its rank (from F to B, or to W when it has one; an
-// OFFLOAD frees one, a RELOAD takes one). peak_stashed_microbatches (schedule_sim.h) counts a
-// rank's chunks together; a chunk's slots are its own. InvalidArgument for an invalid schedule or
-// a stage outside [0, P*V).
-int chunk_activation_slots(const Schedule& schedule, int stage);
-
 class PipelineExecutor {
  public:
   // `schedule` must be valid (validate_schedule) with stages == pipeline size, at most 256 model
   // stages and 32767 microbatches; `rank` is this rank of the pipeline; chunks[c] (non-null, V of
   // them) holds the model stage stage_of(schedule, rank, c) with at least
-  // chunk_activation_slots of it, and their params() / grads() follow one another in memory
-  // (InvalidArgument otherwise, naming the fix). Only comms.pipeline is used here; the others are
-  // the gradient sync's.
-  // microbatch_size: sequences per microbatch (B); context: T.
+  // peak_stashed_microbatches_of_stage of it, and their params() / grads() follow one another in
+  // memory (InvalidArgument otherwise, naming the fix). Only comms.pipeline is used here; the
+  // others are the gradient sync's. microbatch_size: sequences per microbatch (B); context: T.
   PipelineExecutor(Schedule schedule, int rank, std::vector<PipelineStage*> chunks,
                    PipelineComms comms, int microbatch_size, int context);
   // One chunk per rank (GPipe, 1F1B, ZB-H1).

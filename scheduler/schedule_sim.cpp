@@ -6,6 +6,7 @@
 #include <array>
 #include <cmath>
 #include <cstddef>
+#include <optional>
 #include <vector>
 
 #include "core/error.h"
@@ -421,14 +422,17 @@ std::vector<StageCosts> measured_stage_costs(const Schedule& sched, const Timeli
   return out;
 }
 
-int peak_stashed_microbatches(const Schedule& sched, int stage) {
-  validate_schedule(sched);
-  check_rank(sched, stage, "peak_stashed_microbatches");
+namespace {
+
+// The peak of live activation stashes over rank `rank`'s actions, of every chunk or only of model
+// stage `only` (see peak_stashed_microbatches).
+int peak_live_stashes(const Schedule& sched, int rank, std::optional<int> only) {
   const std::vector<bool> split = weight_keys(sched);
   const auto m = static_cast<std::size_t>(sched.microbatches);
   int live = 0;
   int peak = 0;
-  for (const Action& a : sched.ranks[static_cast<std::size_t>(stage)]) {
+  for (const Action& a : sched.ranks[static_cast<std::size_t>(rank)]) {
+    if (only && a.stage != *only) continue;
     switch (a.kind) {
       case ActionKind::F:
       case ActionKind::Reload: peak = std::max(peak, ++live); break;
@@ -447,6 +451,25 @@ int peak_stashed_microbatches(const Schedule& sched, int stage) {
     }
   }
   return peak;
+}
+
+}  // namespace
+
+int peak_stashed_microbatches(const Schedule& sched, int stage) {
+  validate_schedule(sched);
+  check_rank(sched, stage, "peak_stashed_microbatches");
+  return peak_live_stashes(sched, stage, std::nullopt);
+}
+
+int peak_stashed_microbatches_of_stage(const Schedule& sched, int model_stage) {
+  validate_schedule(sched);
+  if (model_stage < 0 || model_stage >= stage_count(sched)) {
+    throw Error(ErrorCode::InvalidArgument,
+                fmt::format("peak_stashed_microbatches_of_stage: stage {} is outside the "
+                            "schedule's {} model stages",
+                            model_stage, stage_count(sched)));
+  }
+  return peak_live_stashes(sched, rank_of(sched, model_stage), model_stage);
 }
 
 int peak_stashed_weight_inputs(const Schedule& sched, int stage) {

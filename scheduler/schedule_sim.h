@@ -145,6 +145,10 @@ STRAIT_API std::vector<StageCosts> measured_stage_costs(const Schedule& schedule
 // waits for its copy before reusing it.
 // Errors also for a rank outside [0, P).
 STRAIT_API int peak_stashed_microbatches(const Schedule& schedule, int stage);
+// The same for model stage `model_stage` alone (one chunk of its rank): the slots that chunk
+// needs. Equal to peak_stashed_microbatches for one chunk per rank. Errors also for a stage
+// outside [0, stage_count).
+STRAIT_API int peak_stashed_microbatches_of_stage(const Schedule& schedule, int model_stage);
 
 // The largest number of stashes rank `stage` keeps only for a W (its B has run, its W not yet):
 // the "W inputs" zero-bubble schedules hold back. 0 for schedules without W.

@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "scheduler/executor.h"
+#include "scheduler/schedule_sim.h"
 
 namespace strait::sched {
 
@@ -40,7 +41,7 @@ RankModel::RankModel(const GptConfig& config, const Schedule& schedule, int rank
     const int v = stages_[c];
     const LayerRange range = ranges[static_cast<std::size_t>(v)];
     const std::size_t n = StageModel<float>::parameter_count(config, range);
-    const int slots = std::max(min_slots, chunk_activation_slots(schedule, v));
+    const int slots = std::max(min_slots, peak_stashed_microbatches_of_stage(schedule, v));
     chunks_.push_back(std::make_unique<StageModel<float>>(
         config, range, max_batch, slots, seed, std::span<float>(params_).subspan(offsets[c], n),
         std::span<float>(grads_).subspan(offsets[c], n)));

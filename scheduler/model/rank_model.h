@@ -30,9 +30,9 @@ namespace strait::sched {
 
 class RankModel {
  public:
-  // Rank `rank` of `schedule` (valid) for `config`; each chunk gets chunk_activation_slots of its
-  // stage (at least `min_slots`), max_batch sequences per microbatch, weights from `seed` (the
-  // same bits as any other split: transformer.h).
+  // Rank `rank` of `schedule` (valid) for `config`; each chunk gets
+  // peak_stashed_microbatches_of_stage of its stage (at least `min_slots`), max_batch sequences per
+  // microbatch, weights from `seed` (the same bits as any other split: transformer.h).
   RankModel(const GptConfig& config, const Schedule& schedule, int rank, int max_batch,
             std::uint64_t seed, int min_slots = 1);
 

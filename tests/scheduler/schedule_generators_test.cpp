@@ -92,6 +92,19 @@ TEST_P(GeneratorGrid, ValidSimulatedOffloadableAndExchangeable) {
         if (!zero_bubble) {
           EXPECT_EQ(peak_stashed_weight_inputs(s, r), 0);
         }
+        // A chunk's own slots: with one chunk per rank, the rank's; with several, each at most
+        // the rank's and together at least it (a chunk's stashes peak on their own).
+        int chunk_sum = 0;
+        for (int v = 0; v < P * V; ++v) {
+          if (rank_of(s, v) != r) continue;
+          const int own = peak_stashed_microbatches_of_stage(s, v);
+          EXPECT_LE(own, peak) << "stage " << v;
+          if (V == 1) {
+            EXPECT_EQ(own, peak) << "stage " << v;
+          }
+          chunk_sum += own;
+        }
+        EXPECT_GE(chunk_sum, peak) << "rank " << r;
       }
       // Activation offload works on every schedule: valid, the same actions around it, no more
       // resident stashes, no simulated time.

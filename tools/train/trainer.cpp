@@ -136,7 +136,7 @@ void check_memory(const TrainConfig& c) {
     // Pinned host buffers of the cpu activation store count as well (per rank: its chunks'
     // largest stash stands for each).
     const double slots =
-        chunk_activation_slots(schedule, s) +
+        peak_stashed_microbatches_of_stage(schedule, s) +
         (c.offload_activations == ActivationOffload::Cpu
              ? static_cast<double>(peak_offloaded(schedule, rank_of(schedule, s))) / schedule.chunks
              : 0.0);
@@ -470,7 +470,7 @@ void Job::setup() {
     const Schedule plain = make_schedule(cfg_.schedule, p, cfg_.microbatches, cfg_.chunks);
     double without = 0;
     for (int c = 0; c < model_->chunks(); ++c)
-      without += chunk_activation_slots(plain, model_->stage(c));
+      without += peak_stashed_microbatches_of_stage(plain, model_->stage(c));
     at(0) = model_->slots();
     at(1) = without;
     at(2) = static_cast<double>(model_->slot_bytes()) / model_->slots();
