@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "tests/common/process.h"
+#include "tests/common/strait_process.h"
 
 namespace {
 
@@ -31,11 +32,7 @@ using strait::test::TempDir;
 using strait::test::wait_for_files;
 
 // `strait ARGS...` running with stdout and stderr captured in a file.
-class Strait : public strait::test::Process {
- public:
-  Strait(const std::vector<std::string>& args, const fs::path& output)
-      : Process(STRAIT_BIN, args, output) {}
-};
+using strait::test::Strait;
 
 // A shell snippet run by every rank with the test directory as $0. It writes its pid to
 // $0/pid.$RANK atomically, so a reader never sees a partial file.

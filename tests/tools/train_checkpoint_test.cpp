@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "tests/common/process.h"
+#include "tests/common/strait_process.h"
 #include "tests/common/word_corpus.h"
 
 namespace {
@@ -29,12 +30,7 @@ using nlohmann::json;
 using strait::test::contains;
 using strait::test::TempDir;
 
-class Strait : public strait::test::Process {
- public:
-  Strait(const std::vector<std::string>& args, const fs::path& output,
-         const std::vector<std::string>& extra_env = {})
-      : Process(STRAIT_BIN, args, output, extra_env) {}
-};
+using strait::test::Strait;
 
 using strait::test::write_word_corpus;
 

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "tests/common/process.h"
+#include "tests/common/strait_process.h"
 #include "tests/common/word_corpus.h"
 
 namespace {
@@ -38,12 +39,7 @@ using nlohmann::json;
 using strait::test::contains;
 using strait::test::TempDir;
 
-class Strait : public strait::test::Process {
- public:
-  Strait(const std::vector<std::string>& args, const fs::path& output,
-         const std::vector<std::string>& extra_env = {})
-      : Process(STRAIT_BIN, args, output, extra_env) {}
-};
+using strait::test::Strait;
 
 // Generous on a loaded 2-core machine: a lost peer is known from its exit or its heartbeat (1 s),
 // long before this.

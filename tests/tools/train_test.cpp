@@ -28,6 +28,7 @@
 
 #include "tests/common/process.h"
 #include "tests/common/scratch_mount.h"
+#include "tests/common/strait_process.h"
 #include "tests/common/word_corpus.h"
 
 namespace {
@@ -47,12 +48,7 @@ using strait::test::TempDir;
 constexpr auto kQuick = 30s;
 
 // `strait ARGS...` running with stdout and stderr captured in a file.
-class Strait : public strait::test::Process {
- public:
-  Strait(const std::vector<std::string>& args, const fs::path& output,
-         const std::vector<std::string>& extra_env = {})
-      : Process(STRAIT_BIN, args, output, extra_env) {}
-};
+using strait::test::Strait;
 
 using strait::test::write_word_corpus;
 

@@ -11,6 +11,7 @@
 
 #include "comm/algorithms/selection.h"
 #include "tests/common/process.h"
+#include "tests/common/strait_process.h"
 
 namespace {
 
@@ -21,10 +22,11 @@ using strait::test::contains;
 using strait::test::read_file;
 using strait::test::TempDir;
 
-class Strait : public strait::test::Process {
+// STRAIT_TUNE_FILE cleared: a tuning file in the caller's environment must not steer these runs.
+class Strait : public strait::test::Strait {
  public:
   Strait(const std::vector<std::string>& args, const fs::path& output)
-      : Process(STRAIT_BIN, args, output, {"STRAIT_TUNE_FILE="}) {}
+      : strait::test::Strait(args, output, {"STRAIT_TUNE_FILE="}) {}
 };
 
 // Runs `strait tune ARGS` without RANK (so it launches its own ranks); returns the exit code.
