@@ -212,9 +212,13 @@ TEST(SealedTransport, TamperedReplayedReorderedAndMisdirectedMessagesAreNamedErr
     }
     store.set("done/0", std::string("1"));
     store.get("done/1", 20s);
+    // Rank 2 connects to this transport while it constructs: it must not be gone before then (a
+    // starved bystander met a destroyed peer's shared memory on a loaded machine).
+    store.get("ready/2", 20s);
   });
   std::jthread bystander([&] {
     UcxTransport idle(store, "u", 2, 3, 10s);
+    store.set("ready/2", std::string("1"));
     store.get("done/1", 20s);
   });
   {
@@ -240,6 +244,7 @@ TEST(SealedTransport, TamperedReplayedReorderedAndMisdirectedMessagesAreNamedErr
     }
     store.get("done/0", 20s);
     store.set("done/1", std::string("1"));
+    store.get("ready/2", 20s);  // as the adversary: rank 2 has connected to us
   }
 }
 
