@@ -27,12 +27,16 @@
 #include "comm/bootstrap/tcp_store_wire.h"
 #include "comm/security/secret.h"
 #include "core/error.h"
+#include "tests/common/raw_socket.h"
 
 namespace strait::comm {
 namespace {
 
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
+using test::raw_connect;
+using test::read_until_closed;
+using test::send_bytes;
 namespace fs = std::filesystem;
 
 // A secret file in a fresh temporary folder, removed with it.
@@ -98,21 +102,6 @@ TcpStoreServerStats wait_for_stats(const TcpStoreServer& server, Pred pred) {
   return s;
 }
 
-Fd raw_connect(std::uint16_t port) {
-  std::string why;
-  Fd fd = net::try_connect("127.0.0.1", port, Clock::now() + 5s, why);
-  EXPECT_TRUE(fd.valid()) << why;
-  timeval tv{};
-  tv.tv_sec = 10;
-  setsockopt(fd.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  return fd;
-}
-
-void send_bytes(const Fd& fd, const std::vector<std::uint8_t>& bytes) {
-  ASSERT_EQ(::send(fd.get(), bytes.data(), bytes.size(), MSG_NOSIGNAL),
-            static_cast<ssize_t>(bytes.size()));
-}
-
 // One reply frame, or nullopt when the server closed the connection (or 10 s passed).
 std::optional<wire::Reply> read_reply(const Fd& fd) {
   std::array<std::uint8_t, wire::kHeaderBytes> header{};
@@ -134,14 +123,9 @@ std::optional<wire::Reply> read_reply(const Fd& fd) {
 
 // True when the server closes the connection within 10 s (after any replies it sends first).
 bool closed_by_server(const Fd& fd) {
-  const auto deadline = Clock::now() + 10s;
-  while (Clock::now() < deadline) {
-    pollfd pfd{fd.get(), POLLIN, 0};
-    if (poll(&pfd, 1, 100) <= 0) continue;
-    std::array<std::uint8_t, 4096> buf{};
-    if (recv(fd.get(), buf.data(), buf.size(), 0) <= 0) return true;
-  }
-  return false;
+  bool closed = false;
+  read_until_closed(fd, closed);
+  return closed;
 }
 
 std::vector<std::uint8_t> hello(const store_auth::Nonce& nonce) {

@@ -20,12 +20,16 @@
 #include "comm/bootstrap/socket.h"
 #include "comm/bootstrap/tcp_store_wire.h"
 #include "core/error.h"
+#include "tests/common/raw_socket.h"
 
 namespace strait::comm {
 namespace {
 
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
+using test::raw_connect;
+using test::read_until_closed;
+using test::send_bytes;
 
 TcpStoreOptions server_options(std::uint16_t port = 0) {
   TcpStoreOptions o;
@@ -333,42 +337,6 @@ TEST(TcpStore, ServerShutdownWakesParkedClientsWithPeerLost) {
   // Every later call fails the same way, at once.
   EXPECT_EQ(error_of([&] { client.set("k", std::string("v")); }).code(), ErrorCode::PeerLost);
   EXPECT_EQ(error_of([&] { client.add("n", 1); }).code(), ErrorCode::PeerLost);
-}
-
-// A raw TCP connection to the server, for speaking (or breaking) the protocol by hand.
-Fd raw_connect(std::uint16_t port) {
-  std::string why;
-  Fd fd = net::try_connect("127.0.0.1", port, Clock::now() + 5s, why);
-  EXPECT_TRUE(fd.valid()) << why;
-  // A server that stops answering fails the test instead of hanging it.
-  timeval tv{};
-  tv.tv_sec = 10;
-  setsockopt(fd.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  return fd;
-}
-
-void send_bytes(const Fd& fd, const std::vector<std::uint8_t>& bytes) {
-  ASSERT_EQ(::send(fd.get(), bytes.data(), bytes.size(), MSG_NOSIGNAL),
-            static_cast<ssize_t>(bytes.size()));
-}
-
-// Reads until the server closes the connection (or 10 s pass); returns what arrived.
-std::vector<std::uint8_t> read_until_closed(const Fd& fd, bool& closed) {
-  std::vector<std::uint8_t> got;
-  closed = false;
-  const auto deadline = Clock::now() + 10s;
-  while (Clock::now() < deadline) {
-    pollfd pfd{fd.get(), POLLIN, 0};
-    if (poll(&pfd, 1, 100) <= 0) continue;
-    std::uint8_t buf[4096];
-    const ssize_t n = recv(fd.get(), buf, sizeof buf, 0);
-    if (n <= 0) {
-      closed = true;  // orderly close or reset: either way the server dropped us
-      break;
-    }
-    got.insert(got.end(), buf, buf + n);
-  }
-  return got;
 }
 
 std::vector<std::uint8_t> hello(std::uint16_t version = wire::kVersion) {

@@ -133,6 +133,21 @@ Metrics train(const Job& job, const std::string& name, const std::vector<std::st
   return m;
 }
 
+// A test's own arguments before or after the ones its runs share (the later of two equal options
+// wins).
+auto prefixed_by(const std::vector<std::string>& common) {
+  return [common](std::vector<std::string> args) {
+    args.insert(args.begin(), common.begin(), common.end());
+    return args;
+  };
+}
+auto followed_by(const std::vector<std::string>& common) {
+  return [common](std::vector<std::string> args) {
+    args.insert(args.end(), common.begin(), common.end());
+    return args;
+  };
+}
+
 double relative_difference(double a, double b) {
   return std::abs(a - b) / std::max(std::abs(a), std::abs(b));
 }
@@ -145,10 +160,7 @@ double relative_difference(double a, double b) {
 TEST(StraitTrain, SameSeedGivesTheSameLossTrajectoryHoweverTheBatchIsSplit) {
   const Job job;
   const std::vector<std::string> common = {"--steps", "5", "--seed", "7"};
-  auto with = [&](std::vector<std::string> args) {
-    args.insert(args.end(), common.begin(), common.end());
-    return args;
-  };
+  const auto with = followed_by(common);
   const Metrics reference =
       train(job, "1x1", with({"--stages", "1", "--replicas", "1", "--microbatches", "8"}));
   ASSERT_EQ(reference.steps.size(), 5U);
@@ -321,10 +333,7 @@ TEST(StraitTrain, ActivationOffloadLeavesTheLossTrajectoryBitIdentical) {
   const std::vector<std::string> common = {"--stages",       "2", "--replicas", "1",
                                            "--microbatches", "6", "--schedule", "gpipe",
                                            "--steps",        "4", "--seed",     "7"};
-  auto with = [&](std::vector<std::string> args) {
-    args.insert(args.end(), common.begin(), common.end());
-    return args;
-  };
+  const auto with = followed_by(common);
   const Metrics none = train(job, "none", with({"--offload-activations", "none"}));
   ASSERT_EQ(none.steps.size(), 4U);
   EXPECT_EQ(none.summary.at("activation_slots"), json::array({6, 6}));
@@ -362,10 +371,7 @@ TEST(StraitTrain, ZbH1GivesOneFOneBsLossesBitForBitAndATrace) {
   const Job job;
   const std::vector<std::string> common = {"--stages",       "2", "--replicas", "1", "--steps", "3",
                                            "--microbatches", "8", "--seed",     "7"};
-  auto with = [&](std::vector<std::string> args) {
-    args.insert(args.end(), common.begin(), common.end());
-    return args;
-  };
+  const auto with = followed_by(common);
   const Metrics one = train(job, "1f1b", with({"--schedule", "1f1b"}));
   ASSERT_EQ(one.steps.size(), 3U);
   const fs::path trace = job.dir().path() / "zb.trace.json";
@@ -417,10 +423,7 @@ TEST(StraitTrain, ZbH1GivesOneFOneBsLossesBitForBitAndATrace) {
 TEST(StraitTrain, InterleavedAndZbVTrainTheSameTrajectory) {
   const Job job;
   const std::vector<std::string> common = {"--steps", "4", "--seed", "7", "--layers", "4"};
-  auto with = [&](std::vector<std::string> args) {
-    args.insert(args.end(), common.begin(), common.end());
-    return args;
-  };
+  const auto with = followed_by(common);
   const Metrics reference =
       train(job, "1x1", with({"--stages", "1", "--replicas", "1", "--microbatches", "8"}));
   ASSERT_EQ(reference.steps.size(), 4U);
@@ -555,10 +558,7 @@ TEST(StraitTrain, CodecTakesOverAfterItsWarmupSendsAQuarterOfTheBytesAndStillTra
   const Job job;
   const std::vector<std::string> common = {"--stages", "1", "--replicas",     "2", "--steps", "16",
                                            "--warmup", "2", "--microbatches", "4"};
-  auto with = [&](std::vector<std::string> args) {
-    args.insert(args.begin(), common.begin(), common.end());
-    return args;
-  };
+  const auto with = prefixed_by(common);
   const Metrics plain = train(job, "plain", with({}));
   const Metrics int8 = train(job, "int8", with({"--codec", "int8", "--codec-warmup", "4"}));
   ASSERT_EQ(plain.steps.size(), 16U);
@@ -596,10 +596,7 @@ TEST(StraitTrain, FreezeVarianceAppliesFromTheCodecsFirstStep) {
   const std::vector<std::string> common = {
       "--stages", "1",    "--replicas",     "2", "--steps",      "10",           "--warmup", "2",
       "--codec",  "topk", "--codec-warmup", "4", "--codec-args", "fraction=0.05"};
-  auto with = [&](std::vector<std::string> args) {
-    args.insert(args.begin(), common.begin(), common.end());
-    return args;
-  };
+  const auto with = prefixed_by(common);
   const Metrics plain = train(job, "default", with({}));
   const Metrics on = train(job, "on", with({"--freeze-variance", "on"}));
   const Metrics off = train(job, "off", with({"--freeze-variance", "off"}));
@@ -628,10 +625,7 @@ TEST(StraitTrain, MomentumCompressionTracksTheGradientAverageWithAFrozenVariance
   const std::vector<std::string> common = {
       "--stages", "1",    "--replicas",     "2", "--steps",     "16", "--warmup", "2",
       "--codec",  "bf16", "--codec-warmup", "4", "--grad-clip", "0"};
-  auto with = [&](std::vector<std::string> args) {
-    args.insert(args.begin(), common.begin(), common.end());
-    return args;
-  };
+  const auto with = prefixed_by(common);
   const Metrics gradient = train(job, "gradient", with({"--freeze-variance", "on"}));
   const Metrics momentum = train(job, "momentum", with({"--compress", "momentum"}));
   EXPECT_EQ(momentum.summary.at("compress").get<std::string>(), "momentum");
@@ -675,10 +669,7 @@ TEST(StraitTrain, DiLoCoWithOneReplicaOuterLrOneAndNoMomentumIsPlainTraining) {
   const Job job;
   const std::vector<std::string> common = {"--stages", "2", "--replicas",     "1", "--steps", "8",
                                            "--warmup", "2", "--microbatches", "4"};
-  auto with = [&](std::vector<std::string> args) {
-    args.insert(args.begin(), common.begin(), common.end());
-    return args;
-  };
+  const auto with = prefixed_by(common);
   const Metrics plain = train(job, "plain", with({}));
   const Metrics diloco = train(
       job, "diloco", with({"--outer-steps", "3", "--outer-lr", "1", "--outer-momentum", "0"}));
@@ -709,10 +700,7 @@ TEST(StraitTrain, DiLoCoTrajectoryDoesNotDependOnTheStagesOfAReplica) {
   const std::vector<std::string> common = {"--replicas",    "2", "--steps",        "6",
                                            "--warmup",      "2", "--microbatches", "4",
                                            "--outer-steps", "2"};
-  auto with = [&](std::vector<std::string> args) {
-    args.insert(args.begin(), common.begin(), common.end());
-    return args;
-  };
+  const auto with = prefixed_by(common);
   const Metrics one = train(job, "one", with({"--stages", "1"}));
   const Metrics two = train(job, "two", with({"--stages", "2"}));
   ASSERT_EQ(one.steps.size(), 6U);
@@ -734,10 +722,7 @@ TEST(StraitTrain, DiLoCoWithInt8SendsASixteenthOfTheBytesBetweenReplicasAndStill
   const Job job;
   const std::vector<std::string> common = {"--stages", "1", "--replicas",     "2", "--steps", "16",
                                            "--warmup", "2", "--microbatches", "4"};
-  auto with = [&](std::vector<std::string> args) {
-    args.insert(args.begin(), common.begin(), common.end());
-    return args;
-  };
+  const auto with = prefixed_by(common);
   const Metrics plain = train(job, "plain", with({}));
   const Metrics diloco =
       train(job, "diloco", with({"--outer-steps", "4", "--outer-codec", "int8"}));
@@ -780,10 +765,7 @@ TEST(StraitTrain, DiLoCoOuterStateOnNvmeGivesTheSameBitsAsInRam) {
   const std::vector<std::string> common = {
       "--stages",       "2", "--replicas",    "2", "--steps",       "7",    "--warmup",       "2",
       "--microbatches", "4", "--outer-steps", "3", "--outer-codec", "int8", "--outer-overlap"};
-  auto with = [&](std::vector<std::string> args) {
-    args.insert(args.begin(), common.begin(), common.end());
-    return args;
-  };
+  const auto with = prefixed_by(common);
   const Metrics ram = train(job, "ram", with({}));
   const Metrics nvme = train(job, "nvme", with({"--outer-state", "nvme"}));
   ASSERT_EQ(ram.steps.size(), 7U);
@@ -825,10 +807,7 @@ TEST(StraitTrain, OuterOverlapAppliesEachRoundsAverageOneRoundLate) {
   const std::vector<std::string> common = {
       "--stages",       "2", "--replicas",    "2", "--steps",       "10",  "--warmup", "2",
       "--microbatches", "4", "--outer-steps", "3", "--outer-codec", "int8"};
-  auto with = [&](std::vector<std::string> args) {
-    args.insert(args.begin(), common.begin(), common.end());
-    return args;
-  };
+  const auto with = prefixed_by(common);
   const Metrics blocking = train(job, "blocking", with({}));
   const Metrics overlap = train(job, "overlap", with({"--outer-overlap"}));
   ASSERT_EQ(overlap.steps.size(), 10U);
