@@ -96,6 +96,22 @@ struct Result {
   int slots = 0;
 };
 
+// Three plain SGD steps (lr 0.05) of `exec` on the same random tokens for every caller; the losses.
+std::vector<double> three_sgd_steps(PipelineExecutor& exec) {
+  std::mt19937_64 rng(9);
+  std::vector<double> losses;
+  for (int step = 0; step < 3; ++step) {
+    const auto tokens = random_ids(rng, kM * kB * kT);
+    const auto targets = random_ids(rng, kM * kB * kT);
+    const StepStats st =
+        exec.run_step(step, tokens, targets, [](std::span<float> p, std::span<const float> g) {
+          for (std::size_t i = 0; i < p.size(); ++i) p[i] -= 0.05F * g[i];
+        });
+    losses.push_back(st.loss);
+  }
+  return losses;
+}
+
 // Three SGD steps of the whole model as one stage under `schedule`.
 Result train(const Schedule& schedule, std::unique_ptr<offload::ActivationStore> store = nullptr) {
   StageModel<float> model(tiny(), {0, 2}, kB, peak_stashed_microbatches(schedule, 0), 5);
@@ -104,20 +120,9 @@ Result train(const Schedule& schedule, std::unique_ptr<offload::ActivationStore>
   exec.set_gradient_sync(std::make_unique<DataParallelSync>(PipelineComms{}, 0, 1, GradientLayout{},
                                                             GradientCompression{}, 1.0));
   if (store) exec.set_activation_store(std::move(store));
-  std::mt19937_64 rng(9);
   Result run;
   run.slots = model.slots();
-  for (int step = 0; step < 3; ++step) {
-    const auto tokens = random_ids(rng, kM * kB * kT);
-    const auto targets = random_ids(rng, kM * kB * kT);
-    const StepStats st =
-        exec.run_step(step, tokens, targets, [](std::span<float> p, std::span<const float> g) {
-          for (std::size_t i = 0; i < p.size(); ++i) {
-            p[i] -= 0.05F * g[i];
-          }
-        });
-    run.losses.push_back(st.loss);
-  }
+  run.losses = three_sgd_steps(exec);
   run.params.assign(model.params().begin(), model.params().end());
   return run;
 }
@@ -207,18 +212,9 @@ Result train_chunks(const Schedule& schedule,
   exec.set_gradient_sync(std::make_unique<DataParallelSync>(PipelineComms{}, 0, 1, layout,
                                                             GradientCompression{}, 1.0));
   if (store) exec.set_activation_store(std::move(store));
-  std::mt19937_64 rng(9);
   Result run;
   run.slots = model.slots();
-  for (int step = 0; step < 3; ++step) {
-    const auto tokens = random_ids(rng, kM * kB * kT);
-    const auto targets = random_ids(rng, kM * kB * kT);
-    const StepStats st =
-        exec.run_step(step, tokens, targets, [](std::span<float> p, std::span<const float> g) {
-          for (std::size_t i = 0; i < p.size(); ++i) p[i] -= 0.05F * g[i];
-        });
-    run.losses.push_back(st.loss);
-  }
+  run.losses = three_sgd_steps(exec);
   // Every tensor once, by name, in name order: comparable whatever the split.
   std::vector<std::pair<std::string, std::vector<float>>> named;
   for (const TensorInfo& t : model.tensors()) {
