@@ -11,8 +11,9 @@ less the tied-embedding sum inside each replica (diloco_report.py explains that 
   diloco_plot.py --out loss_bytes.png DATA_PARALLEL.jsonl DILOCO.jsonl ...
 """
 import argparse
-import json
+import os
 import statistics
+import sys
 
 import matplotlib
 
@@ -21,21 +22,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from diloco_report import load  # noqa: E402
 
-
-def smooth(values, window=50):
-    out, total = [], 0.0
-    for i, v in enumerate(values):
-        total += v
-        if i >= window:
-            total -= values[i - window]
-        out.append(total / min(i + 1, window))
-    return out
-
-
-def eval_points(path):
-    with open(path, encoding="utf-8") as f:
-        records = [json.loads(line) for line in f if line.strip()]
-    return [(r["step"], r["eval_loss"]) for r in records if r.get("type") == "eval"]
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools", "plot"))
+import plot_convergence  # noqa: E402
 
 
 def label_of(summary):
@@ -65,9 +53,9 @@ def main():
         colour = colours[i % len(colours)]
         x = [s["step"] for s in steps]
         label = label_of(summary)
-        loss_ax.plot(x, smooth([s["loss"] for s in steps]), color=colour, lw=1.2,
+        loss_ax.plot(x, plot_convergence.moving_average([s["loss"] for s in steps], 50), color=colour, lw=1.2,
                      label=f"{label}: eval {summary['eval_loss']:.4f}")
-        points = eval_points(path)
+        points = plot_convergence.load(path)[2]
         if points:
             loss_ax.plot(*zip(*points), "o", color=colour, ms=5)
         sent, total = [], 0.0
