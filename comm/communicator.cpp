@@ -17,6 +17,7 @@
 #include "comm/algorithms/codec_rules.h"
 #include "comm/algorithms/collective_op.h"
 #include "comm/algorithms/hierarchical_allreduce.h"
+#include "comm/algorithms/mailbox_allreduce.h"
 #include "comm/algorithms/registry.h"
 #include "comm/algorithms/selection.h"
 #include "comm/collective_check.h"
@@ -26,6 +27,7 @@
 #include "comm/compress/compression_state.h"
 #include "comm/nccl/device_collectives.h"
 #include "comm/progress_engine.h"
+#include "comm/transport/local_mailbox.h"
 #include "core/error.h"
 
 namespace strait::comm {
@@ -97,6 +99,11 @@ Fingerprint fingerprint_of(const CollectiveArgs& a, std::uint64_t seq, const Sel
     if (a.kind == Kind::Allreduce) f.segment_bytes = chosen.params.segment_bytes;
   }
   return f;
+}
+
+const AlgorithmInfo* mailbox_algorithm() {
+  static const AlgorithmInfo* const kAlgorithm = find_algorithm("allreduce", "mailbox");
+  return kAlgorithm;
 }
 
 }  // namespace
@@ -209,6 +216,15 @@ Work Communicator::post(const CollectiveArgs& args) {
   static const AlgorithmInfo* const kHierarchical = find_algorithm("allreduce", "hierarchical");
   static const AlgorithmInfo* const kRing = find_algorithm("allreduce", "ring");
   if (chosen.algorithm == kHierarchical && !hierarchy_) chosen.algorithm = kRing;
+  // Without a mailbox (a rank on another host, sealed links) or beyond a slot, the mailbox is
+  // recursive doubling: every rank knows both, so all fall back alike.
+  if (chosen.algorithm == mailbox_algorithm() &&
+      (!group_->mailbox ||
+       args.count * kernels::dtype_size(args.dtype) > LocalMailbox::kPayloadBytes)) {
+    static const AlgorithmInfo* const kRecursiveDoubling =
+        find_algorithm("allreduce", "recursive_doubling");
+    chosen = Selection{.algorithm = kRecursiveDoubling, .params = {}};
+  }
 
   OpSummary what = OpSummary::of(args, group_->comm_id, rank(), size());
   what.selection = chosen;
@@ -232,6 +248,7 @@ Work Communicator::post(const CollectiveArgs& args) {
                                                             .compression = compression_});
   if (!p2p) {
     op->set_fingerprint(fingerprint);
+    if (group_->mailbox) op->set_announcement(group_->mailbox->announce(fingerprint));
     if (args.kind == Kind::AlltoallV) {
       op->set_pair_counts(
           std::vector<std::uint64_t>(args.counts.begin(), args.counts.end()),
@@ -243,8 +260,66 @@ Work Communicator::post(const CollectiveArgs& args) {
 }
 
 void Communicator::run(const CollectiveArgs& args) {
+  if (args.kind == Kind::Allreduce && group_->mailbox && run_in_mailbox(args)) return;
   const ProgressEngine::CallerWillWait caller_waits;
   post(args).wait();
+}
+
+bool Communicator::run_in_mailbox(const CollectiveArgs& args) {
+  LocalMailbox& box = *group_->mailbox;
+  const std::size_t bytes = args.count * kernels::dtype_size(args.dtype);
+  const auto stream = static_cast<std::uint64_t>(group_->comm_id) + 1;
+  if (bytes > LocalMailbox::kPayloadBytes || box.finished() != box.taken()) return false;
+  int device = -1;
+  if (memory_of(args, rank(), &device) == MemoryKind::Device) return false;
+  if (shared_->engine->broken(stream)) return false;
+  check_host(args, rank(), size());
+  // The same selection as post()'s, and the same fingerprint: a peer whose call went through the
+  // engine (a non-blocking one) runs the same protocol.
+  const Selection chosen = shared_->algorithms->choose("allreduce", size(), bytes, sites_.count());
+  if (chosen.algorithm != mailbox_algorithm()) return false;
+  const std::uint64_t seq = next_seq(1);
+  const Fingerprint fingerprint = fingerprint_of(args, seq, chosen, nullptr);
+  MailboxCall call(box, *group_, args.send, args.recv, args.count, args.dtype, args.op);
+  const std::uint64_t announcement = box.announce(fingerprint);
+  // What errors need, formatted only for them; one pointer, so that std::function keeps it
+  // without allocating.
+  struct Context {
+    const Communicator* comm;
+    const CollectiveArgs* args;
+    std::uint64_t seq;
+    Selection chosen;
+    std::uint64_t stream;
+  } ctx{this, &args, seq, chosen, stream};
+  const InlineWait wait{
+      .deadline = std::chrono::steady_clock::now() + timeout(),
+      .timeout = timeout(),
+      .yield = !shared_->engine->transport().core_per_local_rank(),
+      .announcement = announcement,
+      .broken = [c = &ctx]() -> std::optional<Error> {
+        auto cause = c->comm->shared_->engine->broken(c->stream);
+        if (!cause) return std::nullopt;
+        return Error(cause->code(), fmt::format("aborted: {}", cause->message()));
+      },
+      .describe =
+          [c = &ctx] {
+            OpSummary what =
+                OpSummary::of(*c->args, c->comm->group_->comm_id, c->comm->rank(), c->comm->size());
+            what.selection = c->chosen;
+            what.seq = c->seq;
+            return what.describe();
+          },
+  };
+  try {
+    run_inline(call, fingerprint, wait);
+  } catch (const Error& e) {
+    // As the engine does with a failed operation: later calls fail at once (their peers may be
+    // gone or out of step).
+    shared_->engine->fail_stream(stream, e);
+    throw;
+  }
+  counters_.allreduce.fetch_add(bytes, std::memory_order_relaxed);
+  return true;
 }
 
 // The entry points: one record each.

@@ -311,6 +311,11 @@ class STRAIT_API Communicator {
   void alltoall_v(const void* send, std::span<const std::size_t> send_counts, void* recv,
                   std::span<const std::size_t> recv_counts, kernels::DType dtype);
 
+  // True when this communicator's short allreduces go through shared memory: all its ranks run
+  // on this host (same network namespace) and its links are not sealed
+  // (comm/transport/local_mailbox.h, comm/algorithms/mailbox_allreduce.h).
+  [[nodiscard]] bool shares_memory() const noexcept;
+
   // The one path every operation above takes (comm/collective_args.h): checks the record once,
   // routes it to NCCL when its buffers are device memory, else chooses the algorithm
   // (comm/algorithms/registry.h), builds and fingerprints it and submits it to the progress
@@ -355,6 +360,12 @@ class STRAIT_API Communicator {
     std::atomic<std::uint64_t> reduce_scatter{0}, reduce{0}, gather{0}, scatter{0}, alltoall{0};
   };
   // The first of n consecutive sequence numbers (an operation made of several takes more than one).
+  // run()'s fast path for a short allreduce whose ranks are all on this host: the mailbox
+  // protocol on the caller's thread (comm/algorithms/mailbox_allreduce.h), with no operation, work
+  // or engine hand-off. False (nothing done) when it does not apply: the selection is another
+  // algorithm, the vector is longer than a slot, earlier mailbox calls are still in flight, the
+  // buffers are GPU memory, or the communicator has failed (post() then says why).
+  bool run_in_mailbox(const CollectiveArgs& args);
   std::uint64_t next_seq(std::uint64_t n = 1);
   Work submit(std::unique_ptr<class Op> op, Describer describe, bool ordered,
               DeadlineStart start = DeadlineStart::AtSubmit);

@@ -26,6 +26,7 @@
 #include "comm/compress/compression_state.h"
 #include "comm/nccl/device_collectives.h"
 #include "comm/progress_engine.h"
+#include "comm/transport/local_mailbox.h"
 #include "comm/transport/sealed_transport.h"
 #include "comm/transport/ucx/ucx_transport.h"
 #include "core/error.h"
@@ -162,6 +163,10 @@ std::unique_ptr<Communicator> Communicator::create_world(std::shared_ptr<Store> 
   group->rank = rank;
   group->world_ranks.resize(static_cast<std::size_t>(size));
   for (int i = 0; i < size; ++i) group->world_ranks[static_cast<std::size_t>(i)] = i;
+  // Sealed links stay sealed: short vectors then go through them too, not through shared memory.
+  const bool sealed = dynamic_cast<const SealedTransport*>(&shared->engine->transport()) != nullptr;
+  group->mailbox = LocalMailbox::create(*shared->store, "strait/mailbox/0", rank, size,
+                                        options.timeout, sealed ? "links are sealed" : "");
   auto world =
       std::make_unique<Communicator>(Key{}, std::move(shared), std::move(group), options.timeout);
   // No rank leaves creation (and could finish and tear down its endpoints) before every rank has
@@ -324,6 +329,9 @@ int Communicator::rank() const noexcept {
 int Communicator::size() const noexcept {
   return group_->size();
 }
+bool Communicator::shares_memory() const noexcept {
+  return group_->mailbox != nullptr;
+}
 const Sites& Communicator::sites() const noexcept {
   return sites_;
 }
@@ -368,6 +376,12 @@ std::unique_ptr<Communicator> Communicator::split(int color, int key) {
                             id, kMaxComms - 1));
   }
   group->comm_id = static_cast<int>(id);
+  // A sub-communicator of ranks all on this host gets its own mailbox (the world's may have none).
+  const bool sealed =
+      dynamic_cast<const SealedTransport*>(&shared_->engine->transport()) != nullptr;
+  group->mailbox =
+      LocalMailbox::create(*shared_->store, fmt::format("strait/mailbox/{}", id), group->rank,
+                           group->size(), timeout(), sealed ? "links are sealed" : "");
   return std::make_unique<Communicator>(Key{}, shared_, std::move(group), timeout());
 }
 

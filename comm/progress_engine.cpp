@@ -201,6 +201,7 @@ void ProgressEngine::mark_broken(std::uint64_t stream, const Error& cause) {
     const bool known = std::any_of(broken_.begin(), broken_.end(),
                                    [&](const auto& b) { return b.first == stream; });
     if (!known) broken_.emplace_back(stream, cause);
+    any_broken_.store(true, std::memory_order_release);
     // Submitted before the stream broke but not yet picked up by this thread: they would
     // otherwise start on the broken stream.
     for (auto it = incoming_.begin(); it != incoming_.end();) {
@@ -217,6 +218,11 @@ void ProgressEngine::mark_broken(std::uint64_t stream, const Error& cause) {
                                                      "unusable after an earlier error: {}",
                                                      e.work->description(), cause.message())));
   }
+}
+
+void ProgressEngine::fail_stream(std::uint64_t stream, const Error& cause) {
+  mark_broken(stream, cause);
+  abort(stream, cause);
 }
 
 void ProgressEngine::break_stream(std::uint64_t stream, const Error& cause) {
@@ -279,13 +285,27 @@ bool ProgressEngine::step_ops() {
 void ProgressEngine::check_deadlines(Clock::time_point now) {
   for (auto& e : active_) {
     if (e.finished || e.work->done() || now < e.deadline) continue;
-    fail_entry(e,
-               Error(ErrorCode::Timeout,
-                     fmt::format("{} did not finish within {} ms; still waiting for {}. A rank "
-                                 "may be stuck, dead or calling a different operation; raise "
-                                 "the timeout (STRAIT_TIMEOUT_S) if it is only slow",
-                                 e.work->description(), e.timeout.count(), e.op->waiting_for())));
+    fail_entry(e, timeout_error(e.work->description(), e.timeout, e.op->waiting_for()));
   }
+}
+
+Error ProgressEngine::timeout_error(const std::string& description,
+                                    std::chrono::milliseconds timeout,
+                                    const std::string& waiting_for) {
+  return Error(ErrorCode::Timeout,
+               fmt::format("{} did not finish within {} ms; still waiting for {}. A rank may be "
+                           "stuck, dead or calling a different operation; raise the timeout "
+                           "(STRAIT_TIMEOUT_S) if it is only slow",
+                           description, timeout.count(), waiting_for));
+}
+
+std::optional<Error> ProgressEngine::broken(std::uint64_t stream) {
+  if (!any_broken_.load(std::memory_order_acquire)) return std::nullopt;
+  const std::lock_guard lock(mutex_);
+  for (const auto& [s, cause] : broken_) {
+    if (s == stream) return cause;
+  }
+  return std::nullopt;
 }
 
 void ProgressEngine::complete_in_order() {

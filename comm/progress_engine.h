@@ -107,6 +107,17 @@ class ProgressEngine : public std::enable_shared_from_this<ProgressEngine> {
   // Called by Work::wait() when a wait that drive() did not finish has ended, with how long after
   // the wait began the operation completed: adapts the polling budget (see the .cpp).
   void wait_ended(std::chrono::steady_clock::duration waited);
+  // An operation of `stream` run outside the engine (the blocking mailbox path) failed with
+  // `cause`: the stream is unusable from now on (later submissions fail at once, as after an
+  // operation of the engine's own), and its active operations are failed as by abort().
+  void fail_stream(std::uint64_t stream, const Error& cause);
+  // Why `stream` can no longer be used (one of its operations failed, or it was aborted: a
+  // heartbeat's PeerLost), or nullopt. One atomic load while no stream is broken. Any thread.
+  [[nodiscard]] std::optional<Error> broken(std::uint64_t stream);
+  // The Timeout of an operation that did not finish within `timeout` (check_deadlines' words; the
+  // blocking mailbox path says the same).
+  static Error timeout_error(const std::string& description, std::chrono::milliseconds timeout,
+                             const std::string& waiting_for);
   // Fails one pending operation (no-op when already finished).
   void fail(const std::shared_ptr<WorkState>& work, const Error& error);
   // Fails every pending operation of `stream` (0: all streams) with Aborted.
@@ -181,6 +192,7 @@ class ProgressEngine : public std::enable_shared_from_this<ProgressEngine> {
   // complete_in_order()'s scratch, kept so that polling allocates nothing.
   std::vector<std::uint64_t> blocked_streams_;
   std::vector<std::pair<std::uint64_t, Error>> broken_;  // guarded by mutex_
+  std::atomic<bool> any_broken_{false};                  // !broken_.empty()
   Fd wake_fd_;                                           // eventfd: submissions and commands
   Fd epoll_fd_;                                          // wake_fd_ and the transport's event fd
   std::chrono::microseconds spin_;                       // the engine thread's, before it sleeps

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstring>
 
+#include "comm/transport/local_mailbox.h"
 #include "core/error.h"
 
 namespace strait::comm {
@@ -168,11 +169,16 @@ void CollectiveOp::check_header(const Posted& p) const {
                             expected.counts));
   }
   const Fingerprint mine = pair_send_.empty() ? *fingerprint_ : header_for(p.peer, false);
-  throw Error(ErrorCode::Mismatch,
-              fmt::format("{} called {} where this rank called {}: every rank must call the "
-                          "same operations, with the same counts, dtypes, ops and roots, in "
-                          "the same order",
-                          peer, p.header->describe(), mine.describe()));
+  throw mismatch_error(*group_, p.peer, *p.header, mine);
+}
+
+Error mismatch_error(const Group& group, int peer, const Fingerprint& theirs,
+                     const Fingerprint& mine) {
+  return Error(ErrorCode::Mismatch,
+               fmt::format("{} called {} where this rank called {}: every rank must call the "
+                           "same operations, with the same counts, dtypes, ops and roots, in "
+                           "the same order",
+                           group.describe_rank(peer), theirs.describe(), mine.describe()));
 }
 
 RequestPtr CollectiveOp::post_send(Transport& t, int peer, Tag tag, const void* buf,
@@ -261,6 +267,13 @@ bool CollectiveOp::all_done(Transport& t) {
                               group_->describe_rank(p.peer), r.bytes, p.bytes, at_step(p.step)));
     }
     if (r.state == TransportRequest::State::Pending) {
+      // A peer in the shared-memory mailbox with another operation never sends: its
+      // announcement says so (comm/transport/local_mailbox.h).
+      if (group_->mailbox && fingerprint_ && announcement_) {
+        if (auto d = group_->mailbox->disagreeing(*fingerprint_, *announcement_, p.peer)) {
+          throw mismatch_error(*group_, d->first, d->second, *fingerprint_);
+        }
+      }
       const int world = group_->world_ranks.at(static_cast<std::size_t>(p.peer));
       if (const auto& lost = t.peer_lost(world); !lost.empty()) {
         settle_headers(t);

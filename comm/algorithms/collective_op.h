@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <type_traits>
@@ -17,20 +18,31 @@
 #include "comm/progress_engine.h"
 #include "comm/tag.h"
 #include "comm/transport/transport.h"
+#include "core/error.h"
 
 namespace strait::comm {
 
 // A communicator as algorithms see it: its id, this process's rank, and world rank of every rank.
+class LocalMailbox;
+
 struct Group {
   int comm_id = 0;
   int rank = 0;
   std::vector<int> world_ranks;
+  // Shared-memory slots for short vectors when every rank is on this host (null otherwise):
+  // comm/transport/local_mailbox.h, used by comm/algorithms/mailbox_allreduce.h.
+  std::shared_ptr<LocalMailbox> mailbox;
   [[nodiscard]] int size() const noexcept { return static_cast<int>(world_ranks.size()); }
   // "rank 2" in the world communicator, "rank 2 (world rank 5)" in a sub-communicator.
   [[nodiscard]] std::string describe_rank(int group_rank) const;
 };
 
 class RingEngine;
+
+// Mismatch: group rank `peer` called `theirs` where this rank called `mine` (the words every
+// fingerprint check uses: message headers, the mailbox's slots and announcements).
+Error mismatch_error(const Group& group, int peer, const Fingerprint& theirs,
+                     const Fingerprint& mine);
 
 class CollectiveOp : public Op {
   friend class RingEngine;  // posts the ring's messages with this op's tags and fingerprints
@@ -54,6 +66,9 @@ class CollectiveOp : public Op {
     fingerprint_ = std::make_shared<const Fingerprint>(fingerprint);
     both_ways_ = exchange == Exchange::BothWays;
   }
+  // The number the communicator's mailbox gave this op's announcement (LocalMailbox::announce):
+  // while it waits for a peer, it compares the peer's announcement of the same number.
+  void set_announcement(std::uint64_t index) noexcept { announcement_ = index; }
   // alltoall_v, after set_fingerprint: the elements this rank sends to (`send`) and receives from
   // (`recv`) each group rank. The header to peer j then carries count = send[j], counts = recv[j],
   // and the one from j must carry count = recv[j], counts = send[j]: when rank i's send_counts[j]
@@ -118,6 +133,13 @@ class CollectiveOp : public Op {
 
   [[nodiscard]] const Group& group() const noexcept { return *group_; }
   [[nodiscard]] std::uint64_t seq() const noexcept { return seq_; }
+  [[nodiscard]] std::optional<std::uint64_t> announcement() const noexcept { return announcement_; }
+  // set_fingerprint()'s, or null (tests of bare algorithms).
+  [[nodiscard]] const Fingerprint* fingerprint() const noexcept { return fingerprint_.get(); }
+  // Counts bytes this op moved without a message (the mailbox's slot writes).
+  void count_sent(std::size_t bytes) noexcept {
+    if (bytes_sent_ != nullptr) bytes_sent_->fetch_add(bytes, std::memory_order_relaxed);
+  }
 
  private:
   struct Posted {
@@ -158,6 +180,7 @@ class CollectiveOp : public Op {
   std::vector<std::uint64_t> pair_send_, pair_recv_;  // empty unless set_pair_counts()
   std::vector<int> header_sent_to_;                   // group ranks
   std::vector<int> header_received_from_;             // group ranks
+  std::optional<std::uint64_t> announcement_;         // set_announcement()
   int framed_peer_ = -1;                              // frame_first_exchange_with()
   bool framed_sent_ = false;
   bool framed_received_ = false;

@@ -14,6 +14,7 @@
 #include "comm/algorithms/direct_allreduce.h"
 #include "comm/algorithms/dissemination_barrier.h"
 #include "comm/algorithms/hierarchical_allreduce.h"
+#include "comm/algorithms/mailbox_allreduce.h"
 #include "comm/algorithms/pairwise_alltoall.h"
 #include "comm/algorithms/point_to_point.h"
 #include "comm/algorithms/powersgd_allreduce.h"
@@ -108,6 +109,12 @@ constexpr std::array kBuilders = {
               const auto& a = c.args;
               return std::make_unique<DirectAllreduce>(c.group, c.seq, c.bytes_sent, a.send, a.recv,
                                                        a.count, a.dtype, a.op);
+            }},
+    Builder{"allreduce", "mailbox",
+            [](const Ctx& c) -> Op {
+              const auto& a = c.args;
+              return std::make_unique<MailboxAllreduce>(c.group, c.seq, c.bytes_sent, a.send,
+                                                        a.recv, a.count, a.dtype, a.op);
             }},
     Builder{"allreduce_compressed", "ring",
             [](const Ctx& c) -> Op {

@@ -33,6 +33,9 @@ constexpr std::array kAlgorithms = {
     AlgorithmInfo{"allreduce", "hierarchical", 4, true, Choice::Rules, true},
     // comm/algorithms/direct_allreduce.h: ranks on one host, by rule only.
     AlgorithmInfo{"allreduce", "direct", 22, false, Choice::Rules, true},
+    // comm/algorithms/mailbox_allreduce.h: ranks on one host, vectors up to a slot (8 KiB);
+    // recursive doubling where it cannot run (Communicator::post).
+    AlgorithmInfo{"allreduce", "mailbox", 23, false, Choice::Rules, true},
     AlgorithmInfo{"allreduce_compressed", "ring", 5, false, Choice::Codec, false},
     AlgorithmInfo{"allreduce_compressed", "allgather", 6, false, Choice::Codec, false},
     AlgorithmInfo{"allreduce_compressed", "powersgd", 7, false, Choice::Codec, false},
@@ -70,8 +73,10 @@ constexpr std::array kAlgorithms = {
 // the slow links carry the vector once per site pair instead of once per rank pair crossing them.
 // (With singleton sites it is the ring over sites, as fast as the flat ring.) Short vectors stay
 // on recursive doubling, whose log2(P) whole-vector messages beat 2 (L-1) + 2 (S-1) steps.
+// Short vectors between ranks on one host take the mailbox (one synchronisation through shared
+// memory, no message; recursive doubling elsewhere and above a slot: Communicator::post).
 constexpr std::string_view kDefaultRules =
-    "allreduce:0-8249:recursive_doubling;"
+    "allreduce:0-8249:mailbox;"
     "allreduce:8249-1M:ring@seg=8K;"
     "allreduce:1M-inf:ring@seg=1M;"
     "allreduce:sites=2-inf:8249-inf:hierarchical@seg=1M";

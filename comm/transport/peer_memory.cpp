@@ -1,8 +1,13 @@
 #include "comm/transport/peer_memory.h"
 
+#include <fmt/format.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
+#include <unistd.h>
 
 #include <cerrno>
+#include <fstream>
 
 namespace strait::comm {
 
@@ -27,6 +32,24 @@ PeerRead read_peer_memory(pid_t pid, std::uint64_t remote, void* local, std::siz
     r.bytes += static_cast<std::size_t>(n);
   }
   return r;
+}
+
+std::string host_identity() {
+  std::string boot_id;
+  std::ifstream("/proc/sys/kernel/random/boot_id") >> boot_id;
+  struct stat pid_ns {};
+  struct stat net_ns {};
+  ::stat("/proc/self/ns/pid", &pid_ns);
+  ::stat("/proc/self/ns/net", &net_ns);
+  return fmt::format("{}:{}:{}", boot_id, pid_ns.st_ino, net_ns.st_ino);
+}
+
+int pidfd_open(pid_t pid) noexcept {
+  return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0U));
+}
+
+int pidfd_getfd(int pidfd, int fd) noexcept {
+  return static_cast<int>(::syscall(SYS_pidfd_getfd, pidfd, fd, 0U));
 }
 
 }  // namespace strait::comm

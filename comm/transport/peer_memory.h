@@ -13,6 +13,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 namespace strait::comm {
 
@@ -26,5 +27,16 @@ struct PeerRead {
 // Copies `len` bytes at address `remote` of process `pid` into `local`, in as many system calls
 // as the kernel needs (it may copy less than asked at a time).
 PeerRead read_peer_memory(pid_t pid, std::uint64_t remote, void* local, std::size_t len) noexcept;
+
+// Identity of this host as far as shared memory and pids are concerned: processes with the same
+// boot id and pid namespace can watch each other with a pidfd and share memory; the network
+// namespace is part of it so that ranks in different namespaces (the WAN testbed's sites) talk
+// through their network devices.
+std::string host_identity();
+
+// pidfd_open(2) and pidfd_getfd(2), through syscall(2): glibc 2.36's <sys/pidfd.h> lacks C linkage
+// for C++, and older glibc lack it. -1 with errno on failure.
+int pidfd_open(pid_t pid) noexcept;
+int pidfd_getfd(int pidfd, int fd) noexcept;
 
 }  // namespace strait::comm

@@ -141,8 +141,8 @@ std::vector<MatrixParam> matrix() {
   std::vector<MatrixParam> out;
   // ring@seg=100: segments that are no multiple of 8-byte elements, and hundreds of them per
   // chunk even at count 4096; the large counts only where segments stay few enough to be quick.
-  for (const std::string spec :
-       {"ring", "ring@seg=100", "ring@seg=64K", "recursive_doubling", "rabenseifner", "direct"}) {
+  for (const std::string spec : {"ring", "ring@seg=100", "ring@seg=64K", "recursive_doubling",
+                                 "rabenseifner", "direct", "mailbox"}) {
     for (int world = 1; world <= 5; ++world) out.push_back({spec, world, spec != "ring@seg=100"});
   }
   return out;
@@ -198,6 +198,9 @@ TEST(AllreduceBytes, EachAlgorithmSendsWhatItsScheduleSays) {
   EXPECT_EQ(bytes_sent(3, "direct"),
             (std::vector<std::uint64_t>{666 + 2 * 334, 667 + 2 * 333, 667 + 2 * 333}));
   EXPECT_EQ(bytes_sent(4, "direct"), (std::vector<std::uint64_t>(4, 1500)));
+  // Mailbox: every rank writes its vector into its shared-memory slot once, whatever P.
+  EXPECT_EQ(bytes_sent(3, "mailbox"), (std::vector<std::uint64_t>(3, 1000)));
+  EXPECT_EQ(bytes_sent(5, "mailbox"), (std::vector<std::uint64_t>(5, 1000)));
   // Over 5 ranks: ranks 0 and 1 fold, then Rabenseifner runs over 4.
   EXPECT_EQ(bytes_sent(5, "rabenseifner"),
             (std::vector<std::uint64_t>{1000, 2500, 1500, 1500, 1500}));
@@ -233,10 +236,9 @@ class ScopedEnv {
 
 TEST(AllreduceSelection, TheDefaultTableChoosesBySizeAndSaysSoInTheWorksDescription) {
   testing::run_ranks(2, [](Communicator& comm) {
-    for (const auto& [count, algorithm] :
-         {std::pair<std::size_t, std::string>{2, "recursive_doubling"},
-          {64 * 1024, "ring@seg=8K"},
-          {4 * 1024 * 1024, "ring@seg=1M"}}) {
+    for (const auto& [count, algorithm] : {std::pair<std::size_t, std::string>{2, "mailbox"},
+                                           {64 * 1024, "ring@seg=8K"},
+                                           {4 * 1024 * 1024, "ring@seg=1M"}}) {
       std::vector<float> buf(count, 1.0F);
       const Work w = comm.iallreduce(buf.data(), buf.data(), count, DType::F32, ReduceOp::Sum);
       EXPECT_TRUE(w.description().find(algorithm) != std::string::npos) << w.description();
@@ -248,8 +250,9 @@ TEST(AllreduceSelection, TheDefaultTableChoosesBySizeAndSaysSoInTheWorksDescript
 }
 
 TEST(AllreduceSelection, StraitTuneChangesTheAlgorithmThatRuns) {
-  // 4000 bytes over 4 ranks: the built-in table runs recursive doubling, which sends the vector
-  // twice; Rabenseifner sends 1.5 times it. A rule for other sizes changes nothing.
+  // 4000 bytes over 4 ranks on this host: the built-in table runs the mailbox, which writes the
+  // vector once; recursive doubling sends it twice, Rabenseifner 1.5 times. A rule for other
+  // sizes changes nothing.
   const auto sent_with = [](const char* tune) {
     const ScopedEnv env("STRAIT_TUNE", tune);
     std::vector<std::uint64_t> sent(4);
@@ -261,11 +264,13 @@ TEST(AllreduceSelection, StraitTuneChangesTheAlgorithmThatRuns) {
     });
     return sent;
   };
-  EXPECT_EQ(sent_with(""), std::vector<std::uint64_t>(4, 2000 * sizeof(float)));
+  EXPECT_EQ(sent_with(""), std::vector<std::uint64_t>(4, 1000 * sizeof(float)));
+  EXPECT_EQ(sent_with("allreduce:recursive_doubling"),
+            std::vector<std::uint64_t>(4, 2000 * sizeof(float)));
   EXPECT_EQ(sent_with("allreduce:rabenseifner"),
             std::vector<std::uint64_t>(4, 1500 * sizeof(float)));
   EXPECT_EQ(sent_with("allreduce:1M-inf:rabenseifner"),
-            std::vector<std::uint64_t>(4, 2000 * sizeof(float)));
+            std::vector<std::uint64_t>(4, 1000 * sizeof(float)));
 }
 
 TEST(AllreduceSelection, AMalformedStraitTuneFailsCreationWithInvalidArgument) {

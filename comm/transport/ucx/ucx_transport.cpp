@@ -47,19 +47,6 @@ struct UcxTransport::InFlight {
 
 namespace {
 
-// Identity of this host as far as shared memory and pids are concerned: a peer with the same
-// boot id and pid namespace can be watched with a pidfd; the network namespace is part of it so
-// that ranks in different namespaces (the WAN testbed) talk through their network devices.
-std::string host_identity() {
-  std::string boot_id;
-  std::ifstream("/proc/sys/kernel/random/boot_id") >> boot_id;
-  struct stat pid_ns {};
-  struct stat net_ns {};
-  ::stat("/proc/self/ns/pid", &pid_ns);
-  ::stat("/proc/self/ns/net", &net_ns);
-  return fmt::format("{}:{}:{}", boot_id, pid_ns.st_ino, net_ns.st_ino);
-}
-
 Error ucx_error(const char* what, ucs_status_t status) {
   const std::string said = ucx_log::last_message();
   return Error(ErrorCode::Unavailable,
@@ -67,11 +54,6 @@ Error ucx_error(const char* what, ucs_status_t status) {
                            "-d`",
                            what, ucs_status_string(status),
                            said.empty() ? "" : fmt::format(" (UCX said: {})", said)));
-}
-
-// Through syscall(2): glibc 2.36's <sys/pidfd.h> lacks C linkage for C++, and older glibc lack it.
-int pidfd_open(pid_t pid) {
-  return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0U));
 }
 
 bool force_peer_error_mode() {

@@ -1,0 +1,105 @@
+// Mailbox allreduce: short vectors between ranks that all run on this host, through their shared-
+// memory slots (comm/transport/local_mailbox.h) instead of messages. Every rank writes its input
+// and the collective's fingerprint into its slot and publishes them with one release store; then
+// it reads every rank's slot, checks every fingerprint against its own (Mismatch otherwise, on
+// every rank), and reduces the inputs in rank order 0, 1, ..., P-1 into its output: every rank
+// computes the same sums in the same order, so all end bit-identical. Avg: Sum, then * 1/P.
+// One synchronisation, no transport, no allocation: the shape of intra-node MPI's shared-memory
+// short allreduce (Open MPI's coll/sm "fan-in/fan-out" through a control segment, MPICH's release-
+// gather) with every rank reducing for itself, which at a few KiB costs less than a fan-out.
+// Bytes written per rank: count * size(dtype), once; read: P - 1 times that.
+//
+// Two ways to run one call, one protocol (MailboxCall):
+//   - MailboxAllreduce, an operation of the progress engine (non-blocking calls, or a blocking
+//     one while earlier mailbox calls are still in flight): polled, as the engine polls GPU work,
+//     since no event announces a peer's slot;
+//   - run_inline(), the blocking call's fast path on the caller's thread (Communicator::run): no
+//     operation, no work, no hand-off; a spin on the peers' slots that yields the core when this
+//     host has more ranks than cores, checks the deadline and the peers' pidfds every
+//     kCheckEvery polls, and gives up when the communicator breaks (a heartbeat's PeerLost).
+// Errors: Mismatch (a peer's fingerprint differs: another count, dtype, op or collective),
+// PeerLost (a peer's process exited), Timeout (a peer never published; it may be stuck, or
+// calling an operation that does not go through the mailbox).
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "comm/algorithms/allreduce_op.h"
+#include "comm/transport/local_mailbox.h"
+#include "core/error.h"
+#include "kernels/dtype.h"
+#include "kernels/reduce.h"
+
+namespace strait::comm {
+
+// One call of the protocol. Takes its ticket when constructed (calls are constructed in the
+// communicator's order).
+class MailboxCall {
+ public:
+  // `send` may equal `recv`; count * size(dtype) <= LocalMailbox::kPayloadBytes.
+  MailboxCall(LocalMailbox& box, const Group& group, const void* send, void* recv,
+              std::size_t count, kernels::DType dtype, kernels::ReduceOp op);
+  // Writes this rank's slot once the earlier calls have finished on this rank; true once written.
+  bool try_post(const Fingerprint& fingerprint);
+  // After try_post(): true once every rank's slot holds this call, which is then reduced into
+  // `recv`. Throws Mismatch when a fingerprint differs.
+  bool try_finish();
+  // The group rank whose slot this call waits for (-1: none), and that as words.
+  [[nodiscard]] int waiting_on() const noexcept;
+  [[nodiscard]] std::string waiting_for() const;
+  // Rank r's process has exited (the pidfd; a system call), as PeerLost's words, or empty.
+  [[nodiscard]] std::string lost(int r) const;
+  // Mismatch when the awaited rank's announcement number `index` (LocalMailbox::announce) is
+  // another operation: it went through the transport and will never fill its slot.
+  void check_announced(std::optional<std::uint64_t> index) const;
+  // PeerLost: `lost` (how the awaited rank was lost) and what this call still waited for.
+  [[nodiscard]] Error lost_error(const std::string& lost) const;
+
+ private:
+  LocalMailbox& box_;
+  const Group& group_;
+  const void* send_;
+  void* recv_;
+  std::size_t count_;
+  kernels::DType dtype_;
+  kernels::ReduceOp op_;
+  std::uint64_t ticket_;
+  bool posted_ = false;
+  int arrived_ = 0;  // ranks 0 .. arrived_-1 have published this call
+};
+
+class MailboxAllreduce final : public AllreduceOp {
+ public:
+  // Needs group->mailbox. Buffers are caller-owned and must outlive the operation.
+  MailboxAllreduce(std::shared_ptr<const Group> group, std::uint64_t seq,
+                   std::atomic<std::uint64_t>* bytes_sent, const void* send, void* recv,
+                   std::size_t count, kernels::DType dtype, kernels::ReduceOp op);
+  bool advance(Transport& t) override;
+  [[nodiscard]] std::string waiting_for() const override;
+  [[nodiscard]] bool needs_polling() const noexcept override { return true; }
+
+ private:
+  MailboxCall call_;
+};
+
+// The blocking fast path: runs one call on the caller's thread until it finishes or fails.
+// `broken` is polled between checks: non-empty when the communicator has failed meanwhile (a
+// heartbeat's PeerLost), which then ends the call with that error. `describe` formats the
+// operation for errors only. `yield`: give the core away between polls (more ranks than cores).
+struct InlineWait {
+  std::chrono::steady_clock::time_point deadline;
+  std::chrono::milliseconds timeout{};
+  bool yield = false;
+  std::optional<std::uint64_t> announcement;  // this call's (MailboxCall::check_announced)
+  std::function<std::optional<Error>()> broken;
+  std::function<std::string()> describe;
+};
+void run_inline(MailboxCall& call, const Fingerprint& fingerprint, const InlineWait& wait);
+
+}  // namespace strait::comm

@@ -1,0 +1,227 @@
+// The mailbox allreduce (comm/algorithms/mailbox_allreduce.h) beyond the algorithm matrix of
+// allreduce_algorithms_test.cpp: that communicators of ranks on one host get a mailbox and short
+// vectors take it, blocking and non-blocking calls mixed on one communicator (the two ways a call
+// runs), many calls in flight at once (the two slots), sub-communicators, and failures: a rank that
+// never calls (Timeout naming it, and the communicator unusable afterwards), different counts
+// (Mismatch on both ranks).
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "core/error.h"
+#include "tests/comm/comm_test_data.h"
+#include "tests/comm/comm_test_ranks.h"
+
+namespace strait::comm {
+namespace {
+
+using kernels::DType;
+using kernels::ReduceOp;
+using testing::check_allreduce;
+using testing::make_input;
+using testing::run_ranks;
+using Buffer = std::vector<std::byte>;
+using Clock = std::chrono::steady_clock;
+using namespace std::chrono_literals;
+
+bool contains(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
+
+TEST(Mailbox, RanksOnOneHostGetOneAndShortVectorsTakeIt) {
+  run_ranks(3, [](Communicator& comm) {
+    EXPECT_TRUE(comm.shares_memory());
+    std::vector<float> buf(100, 1.0F);
+    const Work w = comm.iallreduce(buf.data(), buf.data(), buf.size(), DType::F32, ReduceOp::Sum);
+    EXPECT_TRUE(contains(w.description(), "mailbox")) << w.description();
+    w.wait();
+    EXPECT_EQ(buf[0], 3.0F);
+    // Each rank writes its vector once, whatever the number of ranks.
+    EXPECT_EQ(comm.stats().allreduce_bytes, 100 * sizeof(float));
+    // A slot holds 8 KiB: longer vectors take the transport.
+    std::vector<double> big(2000, 1.0);
+    const Work b = comm.iallreduce(big.data(), big.data(), big.size(), DType::F64, ReduceOp::Sum);
+    EXPECT_FALSE(contains(b.description(), "mailbox")) << b.description();
+    b.wait();
+    EXPECT_EQ(big[1999], 3.0);
+  });
+}
+
+// Blocking calls run on the caller's thread, non-blocking ones in the progress engine: the same
+// protocol, so ranks may mix them, and calls keep their order with transport collectives between.
+TEST(Mailbox, BlockingAndNonBlockingCallsMixAcrossRanksAndInFlight) {
+  constexpr int kWorld = 4;
+  constexpr int kCalls = 40;
+  std::vector<std::vector<Buffer>> results(kWorld);
+  run_ranks(kWorld, [&](Communicator& comm) {
+    const int me = comm.rank();
+    std::vector<Buffer> bufs;
+    std::vector<Work> works;
+    for (int i = 0; i < kCalls; ++i) {
+      const std::size_t count = 1 + static_cast<std::size_t>(i) * 37 % 2000;  // up to 8 KiB f32
+      bufs.push_back(make_input(DType::F32, ReduceOp::Sum, 100 + i, me, count));
+    }
+    for (int i = 0; i < kCalls; ++i) {
+      auto& b = bufs[static_cast<std::size_t>(i)];
+      const std::size_t count = b.size() / sizeof(float);
+      // Rank r runs call i blocking when (i + r) % 3 == 0, else non-blocking and waits later (up
+      // to 5 in flight); every 10th call a long vector through the transport comes between.
+      if ((i + me) % 3 == 0) {
+        comm.allreduce(b.data(), b.data(), count, DType::F32, ReduceOp::Sum);
+      } else {
+        works.push_back(comm.iallreduce(b.data(), b.data(), count, DType::F32, ReduceOp::Sum));
+        if (works.size() == 5) {
+          for (auto& w : works) w.wait();
+          works.clear();
+        }
+      }
+      if (i % 10 == 9) {
+        std::vector<float> big(100'000, 1.0F);
+        comm.allreduce(big.data(), big.data(), big.size(), DType::F32, ReduceOp::Sum);
+        EXPECT_EQ(big[99'999], static_cast<float>(kWorld));
+      }
+    }
+    for (auto& w : works) w.wait();
+    results[static_cast<std::size_t>(me)] = bufs;
+  });
+  for (int i = 0; i < kCalls; ++i) {
+    const Buffer& first = results[0].at(static_cast<std::size_t>(i));
+    const auto wrong = check_allreduce(DType::F32, ReduceOp::Sum, 100 + i, kWorld, first.data(),
+                                       first.size() / sizeof(float));
+    EXPECT_FALSE(wrong.has_value()) << "call " << i << ": " << *wrong;
+    for (int r = 1; r < kWorld; ++r) {
+      EXPECT_EQ(results[static_cast<std::size_t>(r)].at(static_cast<std::size_t>(i)), first)
+          << "call " << i << ": rank " << r << " differs from rank 0";
+    }
+  }
+}
+
+TEST(Mailbox, SubCommunicatorsHaveTheirOwn) {
+  run_ranks(4, [](Communicator& comm) {
+    auto half = comm.split(comm.rank() % 2, comm.rank());
+    ASSERT_TRUE(half);
+    EXPECT_TRUE(half->shares_memory());
+    for (int i = 0; i < 20; ++i) {
+      std::int64_t v = comm.rank() + i;
+      half->allreduce(&v, &v, 1, DType::I64, ReduceOp::Sum);
+      // Ranks {0, 2} and {1, 3}.
+      EXPECT_EQ(v, comm.rank() % 2 == 0 ? 2 + 2 * i : 4 + 2 * i);
+      std::int64_t w = i;
+      comm.allreduce(&w, &w, 1, DType::I64, ReduceOp::Max);
+      EXPECT_EQ(w, i);
+    }
+  });
+}
+
+TEST(Mailbox, ARankThatNeverCallsIsATimeoutNamingItAndLaterCallsFailAtOnce) {
+  constexpr auto kTimeout = 1500ms;
+  std::string error;
+  ErrorCode code = ErrorCode::Internal;
+  std::string later;
+  testing::Gate done;
+  run_ranks(
+      2,
+      [&](Communicator& comm) {
+        if (comm.rank() == 1) {
+          done.wait();  // keeps its communicator, never calls
+          return;
+        }
+        float x = 1.0F;
+        const auto start = Clock::now();
+        try {
+          comm.allreduce(&x, &x, 1, DType::F32, ReduceOp::Sum);
+        } catch (const Error& e) {
+          error = e.what();
+          code = e.code();
+        }
+        EXPECT_LT(Clock::now() - start, kTimeout + 2s);
+        try {
+          comm.allreduce(&x, &x, 1, DType::F32, ReduceOp::Sum);
+        } catch (const Error& e) {
+          later = e.what();
+        }
+        done.open();
+      },
+      kTimeout);
+  EXPECT_EQ(code, ErrorCode::Timeout) << error;
+  EXPECT_TRUE(contains(error, "allreduce #0")) << error;
+  EXPECT_TRUE(contains(error, "the vector from rank 1 in the shared-memory mailbox")) << error;
+  EXPECT_TRUE(contains(later, "unusable after an earlier error")) << later;
+}
+
+TEST(Mailbox, NonBlockingCallsFailTheSameWay) {
+  constexpr auto kTimeout = 1000ms;
+  std::string error;
+  testing::Gate done;
+  run_ranks(
+      2,
+      [&](Communicator& comm) {
+        if (comm.rank() == 1) {
+          done.wait();
+          return;
+        }
+        float x = 1.0F;
+        const Work w = comm.iallreduce(&x, &x, 1, DType::F32, ReduceOp::Sum);
+        try {
+          w.wait();
+        } catch (const Error& e) {
+          EXPECT_EQ(e.code(), ErrorCode::Timeout) << e.what();
+          error = e.what();
+        }
+        done.open();
+      },
+      kTimeout);
+  EXPECT_TRUE(contains(error, "the vector from rank 1 in the shared-memory mailbox")) << error;
+}
+
+TEST(Mailbox, ANonBlockingCallOnOneRankAndABlockingOneOnTheOtherThatDisagreeAreAMismatch) {
+  std::vector<std::string> errors(2);
+  run_ranks(2, [&](Communicator& comm) {
+    std::vector<float> buf(comm.rank() == 0 ? 10 : 11, 1.0F);
+    try {
+      if (comm.rank() == 0) {
+        comm.iallreduce(buf.data(), buf.data(), buf.size(), DType::F32, ReduceOp::Sum).wait();
+      } else {
+        comm.allreduce(buf.data(), buf.data(), buf.size(), DType::F32, ReduceOp::Sum);
+      }
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::Mismatch) << e.what();
+      errors[static_cast<std::size_t>(comm.rank())] = e.what();
+    }
+  });
+  EXPECT_TRUE(contains(errors[0], "rank 1 called allreduce #0 (f32 x 11")) << errors[0];
+  EXPECT_TRUE(contains(errors[1], "rank 0 called allreduce #0 (f32 x 10")) << errors[1];
+}
+
+// A short vector on one rank (the mailbox) and a long one on the other (the transport): neither
+// would ever hear from the other; their announcements say what each called, and both fail with
+// Mismatch at once, not with a Timeout.
+TEST(Mailbox, AShortVectorAgainstALongOneIsAMismatchOnBothRanks) {
+  for (const bool blocking : {true, false}) {
+    std::vector<std::string> errors(2);
+    const auto start = Clock::now();
+    run_ranks(2, [&](Communicator& comm) {
+      std::vector<float> buf(comm.rank() == 0 ? 10 : 100'000, 1.0F);
+      try {
+        if (blocking) {
+          comm.allreduce(buf.data(), buf.data(), buf.size(), DType::F32, ReduceOp::Sum);
+        } else {
+          comm.iallreduce(buf.data(), buf.data(), buf.size(), DType::F32, ReduceOp::Sum).wait();
+        }
+      } catch (const Error& e) {
+        EXPECT_EQ(e.code(), ErrorCode::Mismatch) << e.what();
+        errors[static_cast<std::size_t>(comm.rank())] = e.what();
+      }
+    });
+    EXPECT_LT(Clock::now() - start, 10s);  // the timeout is 30 s
+    EXPECT_TRUE(contains(errors[0], "rank 1 called allreduce #0 (f32 x 100000")) << errors[0];
+    EXPECT_TRUE(contains(errors[1], "rank 0 called allreduce #0 (f32 x 10, sum, mailbox)"))
+        << errors[1];
+  }
+}
+
+}  // namespace
+}  // namespace strait::comm
