@@ -3,7 +3,9 @@
 #include <fmt/format.h>
 #include <sched.h>
 
+#include <algorithm>
 #include <cstring>
+#include <thread>
 
 #include "comm/progress_engine.h"
 #include "core/error.h"
@@ -131,18 +133,29 @@ std::string MailboxAllreduce::waiting_for() const {
 void run_inline(MailboxCall& call, const Fingerprint& fingerprint, const InlineWait& wait) {
   // Polls between checks of the clock, the peers' pidfds and the communicator's state.
   constexpr unsigned kCheckEvery = 1024;
+  // Spinning this long without an answer means the peers are busy elsewhere (computing, or in
+  // another operation): sleep between polls from then on, 10 us doubling to 500 us, so a rank
+  // that waits long leaves its core to others.
+  constexpr auto kSpinBudget = std::chrono::milliseconds(2);
+  constexpr auto kFirstSleep = std::chrono::microseconds(10);
+  constexpr auto kLongestSleep = std::chrono::microseconds(500);
+  const auto start = std::chrono::steady_clock::now();
+  std::chrono::microseconds sleep{0};
   for (unsigned polls = 1;; ++polls) {
     try {
       if (call.try_post(fingerprint) && call.try_finish()) return;
     } catch (const Error& e) {  // as the engine reports an operation's errors
       throw Error(e.code(), fmt::format("{}: {}", wait.describe(), e.message()));
     }
-    if (wait.yield) {
+    if (sleep.count() > 0) {
+      std::this_thread::sleep_for(sleep);
+      sleep = std::min(2 * sleep, std::chrono::microseconds(kLongestSleep));
+    } else if (wait.yield) {
       ::sched_yield();
     } else {
       relax();
     }
-    if (polls % kCheckEvery != 0) continue;
+    if (sleep.count() == 0 && polls % kCheckEvery != 0) continue;
     if (auto e = wait.broken ? wait.broken() : std::nullopt) throw *e;
     try {
       call.check_announced(wait.announcement);
@@ -155,9 +168,11 @@ void run_inline(MailboxCall& call, const Fingerprint& fingerprint, const InlineW
         throw Error(e.code(), fmt::format("{}: {}", wait.describe(), e.message()));
       }
     }
-    if (std::chrono::steady_clock::now() >= wait.deadline) {
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= wait.deadline) {
       throw ProgressEngine::timeout_error(wait.describe(), wait.timeout, call.waiting_for());
     }
+    if (sleep.count() == 0 && now - start > kSpinBudget) sleep = kFirstSleep;
   }
 }
 

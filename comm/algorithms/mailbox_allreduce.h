@@ -15,8 +15,9 @@
 //     since no event announces a peer's slot;
 //   - run_inline(), the blocking call's fast path on the caller's thread (Communicator::run): no
 //     operation, no work, no hand-off; a spin on the peers' slots that yields the core when this
-//     host has more ranks than cores, checks the deadline and the peers' pidfds every
-//     kCheckEvery polls, and gives up when the communicator breaks (a heartbeat's PeerLost).
+//     host has more ranks than cores and, after 2 ms without an answer, sleeps between polls
+//     (10 us doubling to 500 us), checks the deadline and the peers' pidfds every kCheckEvery
+//     polls, and gives up when the communicator breaks (a heartbeat's PeerLost).
 // Errors: Mismatch (a peer's fingerprint differs: another count, dtype, op or collective),
 // PeerLost (a peer's process exited), Timeout (a peer never published; it may be stuck, or
 // calling an operation that does not go through the mailbox).

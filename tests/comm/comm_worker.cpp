@@ -21,6 +21,8 @@
 //                           large messages are being sent and read (single copy: read from its
 //                           memory): the others fail with PeerLost naming it.
 //   comm_worker mismatch_large  rank 1 allreduces kLarge + 1 elements, the others kLarge.
+//   comm_worker stop_short / kill_short  the loops of stop and kill_loop with 16-element vectors,
+//                           which ranks on one host exchange through their shared-memory mailbox.
 // The loops' failure lines say how many bytes this rank's peers copied straight from its memory
 // (CommStats::single_copy_bytes), so a test can tell that the single-copy path was taken.
 //   comm_worker nan         rank 1's input to an int8 allreduce_compressed holds a NaN, which it
@@ -74,6 +76,7 @@ constexpr int kAborted = 7;
 constexpr int kInvalid = 8;
 
 constexpr std::size_t kLarge = 1'000'003;  // rendezvous-sized chunks, uneven over any world size
+constexpr std::size_t kShort = 16;         // 64 bytes: the shared-memory mailbox
 
 int status_of(const Error& e) {
   switch (e.code()) {
@@ -216,7 +219,8 @@ int mismatch_scenario(Communicator& world, std::size_t base) {
 // Every rank allreduces in a loop; 300 ms in, another thread of rank 0 runs `interrupt` while
 // data is in flight (aborts the communicator, or suspends the process).
 template <class Interrupt>
-int interrupted_loop(Communicator& world, int who, Interrupt interrupt) {
+int interrupted_loop(Communicator& world, int who, Interrupt interrupt,
+                     std::size_t count = kLarge) {
   const int me = world.rank();
   world.barrier();
   std::thread interrupter;
@@ -226,7 +230,7 @@ int interrupted_loop(Communicator& world, int who, Interrupt interrupt) {
       interrupt();
     });
   }
-  std::vector<float> buf(kLarge, 1.0F);
+  std::vector<float> buf(count, 1.0F);
   const auto start = Clock::now();
   int status = kWrong;
   try {
@@ -318,7 +322,7 @@ int main(int argc, char** argv) {
   if (argc != 2) {
     fmt::print(stderr,
                "usage: comm_worker allreduce|kill|sleep|mismatch|mismatch_large|abort|stop|"
-               "kill_loop|nan|hierarchical\n");
+               "kill_loop|stop_short|kill_short|nan|hierarchical\n");
     return kUsage;
   }
   const std::string scenario = argv[1];
@@ -349,6 +353,20 @@ int main(int argc, char** argv) {
         std::fflush(nullptr);
         std::raise(SIGKILL);
       });
+    }
+    // The same loops of 16-element vectors: the shared-memory mailbox between local ranks.
+    if (scenario == "stop_short") {
+      return interrupted_loop(
+          *world, 1, [] { ::kill(::getpid(), SIGSTOP); }, kShort);
+    }
+    if (scenario == "kill_short") {
+      return interrupted_loop(
+          *world, 1,
+          [] {
+            std::fflush(nullptr);
+            std::raise(SIGKILL);
+          },
+          kShort);
     }
     if (scenario == "nan") return nan_scenario(*world);
     if (scenario == "hierarchical") return hierarchical_scenario(*world);

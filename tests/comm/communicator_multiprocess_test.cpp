@@ -131,6 +131,38 @@ TEST(CommunicatorProcesses, ARankKilledMidStepIsPeerLostOnTheOthers) {
   EXPECT_LT(elapsed, 50s) << "the survivors did not end before the launcher's grace ran out";
 }
 
+// Short vectors between local ranks go through the shared-memory mailbox, where a dead peer sends
+// nothing at all: its pidfd says it is gone, within milliseconds, not the timeout.
+TEST(CommunicatorProcesses, ARankKilledInALoopOfShortAllreducesIsPeerLostOnTheOthers) {
+  const auto run =
+      strait_run(concat({"-n", "3", "--kill-grace", "30", "--"}, worker("kill_short", "20")));
+  EXPECT_NE(run.exit_code, 0) << run.output;
+  EXPECT_EQ(launcher_says(run.output, 1), "was killed by signal 9 (SIGKILL)") << run.output;
+  for (const int r : {0, 2}) {
+    const std::string line = line_of(run.output, r);
+    EXPECT_TRUE(contains(line, "PeerLost")) << run.output;
+    EXPECT_TRUE(contains(line, "rank 1's process exited")) << line;
+    EXPECT_TRUE(contains(line, "mailbox")) << line;
+    const long ms = failed_after_ms(line);
+    EXPECT_GE(ms, 0) << line;
+    EXPECT_LT(ms, 10'000) << "well within STRAIT_TIMEOUT_S=20: " << line;
+  }
+}
+
+TEST(CommunicatorProcesses, ARankStoppedInALoopOfShortAllreducesIsATimeoutNamingIt) {
+  const auto run =
+      strait_run(concat({"-n", "3", "--kill-grace", "1", "--"}, worker("stop_short", "2")));
+  EXPECT_NE(run.exit_code, 0) << run.output;
+  EXPECT_TRUE(contains(run.output, "the vector from rank 1 in the shared-memory mailbox"))
+      << run.output;
+  EXPECT_TRUE(contains(run.output, "rank 1: was suspended by SIGSTOP at")) << run.output;
+  for (const int r : {0, 2}) {
+    const std::string line = line_of(run.output, r);
+    EXPECT_TRUE(contains(line, "Timeout") || contains(line, "PeerLost")) << run.output;
+    EXPECT_LT(failed_after_ms(line), 10'000) << line;
+  }
+}
+
 TEST(CommunicatorProcesses, ARankThatNeverCallsTheCollectiveIsATimeoutNamingIt) {
   // Rank 1 sleeps; with a 2 s timeout ranks 0 and 2 give up, naming rank 1 (whose header they both
   // wait for: fingerprints go both ways). Rank 0 also waits on rank 2, and may see it exit (after

@@ -270,7 +270,7 @@ TEST(HierarchicalSelection, SeveralSitesTakeHierarchicalByDefaultForRingSizedVec
   const auto t = AlgorithmTable::defaults();
   EXPECT_EQ(t.choose("allreduce", 4, 64 << 20, 2).describe(), "hierarchical@seg=1M");
   EXPECT_EQ(t.choose("allreduce", 4, 8249, 3).describe(), "hierarchical@seg=1M");
-  EXPECT_EQ(t.choose("allreduce", 4, 8, 2).describe(), "recursive_doubling");
+  EXPECT_EQ(t.choose("allreduce", 4, 8, 2).describe(), "mailbox");
   EXPECT_EQ(t.choose("allreduce", 4, 64 << 20, 1).describe(), "ring@seg=1M");
   const auto user = AlgorithmTable::parse("allreduce:sites=2:ring;allreduce:sites=3-inf:0-1M:ring",
                                           "STRAIT_TUNE");

@@ -269,13 +269,15 @@ TEST(SelectionJson, BadCodecRulesAreInvalidArgumentNamingTheRule) {
   EXPECT_TRUE(contains(msg, "unknown collective")) << msg;
 }
 
-TEST(SelectionDefaults, EagerVectorsRecursiveDoublingThenThePipelinedRing) {
-  // The built-in table, chosen from measurements with 2 and 4 ranks (selection.cpp).
+TEST(SelectionDefaults, EagerVectorsTheMailboxThenThePipelinedRing) {
+  // The built-in table, chosen from measurements with 2 and 4 ranks (selection.cpp). The mailbox
+  // is recursive doubling where the ranks share no memory or a vector exceeds a slot
+  // (Communicator::post; mailbox_allreduce_test.cpp).
   const auto t = AlgorithmTable::defaults();
   for (const int world : {2, 3, 4, 8}) {
-    EXPECT_EQ(chosen(t, world, 8), "recursive_doubling") << world;
-    EXPECT_EQ(chosen(t, world, 8 * K), "recursive_doubling") << world;
-    EXPECT_EQ(chosen(t, world, 8248), "recursive_doubling") << world;
+    EXPECT_EQ(chosen(t, world, 8), "mailbox") << world;
+    EXPECT_EQ(chosen(t, world, 8 * K), "mailbox") << world;
+    EXPECT_EQ(chosen(t, world, 8248), "mailbox") << world;
     EXPECT_EQ(chosen(t, world, 8249), "ring@seg=8K") << world;
     EXPECT_EQ(chosen(t, world, 256 * K), "ring@seg=8K") << world;
     EXPECT_EQ(chosen(t, world, M), "ring@seg=1M") << world;
