@@ -248,7 +248,10 @@ Work Communicator::post(const CollectiveArgs& args) {
                                                             .compression = compression_});
   if (!p2p) {
     op->set_fingerprint(fingerprint);
-    if (group_->mailbox) op->set_announcement(group_->mailbox->announce(fingerprint));
+    if (group_->mailbox) {
+      const std::lock_guard lock(mutex_);  // announcements in the order of the calls
+      op->set_announcement(group_->mailbox->announce(fingerprint));
+    }
     if (args.kind == Kind::AlltoallV) {
       op->set_pair_counts(
           std::vector<std::uint64_t>(args.counts.begin(), args.counts.end()),
@@ -278,10 +281,13 @@ bool Communicator::run_in_mailbox(const CollectiveArgs& args) {
   // engine (a non-blocking one) runs the same protocol.
   const Selection chosen = shared_->algorithms->choose("allreduce", size(), bytes, sites_.count());
   if (chosen.algorithm != mailbox_algorithm()) return false;
-  const std::uint64_t seq = next_seq(1);
+  // One lock for the sequence number, the announcement and the slot's ticket.
+  std::unique_lock lock(mutex_);
+  const std::uint64_t seq = seq_++;
   const Fingerprint fingerprint = fingerprint_of(args, seq, chosen, nullptr);
-  MailboxCall call(box, *group_, args.send, args.recv, args.count, args.dtype, args.op);
   const std::uint64_t announcement = box.announce(fingerprint);
+  MailboxCall call(box, *group_, args.send, args.recv, args.count, args.dtype, args.op);
+  lock.unlock();
   // What errors need, formatted only for them; one pointer, so that std::function keeps it
   // without allocating.
   struct Context {
@@ -292,7 +298,6 @@ bool Communicator::run_in_mailbox(const CollectiveArgs& args) {
     std::uint64_t stream;
   } ctx{this, &args, seq, chosen, stream};
   const InlineWait wait{
-      .deadline = std::chrono::steady_clock::now() + timeout(),
       .timeout = timeout(),
       .yield = !shared_->engine->transport().core_per_local_rank(),
       .announcement = announcement,

@@ -139,7 +139,7 @@ void run_inline(MailboxCall& call, const Fingerprint& fingerprint, const InlineW
   constexpr auto kSpinBudget = std::chrono::milliseconds(2);
   constexpr auto kFirstSleep = std::chrono::microseconds(10);
   constexpr auto kLongestSleep = std::chrono::microseconds(500);
-  const auto start = std::chrono::steady_clock::now();
+  std::chrono::steady_clock::time_point start{};  // of the waiting: set at the first check
   std::chrono::microseconds sleep{0};
   for (unsigned polls = 1;; ++polls) {
     try {
@@ -169,7 +169,8 @@ void run_inline(MailboxCall& call, const Fingerprint& fingerprint, const InlineW
       }
     }
     const auto now = std::chrono::steady_clock::now();
-    if (now >= wait.deadline) {
+    if (start == std::chrono::steady_clock::time_point{}) start = now;
+    if (now - start >= wait.timeout) {
       throw ProgressEngine::timeout_error(wait.describe(), wait.timeout, call.waiting_for());
     }
     if (sleep.count() == 0 && now - start > kSpinBudget) sleep = kFirstSleep;

@@ -93,8 +93,9 @@ class MailboxAllreduce final : public AllreduceOp {
 // `broken` is polled between checks: non-empty when the communicator has failed meanwhile (a
 // heartbeat's PeerLost), which then ends the call with that error. `describe` formats the
 // operation for errors only. `yield`: give the core away between polls (more ranks than cores).
+// The timeout runs from the first check (kCheckEvery polls in: microseconds), so that a call that
+// finishes at once never reads the clock.
 struct InlineWait {
-  std::chrono::steady_clock::time_point deadline;
   std::chrono::milliseconds timeout{};
   bool yield = false;
   std::optional<std::uint64_t> announcement;  // this call's (MailboxCall::check_announced)

@@ -67,7 +67,6 @@ bool LocalMailbox::peer_exited(int r) const noexcept {
 
 std::uint64_t LocalMailbox::announce(const Fingerprint& fingerprint) noexcept {
   const auto words = std::bit_cast<std::array<std::uint64_t, Announcement::kWords>>(fingerprint);
-  const std::lock_guard lock(announce_mutex_);
   Announcement& a = *own_announcement_;
   const std::uint64_t v = a.version.load(std::memory_order_relaxed);
   a.version.store(v + 1, std::memory_order_relaxed);

@@ -30,7 +30,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <utility>
@@ -106,8 +105,9 @@ class LocalMailbox {
   // that a rank waiting in the mailbox for a peer that called another operation (one that goes
   // through the transport: a longer vector, another kind) learns it and fails with Mismatch
   // instead of waiting out the timeout, and an operation waiting on the transport for a peer in
-  // the mailbox does too (CollectiveOp::all_done). A seqlock; announce() from the communicator's
-  // posting thread(s) returns the number it gave, announced() from any thread.
+  // the mailbox does too (CollectiveOp::all_done). A seqlock: announce() returns the number it
+  // gave, and its callers serialise it (the communicator calls it under its lock); announced() from
+  // any thread.
   std::uint64_t announce(const Fingerprint& fingerprint) noexcept;
   struct Announced {
     std::uint64_t index = 0;
@@ -140,8 +140,7 @@ class LocalMailbox {
   Mapping own_mapping_;
   Slot* own_ = nullptr;
   Announcement* own_announcement_ = nullptr;
-  std::mutex announce_mutex_;        // one writer at a time
-  std::uint64_t announcements_ = 0;  // under announce_mutex_
+  std::uint64_t announcements_ = 0;  // written by announce() only
   std::vector<Peer> peers_;
   std::atomic<std::uint64_t> next_ticket_{0};
   std::atomic<std::uint64_t> finished_{0};
