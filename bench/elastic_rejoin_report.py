@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
 """Report and plot of bench/elastic_rejoin.sh: rank 0's loss per step with the loss of a replica and
-the rejoin marked, the replicas present on a second axis, and a Markdown summary on stdout."""
+the rejoin marked, the replicas present on a second axis, and a Markdown summary on stdout. On the
+WAN testbed (--link-csv), a second panel shows the traffic across the inter-site link per second
+as the shapers counted it, and the summary sets the shapers' bytes against strait's own."""
 import argparse
+import csv
 import json
 import re
 
@@ -11,21 +14,42 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 
+def read_link(path):
+    """(steps, Mbit/s) per interval of the sampled shaper counters."""
+    rows = []
+    with open(path) as f:
+        for r in csv.DictReader(f):
+            rows.append((float(r["seconds"]), int(r["steps"]), int(r["link_bytes"])))
+    steps, mbits = [], []
+    for (t0, _, b0), (t1, s1, b1) in zip(rows, rows[1:]):
+        if t1 > t0:
+            steps.append(s1)
+            mbits.append((b1 - b0) * 8 / (t1 - t0) / 1e6)
+    return steps, mbits, (rows[-1][2] - rows[0][2]) if rows else 0
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--metrics", required=True)
     p.add_argument("--job-log", required=True)
     p.add_argument("--joiner-log", required=True)
+    p.add_argument("--replicas", type=int, default=3)
+    p.add_argument("--victim", type=int, default=2)
     p.add_argument("--killed-at", type=int, required=True)
     p.add_argument("--started-joiner-at", type=int, required=True)
     p.add_argument("--delay", type=float, required=True)
+    p.add_argument("--joiner-waited", type=float, default=None,
+                   help="seconds from the joiner's start to its admission")
     p.add_argument("--timeout", type=float, required=True)
     p.add_argument("--exit", type=int, required=True)
     p.add_argument("--joiner-exit", type=int, required=True)
+    p.add_argument("--link-csv", help="WAN: the shapers' counters sampled each second")
+    p.add_argument("--link-bytes", type=int, help="WAN: bytes across the link, whole run")
+    p.add_argument("--rate", default="", help="WAN: the link's rate, for the title")
     p.add_argument("--png", required=True)
     a = p.parse_args()
 
-    steps, losses, seconds, events, summary, evals = [], [], [], [], None, []
+    steps, losses, seconds, events, summary, outer_bytes = [], [], [], [], None, 0
     with open(a.metrics) as f:
         for line in f:
             r = json.loads(line)
@@ -33,42 +57,59 @@ def main():
                 steps.append(r["step"])
                 losses.append(r["loss"])
                 seconds.append(r["seconds"])
+                outer_bytes += r.get("outer_bytes", 0)
             elif r["type"] == "elastic":
                 events.append(r)
             elif r["type"] == "summary":
                 summary = r
-            elif r["type"] == "eval":
-                evals.append(r)
-    # Replicas present at each step: 3 until the first event, then each event's list.
+    # Replicas present at each step: all of them until the first event, then each event's list.
     present = []
-    count = 3
+    count = a.replicas
     pending = sorted(events, key=lambda e: e["step"])
     for s in steps:
         while pending and pending[0]["step"] < s:
             count = len(pending.pop(0)["replicas"])
         present.append(count)
 
-    fig, ax = plt.subplots(figsize=(9, 4.8))
+    if a.link_csv:
+        fig, (ax, axl) = plt.subplots(2, 1, figsize=(9, 6.8), sharex=True,
+                                      gridspec_kw={"height_ratios": [3, 1.3]})
+    else:
+        fig, ax = plt.subplots(figsize=(9, 4.8))
     ax.plot(steps, losses, lw=0.6, color="tab:blue", label="training loss (mean over replicas in)")
+    marks = []
     for e in events:
         color = "tab:red" if e["event"] == "lost" else "tab:green"
         what = (f"replica {','.join(map(str, e['lost']))} dropped (gen {e['generation']})"
                 if e["event"] == "lost" else f"joiner admitted (gen {e['generation']})")
-        ax.axvline(e["step"], color=color, ls="--", lw=1, label=f"after step {e['step']}: {what}")
-    ax.axvline(a.killed_at, color="black", ls=":", lw=1,
-               label=f"SIGKILL to rank 2 (after step {a.killed_at})")
-    ax.axvline(a.started_joiner_at, color="grey", ls=":", lw=1,
-               label=f"replacement started {a.delay:.0f} s later (after step {a.started_joiner_at})")
-    ax.set_xlabel("step")
+        marks.append((e["step"], color, "--", f"after step {e['step']}: {what}"))
+    marks.append((a.killed_at, "black", ":", f"SIGKILL to rank {a.victim} (after step {a.killed_at})"))
+    marks.append((a.started_joiner_at, "grey", ":",
+                  f"replacement started {a.delay:.0f} s later (after step {a.started_joiner_at})"))
+    for x, color, ls, label in marks:
+        ax.axvline(x, color=color, ls=ls, lw=1, label=label)
     ax.set_ylabel("loss (nats/byte)")
     ax2 = ax.twinx()
     ax2.step(steps, present, where="post", color="tab:orange", lw=1.2, label="replicas in")
     ax2.set_ylabel("replicas in")
-    ax2.set_ylim(0, 4)
+    ax2.set_ylim(0, a.replicas + 1)
     lines = ax.get_legend_handles_labels()
     lines2 = ax2.get_legend_handles_labels()
-    ax.legend(lines[0] + lines2[0], lines[1] + lines2[1], fontsize=7, loc="center right")
-    ax.set_title("strait train --elastic: 3 DiLoCo replicas, one SIGKILLed, a replacement joins")
+    ax.legend(lines[0] + lines2[0], lines[1] + lines2[1], fontsize=7, loc="upper right")
+    where = (f"{a.replicas} sites at {a.rate} (WAN testbed), one replica each" if a.link_csv
+             else f"{a.replicas} DiLoCo replicas on loopback")
+    ax.set_title(f"strait train --elastic: {where};\none SIGKILLed, a replacement joins",
+                 fontsize=10)
+    link_total = None
+    if a.link_csv:
+        lsteps, mbits, link_total = read_link(a.link_csv)
+        axl.plot(lsteps, mbits, lw=0.8, color="tab:purple", drawstyle="steps-pre")
+        for x, color, ls, _ in marks:
+            axl.axvline(x, color=color, ls=ls, lw=1)
+        axl.set_ylabel("link Mbit/s\n(shapers, 1 s)")
+        axl.set_xlabel("step (rank 0)")
+    else:
+        ax.set_xlabel("step")
     fig.tight_layout()
     fig.savefig(a.png, dpi=120)
 
@@ -80,15 +121,19 @@ def main():
     held = re.findall(r"packs to xxh3 ([0-9a-f]{16})", joiner)
     longest = max(seconds) if seconds else float("nan")
     longest_step = steps[seconds.index(longest)] if seconds else -1
-    print(f"# elastic kill-and-rejoin ({len(steps)} steps)\n")
+    print(f"# elastic kill-and-rejoin ({len(steps)} steps, {where})\n")
     print(f"- job exit status {a.exit}, joiner exit status {a.joiner_exit}")
-    print(f"- rank 2 SIGKILLed after step {a.killed_at}; replacement started {a.delay:.1f} s later, "
-          f"after step {a.started_joiner_at}")
+    print(f"- rank {a.victim} SIGKILLed after step {a.killed_at}; replacement started "
+          f"{a.delay:.1f} s later, after step {a.started_joiner_at}")
     for e in events:
         print(f"- after step {e['step']}: {e['event']} -> replicas {e['replicas']}, generation "
-              f"{e['generation']}" + (f", round redone: {e['redone']}" if "redone" in e else ""))
-    print(f"- longest step: {longest:.2f} s (step {longest_step}); timeout STRAIT_TIMEOUT_S "
-          f"{a.timeout:.0f} s: {'within' if longest < a.timeout else 'NOT within'}")
+              f"{e['generation']}" + (f", round redone: {e['redone']}" if "redone" in e else "")
+              + (f", state sent: {e['state_bytes']:,} B" if "state_bytes" in e else ""))
+    within = longest < a.timeout and (a.joiner_waited is None or a.joiner_waited < a.timeout)
+    print(f"- longest step (rank 0): {longest:.2f} s (step {longest_step})"
+          + (f"; the joiner waited {a.joiner_waited:.1f} s from its start to its admission"
+             if a.joiner_waited is not None else "")
+          + f"; timeout STRAIT_TIMEOUT_S {a.timeout:.0f} s: {'within' if within else 'NOT within'}")
     print(f"- state sent to the joiner: {sent}; the joiner's own state packs to {held}: "
           f"{'identical' if sent and held and sent[0][1] == held[0] else 'DIFFERENT'}")
     hashes = {h for _, _, h in ends}
@@ -97,6 +142,13 @@ def main():
           f" after step {ends[0][1] if ends else '?'}")
     if summary:
         print(f"- final held-out loss {summary['eval_loss']:.4f} nats/byte")
+    if a.link_csv:
+        state = sum(e.get("state_bytes", 0) for e in events)
+        ours = outer_bytes + state
+        total = a.link_bytes if a.link_bytes is not None else link_total
+        print(f"- bytes across the link: shapers {total:,} (both directions, IP packets); strait "
+              f"{ours:,} (outer averages {outer_bytes:,} + state to the joiner {state:,}); "
+              f"shapers / strait {total / ours:.3f}" if ours else "")
     print(f"- plot: {a.png}")
 
 

@@ -270,7 +270,8 @@ class Job {
   // The outer sync rebuilt over the current groups with `state`.
   void rebuild_outer(const OuterSync::State& state, std::int64_t steps_done, bool ended);
   // Rank 0 of the re-formed world sends its state to everyone (the joiners keep it).
-  void send_state(std::int64_t steps_done);
+  // Returns the state's size in bytes (on every rank).
+  std::int64_t send_state(std::int64_t steps_done);
   // A joiner: receives that state; returns the step to go on from.
   int receive_state();
   // Below --min-replicas: a checkpoint (with --save), then an error.
@@ -671,7 +672,7 @@ void Job::rebuild_outer(const OuterSync::State& state, std::int64_t steps_done, 
   outer_->import_state(state, steps_done, ended);
 }
 
-void Job::send_state(std::int64_t steps_done) {
+std::int64_t Job::send_state(std::int64_t steps_done) {
   std::vector<std::byte> bytes;
   std::int64_t size = 0;
   if (rank_ == 0) {
@@ -690,6 +691,7 @@ void Job::send_state(std::int64_t steps_done) {
                human_bytes(static_cast<double>(size)), checkpoint_checksum(bytes));
     std::fflush(stdout);
   }
+  return size;
 }
 
 int Job::receive_state() {
@@ -819,7 +821,8 @@ OuterStepStats Job::elastic_round_end(int step, bool last) {
     const int before_n = world_->size();
     (void)adopt_reformed(true);
     rebuild_outer(now, step + 1, last);
-    if (!world_ok([&] { send_state(step + 1); })) continue;
+    std::int64_t state_bytes = 0;
+    if (!world_ok([&] { state_bytes = send_state(step + 1); })) continue;
     if (rank_ == 0) {
       fmt::print("elastic: after step {} admitted {} ({} ranks); generation {}: replicas {}\n",
                  step + 1, plural(world_->size() - before_n, "joiner"), world_->size(),
@@ -829,7 +832,8 @@ OuterStepStats Job::elastic_round_end(int step, bool last) {
             {"event", "joined"},
             {"step", step + 1},
             {"replicas", replicas_of(ids_)},
-            {"generation", world_->generation()}});
+            {"generation", world_->generation()},
+            {"state_bytes", state_bytes}});  // the state broadcast to the joiners
     }
     break;
   }
