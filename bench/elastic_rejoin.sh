@@ -19,7 +19,7 @@
 #     from the shapers' counters (`tc -s qdisc`, sampled every second into link.csv) and from
 #     strait's own figures (the outer averages' bytes, the state sent to the joiner).
 #   bench/elastic_rejoin.sh [OUT_DIR]        (default bench/results/<date>-elastic-rejoin[-wan])
-# Environment: STEPS (1500; WAN 400), H (10), KILL_AT (300; WAN 100), REJOIN_DELAY (30),
+# Environment: STEPS (1500; WAN 300), H (10), KILL_AT (300; WAN 100), REJOIN_DELAY (30),
 # STRAIT_TIMEOUT_S (60), REPLICAS (3; WAN 2), VICTIM (REPLICAS - 1), TRAIN_ARGS (the model, as
 # above); WAN only: RATE (100mbit), PREFIX (erj), SUBNET (10.79.5), PORT (29741).
 set -euo pipefail
@@ -29,7 +29,7 @@ wan=${WAN:-0}
 if [ "$wan" = 1 ]; then
   [ "$(id -u)" -eq 0 ] || { echo "WAN=1 needs root (the testbed's namespaces and tc)" >&2; exit 1; }
   out=${1:-$root/bench/results/$(date -u +%Y-%m-%d)-elastic-rejoin-wan}
-  steps=${STEPS:-400}
+  steps=${STEPS:-300}
   kill_at=${KILL_AT:-100}
   replicas=${REPLICAS:-2}
   default_model="--blas-threads 1"  # the default model; one thread per rank (2 ranks, 2 cores)

@@ -50,6 +50,7 @@ def main():
     a = p.parse_args()
 
     steps, losses, seconds, events, summary, outer_bytes = [], [], [], [], None, 0
+    computed = []  # replicas that computed each step ("replicas_in_step"), when recorded
     with open(a.metrics) as f:
         for line in f:
             r = json.loads(line)
@@ -58,18 +59,23 @@ def main():
                 losses.append(r["loss"])
                 seconds.append(r["seconds"])
                 outer_bytes += r.get("outer_bytes", 0)
+                computed.append(r.get("replicas_in_step"))
             elif r["type"] == "elastic":
                 events.append(r)
             elif r["type"] == "summary":
                 summary = r
-    # Replicas present at each step: all of them until the first event, then each event's list.
-    present = []
-    count = a.replicas
-    pending = sorted(events, key=lambda e: e["step"])
-    for s in steps:
-        while pending and pending[0]["step"] < s:
-            count = len(pending.pop(0)["replicas"])
-        present.append(count)
+    # Replicas present at each step: those that computed it when the records say so; else all of
+    # them until the first event, then each event's list.
+    if computed and None not in computed:
+        present = computed
+    else:
+        present = []
+        count = a.replicas
+        pending = sorted(events, key=lambda e: e["step"])
+        for s in steps:
+            while pending and pending[0]["step"] < s:
+                count = len(pending.pop(0)["replicas"])
+            present.append(count)
 
     if a.link_csv:
         fig, (ax, axl) = plt.subplots(2, 1, figsize=(9, 6.8), sharex=True,
@@ -90,8 +96,9 @@ def main():
         ax.axvline(x, color=color, ls=ls, lw=1, label=label)
     ax.set_ylabel("loss (nats/byte)")
     ax2 = ax.twinx()
-    ax2.step(steps, present, where="post", color="tab:orange", lw=1.2, label="replicas in")
-    ax2.set_ylabel("replicas in")
+    ax2.step(steps, present, where="mid", color="tab:orange", lw=1.2,
+             label="replicas that computed the step")
+    ax2.set_ylabel("replicas computing")
     ax2.set_ylim(0, a.replicas + 1)
     lines = ax.get_legend_handles_labels()
     lines2 = ax2.get_legend_handles_labels()
@@ -129,6 +136,10 @@ def main():
         print(f"- after step {e['step']}: {e['event']} -> replicas {e['replicas']}, generation "
               f"{e['generation']}" + (f", round redone: {e['redone']}" if "redone" in e else "")
               + (f", state sent: {e['state_bytes']:,} B" if "state_bytes" in e else ""))
+    alone = [s for s, n in zip(steps, present) if n < a.replicas]
+    if alone:
+        print(f"- steps computed by fewer than {a.replicas} replicas: {len(alone)} "
+              f"(steps {alone[0]}-{alone[-1]})")
     within = longest < a.timeout and (a.joiner_waited is None or a.joiner_waited < a.timeout)
     print(f"- longest step (rank 0): {longest:.2f} s (step {longest_step})"
           + (f"; the joiner waited {a.joiner_waited:.1f} s from its start to its admission"

@@ -100,6 +100,18 @@ std::vector<int> metric_steps(const fs::path& path) {
   return steps;
 }
 
+// The "replicas_in_step" of each "step" record: how many replicas computed it.
+std::vector<int> replicas_per_step(const fs::path& path) {
+  std::vector<int> in;
+  std::ifstream file(path);
+  std::string line;
+  while (std::getline(file, line)) {
+    const json r = json::parse(line);
+    if (r["type"] == "step") in.push_back(r.value("replicas_in_step", -1));
+  }
+  return in;
+}
+
 std::vector<int> one_to(int n) {
   std::vector<int> v;
   for (int i = 1; i <= n; ++i) v.push_back(i);
@@ -206,6 +218,21 @@ TEST(StraitTrainElastic, JoinerIsAdmittedAtARoundBoundaryWithTheSurvivorsState) 
   EXPECT_EQ(survivor.weights.at(0), newcomer.weights.at(2));
   EXPECT_EQ(newcomer.steps, std::vector<int>({12}));
   EXPECT_EQ(metric_steps(metrics), one_to(12));
+  // Who computed each step: both for round 1; replica 0 alone from the step replica 1 died in
+  // (its aggregate fails, so it reports its own) to step 6, at whose end the joiner arrives (it
+  // did not compute step 6); both again from step 7.
+  EXPECT_EQ(replicas_per_step(metrics), std::vector<int>({2, 2, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2}));
+  // The "joined" record gives the size of the state the joiner received.
+  std::ifstream in(metrics);
+  std::int64_t state_bytes = -1;
+  for (std::string line; std::getline(in, line);) {
+    const json r = json::parse(line);
+    if (r["type"] == "elastic" && r["event"] == "joined") state_bytes = r["state_bytes"];
+  }
+  static const std::regex kReceived(R"(after step 6: received ([0-9.]+) KiB from replica 0)");
+  std::smatch received;
+  ASSERT_TRUE(std::regex_search(joined, received, kReceived)) << joined;
+  EXPECT_NEAR(static_cast<double>(state_bytes) / 1024.0, std::stod(received[1].str()), 0.05);
 }
 
 TEST(StraitTrainElastic, BelowMinReplicasTheJobStopsAfterACheckpointThatResumes) {

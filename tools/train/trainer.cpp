@@ -1152,22 +1152,27 @@ void Job::run() {
             human_bytes(agg[1]), dt * 1e3);
         std::fflush(stdout);
       }
-      emit({{"type", "step"},
-            {"step", step + 1},
-            {"loss", agg[0]},
-            {"lr", lr},
-            {"grad_norm", st.grad_norm},
-            {"tokens_per_s", tokens_per_step / dt},
-            {"allreduce_bytes", static_cast<std::uint64_t>(agg[1])},
-            {"offload_wait_s", agg[2]},  // mean over ranks
-            {"seconds", dt},
-            // Rank 0's optimizer step: all of it, the update, and the wait for its I/O (nvme).
-            {"optimizer_seconds", opt.total_s},
-            {"optimizer_compute_seconds", opt.compute_s},
-            {"optimizer_io_wait_seconds", opt.io_wait_s},
-            {"optimizer_io_bytes", opt.bytes_read + opt.bytes_written},
-            {"outer_bytes", static_cast<std::uint64_t>(agg[3])},  // between replicas
-            {"outer_seconds", agg[4]}});                          // mean over ranks
+      nlohmann::json record = {
+          {"type", "step"},
+          {"step", step + 1},
+          {"loss", agg[0]},
+          {"lr", lr},
+          {"grad_norm", st.grad_norm},
+          {"tokens_per_s", tokens_per_step / dt},
+          {"allreduce_bytes", static_cast<std::uint64_t>(agg[1])},
+          {"offload_wait_s", agg[2]},  // mean over ranks
+          {"seconds", dt},
+          // Rank 0's optimizer step: all of it, the update, and the wait for its I/O (nvme).
+          {"optimizer_seconds", opt.total_s},
+          {"optimizer_compute_seconds", opt.compute_s},
+          {"optimizer_io_wait_seconds", opt.io_wait_s},
+          {"optimizer_io_bytes", opt.bytes_read + opt.bytes_written},
+          {"outer_bytes", static_cast<std::uint64_t>(agg[3])},  // between replicas
+          {"outer_seconds", agg[4]}};                           // mean over ranks
+      // Elastic: how many replicas computed the step (the loss is their mean); a rank whose world
+      // is broken counts only its own until the round's end.
+      if (cfg_.elastic) record["replicas_in_step"] = static_cast<int>(agg[5]);
+      emit(record);
       if (outer.round_ended) {
         // Who is in: the replicas of the data-parallel groups that averaged this round.
         const int in = data_ ? data_->size() : 1;
