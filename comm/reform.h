@@ -60,6 +60,12 @@ struct ReformOptions {
   std::chrono::milliseconds deadline{0};
   // Admit the processes waiting in join() (false: shrink only; they wait for a later reform).
   bool admit_joiners = true;
+  // Admit joiners only in whole multiples of this (>= 1): of the tickets drawn when the decider
+  // decides, the first (count / joiners_multiple) * joiners_multiple; the others wait for a later
+  // reform, as joiners that came too late do. For processes that are only useful together (the
+  // stages of a pipeline replica: ranks then follow ticket order, so joiner k of an admitted
+  // group is k-th of it). The decider's value is the one used.
+  int joiners_multiple = 1;
 };
 
 }  // namespace strait::comm

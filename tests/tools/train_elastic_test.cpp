@@ -302,6 +302,90 @@ TEST(StraitTrainElastic, AReplicaThatLosesAStageIsDroppedWhole) {
   }
 }
 
+// 2 stages x 2 replicas: replica 1 loses its stage-1 rank and is dropped whole; two processes
+// started with --join (the same flags) are admitted together as replica 2 at the round boundary of
+// step 6, each taking a stage and that stage's state from replica 0's rank of the same stage (the
+// xxh3 sent per stage equals what the joiner of that stage holds), and each stage's ranks end on
+// identical weights. A lone joiner would not be admitted (whole replicas only): the job holds the
+// boundary until both wait.
+TEST(StraitTrainElastic, ReplicaWithStagesJoinsAsOneProcessPerStage) {
+  const Job job;
+  std::vector<std::string> a = job.args({"--replicas", "2", "--steps", "12"});
+  *(std::find(a.begin(), a.end(), std::string("--stages")) + 1) = "2";
+  std::vector<std::string> env = base_env();
+  env.emplace_back("STRAIT_TRAIN_FAULT=3:3:inner");
+  env.emplace_back("STRAIT_TRAIN_AWAIT_JOINER=6");
+  std::vector<std::string> with_metrics = a;
+  const fs::path metrics = job.path("job.jsonl");
+  with_metrics.insert(with_metrics.end(), {"--metrics", metrics.string()});
+  Strait run(with_metrics, job.path("job.out"), env);
+  std::smatch m;
+  std::string text;
+  static const std::regex kStore(R"(MASTER_ADDR=(\S+) MASTER_PORT=(\d+))");
+  for (int i = 0; i < 1200 && !contains(text, "lost replica 1"); ++i) {
+    std::this_thread::sleep_for(100ms);
+    text = run.output();
+  }
+  ASSERT_TRUE(std::regex_search(text, m, kStore)) << text;
+  ASSERT_TRUE(contains(text, "lost replica 1 (2 of 4 ranks left)")) << text;
+  std::vector<std::string> joiner_env = base_env();
+  joiner_env.emplace_back("MASTER_ADDR=" + m[1].str());
+  joiner_env.emplace_back("MASTER_PORT=" + m[2].str());
+  std::vector<std::string> join_args = a;
+  join_args.emplace_back("--join");
+  Strait first(join_args, job.path("joiner0.out"), joiner_env);
+  Strait second(join_args, job.path("joiner1.out"), joiner_env);
+  const int first_status = first.wait(180s);
+  const int second_status = second.wait(180s);
+  const int status = run.wait(180s);
+  text = run.output();
+  const std::string joined = first.output() + second.output();
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << text;
+  ASSERT_TRUE(WIFEXITED(first_status) && WEXITSTATUS(first_status) == 0) << first.output();
+  ASSERT_TRUE(WIFEXITED(second_status) && WEXITSTATUS(second_status) == 0) << second.output();
+  EXPECT_TRUE(
+      contains(text, "after step 6 admitted 2 joiners (4 ranks); generation 3: replicas 0,2"))
+      << text;
+  // Per stage: the state sent (by replica 0's rank of that stage) is the state its joiner holds.
+  for (int stage = 0; stage < 2; ++stage) {
+    const std::regex sent_line(
+        R"(sent the state of step 6 \([^,]+, xxh3 ([0-9a-f]{16})\) to the joiners of stage )" +
+        std::to_string(stage));
+    const std::regex held_line(R"(joined as replica 2 stage )" + std::to_string(stage) +
+                               R"( \(rank )" + std::to_string(2 + stage) +
+                               R"( of 4, generation 3\) after step 6: .* packs to xxh3 )"
+                               R"(([0-9a-f]{16}))");
+    std::smatch sent;
+    std::smatch held;
+    ASSERT_TRUE(std::regex_search(text, sent, sent_line)) << "stage " << stage << ":\n" << text;
+    ASSERT_TRUE(std::regex_search(joined, held, held_line)) << "stage " << stage << ":\n" << joined;
+    EXPECT_EQ(sent[1].str(), held[1].str()) << "stage " << stage;
+  }
+  // Every stage's two ranks (replica 0 and the joined replica 2) end on the same weights.
+  static const std::regex kEnd(
+      R"(elastic: replica (\d+) stage (\d+) \(rank \d+ of 4, generation 3\) ends after step 12 )"
+      R"(with weights xxh3 ([0-9a-f]{16}))");
+  std::map<int, std::map<int, std::string>> by_stage;  // stage -> replica -> weights
+  const std::string all = text + joined;
+  for (auto it = std::sregex_iterator(all.begin(), all.end(), kEnd); it != std::sregex_iterator();
+       ++it) {
+    by_stage[std::stoi((*it)[2])][std::stoi((*it)[1])] = (*it)[3];
+  }
+  ASSERT_EQ(by_stage.size(), 2U) << all;
+  for (const auto& [stage, replicas] : by_stage) {
+    ASSERT_EQ(replicas.size(), 2U) << "stage " << stage << ":\n" << all;
+    ASSERT_TRUE(replicas.contains(0) && replicas.contains(2)) << all;
+    EXPECT_EQ(replicas.at(0), replicas.at(2)) << "stage " << stage;
+  }
+  EXPECT_EQ(metric_steps(metrics), one_to(12));
+  // Replica 0 alone from step 4 (the re-formed world) to step 6, both from step 7. (In step 3 the
+  // world is broken and rank 0, stage 0, reports only its own figures: no loss, no replica.)
+  std::vector<int> in = replicas_per_step(metrics);
+  ASSERT_EQ(in.size(), 12U);
+  in.erase(in.begin() + 2);
+  EXPECT_EQ(in, std::vector<int>({2, 2, 1, 1, 1, 2, 2, 2, 2, 2, 2}));
+}
+
 TEST(StraitTrainElastic, UnsupportedCombinationsAreRefusedByName) {
   const Job job;
   struct Case {
@@ -309,16 +393,11 @@ TEST(StraitTrainElastic, UnsupportedCombinationsAreRefusedByName) {
     std::string says;
   };
   const std::vector<Case> cases = {
-      {{"--replicas", "2", "--stages=2", "--join"}, "join jobs of --stages 1"},
       {{"--replicas", "2", "--outer-overlap"}, "drop them with --elastic"},
       {{"--replicas", "2", "--min-replicas", "3"}, "--min-replicas 3 must be between 1 and"},
   };
   for (std::size_t i = 0; i < cases.size(); ++i) {
-    std::vector<std::string> a = job.args(cases[i].args);
-    if (cases[i].args[2] == "--stages=2") {  // in place of the base arguments' --stages 1
-      a.erase(std::find(a.begin(), a.end(), std::string("--stages=2")));
-      *(std::find(a.begin(), a.end(), std::string("--stages")) + 1) = "2";
-    }
+    const std::vector<std::string> a = job.args(cases[i].args);
     Strait run(a, job.path("refused" + std::to_string(i) + ".out"), base_env());
     const int status = run.wait(60s);
     EXPECT_FALSE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << run.output();

@@ -289,9 +289,12 @@ class Job {
   bool broken_ = false;                      // a world operation failed since the last round end
   bool pipeline_broken_ = false;  // and it was this replica's own pipeline: no more steps
   std::string broken_why_;
-  int replicas_ = 1;      // replicas in the current world
-  std::vector<int> ids_;  // each rank's replica id: its first rank, joiners numbered on
-  int next_id_ = 0;       // the next joiner's id
+  int replicas_ = 1;  // replicas in the current world
+  // Each rank's id: replica * stages + stage at the start (its first rank), joiners numbered on
+  // in whole replicas (stages consecutive ids, admitted together), so id / stages is its replica
+  // and id % stages its stage.
+  std::vector<int> ids_;
+  int next_id_ = 0;  // the next joiner's id
   struct Fault {
     int id = -1;
     int step = 0;
@@ -565,7 +568,7 @@ std::string Job::ids_text() const {
 std::vector<int> Job::replicas_of(const std::vector<int>& ids) const {
   std::vector<int> out;
   for (const int id : ids) {
-    const int r = id / cfg_.stages;  // ids are first ranks (joiners only with --stages 1)
+    const int r = id / cfg_.stages;
     if (std::find(out.begin(), out.end(), r) == out.end()) out.push_back(r);
   }
   std::sort(out.begin(), out.end());
@@ -597,6 +600,7 @@ void Job::maybe_fault(std::string_view phase, int step) {
 std::vector<int> Job::adopt_reformed(bool admit) {
   comm::ReformOptions o;
   o.admit_joiners = admit;
+  o.joiners_multiple = cfg_.stages;  // a replica's stages join together, in ticket order
   std::unique_ptr<comm::Communicator> next = world_->reform(o);
   std::vector<int> ids(static_cast<std::size_t>(next->size()));
   std::vector<bool> kept(ids_.size(), false);
@@ -614,7 +618,7 @@ std::vector<int> Job::adopt_reformed(bool admit) {
   if (p > 1) {
     // A replica whose stage lost its rank cannot run its pipeline: it is dropped whole. Every
     // member knows which from the new world's membership alone; the ranks of such a replica leave,
-    // the others re-form once more without them. (No joiners with stages: ids are first ranks.)
+    // the others re-form once more without them. (Joiners come in whole replicas: see ids_.)
     std::map<int, int> present;  // replica -> its stages present
     for (const int id : ids) ++present[id / p];
     std::vector<int> exclude;
@@ -672,47 +676,65 @@ void Job::rebuild_outer(const OuterSync::State& state, std::int64_t steps_done, 
   outer_->import_state(state, steps_done, ended);
 }
 
+// Each stage's state goes over its data-parallel group (the ranks of that stage, by replica) from
+// the group's rank 0, a survivor: members come before joiners in the re-formed world.
 std::int64_t Job::send_state(std::int64_t steps_done) {
   std::vector<std::byte> bytes;
   std::int64_t size = 0;
-  if (rank_ == 0) {
-    const nlohmann::json extra = {{"ids", ids_},
-                                  {"next_id", next_id_},
-                                  {"generation", world_->generation()},
-                                  {"from_replica", ids_[0]}};
+  const bool sender = data_->rank() == 0;
+  if (sender) {
+    const nlohmann::json extra = {
+        {"ids", ids_},
+        {"next_id", next_id_},
+        {"generation", world_->generation()},
+        {"from_replica", ids_[static_cast<std::size_t>(rank_)] / cfg_.stages},
+        {"stage", stage_}};
     bytes = pack_replica_state(cfg_, *model_, *moments_, *outer_, steps_done, extra);
     size = static_cast<std::int64_t>(bytes.size());
   }
-  world_->broadcast(&size, 1, DType::I64, 0);
-  if (rank_ != 0) bytes.resize(static_cast<std::size_t>(size));
-  world_->broadcast(bytes.data(), bytes.size(), DType::U8, 0);
-  if (rank_ == 0) {
-    fmt::print("elastic: sent the state of step {} ({}, xxh3 {}) to the joiners\n", steps_done,
-               human_bytes(static_cast<double>(size)), checkpoint_checksum(bytes));
+  data_->broadcast(&size, 1, DType::I64, 0);
+  if (!sender) bytes.resize(static_cast<std::size_t>(size));
+  data_->broadcast(bytes.data(), bytes.size(), DType::U8, 0);
+  if (sender) {
+    fmt::print("elastic: sent the state of step {} ({}, xxh3 {}) to the joiners{}\n", steps_done,
+               human_bytes(static_cast<double>(size)), checkpoint_checksum(bytes),
+               cfg_.stages > 1 ? fmt::format(" of stage {}", stage_) : std::string());
     std::fflush(stdout);
   }
-  return size;
+  // The whole state the joiners received: every stage's.
+  std::int64_t total = sender ? size : 0;
+  world_->allreduce(&total, &total, 1, DType::I64, ReduceOp::Sum);
+  return total;
 }
 
 int Job::receive_state() {
   std::int64_t size = 0;
-  world_->broadcast(&size, 1, DType::I64, 0);
+  data_->broadcast(&size, 1, DType::I64, 0);
   std::vector<std::byte> bytes(static_cast<std::size_t>(size));
-  world_->broadcast(bytes.data(), bytes.size(), DType::U8, 0);
+  data_->broadcast(bytes.data(), bytes.size(), DType::U8, 0);
+  std::int64_t total = 0;  // send_state's sum over the stages
+  world_->allreduce(&total, &total, 1, DType::I64, ReduceOp::Sum);
   const nlohmann::json meta = unpack_replica_state(bytes, cfg_, *model_, *moments_, *outer_);
+  if (const int from = meta.at("elastic").value("stage", 0); from != stage_) {
+    throw Error(ErrorCode::Internal,
+                fmt::format("elastic: the joiner of stage {} received the state of stage {}",
+                            stage_, from));
+  }
   ids_ = meta.at("elastic").at("ids").get<std::vector<int>>();
   next_id_ = meta.at("elastic").at("next_id").get<int>();
   const auto step = meta.at("step").get<int>();
   // What this process now holds, packed the same way: equal bytes mean an equal state.
   const std::vector<std::byte> mine =
       pack_replica_state(cfg_, *model_, *moments_, *outer_, step, meta.at("elastic"));
+  const int id = ids_[static_cast<std::size_t>(rank_)];
   fmt::print(
-      "elastic: joined as replica {} (rank {} of {}, generation {}) after step {}: received {} "
+      "elastic: joined as replica {}{} (rank {} of {}, generation {}) after step {}: received {} "
       "from replica {} (weights, AdamW moments and step, outer weights and momentum); the state "
       "held now packs to xxh3 {}\n",
-      ids_[static_cast<std::size_t>(rank_)], rank_, world_->size(), world_->generation(), step,
-      human_bytes(static_cast<double>(size)), meta.at("elastic").at("from_replica").get<int>(),
-      checkpoint_checksum(mine));
+      id / cfg_.stages,
+      cfg_.stages > 1 ? fmt::format(" stage {}", id % cfg_.stages) : std::string(), rank_,
+      world_->size(), world_->generation(), step, human_bytes(static_cast<double>(size)),
+      meta.at("elastic").at("from_replica").get<int>(), checkpoint_checksum(mine));
   std::fflush(stdout);
   return step;
 }
@@ -802,16 +824,18 @@ OuterStepStats Job::elastic_round_end(int step, bool last) {
       }
       if (replicas_ < cfg_.min_replicas) stop_below_min(step + 1);
     }
-    // Processes waiting to join: rank 0 asks the store, everyone goes by its answer.
-    // (With pipeline stages nobody joins: --join needs --stages 1.)
-    std::int64_t waiting = rank_ == 0 && cfg_.stages == 1 ? world_->joiners_waiting() : 0;
+    // Processes waiting to join: rank 0 asks the store, everyone goes by its answer. With
+    // stages, only whole replicas (stages processes) are admitted; the others wait.
+    const auto whole = [&](std::int64_t n) { return n / cfg_.stages * cfg_.stages; };
+    std::int64_t waiting = rank_ == 0 ? whole(world_->joiners_waiting()) : 0;
     if (rank_ == 0 && await_joiner_ == step + 1) {
       // Test hook: hold the round boundary (the others wait in the allreduce below, within the
-      // timeout) until a joiner waits, so a test's joiner is admitted whatever the machine's load.
+      // timeout) until a replica's joiners wait, so a test's joiners are admitted whatever the
+      // machine's load.
       const auto until = Clock::now() + comm::CommOptions::default_timeout() / 2;
       while (waiting == 0 && Clock::now() < until) {
         std::this_thread::sleep_for(std::chrono::milliseconds(50));
-        waiting = world_->joiners_waiting();
+        waiting = whole(world_->joiners_waiting());
       }
     }
     if (!world_ok([&] { world_->allreduce(&waiting, &waiting, 1, DType::I64, ReduceOp::Max); }))
@@ -1468,13 +1492,6 @@ void TrainConfig::validate() const {
       throw bad(
           "--elastic re-forms the job at DiLoCo's round boundaries: pass --outer-steps H (inner "
           "steps per round)");
-    }
-    if (join && stages != 1) {
-      throw bad(fmt::format(
-          "--join with --stages {}: a replica with stages needs one joiner per stage admitted "
-          "together, which is not supported yet; join jobs of --stages 1 (each replica a whole "
-          "model)",
-          stages));
     }
     if (outer_overlap || outer_fragments != 1) {
       throw bad(
