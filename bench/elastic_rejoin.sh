@@ -1,27 +1,30 @@
 #!/usr/bin/env bash
-# Issue 16's kill-and-rejoin bar for elastic DiLoCo: `strait train --elastic` with whole-model
-# replicas (--stages 1) and DiLoCo rounds of H steps; once the job has done KILL_AT steps, one rank
-# (VICTIM) is killed from outside with SIGKILL; REJOIN_DELAY seconds later a replacement starts
-# (`strait train --elastic --join` at the job's store) and is admitted at the next round boundary
-# with a survivor's state. Draws rank 0's loss curve with the loss and the rejoin marked and the
-# replicas present on a second axis (loss_rejoin.png), and writes report.md: when each event
-# happened, the longest step and the joiner's wait (no rank may wait longer than
-# STRAIT_TIMEOUT_S), the final held-out loss, and whether every process ended on the same weights.
+# Issue 16's kill-and-rejoin bar for elastic DiLoCo: `strait train --elastic` with replicas of
+# STAGES pipeline stages (default 1: whole-model replicas) and DiLoCo rounds of H steps; once the
+# job has done KILL_AT steps, one rank (VICTIM) is killed from outside with SIGKILL (its replica is
+# dropped whole); REJOIN_DELAY seconds later a replacement starts (STAGES processes of
+# `strait train --elastic --join` at the job's store, admitted together) and is admitted at the
+# next round boundary with the survivors' state, each stage's from a survivor of that stage. Draws
+# rank 0's loss curve with the loss and the rejoin marked and the replicas computing on a second
+# axis (loss_rejoin.png), and writes report.md: when each event happened, the longest step and the
+# joiners' wait (no rank may wait longer than STRAIT_TIMEOUT_S), the final held-out loss, and
+# whether every process ended on the same weights (per stage).
 #
 # Two places to run it:
 #   loopback (default): 3 replicas on 127.0.0.1 (`strait train --elastic` is its own launcher),
-#     a small model (about 20 ms a step on 2 shared cores); VICTIM 2.
+#     a small model (about 20 ms a step on 2 shared cores).
 #   WAN=1 (needs root): the WAN testbed (`strait wan`, tools/wan/testbed.h), one site per replica
-#     joined by a tbf-shaped link at RATE, the reference transformer (`strait train`'s default
-#     model, one BLAS thread per rank); `strait wan run --elastic` hosts the store in site 0, the replacement starts in the
-#     victim's site (`strait wan exec`); VICTIM 1 (site 1), so the survivor of site 0 trains alone
-#     (--min-replicas 1) until the replacement is admitted. Also counts the bytes across the link:
-#     from the shapers' counters (`tc -s qdisc`, sampled every second into link.csv) and from
-#     strait's own figures (the outer averages' bytes, the state sent to the joiner).
+#     (its STAGES ranks in it) joined by tbf-shaped links at RATE, the reference transformer
+#     (`strait train`'s default model, one BLAS thread per rank); `strait wan run --elastic` hosts
+#     the store in site 0, the replacement starts in the victim's site (`strait wan exec`); with
+#     2 replicas the survivors of site 0 train alone (--min-replicas 1) until it is admitted. Also
+#     counts the bytes across the link: from the shapers' counters (`tc -s qdisc`, sampled every
+#     second into link.csv) and from strait's own figures (the outer averages, the state sent).
 #   bench/elastic_rejoin.sh [OUT_DIR]        (default bench/results/<date>-elastic-rejoin[-wan])
 # Environment: STEPS (1500; WAN 300), H (10), KILL_AT (300; WAN 100), REJOIN_DELAY (30),
-# STRAIT_TIMEOUT_S (60), REPLICAS (3; WAN 2), VICTIM (REPLICAS - 1), TRAIN_ARGS (the model, as
-# above); WAN only: RATE (100mbit), PREFIX (erj), SUBNET (10.79.5), PORT (29741).
+# STRAIT_TIMEOUT_S (60), REPLICAS (3; WAN 2), STAGES (1), VICTIM (the last rank: the last
+# replica's last stage), TRAIN_ARGS (the model, as above); WAN only: RATE (100mbit), PREFIX (erj),
+# SUBNET (10.79.5), PORT (29741).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${STRAIT_BUILD_DIR:-$root/build}
@@ -32,7 +35,7 @@ if [ "$wan" = 1 ]; then
   steps=${STEPS:-300}
   kill_at=${KILL_AT:-100}
   replicas=${REPLICAS:-2}
-  default_model="--blas-threads 1"  # the default model; one thread per rank (2 ranks, 2 cores)
+  default_model="--blas-threads 1"  # the default model; one thread per rank (2 cores)
 else
   out=${1:-$root/bench/results/$(date -u +%Y-%m-%d)-elastic-rejoin}
   steps=${STEPS:-1500}
@@ -40,15 +43,21 @@ else
   replicas=${REPLICAS:-3}
   default_model="--layers 2 --dim 64 --heads 4 --ctx 64 --warmup 20 --microbatches 2 --microbatch-size 4"
 fi
+stages=${STAGES:-1}
 h=${H:-10}
 delay=${REJOIN_DELAY:-30}
-victim=${VICTIM:-$((replicas - 1))}
+victim=${VICTIM:-$((replicas * stages - 1))}
 export STRAIT_TIMEOUT_S=${STRAIT_TIMEOUT_S:-60}
 read -r -a model <<< "${TRAIN_ARGS-$default_model}"
-args=("${model[@]}" --stages 1 --replicas "$replicas" --outer-steps "$h" --elastic
+args=("${model[@]}" --stages "$stages" --replicas "$replicas" --outer-steps "$h" --elastic
   --min-replicas 1 --steps "$steps" --sample-bytes 0 --log-every 100 --eval-sequences 64)
 mkdir -p "$out"
-rm -f "$out/job.jsonl" "$out/link.csv"
+rm -f "$out"/job.jsonl "$out"/link.csv "$out"/joiner*.log
+joiners=()
+joiner_logs=()
+for ((k = 0; k < stages; k++)); do
+  joiner_logs+=("$out/joiner$([ "$stages" = 1 ] || echo "-$k").log")
+done
 
 if [ "$wan" = 1 ]; then
   prefix=${PREFIX:-erj}
@@ -57,13 +66,13 @@ if [ "$wan" = 1 ]; then
   "$build/strait" wan up --prefix "$prefix" --sites "$replicas" --rate "$rate" \
     --subnet "${SUBNET:-10.79.5}"
   # On any exit: stop what still runs in the sites, then remove them.
-  trap 'for p in ${launcher:-} ${joiner:-}; do kill "$p" 2> /dev/null || true; done
+  trap 'for p in ${launcher:-} ${joiners[@]:-}; do kill "$p" 2> /dev/null || true; done
     wait 2> /dev/null || true
     "$build/strait" wan down --prefix "$prefix" > /dev/null' EXIT
-  launch=("$build/strait" wan run --prefix "$prefix" --master-port "$port" --ranks-per-site 1
-    --elastic -- "$build/strait" train)
-  join=("$build/strait" wan exec --prefix "$prefix" --site "$victim" --master-port "$port" --
-    "$build/strait" train)
+  launch=("$build/strait" wan run --prefix "$prefix" --master-port "$port" --ranks-per-site
+    "$stages" --elastic -- "$build/strait" train)
+  join=("$build/strait" wan exec --prefix "$prefix" --site "$((victim / stages))" --master-port
+    "$port" -- "$build/strait" train)
   link_bytes() {  # bytes that left every site through its shaper (each crossed the link once)
     local total=0 i n
     for ((i = 0; i < replicas; i++)); do
@@ -87,7 +96,8 @@ if [ "$wan" = 1 ]; then
   echo "seconds,steps,link_bytes" > "$out/link.csv"
   t0=$(date +%s.%N)
   (while kill -0 "$launcher" 2> /dev/null; do
-    echo "$(echo "$(date +%s.%N) - $t0" | bc),$(done_steps),$(link_bytes)" >> "$out/link.csv"
+    echo "$(echo "$(date +%s.%N) - $t0" | bc -l | sed 's/^\./0./'),$(done_steps),$(link_bytes)" \
+      >> "$out/link.csv"
     sleep 1
   done) &
   sampler=$!
@@ -117,26 +127,37 @@ port=$(grep -o 'MASTER_PORT=[0-9]*' "$out/job.log" | head -1 | cut -d= -f2)
 [ "$wan" = 1 ] || join=(env MASTER_ADDR=127.0.0.1 MASTER_PORT="$port" "$build/strait" train)
 joined_s=$(date +%s.%N)
 joined_at=$(done_steps)
-echo "== joiner (after step $joined_at): ${join[*]} ${args[*]} --join"
-"${join[@]}" "${args[@]}" --join > "$out/joiner.log" 2>&1 &
-joiner=$!
-# How long the joiner waits to be admitted (it prints its "joined as replica" line then).
+echo "== $stages joiner(s) (after step $joined_at): ${join[*]} ${args[*]} --join"
+for log in "${joiner_logs[@]}"; do
+  "${join[@]}" "${args[@]}" --join > "$log" 2>&1 &
+  joiners+=($!)
+done
+# How long the joiners wait to be admitted (each prints its "joined as replica" line then).
 admitted_s=
-while kill -0 "$joiner" 2> /dev/null; do
-  if grep -q 'joined as replica' "$out/joiner.log"; then
+while :; do
+  n=0
+  for log in "${joiner_logs[@]}"; do grep -q 'joined as replica' "$log" && n=$((n + 1)); done
+  if [ "$n" = "$stages" ]; then
     admitted_s=$(date +%s.%N)
     break
   fi
+  alive=0
+  for p in "${joiners[@]}"; do kill -0 "$p" 2> /dev/null && alive=1; done
+  [ "$alive" = 1 ] || break
   sleep 0.1
 done
 status=0
 wait "$launcher" || status=$?
 jstatus=0
-wait "$joiner" || jstatus=$?
+for p in "${joiners[@]}"; do
+  s=0
+  wait "$p" || s=$?
+  [ "$jstatus" != 0 ] || jstatus=$s
+done
 [ -z "$sampler" ] || wait "$sampler" || true
-echo "== job exit $status, joiner exit $jstatus"
-report=(--metrics "$out/job.jsonl" --job-log "$out/job.log" --joiner-log "$out/joiner.log"
-  --replicas "$replicas" --victim "$victim" --killed-at "$killed_at"
+echo "== job exit $status, joiners' exit $jstatus"
+report=(--metrics "$out/job.jsonl" --job-log "$out/job.log" --joiner-log "${joiner_logs[@]}"
+  --replicas "$replicas" --stages "$stages" --victim "$victim" --killed-at "$killed_at"
   --started-joiner-at "$joined_at" --delay "$(echo "$joined_s - $killed_s" | bc)"
   --timeout "$STRAIT_TIMEOUT_S" --exit "$status" --joiner-exit "$jstatus"
   --png "$out/loss_rejoin.png")

@@ -32,8 +32,9 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--metrics", required=True)
     p.add_argument("--job-log", required=True)
-    p.add_argument("--joiner-log", required=True)
+    p.add_argument("--joiner-log", required=True, nargs="+", help="one per stage")
     p.add_argument("--replicas", type=int, default=3)
+    p.add_argument("--stages", type=int, default=1)
     p.add_argument("--victim", type=int, default=2)
     p.add_argument("--killed-at", type=int, required=True)
     p.add_argument("--started-joiner-at", type=int, required=True)
@@ -82,7 +83,9 @@ def main():
                                       gridspec_kw={"height_ratios": [3, 1.3]})
     else:
         fig, ax = plt.subplots(figsize=(9, 4.8))
-    ax.plot(steps, losses, lw=0.6, color="tab:blue", label="training loss (mean over replicas in)")
+    # A step rank 0 saw alone in a broken world, as a stage without the loss, has none to show.
+    shown = [float("nan") if n == 0 else x for x, n in zip(losses, present)]
+    ax.plot(steps, shown, lw=0.6, color="tab:blue", label="training loss (mean over replicas in)")
     marks = []
     for e in events:
         color = "tab:red" if e["event"] == "lost" else "tab:green"
@@ -91,7 +94,8 @@ def main():
         marks.append((e["step"], color, "--", f"after step {e['step']}: {what}"))
     marks.append((a.killed_at, "black", ":", f"SIGKILL to rank {a.victim} (after step {a.killed_at})"))
     marks.append((a.started_joiner_at, "grey", ":",
-                  f"replacement started {a.delay:.0f} s later (after step {a.started_joiner_at})"))
+                  f"replacement started {a.delay:.0f} s later (after step {a.started_joiner_at})"
+                  + (f", {a.stages} processes" if a.stages > 1 else "")))
     for x, color, ls, label in marks:
         ax.axvline(x, color=color, ls=ls, lw=1, label=label)
     ax.set_ylabel("loss (nats/byte)")
@@ -103,8 +107,9 @@ def main():
     lines = ax.get_legend_handles_labels()
     lines2 = ax2.get_legend_handles_labels()
     ax.legend(lines[0] + lines2[0], lines[1] + lines2[1], fontsize=7, loc="upper right")
-    where = (f"{a.replicas} sites at {a.rate} (WAN testbed), one replica each" if a.link_csv
-             else f"{a.replicas} DiLoCo replicas on loopback")
+    shape = f" of {a.stages} stages" if a.stages > 1 else ""
+    where = (f"{a.replicas} sites at {a.rate} (WAN testbed), one replica{shape} each" if a.link_csv
+             else f"{a.replicas} DiLoCo replicas{shape} on loopback")
     ax.set_title(f"strait train --elastic: {where};\none SIGKILLed, a replacement joins",
                  fontsize=10)
     link_total = None
@@ -121,17 +126,22 @@ def main():
     fig.savefig(a.png, dpi=120)
 
     job = open(a.job_log).read()
-    joiner = open(a.joiner_log).read()
-    ends = re.findall(r"elastic: replica (\d+) \(rank \d+ of \d+, generation \d+\) ends after step "
-                      r"(\d+) with weights xxh3 ([0-9a-f]{16})", job + joiner)
-    sent = re.findall(r"sent the state of step (\d+) \([^,]+, xxh3 ([0-9a-f]{16})\)", job)
-    held = re.findall(r"packs to xxh3 ([0-9a-f]{16})", joiner)
+    joiner = "".join(open(path).read() for path in a.joiner_log)
+    # (replica, stage, step, hash); stage "" without stages.
+    ends = re.findall(r"elastic: replica (\d+)(?: stage (\d+))? \(rank \d+ of \d+, generation \d+\) "
+                      r"ends after step (\d+) with weights xxh3 ([0-9a-f]{16})", job + joiner)
+    sent = {stage: h for h, stage in re.findall(
+        r"sent the state of step \d+ \([^,]+, xxh3 ([0-9a-f]{16})\) to the joiners"
+        r"(?: of stage (\d+))?", job)}
+    held = {stage: h for stage, h in re.findall(
+        r"joined as replica \d+(?: stage (\d+))? \(.*packs to xxh3 ([0-9a-f]{16})", joiner)}
     longest = max(seconds) if seconds else float("nan")
     longest_step = steps[seconds.index(longest)] if seconds else -1
     print(f"# elastic kill-and-rejoin ({len(steps)} steps, {where})\n")
     print(f"- job exit status {a.exit}, joiner exit status {a.joiner_exit}")
-    print(f"- rank {a.victim} SIGKILLed after step {a.killed_at}; replacement started "
-          f"{a.delay:.1f} s later, after step {a.started_joiner_at}")
+    print(f"- rank {a.victim} SIGKILLed after step {a.killed_at}; replacement "
+          + (f"({a.stages} processes, one per stage) " if a.stages > 1 else "")
+          + f"started {a.delay:.1f} s later, after step {a.started_joiner_at}")
     for e in events:
         print(f"- after step {e['step']}: {e['event']} -> replicas {e['replicas']}, generation "
               f"{e['generation']}" + (f", round redone: {e['redone']}" if "redone" in e else "")
@@ -142,15 +152,22 @@ def main():
               f"(steps {alone[0]}-{alone[-1]})")
     within = longest < a.timeout and (a.joiner_waited is None or a.joiner_waited < a.timeout)
     print(f"- longest step (rank 0): {longest:.2f} s (step {longest_step})"
-          + (f"; the joiner waited {a.joiner_waited:.1f} s from its start to its admission"
+          + (f"; the joiner{'s' if a.stages > 1 else ''} waited {a.joiner_waited:.1f} s from "
+             f"{'their' if a.stages > 1 else 'its'} start to {'their' if a.stages > 1 else 'its'} "
+             "admission"
              if a.joiner_waited is not None else "")
           + f"; timeout STRAIT_TIMEOUT_S {a.timeout:.0f} s: {'within' if within else 'NOT within'}")
-    print(f"- state sent to the joiner: {sent}; the joiner's own state packs to {held}: "
-          f"{'identical' if sent and held and sent[0][1] == held[0] else 'DIFFERENT'}")
-    hashes = {h for _, _, h in ends}
-    print(f"- final weights: {len(ends)} processes ({', '.join(f'replica {r}' for r, _, _ in ends)}),"
-          f" {'all identical' if len(hashes) == 1 else 'DIFFERENT'}"
-          f" after step {ends[0][1] if ends else '?'}")
+    same = sent and sent == held
+    print(f"- state sent to the joiners (xxh3 by stage): {sent}; the joiners' own state packs to "
+          f"{held}: {'identical' if same else 'DIFFERENT'}")
+    by_stage = {}
+    for replica, stage, _, h in ends:
+        by_stage.setdefault(stage, {})[replica] = h
+    for stage, hashes in sorted(by_stage.items()):
+        print(f"- final weights{f' of stage {stage}' if stage else ''}: {len(hashes)} processes "
+              f"({', '.join(f'replica {r}' for r in sorted(hashes))}), "
+              f"{'all identical' if len(set(hashes.values())) == 1 else 'DIFFERENT'} after step "
+              f"{ends[0][2] if ends else '?'}")
     if summary:
         print(f"- final held-out loss {summary['eval_loss']:.4f} nats/byte")
     if a.link_csv:
