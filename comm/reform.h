@@ -11,7 +11,8 @@
 //     rank of g that no registered view calls gone has registered, at most ReformOptions::deadline.
 //     Who has not registered by then is left out, as lost ("did not arrive within ..."). It then
 //     writes the decision: the members of n, ordered by their rank in g, then the joiners whose
-//     tickets were drawn before it decided, in ticket order.
+//     tickets were drawn before it decided, in ticket order (only as many as the largest multiple
+//     of ReformOptions::joiners_multiple: the rest are "too late" below).
 //  3. Everyone reads the decision. A member left out fails with Aborted; a joiner left out (it
 //     came too late) waits for generation n + 1. The members create the new world communicator
 //     over a view of the store under "strait/gen/<n>": a fresh transport (new UCX worker, new

@@ -378,12 +378,18 @@ TEST(StraitTrainElastic, ReplicaWithStagesJoinsAsOneProcessPerStage) {
     EXPECT_EQ(replicas.at(0), replicas.at(2)) << "stage " << stage;
   }
   EXPECT_EQ(metric_steps(metrics), one_to(12));
-  // Replica 0 alone from step 4 (the re-formed world) to step 6, both from step 7. (In step 3 the
-  // world is broken and rank 0, stage 0, reports only its own figures: no loss, no replica.)
+  // Who computed each step: both in round 1; replica 0 alone in steps 5 and 6 (the re-formed
+  // world), both from step 7. In round 2 (steps 3 and 4) the world is broken: rank 0 (stage 0,
+  // which holds no loss) reports only its own figures, and replica 0's pipeline step may be
+  // aborted by the re-formation that replica 1's other rank starts (comm/heartbeat.h), so 0 or 1.
   std::vector<int> in = replicas_per_step(metrics);
   ASSERT_EQ(in.size(), 12U);
-  in.erase(in.begin() + 2);
-  EXPECT_EQ(in, std::vector<int>({2, 2, 1, 1, 1, 2, 2, 2, 2, 2, 2}));
+  for (const int step : {3, 4}) {
+    const int n = in[static_cast<std::size_t>(step - 1)];
+    EXPECT_TRUE(n == 0 || n == 1) << "step " << step << ": " << n;
+  }
+  in.erase(in.begin() + 2, in.begin() + 4);
+  EXPECT_EQ(in, std::vector<int>({2, 2, 1, 1, 2, 2, 2, 2, 2, 2}));
 }
 
 TEST(StraitTrainElastic, UnsupportedCombinationsAreRefusedByName) {

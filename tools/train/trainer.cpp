@@ -1118,16 +1118,19 @@ void Job::run() {
                                  moments_->step(params, grads, groups_, hyper, step + 1);
                                });
     };
+    bool computed = false;  // this rank's part of the step ran to the end
     if (joining || pipeline_broken_) {
       // Nothing to compute: admitted after this step, or this replica lost a stage.
     } else if (!cfg_.elastic || cfg_.stages == 1) {
       compute();
+      computed = true;
     } else {
       // With stages, a lost rank of this replica breaks the step itself: the replica is then
       // dropped at the round's end, and its ranks wait for it without computing.
       const bool was_broken = broken_;
       broken_ = false;
-      if (!world_ok(compute)) pipeline_broken_ = true;
+      computed = world_ok(compute);
+      if (!computed) pipeline_broken_ = true;
       broken_ = broken_ || was_broken;
     }
     // DiLoCo: at a round's end, the outer step (it may replace the weights).
@@ -1147,8 +1150,9 @@ void Job::run() {
     // them, those between replicas in DiLoCo's outer step) and the mean wait for the outer step.
     const double ranks = world_->size();
     // Elastic: the loss is a sum over the replicas that computed the step (agg[5] counts them:
-    // not a joiner in the step it joined at), divided afterwards.
-    const bool counted = executor_->last_stage() && !joining;
+    // not a joiner in the step it joined at, nor a replica whose pipeline step was broken or
+    // aborted), divided afterwards.
+    const bool counted = executor_->last_stage() && computed;
     double agg[6] = {counted ? (cfg_.elastic ? st.loss : st.loss / cfg_.replicas) : 0.0,
                      static_cast<double>(st.allreduce_bytes + outer.data_bytes + outer.tied_bytes),
                      st.offload_wait_s / ranks,
