@@ -136,7 +136,7 @@ done
 admitted_s=
 while :; do
   n=0
-  for log in "${joiner_logs[@]}"; do grep -q 'joined as replica' "$log" && n=$((n + 1)); done
+  for log in "${joiner_logs[@]}"; do grep -qs 'joined as replica' "$log" && n=$((n + 1)); done
   if [ "$n" = "$stages" ]; then
     admitted_s=$(date +%s.%N)
     break
