@@ -157,9 +157,11 @@ def main():
              "admission"
              if a.joiner_waited is not None else "")
           + f"; timeout STRAIT_TIMEOUT_S {a.timeout:.0f} s: {'within' if within else 'NOT within'}")
-    same = sent and sent == held
-    print(f"- state sent to the joiners (xxh3 by stage): {sent}; the joiners' own state packs to "
-          f"{held}: {'identical' if same else 'DIFFERENT'}")
+    if not sent:
+        print("- no state was sent: the replacement was NOT admitted")
+    else:
+        print(f"- state sent to the joiners (xxh3 by stage): {sent}; the joiners' own state packs "
+              f"to {held}: {'identical' if sent == held else 'DIFFERENT'}")
     by_stage = {}
     for replica, stage, _, h in ends:
         by_stage.setdefault(stage, {})[replica] = h
