@@ -392,6 +392,39 @@ TEST(StraitTrainElastic, ReplicaWithStagesJoinsAsOneProcessPerStage) {
   EXPECT_EQ(in, std::vector<int>({2, 2, 1, 1, 2, 2, 2, 2, 2, 2}));
 }
 
+// With --stages 2, one process started with --join is not a replica: the job never admits it (its
+// rounds go on), and it gives up after its timeout (1 s here; the job's 1000 steps take longer)
+// saying why.
+TEST(StraitTrainElastic, ALoneJoinerOfAReplicaWithStagesIsNotAdmittedAndSaysWhy) {
+  const Job job;
+  std::vector<std::string> a = job.args({"--replicas", "2", "--steps", "1000"});
+  *(std::find(a.begin(), a.end(), std::string("--stages")) + 1) = "2";
+  Strait run(a, job.path("job.out"), base_env());
+  std::smatch m;
+  std::string text;
+  static const std::regex kStore(R"(MASTER_ADDR=(\S+) MASTER_PORT=(\d+))");
+  for (int i = 0; i < 600 && !std::regex_search(text, m, kStore); ++i) {
+    std::this_thread::sleep_for(100ms);
+    text = run.output();
+  }
+  ASSERT_TRUE(std::regex_search(text, m, kStore)) << text;
+  std::vector<std::string> join_args = a;
+  join_args.emplace_back("--join");
+  Strait lone(join_args, job.path("lone.out"),
+              {"STRAIT_TIMEOUT_S=1", "MASTER_ADDR=" + m[1].str(), "MASTER_PORT=" + m[2].str()});
+  const int lone_status = lone.wait(60s);
+  const int status = run.wait(180s);
+  text = run.output();
+  EXPECT_FALSE(WIFEXITED(lone_status) && WEXITSTATUS(lone_status) == 0) << lone.output();
+  EXPECT_TRUE(contains(lone.output(), "no reform admitted this process")) << lone.output();
+  EXPECT_TRUE(contains(lone.output(),
+                       "with --stages 2 a replica joins as 2 processes started with --join, "
+                       "admitted only together"))
+      << lone.output();
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << text;
+  EXPECT_FALSE(contains(text, "admitted")) << text;
+}
+
 TEST(StraitTrainElastic, UnsupportedCombinationsAreRefusedByName) {
   const Job job;
   struct Case {

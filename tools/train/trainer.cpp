@@ -269,8 +269,8 @@ class Job {
   std::vector<int> adopt_reformed(bool admit);
   // The outer sync rebuilt over the current groups with `state`.
   void rebuild_outer(const OuterSync::State& state, std::int64_t steps_done, bool ended);
-  // Rank 0 of the re-formed world sends its state to everyone (the joiners keep it).
-  // Returns the state's size in bytes (on every rank).
+  // In the re-formed world, each stage's first rank (a survivor) sends its state to the ranks of
+  // its stage (the joiners keep it). Returns the bytes sent, all stages together (on every rank).
   std::int64_t send_state(std::int64_t steps_done);
   // A joiner: receives that state; returns the step to go on from.
   int receive_state();
@@ -390,7 +390,15 @@ void Job::setup() {
     so.connect_timeout = comm::CommOptions::default_timeout();
     so.timeout = comm::CommOptions::default_timeout();
     join_store_ = std::make_shared<comm::TcpStore>(so);
-    world_ = comm::Communicator::join(join_store_);
+    try {
+      world_ = comm::Communicator::join(join_store_);
+    } catch (const Error& e) {
+      if (e.code() != ErrorCode::Timeout || cfg_.stages == 1) throw;
+      throw Error(ErrorCode::Timeout,
+                  fmt::format("{} (with --stages {} a replica joins as {} processes started with "
+                              "--join, admitted only together: were all of them started?)",
+                              e.what(), cfg_.stages, cfg_.stages));
+    }
   } else {
     // The world size is checked from the environment, before any connection is made: every rank
     // then reports the mistake itself, instead of some of them failing later on a connection to a
