@@ -186,6 +186,11 @@ std::unique_ptr<Communicator> Communicator::reform(const ReformOptions& options)
                 "reform: only a world communicator (from create(), from_env(), reform() or "
                 "join()) can be re-formed, not one from split(); re-form the world, then split it");
   }
+  if (options.joiners_multiple < 1) {
+    throw Error(ErrorCode::InvalidArgument,
+                fmt::format("reform: ReformOptions::joiners_multiple is {}; it must be at least 1",
+                            options.joiners_multiple));
+  }
   for (const int r : options.exclude) {
     if (r < 0 || r >= size()) {
       throw Error(ErrorCode::InvalidArgument,
@@ -249,7 +254,8 @@ std::unique_ptr<Communicator> Communicator::reform(const ReformOptions& options)
     }
     // Drawing a ticket past this count means "too late": such joiners wait for the next one.
     if (options.admit_joiners) {
-      d.joiners = static_cast<int>(root.add(reform_key(next, "joiners"), 0));
+      const int drawn = static_cast<int>(root.add(reform_key(next, "joiners"), 0));
+      d.joiners = drawn / options.joiners_multiple * options.joiners_multiple;
     }
     d.left_out = gone;
     d.heartbeat_ms = shared_->heartbeat_interval.count();

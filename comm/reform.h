@@ -11,7 +11,8 @@
 //     rank of g that no registered view calls gone has registered, at most ReformOptions::deadline.
 //     Who has not registered by then is left out, as lost ("did not arrive within ..."). It then
 //     writes the decision: the members of n, ordered by their rank in g, then the joiners whose
-//     tickets were drawn before it decided, in ticket order.
+//     tickets were drawn before it decided, in ticket order (only as many as the largest multiple
+//     of ReformOptions::joiners_multiple: the rest are "too late" below).
 //  3. Everyone reads the decision. A member left out fails with Aborted; a joiner left out (it
 //     came too late) waits for generation n + 1. The members create the new world communicator
 //     over a view of the store under "strait/gen/<n>": a fresh transport (new UCX worker, new
@@ -60,6 +61,12 @@ struct ReformOptions {
   std::chrono::milliseconds deadline{0};
   // Admit the processes waiting in join() (false: shrink only; they wait for a later reform).
   bool admit_joiners = true;
+  // Admit joiners only in whole multiples of this (>= 1): of the tickets drawn when the decider
+  // decides, the first (count / joiners_multiple) * joiners_multiple; the others wait for a later
+  // reform, as joiners that came too late do. For processes that are only useful together (the
+  // stages of a pipeline replica: ranks then follow ticket order, so joiner k of an admitted
+  // group is k-th of it). The decider's value is the one used.
+  int joiners_multiple = 1;
 };
 
 }  // namespace strait::comm

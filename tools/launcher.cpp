@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/wait.h>
@@ -84,6 +85,45 @@ void say(fmt::format_string<Args...> format, Args&&... args) {
   fmt::print(stderr, "strait run: {}\n", fmt::format(format, std::forward<Args>(args)...));
   std::fflush(stderr);
 }
+
+// Moves the calling thread into the network namespace /run/netns/NAME (as `ip netns exec` does)
+// until destroyed, then back. Sockets keep the namespace they were made in, and threads started
+// meanwhile stay in it: an elastic job's store, hosted by the launcher, listens in the first
+// node's namespace (the WAN testbed's site 0), where its ranks and joiners reach it.
+class InNetns {
+ public:
+  explicit InNetns(const std::string& name) {
+    const std::string path = "/run/netns/" + name;
+    const Fd target(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!target) {
+      throw Error(ErrorCode::Io,
+                  fmt::format("cannot open network namespace {}: {}", path, std::strerror(errno)));
+    }
+    home_ = Fd(::open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC));
+    if (!home_) {
+      throw Error(ErrorCode::Io,
+                  fmt::format("cannot open /proc/thread-self/ns/net: {}", std::strerror(errno)));
+    }
+    if (::setns(target.get(), CLONE_NEWNET) != 0) {
+      throw Error(ErrorCode::Io,
+                  fmt::format("cannot enter network namespace {} to host the job's store there: "
+                              "{} (needs root, as the WAN testbed does)",
+                              name, std::strerror(errno)));
+    }
+  }
+  InNetns(const InNetns&) = delete;
+  InNetns& operator=(const InNetns&) = delete;
+  ~InNetns() {
+    if (::setns(home_.get(), CLONE_NEWNET) != 0) {
+      fmt::print(stderr, "strait run: cannot return to the launcher's network namespace: {}\n",
+                 std::strerror(errno));
+      std::abort();  // the ranks would be started in the wrong namespace
+    }
+  }
+
+ private:
+  Fd home_;
+};
 
 // Blocks the signals the launcher handles and delivers them through a signalfd instead, so that
 // no work happens in a signal handler. Restores the previous mask and SIGCHLD action on exit.
@@ -274,20 +314,30 @@ class Job {
 
   int run() {
     const SignalScope signals;  // before the first fork: no child's exit can be missed
-    std::uint16_t port =
-        o_.master_port != 0 ? o_.master_port : comm::net::pick_free_port(o_.master_addr);
+    // Where rank 0 (or, elastic, the launcher) hosts the store: the first node's namespace.
+    const std::string store_netns = o_.node_netns.empty() ? std::string() : o_.node_netns.front();
+    std::uint16_t port = o_.master_port;
     if (o_.elastic) {
       // The store's server thread starts after SignalScope, so it inherits the blocked signals;
-      // the children only exec (async-signal-safe calls) after fork.
+      // the children only exec (async-signal-safe calls) after fork. Port 0: the kernel's choice.
       comm::TcpStoreOptions so;
       so.host = o_.master_addr;
       so.port = port;
       so.is_server = true;
-      store_ = std::make_unique<comm::TcpStore>(so);
+      {
+        std::optional<InNetns> in;
+        if (!store_netns.empty()) in.emplace(store_netns);
+        store_ = std::make_unique<comm::TcpStore>(so);
+      }
       port = store_->port();
-      say("elastic: the job's store is at {}:{}; a process joins with MASTER_ADDR={} "
-          "MASTER_PORT={} (strait train --join)",
-          o_.master_addr, port, o_.master_addr, port);
+      say("elastic: the job's store is at {}:{}{}; a process joins with MASTER_ADDR={} "
+          "MASTER_PORT={} (strait train --join){}",
+          o_.master_addr, port,
+          store_netns.empty() ? "" : fmt::format(" in network namespace {}", store_netns),
+          o_.master_addr, port,
+          store_netns.empty() ? "" : " from a namespace that reaches it (strait wan exec)");
+    } else if (port == 0) {
+      port = comm::net::pick_free_port(o_.master_addr);
     }
     started_at_ = WallClock::now();
     ranks_.resize(static_cast<std::size_t>(o_.nproc));

@@ -18,7 +18,8 @@
 //
 // Elastic (LaunchOptions::elastic, `strait run --elastic`, torchrun's elastic agent without
 // restarts): the launcher hosts the job's store (a TcpStore server at MASTER_ADDR:MASTER_PORT in
-// its own process, announced on stderr, so that it outlives every rank: comm/reform.h) and tells
+// its own process, announced on stderr, so that it outlives every rank: comm/reform.h; with
+// node_netns, in the first node's namespace, so that the WAN testbed's sites reach it) and tells
 // the ranks so with TORCHELASTIC_USE_AGENT_STORE=True; a rank that fails is reported but the
 // others are not stopped (they re-form without it, and processes may join through the same store
 // while the launcher runs). Exit status: 0 when at least one rank exits 0, else that of the first

@@ -1,8 +1,12 @@
 #include "tools/wan_command.h"
 
 #include <fmt/format.h>
+#include <unistd.h>
 
+#include <cerrno>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <optional>
 
@@ -28,14 +32,64 @@ and removes it afterwards (also after Ctrl-C). Ranks of site i run in namespace 
 with MASTER_ADDR = site 0's address, GROUP_RANK = i, UCX_NET_DEVICES=wan0 and STRAIT_SITES
 listing each rank's site (unless set, or STRAIT_TOPOLOGY_FILE is), so that allreduces run
 hierarchically. --flow-rate R limits each TCP flow (htb classes under each shaper): with
-STRAIT_STREAMS=N, a job's N connections per peer then share the link.)";
+STRAIT_STREAMS=N, a job's N connections per peer then share the link.
+
+`wan run --elastic` hosts the job's store in the launcher (as `strait run --elastic`), listening
+in site 0's namespace, and lets the other ranks go on when one fails. A process joins such a job
+from any site with `wan exec`, which runs one command in a site of a testbed that is up, with the
+environment `wan run` gives (MASTER_ADDR = site 0's address, MASTER_PORT, UCX_NET_DEVICES=wan0),
+without a rank:
+
+  strait wan up --prefix p --rate 100mbit
+  strait wan run --prefix p --elastic --master-port 29600 -- strait train --elastic ... &
+  strait wan exec --prefix p --site 1 --master-port 29600 -- strait train --elastic ... --join)";
 
 struct RunOptions {
   WanOptions wan;
   int ranks_per_site = 1;
   int master_port = 29500;
+  bool elastic = false;
   std::vector<std::string> command;
 };
+
+struct ExecOptions {
+  std::string prefix = WanOptions{}.prefix;
+  int site = 0;
+  int master_port = RunOptions{}.master_port;
+  std::vector<std::string> command;
+};
+
+// Replaces this process with `ip netns exec SITE COMMAND...` (returns only by throwing).
+[[noreturn]] void exec_in_site(const ExecOptions& e) {
+  const std::vector<Site> sites = wan_sites(e.prefix);
+  if (sites.empty()) {
+    throw Error(ErrorCode::InvalidArgument,
+                fmt::format("wan exec: no testbed named {0} is up (bring one up with `strait wan "
+                            "up --prefix {0}`)",
+                            e.prefix));
+  }
+  if (e.site < 0 || static_cast<std::size_t>(e.site) >= sites.size()) {
+    throw Error(ErrorCode::InvalidArgument,
+                fmt::format("wan exec: --site {}: testbed {} has sites 0 to {}", e.site, e.prefix,
+                            sites.size() - 1));
+  }
+  // What `wan run` gives its ranks, less the rank variables and the sites list (a process that
+  // joins an elastic job is given its rank by the re-formation, in a world of one site).
+  ::setenv("MASTER_ADDR", sites.front().address.c_str(), 1);
+  ::setenv("MASTER_PORT", std::to_string(e.master_port).c_str(), 1);
+  ::setenv("UCX_NET_DEVICES", "wan0", 0);
+  std::vector<std::string> args = {"ip", "netns", "exec",
+                                   sites[static_cast<std::size_t>(e.site)].netns};
+  args.insert(args.end(), e.command.begin(), e.command.end());
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  std::fflush(stdout);
+  std::fflush(stderr);
+  ::execvp(argv[0], argv.data());
+  throw Error(ErrorCode::Io,
+              fmt::format("wan exec: cannot execute ip (iproute2): {}", std::strerror(errno)));
+}
 
 int run_job(const RunOptions& r) {
   std::optional<std::vector<Site>> made;
@@ -68,6 +122,7 @@ int run_job(const RunOptions& r) {
   o.master_addr = sites.front().address;
   o.master_port = static_cast<std::uint16_t>(r.master_port);
   o.command = r.command;
+  o.elastic = r.elastic;
   std::string sites_list;  // "0,0,1,1": rank r is in site r / ranks_per_site
   for (std::size_t i = 0; i < sites.size(); ++i) {
     for (int k = 0; k < r.ranks_per_site; ++k) {
@@ -151,9 +206,32 @@ void add_wan_command(CLI::App& app, int& exit_code) {
   run->add_option("--master-port", run_opts->master_port, "Port of rank 0's store (in site 0)")
       ->check(CLI::Range(1, 65535))
       ->capture_default_str();
+  run->add_flag("--elastic", run_opts->elastic,
+                "Host the job's store in the launcher, in site 0 (TORCHELASTIC_USE_AGENT_STORE="
+                "True), and let the other ranks go on when one fails (for strait train --elastic; "
+                "processes join with `strait wan exec`)");
   run->add_option("command", run_opts->command, "The program to run, and its arguments")
       ->required();
   run->callback([run_opts, &exit_code] { exit_code = run_job(*run_opts); });
+
+  auto exec_opts = std::make_shared<ExecOptions>();
+  CLI::App* exec = wan->add_subcommand(
+      "exec",
+      "Run one command in a site of a testbed that is up, with the environment of `wan run` "
+      "but no rank (e.g. a process joining an elastic job)");
+  exec->add_option("--prefix", exec_opts->prefix,
+                   "Names of the testbed's namespaces start with this")
+      ->capture_default_str();
+  exec->add_option("--site", exec_opts->site, "The site to run in (0 is the first)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  exec->add_option("--master-port", exec_opts->master_port,
+                   "MASTER_PORT for the command (the job's store, in site 0)")
+      ->check(CLI::Range(1, 65535))
+      ->capture_default_str();
+  exec->add_option("command", exec_opts->command, "The program to run, and its arguments")
+      ->required();
+  exec->callback([exec_opts] { exec_in_site(*exec_opts); });
 }
 
 }  // namespace strait::tools

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <algorithm>
 #include <chrono>
 #include <memory>
 #include <string>
@@ -144,6 +145,83 @@ TEST(Reform, GenerationsChainThroughShrinkAndGrow) {
     EXPECT_EQ(g3->size(), 3);
     expect_sum(*g3, t, {0, 2, 100}, "generation 3");
   });
+}
+
+// ReformOptions::joiners_multiple = 2 with 3 joiners waiting: generation 1 admits 2 of them (ranks
+// 2 and 3, in ticket order), the third waits and is admitted at generation 2 (rank 4) by a reform
+// of multiple 1; a multiple below 1 is InvalidArgument.
+TEST(Reform, JoinersAreAdmittedInWholeMultiples) {
+  auto store = std::make_shared<HashStore>();
+  std::vector<std::uint64_t> joined_at(5, 0);  // generation each joiner (threads 2..4) joined
+  std::vector<int> rank_at(5, -1);
+  // Generation 1's members: the 4 of them count themselves, then admit whoever still waits.
+  const auto generation_1 = [&](Communicator& g1, int id) {
+    std::int64_t one = 1;
+    g1.allreduce(&one, &one, 1, DType::I64, ReduceOp::Sum);
+    EXPECT_EQ(one, 4) << "id " << id;
+    std::int64_t waiting = 0;
+    while (waiting == 0) {
+      waiting = g1.joiners_waiting();
+      g1.allreduce(&waiting, &waiting, 1, DType::I64, ReduceOp::Max);
+      if (waiting == 0) std::this_thread::sleep_for(5ms);
+    }
+    EXPECT_EQ(waiting, 1);
+    auto g2 = g1.reform();
+    EXPECT_EQ(g2->generation(), 2U);
+    EXPECT_EQ(g2->size(), 5);
+    expect_sum(*g2, id, {0, 1, 102, 103, 104}, "generation 2");
+  };
+  on_threads(5, [&](int t) {
+    if (t >= 2) {
+      auto comm = Communicator::join(store, fast());
+      joined_at[static_cast<std::size_t>(t)] = comm->generation();
+      rank_at[static_cast<std::size_t>(t)] = comm->rank();
+      if (comm->generation() == 1) {
+        generation_1(*comm, 100 + t);
+      } else {
+        expect_sum(*comm, 100 + t, {0, 1, 102, 103, 104}, "generation 2 (the late joiner)");
+      }
+      return;
+    }
+    auto g0 = Communicator::create(store, t, 2, fast());
+    ReformOptions bad;
+    bad.joiners_multiple = 0;
+    try {
+      g0->reform(bad);
+      ADD_FAILURE() << "joiners_multiple = 0 was accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::InvalidArgument) << e.what();
+      EXPECT_NE(std::string(e.what()).find("joiners_multiple is 0"), std::string::npos) << e.what();
+    }
+    // Rank 0 waits until all three hold a ticket; everyone goes by its count.
+    std::int64_t waiting = 0;
+    while (waiting < 3) {
+      waiting = g0->joiners_waiting();
+      g0->allreduce(&waiting, &waiting, 1, DType::I64, ReduceOp::Min);
+      if (waiting < 3) std::this_thread::sleep_for(5ms);
+    }
+    ReformOptions pairs;
+    pairs.joiners_multiple = 2;
+    auto g1 = g0->reform(pairs);
+    EXPECT_EQ(g1->generation(), 1U);
+    EXPECT_EQ(g1->size(), 4);
+    EXPECT_EQ(g1->former_ranks(), (std::vector<int>{0, 1, -1, -1}));
+    generation_1(*g1, t);
+  });
+  std::vector<int> gen1_ranks;
+  int late = 0;
+  for (int t = 2; t < 5; ++t) {
+    if (joined_at[static_cast<std::size_t>(t)] == 1) {
+      gen1_ranks.push_back(rank_at[static_cast<std::size_t>(t)]);
+    } else {
+      EXPECT_EQ(joined_at[static_cast<std::size_t>(t)], 2U);
+      EXPECT_EQ(rank_at[static_cast<std::size_t>(t)], 4);
+      ++late;
+    }
+  }
+  std::sort(gen1_ranks.begin(), gen1_ranks.end());
+  EXPECT_EQ(gen1_ranks, (std::vector<int>{2, 3}));
+  EXPECT_EQ(late, 1);
 }
 
 TEST(Reform, AJoinNoReformAdmitsIsATimeoutThatSaysWhy) {

@@ -100,6 +100,18 @@ std::vector<int> metric_steps(const fs::path& path) {
   return steps;
 }
 
+// The "replicas_in_step" of each "step" record: how many replicas computed it.
+std::vector<int> replicas_per_step(const fs::path& path) {
+  std::vector<int> in;
+  std::ifstream file(path);
+  std::string line;
+  while (std::getline(file, line)) {
+    const json r = json::parse(line);
+    if (r["type"] == "step") in.push_back(r.value("replicas_in_step", -1));
+  }
+  return in;
+}
+
 std::vector<int> one_to(int n) {
   std::vector<int> v;
   for (int i = 1; i <= n; ++i) v.push_back(i);
@@ -206,6 +218,21 @@ TEST(StraitTrainElastic, JoinerIsAdmittedAtARoundBoundaryWithTheSurvivorsState) 
   EXPECT_EQ(survivor.weights.at(0), newcomer.weights.at(2));
   EXPECT_EQ(newcomer.steps, std::vector<int>({12}));
   EXPECT_EQ(metric_steps(metrics), one_to(12));
+  // Who computed each step: both for round 1; replica 0 alone from the step replica 1 died in
+  // (its aggregate fails, so it reports its own) to step 6, at whose end the joiner arrives (it
+  // did not compute step 6); both again from step 7.
+  EXPECT_EQ(replicas_per_step(metrics), std::vector<int>({2, 2, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2}));
+  // The "joined" record gives the size of the state the joiner received.
+  std::ifstream in(metrics);
+  std::int64_t state_bytes = -1;
+  for (std::string line; std::getline(in, line);) {
+    const json r = json::parse(line);
+    if (r["type"] == "elastic" && r["event"] == "joined") state_bytes = r["state_bytes"];
+  }
+  static const std::regex kReceived(R"(after step 6: received ([0-9.]+) KiB from replica 0)");
+  std::smatch received;
+  ASSERT_TRUE(std::regex_search(joined, received, kReceived)) << joined;
+  EXPECT_NEAR(static_cast<double>(state_bytes) / 1024.0, std::stod(received[1].str()), 0.05);
 }
 
 TEST(StraitTrainElastic, BelowMinReplicasTheJobStopsAfterACheckpointThatResumes) {
@@ -275,6 +302,129 @@ TEST(StraitTrainElastic, AReplicaThatLosesAStageIsDroppedWhole) {
   }
 }
 
+// 2 stages x 2 replicas: replica 1 loses its stage-1 rank and is dropped whole; two processes
+// started with --join (the same flags) are admitted together as replica 2 at the round boundary of
+// step 6, each taking a stage and that stage's state from replica 0's rank of the same stage (the
+// xxh3 sent per stage equals what the joiner of that stage holds), and each stage's ranks end on
+// identical weights. A lone joiner would not be admitted (whole replicas only): the job holds the
+// boundary until both wait.
+TEST(StraitTrainElastic, ReplicaWithStagesJoinsAsOneProcessPerStage) {
+  const Job job;
+  std::vector<std::string> a = job.args({"--replicas", "2", "--steps", "12"});
+  *(std::find(a.begin(), a.end(), std::string("--stages")) + 1) = "2";
+  std::vector<std::string> env = base_env();
+  env.emplace_back("STRAIT_TRAIN_FAULT=3:3:inner");
+  env.emplace_back("STRAIT_TRAIN_AWAIT_JOINER=6");
+  std::vector<std::string> with_metrics = a;
+  const fs::path metrics = job.path("job.jsonl");
+  with_metrics.insert(with_metrics.end(), {"--metrics", metrics.string()});
+  Strait run(with_metrics, job.path("job.out"), env);
+  std::smatch m;
+  std::string text;
+  static const std::regex kStore(R"(MASTER_ADDR=(\S+) MASTER_PORT=(\d+))");
+  for (int i = 0; i < 1200 && !contains(text, "lost replica 1"); ++i) {
+    std::this_thread::sleep_for(100ms);
+    text = run.output();
+  }
+  ASSERT_TRUE(std::regex_search(text, m, kStore)) << text;
+  ASSERT_TRUE(contains(text, "lost replica 1 (2 of 4 ranks left)")) << text;
+  std::vector<std::string> joiner_env = base_env();
+  joiner_env.emplace_back("MASTER_ADDR=" + m[1].str());
+  joiner_env.emplace_back("MASTER_PORT=" + m[2].str());
+  std::vector<std::string> join_args = a;
+  join_args.emplace_back("--join");
+  Strait first(join_args, job.path("joiner0.out"), joiner_env);
+  Strait second(join_args, job.path("joiner1.out"), joiner_env);
+  const int first_status = first.wait(180s);
+  const int second_status = second.wait(180s);
+  const int status = run.wait(180s);
+  text = run.output();
+  const std::string joined = first.output() + second.output();
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << text;
+  ASSERT_TRUE(WIFEXITED(first_status) && WEXITSTATUS(first_status) == 0) << first.output();
+  ASSERT_TRUE(WIFEXITED(second_status) && WEXITSTATUS(second_status) == 0) << second.output();
+  EXPECT_TRUE(
+      contains(text, "after step 6 admitted 2 joiners (4 ranks); generation 3: replicas 0,2"))
+      << text;
+  // Per stage: the state sent (by replica 0's rank of that stage) is the state its joiner holds.
+  for (int stage = 0; stage < 2; ++stage) {
+    const std::regex sent_line(
+        R"(sent the state of step 6 \([^,]+, xxh3 ([0-9a-f]{16})\) to the joiners of stage )" +
+        std::to_string(stage));
+    const std::regex held_line(R"(joined as replica 2 stage )" + std::to_string(stage) +
+                               R"( \(rank )" + std::to_string(2 + stage) +
+                               R"( of 4, generation 3\) after step 6: .* packs to xxh3 )"
+                               R"(([0-9a-f]{16}))");
+    std::smatch sent;
+    std::smatch held;
+    ASSERT_TRUE(std::regex_search(text, sent, sent_line)) << "stage " << stage << ":\n" << text;
+    ASSERT_TRUE(std::regex_search(joined, held, held_line)) << "stage " << stage << ":\n" << joined;
+    EXPECT_EQ(sent[1].str(), held[1].str()) << "stage " << stage;
+  }
+  // Every stage's two ranks (replica 0 and the joined replica 2) end on the same weights.
+  static const std::regex kEnd(
+      R"(elastic: replica (\d+) stage (\d+) \(rank \d+ of 4, generation 3\) ends after step 12 )"
+      R"(with weights xxh3 ([0-9a-f]{16}))");
+  std::map<int, std::map<int, std::string>> by_stage;  // stage -> replica -> weights
+  const std::string all = text + joined;
+  for (auto it = std::sregex_iterator(all.begin(), all.end(), kEnd); it != std::sregex_iterator();
+       ++it) {
+    by_stage[std::stoi((*it)[2])][std::stoi((*it)[1])] = (*it)[3];
+  }
+  ASSERT_EQ(by_stage.size(), 2U) << all;
+  for (const auto& [stage, replicas] : by_stage) {
+    ASSERT_EQ(replicas.size(), 2U) << "stage " << stage << ":\n" << all;
+    ASSERT_TRUE(replicas.contains(0) && replicas.contains(2)) << all;
+    EXPECT_EQ(replicas.at(0), replicas.at(2)) << "stage " << stage;
+  }
+  EXPECT_EQ(metric_steps(metrics), one_to(12));
+  // Who computed each step: both in round 1; replica 0 alone in steps 5 and 6 (the re-formed
+  // world), both from step 7. In round 2 (steps 3 and 4) the world is broken: rank 0 (stage 0,
+  // which holds no loss) reports only its own figures, and replica 0's pipeline step may be
+  // aborted by the re-formation that replica 1's other rank starts (comm/heartbeat.h), so 0 or 1.
+  std::vector<int> in = replicas_per_step(metrics);
+  ASSERT_EQ(in.size(), 12U);
+  for (const int step : {3, 4}) {
+    const int n = in[static_cast<std::size_t>(step - 1)];
+    EXPECT_TRUE(n == 0 || n == 1) << "step " << step << ": " << n;
+  }
+  in.erase(in.begin() + 2, in.begin() + 4);
+  EXPECT_EQ(in, std::vector<int>({2, 2, 1, 1, 2, 2, 2, 2, 2, 2}));
+}
+
+// With --stages 2, one process started with --join is not a replica: the job never admits it (its
+// rounds go on), and it gives up after its timeout (1 s here; the job's 1000 steps take longer)
+// saying why.
+TEST(StraitTrainElastic, ALoneJoinerOfAReplicaWithStagesIsNotAdmittedAndSaysWhy) {
+  const Job job;
+  std::vector<std::string> a = job.args({"--replicas", "2", "--steps", "1000"});
+  *(std::find(a.begin(), a.end(), std::string("--stages")) + 1) = "2";
+  Strait run(a, job.path("job.out"), base_env());
+  std::smatch m;
+  std::string text;
+  static const std::regex kStore(R"(MASTER_ADDR=(\S+) MASTER_PORT=(\d+))");
+  for (int i = 0; i < 600 && !std::regex_search(text, m, kStore); ++i) {
+    std::this_thread::sleep_for(100ms);
+    text = run.output();
+  }
+  ASSERT_TRUE(std::regex_search(text, m, kStore)) << text;
+  std::vector<std::string> join_args = a;
+  join_args.emplace_back("--join");
+  Strait lone(join_args, job.path("lone.out"),
+              {"STRAIT_TIMEOUT_S=1", "MASTER_ADDR=" + m[1].str(), "MASTER_PORT=" + m[2].str()});
+  const int lone_status = lone.wait(60s);
+  const int status = run.wait(180s);
+  text = run.output();
+  EXPECT_FALSE(WIFEXITED(lone_status) && WEXITSTATUS(lone_status) == 0) << lone.output();
+  EXPECT_TRUE(contains(lone.output(), "no reform admitted this process")) << lone.output();
+  EXPECT_TRUE(contains(lone.output(),
+                       "with --stages 2 a replica joins as 2 processes started with --join, "
+                       "admitted only together"))
+      << lone.output();
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << text;
+  EXPECT_FALSE(contains(text, "admitted")) << text;
+}
+
 TEST(StraitTrainElastic, UnsupportedCombinationsAreRefusedByName) {
   const Job job;
   struct Case {
@@ -282,16 +432,11 @@ TEST(StraitTrainElastic, UnsupportedCombinationsAreRefusedByName) {
     std::string says;
   };
   const std::vector<Case> cases = {
-      {{"--replicas", "2", "--stages=2", "--join"}, "join jobs of --stages 1"},
       {{"--replicas", "2", "--outer-overlap"}, "drop them with --elastic"},
       {{"--replicas", "2", "--min-replicas", "3"}, "--min-replicas 3 must be between 1 and"},
   };
   for (std::size_t i = 0; i < cases.size(); ++i) {
-    std::vector<std::string> a = job.args(cases[i].args);
-    if (cases[i].args[2] == "--stages=2") {  // in place of the base arguments' --stages 1
-      a.erase(std::find(a.begin(), a.end(), std::string("--stages=2")));
-      *(std::find(a.begin(), a.end(), std::string("--stages")) + 1) = "2";
-    }
+    const std::vector<std::string> a = job.args(cases[i].args);
     Strait run(a, job.path("refused" + std::to_string(i) + ".out"), base_env());
     const int status = run.wait(60s);
     EXPECT_FALSE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << run.output();

@@ -4,9 +4,19 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <regex>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "core/error.h"
+#include "tests/common/strait_process.h"
+#include "tests/common/temp_dir.h"
+#include "tests/common/text.h"
+#include "tests/common/word_corpus.h"
 #include "tools/wan/subprocess.h"
 #include "tools/wan/testbed.h"
 
@@ -105,6 +115,139 @@ TEST_F(Wan, TwoSitesOfTwoRanksRunTheHierarchicalAllreduce) {
     EXPECT_TRUE(has(job.output, fmt::format("rank {}: ok (hierarchical", r))) << job.output;
   }
   EXPECT_GT(wan_bytes_sent(prefix_, 0) - before, 4'000'000U);
+}
+
+// `strait train --elastic` across two sites, one whole-model replica in each: `wan run --elastic`
+// hosts the job's store in the launcher, listening in site 0. Site 1's replica is killed
+// (SIGKILL, STRAIT_TRAIN_FAULT) and the survivor trains on alone (--min-replicas 1); a joiner
+// started in site 1 with `wan exec` reaches the store across the shaped link, is admitted at the
+// round boundary the job holds for it (STRAIT_TRAIN_AWAIT_JOINER), receives the survivor's state
+// over the link (the same xxh3 on both sides; at least that many bytes left site 0 through its
+// shaper), and both end on the same weights.
+TEST_F(Wan, ElasticJobLosesSiteOnesReplicaAndAdmitsAJoinerStartedThere) {
+  using namespace std::chrono_literals;
+  using test::contains;
+  WanOptions o;
+  o.prefix = prefix_;
+  o.rate = "1gbit";
+  ASSERT_EQ(wan_up(o).size(), 2U);
+  const test::TempDir dir;
+  const auto corpus = test::write_word_corpus(dir.path());
+  const auto metrics = dir.path() / "job.jsonl";
+  const std::vector<std::string> train = {STRAIT_BIN,
+                                          "train",
+                                          "--layers",
+                                          "2",
+                                          "--dim",
+                                          "32",
+                                          "--heads",
+                                          "2",
+                                          "--ctx",
+                                          "32",
+                                          "--microbatch-size",
+                                          "2",
+                                          "--microbatches",
+                                          "2",
+                                          "--eval-sequences",
+                                          "8",
+                                          "--sample-bytes",
+                                          "0",
+                                          "--warmup",
+                                          "2",
+                                          "--blas-threads",
+                                          "1",
+                                          "--stages",
+                                          "1",
+                                          "--replicas",
+                                          "2",
+                                          "--outer-steps",
+                                          "2",
+                                          "--elastic",
+                                          "--min-replicas",
+                                          "1",
+                                          "--steps",
+                                          "12",
+                                          "--data",
+                                          corpus.string()};
+  std::vector<std::string> job_args = {"wan",       "run",           "--prefix", prefix_,
+                                       "--elastic", "--master-port", "29500",    "--"};
+  job_args.insert(job_args.end(), train.begin(), train.end());
+  job_args.insert(job_args.end(), {"--metrics", metrics.string()});
+  const std::uint64_t before = wan_bytes_sent(prefix_, 0);
+  test::Strait job(
+      job_args, dir.path() / "job.out",
+      {"STRAIT_TIMEOUT_S=60", "STRAIT_TRAIN_FAULT=1:3:inner", "STRAIT_TRAIN_AWAIT_JOINER=6"});
+  std::string text;
+  for (int i = 0; i < 1200 && !contains(text, "lost replica 1"); ++i) {
+    std::this_thread::sleep_for(100ms);
+    text = job.output();
+  }
+  ASSERT_TRUE(contains(text, "lost replica 1 (1 of 2 ranks left)")) << text;
+  EXPECT_TRUE(contains(
+      text,
+      "elastic: the job's store is at 10.77.0.1:29500 in network namespace " + prefix_ + "-site0"))
+      << text;
+  std::vector<std::string> join_args = {"wan", "exec",          "--prefix", prefix_, "--site",
+                                        "1",   "--master-port", "29500",    "--"};
+  join_args.insert(join_args.end(), train.begin(), train.end());
+  join_args.emplace_back("--join");
+  test::Strait joiner(join_args, dir.path() / "joiner.out", {"STRAIT_TIMEOUT_S=60"});
+  const int joiner_status = joiner.wait(180s);
+  const int status = job.wait(180s, SIGINT, 10s);
+  text = job.output();
+  const std::string joined = joiner.output();
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << text;
+  ASSERT_TRUE(WIFEXITED(joiner_status) && WEXITSTATUS(joiner_status) == 0) << joined;
+  EXPECT_TRUE(
+      contains(text, "after step 6 admitted 1 joiner (2 ranks); generation 2: replicas 0,2"))
+      << text;
+  static const std::regex kSent(R"(sent the state of step 6 \([^,]+, xxh3 ([0-9a-f]{16})\))");
+  static const std::regex kHeld(
+      R"(joined as replica 2 \(rank 1 of 2, generation 2\) after step 6: .* packs to xxh3 )"
+      R"(([0-9a-f]{16}))");
+  static const std::regex kEnd(R"(ends after step 12 with weights xxh3 ([0-9a-f]{16}))");
+  std::smatch sent;
+  std::smatch held;
+  std::smatch end_job;
+  std::smatch end_joiner;
+  ASSERT_TRUE(std::regex_search(text, sent, kSent)) << text;
+  ASSERT_TRUE(std::regex_search(joined, held, kHeld)) << joined;
+  EXPECT_EQ(sent[1].str(), held[1].str());
+  ASSERT_TRUE(std::regex_search(text, end_job, kEnd)) << text;
+  ASSERT_TRUE(std::regex_search(joined, end_joiner, kEnd)) << joined;
+  EXPECT_EQ(end_job[1].str(), end_joiner[1].str());
+  // The state went from site 0 to site 1 through site 0's shaper.
+  std::int64_t state_bytes = 0;
+  std::ifstream in(metrics);
+  for (std::string line; std::getline(in, line);) {
+    const auto r = nlohmann::json::parse(line);
+    if (r["type"] == "elastic" && r["event"] == "joined") state_bytes = r["state_bytes"];
+  }
+  ASSERT_GT(state_bytes, 0) << "no \"joined\" record with state_bytes in " << metrics;
+  EXPECT_GT(wan_bytes_sent(prefix_, 0) - before, static_cast<std::uint64_t>(state_bytes));
+}
+
+// `wan exec` refuses a testbed that is not up and a site it does not have, by name.
+TEST_F(Wan, ExecNamesAMissingTestbedOrSite) {
+  const CommandResult none =
+      run_capture({STRAIT_BIN, "wan", "exec", "--prefix", prefix_, "--", "true"});
+  EXPECT_NE(none.status, 0);
+  EXPECT_TRUE(has(none.output, "no testbed named " + prefix_ + " is up")) << none.output;
+  WanOptions o;
+  o.prefix = prefix_;
+  ASSERT_EQ(wan_up(o).size(), 2U);
+  const CommandResult far =
+      run_capture({STRAIT_BIN, "wan", "exec", "--prefix", prefix_, "--site", "2", "--", "true"});
+  EXPECT_NE(far.status, 0);
+  EXPECT_TRUE(has(far.output, "--site 2: testbed " + prefix_ + " has sites 0 to 1")) << far.output;
+  // In the site, with wan run's environment.
+  const CommandResult in = run_capture({STRAIT_BIN, "wan", "exec", "--prefix", prefix_, "--site",
+                                        "1", "--master-port", "29612", "--", "sh", "-c",
+                                        "echo $MASTER_ADDR:$MASTER_PORT $UCX_NET_DEVICES; "
+                                        "ip -4 -o addr show dev wan0"});
+  EXPECT_EQ(in.status, 0) << in.output;
+  EXPECT_TRUE(has(in.output, "10.77.0.1:29612 wan0")) << in.output;
+  EXPECT_TRUE(has(in.output, "inet 10.77.0.2/24")) << in.output;
 }
 
 TEST_F(Wan, BadOptionsAndASecondUpAreRefusedAndLeaveNothingBehind) {

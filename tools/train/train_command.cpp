@@ -49,7 +49,9 @@ launcher hosts the store (and prints its address), a lost replica is dropped by 
 next round boundary, `strait train --elastic --join` with MASTER_ADDR/MASTER_PORT set to that
 address and the job's other settings is admitted at one and receives a survivor's state;
 --min-replicas N stops the job below N replicas (after a checkpoint with --save). With --stages > 1
-a replica that loses one stage's rank is dropped whole; --join needs --stages 1.
+a replica that loses one stage's rank is dropped whole, and a replica joins as --stages processes
+started with --join (admitted together once all of them wait; each takes a stage and receives that
+stage's state from a survivor).
 Environment: STRAIT_TIMEOUT_S (collective timeout, default 300), STRAIT_IO_ENGINE=posix|uring,
 STRAIT_HEARTBEAT_S (with --elastic 1 unless set).)";
 

@@ -269,8 +269,9 @@ class Job {
   std::vector<int> adopt_reformed(bool admit);
   // The outer sync rebuilt over the current groups with `state`.
   void rebuild_outer(const OuterSync::State& state, std::int64_t steps_done, bool ended);
-  // Rank 0 of the re-formed world sends its state to everyone (the joiners keep it).
-  void send_state(std::int64_t steps_done);
+  // In the re-formed world, each stage's first rank (a survivor) sends its state to the ranks of
+  // its stage (the joiners keep it). Returns the bytes sent, all stages together (on every rank).
+  std::int64_t send_state(std::int64_t steps_done);
   // A joiner: receives that state; returns the step to go on from.
   int receive_state();
   // Below --min-replicas: a checkpoint (with --save), then an error.
@@ -288,9 +289,12 @@ class Job {
   bool broken_ = false;                      // a world operation failed since the last round end
   bool pipeline_broken_ = false;  // and it was this replica's own pipeline: no more steps
   std::string broken_why_;
-  int replicas_ = 1;      // replicas in the current world
-  std::vector<int> ids_;  // each rank's replica id: its first rank, joiners numbered on
-  int next_id_ = 0;       // the next joiner's id
+  int replicas_ = 1;  // replicas in the current world
+  // Each rank's id: replica * stages + stage at the start (its first rank), joiners numbered on
+  // in whole replicas (stages consecutive ids, admitted together), so id / stages is its replica
+  // and id % stages its stage.
+  std::vector<int> ids_;
+  int next_id_ = 0;  // the next joiner's id
   struct Fault {
     int id = -1;
     int step = 0;
@@ -386,7 +390,15 @@ void Job::setup() {
     so.connect_timeout = comm::CommOptions::default_timeout();
     so.timeout = comm::CommOptions::default_timeout();
     join_store_ = std::make_shared<comm::TcpStore>(so);
-    world_ = comm::Communicator::join(join_store_);
+    try {
+      world_ = comm::Communicator::join(join_store_);
+    } catch (const Error& e) {
+      if (e.code() != ErrorCode::Timeout || cfg_.stages == 1) throw;
+      throw Error(ErrorCode::Timeout,
+                  fmt::format("{} (with --stages {} a replica joins as {} processes started with "
+                              "--join, admitted only together: were all of them started?)",
+                              e.what(), cfg_.stages, cfg_.stages));
+    }
   } else {
     // The world size is checked from the environment, before any connection is made: every rank
     // then reports the mistake itself, instead of some of them failing later on a connection to a
@@ -564,7 +576,7 @@ std::string Job::ids_text() const {
 std::vector<int> Job::replicas_of(const std::vector<int>& ids) const {
   std::vector<int> out;
   for (const int id : ids) {
-    const int r = id / cfg_.stages;  // ids are first ranks (joiners only with --stages 1)
+    const int r = id / cfg_.stages;
     if (std::find(out.begin(), out.end(), r) == out.end()) out.push_back(r);
   }
   std::sort(out.begin(), out.end());
@@ -596,6 +608,7 @@ void Job::maybe_fault(std::string_view phase, int step) {
 std::vector<int> Job::adopt_reformed(bool admit) {
   comm::ReformOptions o;
   o.admit_joiners = admit;
+  o.joiners_multiple = cfg_.stages;  // a replica's stages join together, in ticket order
   std::unique_ptr<comm::Communicator> next = world_->reform(o);
   std::vector<int> ids(static_cast<std::size_t>(next->size()));
   std::vector<bool> kept(ids_.size(), false);
@@ -613,7 +626,7 @@ std::vector<int> Job::adopt_reformed(bool admit) {
   if (p > 1) {
     // A replica whose stage lost its rank cannot run its pipeline: it is dropped whole. Every
     // member knows which from the new world's membership alone; the ranks of such a replica leave,
-    // the others re-form once more without them. (No joiners with stages: ids are first ranks.)
+    // the others re-form once more without them. (Joiners come in whole replicas: see ids_.)
     std::map<int, int> present;  // replica -> its stages present
     for (const int id : ids) ++present[id / p];
     std::vector<int> exclude;
@@ -671,46 +684,65 @@ void Job::rebuild_outer(const OuterSync::State& state, std::int64_t steps_done, 
   outer_->import_state(state, steps_done, ended);
 }
 
-void Job::send_state(std::int64_t steps_done) {
+// Each stage's state goes over its data-parallel group (the ranks of that stage, by replica) from
+// the group's rank 0, a survivor: members come before joiners in the re-formed world.
+std::int64_t Job::send_state(std::int64_t steps_done) {
   std::vector<std::byte> bytes;
   std::int64_t size = 0;
-  if (rank_ == 0) {
-    const nlohmann::json extra = {{"ids", ids_},
-                                  {"next_id", next_id_},
-                                  {"generation", world_->generation()},
-                                  {"from_replica", ids_[0]}};
+  const bool sender = data_->rank() == 0;
+  if (sender) {
+    const nlohmann::json extra = {
+        {"ids", ids_},
+        {"next_id", next_id_},
+        {"generation", world_->generation()},
+        {"from_replica", ids_[static_cast<std::size_t>(rank_)] / cfg_.stages},
+        {"stage", stage_}};
     bytes = pack_replica_state(cfg_, *model_, *moments_, *outer_, steps_done, extra);
     size = static_cast<std::int64_t>(bytes.size());
   }
-  world_->broadcast(&size, 1, DType::I64, 0);
-  if (rank_ != 0) bytes.resize(static_cast<std::size_t>(size));
-  world_->broadcast(bytes.data(), bytes.size(), DType::U8, 0);
-  if (rank_ == 0) {
-    fmt::print("elastic: sent the state of step {} ({}, xxh3 {}) to the joiners\n", steps_done,
-               human_bytes(static_cast<double>(size)), checkpoint_checksum(bytes));
+  data_->broadcast(&size, 1, DType::I64, 0);
+  if (!sender) bytes.resize(static_cast<std::size_t>(size));
+  data_->broadcast(bytes.data(), bytes.size(), DType::U8, 0);
+  if (sender) {
+    fmt::print("elastic: sent the state of step {} ({}, xxh3 {}) to the joiners{}\n", steps_done,
+               human_bytes(static_cast<double>(size)), checkpoint_checksum(bytes),
+               cfg_.stages > 1 ? fmt::format(" of stage {}", stage_) : std::string());
     std::fflush(stdout);
   }
+  // The whole state the joiners received: every stage's.
+  std::int64_t total = sender ? size : 0;
+  world_->allreduce(&total, &total, 1, DType::I64, ReduceOp::Sum);
+  return total;
 }
 
 int Job::receive_state() {
   std::int64_t size = 0;
-  world_->broadcast(&size, 1, DType::I64, 0);
+  data_->broadcast(&size, 1, DType::I64, 0);
   std::vector<std::byte> bytes(static_cast<std::size_t>(size));
-  world_->broadcast(bytes.data(), bytes.size(), DType::U8, 0);
+  data_->broadcast(bytes.data(), bytes.size(), DType::U8, 0);
+  std::int64_t total = 0;  // send_state's sum over the stages
+  world_->allreduce(&total, &total, 1, DType::I64, ReduceOp::Sum);
   const nlohmann::json meta = unpack_replica_state(bytes, cfg_, *model_, *moments_, *outer_);
+  if (const int from = meta.at("elastic").value("stage", 0); from != stage_) {
+    throw Error(ErrorCode::Internal,
+                fmt::format("elastic: the joiner of stage {} received the state of stage {}",
+                            stage_, from));
+  }
   ids_ = meta.at("elastic").at("ids").get<std::vector<int>>();
   next_id_ = meta.at("elastic").at("next_id").get<int>();
   const auto step = meta.at("step").get<int>();
   // What this process now holds, packed the same way: equal bytes mean an equal state.
   const std::vector<std::byte> mine =
       pack_replica_state(cfg_, *model_, *moments_, *outer_, step, meta.at("elastic"));
+  const int id = ids_[static_cast<std::size_t>(rank_)];
   fmt::print(
-      "elastic: joined as replica {} (rank {} of {}, generation {}) after step {}: received {} "
+      "elastic: joined as replica {}{} (rank {} of {}, generation {}) after step {}: received {} "
       "from replica {} (weights, AdamW moments and step, outer weights and momentum); the state "
       "held now packs to xxh3 {}\n",
-      ids_[static_cast<std::size_t>(rank_)], rank_, world_->size(), world_->generation(), step,
-      human_bytes(static_cast<double>(size)), meta.at("elastic").at("from_replica").get<int>(),
-      checkpoint_checksum(mine));
+      id / cfg_.stages,
+      cfg_.stages > 1 ? fmt::format(" stage {}", id % cfg_.stages) : std::string(), rank_,
+      world_->size(), world_->generation(), step, human_bytes(static_cast<double>(size)),
+      meta.at("elastic").at("from_replica").get<int>(), checkpoint_checksum(mine));
   std::fflush(stdout);
   return step;
 }
@@ -800,16 +832,18 @@ OuterStepStats Job::elastic_round_end(int step, bool last) {
       }
       if (replicas_ < cfg_.min_replicas) stop_below_min(step + 1);
     }
-    // Processes waiting to join: rank 0 asks the store, everyone goes by its answer.
-    // (With pipeline stages nobody joins: --join needs --stages 1.)
-    std::int64_t waiting = rank_ == 0 && cfg_.stages == 1 ? world_->joiners_waiting() : 0;
+    // Processes waiting to join: rank 0 asks the store, everyone goes by its answer. With
+    // stages, only whole replicas (stages processes) are admitted; the others wait.
+    const auto whole = [&](std::int64_t n) { return n / cfg_.stages * cfg_.stages; };
+    std::int64_t waiting = rank_ == 0 ? whole(world_->joiners_waiting()) : 0;
     if (rank_ == 0 && await_joiner_ == step + 1) {
       // Test hook: hold the round boundary (the others wait in the allreduce below, within the
-      // timeout) until a joiner waits, so a test's joiner is admitted whatever the machine's load.
+      // timeout) until a replica's joiners wait, so a test's joiners are admitted whatever the
+      // machine's load.
       const auto until = Clock::now() + comm::CommOptions::default_timeout() / 2;
       while (waiting == 0 && Clock::now() < until) {
         std::this_thread::sleep_for(std::chrono::milliseconds(50));
-        waiting = world_->joiners_waiting();
+        waiting = whole(world_->joiners_waiting());
       }
     }
     if (!world_ok([&] { world_->allreduce(&waiting, &waiting, 1, DType::I64, ReduceOp::Max); }))
@@ -819,7 +853,8 @@ OuterStepStats Job::elastic_round_end(int step, bool last) {
     const int before_n = world_->size();
     (void)adopt_reformed(true);
     rebuild_outer(now, step + 1, last);
-    if (!world_ok([&] { send_state(step + 1); })) continue;
+    std::int64_t state_bytes = 0;
+    if (!world_ok([&] { state_bytes = send_state(step + 1); })) continue;
     if (rank_ == 0) {
       fmt::print("elastic: after step {} admitted {} ({} ranks); generation {}: replicas {}\n",
                  step + 1, plural(world_->size() - before_n, "joiner"), world_->size(),
@@ -829,7 +864,8 @@ OuterStepStats Job::elastic_round_end(int step, bool last) {
             {"event", "joined"},
             {"step", step + 1},
             {"replicas", replicas_of(ids_)},
-            {"generation", world_->generation()}});
+            {"generation", world_->generation()},
+            {"state_bytes", state_bytes}});  // the state broadcast to the joiners
     }
     break;
   }
@@ -1090,16 +1126,19 @@ void Job::run() {
                                  moments_->step(params, grads, groups_, hyper, step + 1);
                                });
     };
+    bool computed = false;  // this rank's part of the step ran to the end
     if (joining || pipeline_broken_) {
       // Nothing to compute: admitted after this step, or this replica lost a stage.
     } else if (!cfg_.elastic || cfg_.stages == 1) {
       compute();
+      computed = true;
     } else {
       // With stages, a lost rank of this replica breaks the step itself: the replica is then
       // dropped at the round's end, and its ranks wait for it without computing.
       const bool was_broken = broken_;
       broken_ = false;
-      if (!world_ok(compute)) pipeline_broken_ = true;
+      computed = world_ok(compute);
+      if (!computed) pipeline_broken_ = true;
       broken_ = broken_ || was_broken;
     }
     // DiLoCo: at a round's end, the outer step (it may replace the weights).
@@ -1119,8 +1158,9 @@ void Job::run() {
     // them, those between replicas in DiLoCo's outer step) and the mean wait for the outer step.
     const double ranks = world_->size();
     // Elastic: the loss is a sum over the replicas that computed the step (agg[5] counts them:
-    // not a joiner in the step it joined at), divided afterwards.
-    const bool counted = executor_->last_stage() && !joining;
+    // not a joiner in the step it joined at, nor a replica whose pipeline step was broken or
+    // aborted), divided afterwards.
+    const bool counted = executor_->last_stage() && computed;
     double agg[6] = {counted ? (cfg_.elastic ? st.loss : st.loss / cfg_.replicas) : 0.0,
                      static_cast<double>(st.allreduce_bytes + outer.data_bytes + outer.tied_bytes),
                      st.offload_wait_s / ranks,
@@ -1148,22 +1188,27 @@ void Job::run() {
             human_bytes(agg[1]), dt * 1e3);
         std::fflush(stdout);
       }
-      emit({{"type", "step"},
-            {"step", step + 1},
-            {"loss", agg[0]},
-            {"lr", lr},
-            {"grad_norm", st.grad_norm},
-            {"tokens_per_s", tokens_per_step / dt},
-            {"allreduce_bytes", static_cast<std::uint64_t>(agg[1])},
-            {"offload_wait_s", agg[2]},  // mean over ranks
-            {"seconds", dt},
-            // Rank 0's optimizer step: all of it, the update, and the wait for its I/O (nvme).
-            {"optimizer_seconds", opt.total_s},
-            {"optimizer_compute_seconds", opt.compute_s},
-            {"optimizer_io_wait_seconds", opt.io_wait_s},
-            {"optimizer_io_bytes", opt.bytes_read + opt.bytes_written},
-            {"outer_bytes", static_cast<std::uint64_t>(agg[3])},  // between replicas
-            {"outer_seconds", agg[4]}});                          // mean over ranks
+      nlohmann::json record = {
+          {"type", "step"},
+          {"step", step + 1},
+          {"loss", agg[0]},
+          {"lr", lr},
+          {"grad_norm", st.grad_norm},
+          {"tokens_per_s", tokens_per_step / dt},
+          {"allreduce_bytes", static_cast<std::uint64_t>(agg[1])},
+          {"offload_wait_s", agg[2]},  // mean over ranks
+          {"seconds", dt},
+          // Rank 0's optimizer step: all of it, the update, and the wait for its I/O (nvme).
+          {"optimizer_seconds", opt.total_s},
+          {"optimizer_compute_seconds", opt.compute_s},
+          {"optimizer_io_wait_seconds", opt.io_wait_s},
+          {"optimizer_io_bytes", opt.bytes_read + opt.bytes_written},
+          {"outer_bytes", static_cast<std::uint64_t>(agg[3])},  // between replicas
+          {"outer_seconds", agg[4]}};                           // mean over ranks
+      // Elastic: how many replicas computed the step (the loss is their mean); a rank whose world
+      // is broken counts only its own until the round's end.
+      if (cfg_.elastic) record["replicas_in_step"] = static_cast<int>(agg[5]);
+      emit(record);
       if (outer.round_ended) {
         // Who is in: the replicas of the data-parallel groups that averaged this round.
         const int in = data_ ? data_->size() : 1;
@@ -1459,13 +1504,6 @@ void TrainConfig::validate() const {
       throw bad(
           "--elastic re-forms the job at DiLoCo's round boundaries: pass --outer-steps H (inner "
           "steps per round)");
-    }
-    if (join && stages != 1) {
-      throw bad(fmt::format(
-          "--join with --stages {}: a replica with stages needs one joiner per stage admitted "
-          "together, which is not supported yet; join jobs of --stages 1 (each replica a whole "
-          "model)",
-          stages));
     }
     if (outer_overlap || outer_fragments != 1) {
       throw bad(

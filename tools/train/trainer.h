@@ -148,7 +148,9 @@ struct TrainConfig {
   // average is over those present); a process started with `join` is admitted at a round boundary
   // and receives a survivor's state (weights, inner AdamW moments and step, outer weights and
   // momentum) as a packed checkpoint over the communicator. Needs outer_steps > 0, no overlap, one
-  // fragment; joining needs stages 1. With stages, a replica that loses one stage's rank is dropped
+  // fragment. With stages, a replica joins as `stages` processes admitted together (each gets its
+  // stage from its place among them and that stage's state from a survivor of the same stage,
+  // ReformOptions::joiners_multiple), and a replica that loses one stage's rank is dropped
   // whole (its other ranks leave with an error naming it; the others re-form again without them);
   // the re-formation aborts the other replicas' pipeline steps still in flight in that round
   // (comm/heartbeat.h), so those replicas contribute the inner steps they completed, and the
