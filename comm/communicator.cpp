@@ -209,22 +209,14 @@ Work Communicator::post(const CollectiveArgs& args) {
   if (codec) {
     chosen.algorithm = &choose_compressed(*codec, multi_site);
   } else {
-    chosen = shared_->algorithms->choose(name, size(), args.count * kernels::dtype_size(args.dtype),
-                                         sites_.count());
+    const std::size_t bytes = args.count * kernels::dtype_size(args.dtype);
+    chosen = shared_->algorithms->choose(name, size(), bytes, sites_.count(),
+                                         mailbox_fits(bytes) ? nullptr : mailbox_algorithm());
   }
   // Without a hierarchy (a split communicator: one site), hierarchical is the ring.
   static const AlgorithmInfo* const kHierarchical = find_algorithm("allreduce", "hierarchical");
   static const AlgorithmInfo* const kRing = find_algorithm("allreduce", "ring");
   if (chosen.algorithm == kHierarchical && !hierarchy_) chosen.algorithm = kRing;
-  // Without a mailbox (a rank on another host, sealed links) or beyond a slot, the mailbox is
-  // recursive doubling: every rank knows both, so all fall back alike.
-  if (chosen.algorithm == mailbox_algorithm() &&
-      (!group_->mailbox ||
-       args.count * kernels::dtype_size(args.dtype) > LocalMailbox::kPayloadBytes)) {
-    static const AlgorithmInfo* const kRecursiveDoubling =
-        find_algorithm("allreduce", "recursive_doubling");
-    chosen = Selection{.algorithm = kRecursiveDoubling, .params = {}};
-  }
 
   OpSummary what = OpSummary::of(args, group_->comm_id, rank(), size());
   what.selection = chosen;
@@ -266,6 +258,10 @@ void Communicator::run(const CollectiveArgs& args) {
   if (args.kind == Kind::Allreduce && group_->mailbox && run_in_mailbox(args)) return;
   const ProgressEngine::CallerWillWait caller_waits;
   post(args).wait();
+}
+
+bool Communicator::mailbox_fits(std::size_t bytes) const noexcept {
+  return group_->mailbox && bytes <= LocalMailbox::kPayloadBytes;
 }
 
 bool Communicator::run_in_mailbox(const CollectiveArgs& args) {

@@ -366,6 +366,9 @@ class STRAIT_API Communicator {
   // algorithm, the vector is longer than a slot, earlier mailbox calls are still in flight, the
   // buffers are GPU memory, or the communicator has failed (post() then says why).
   bool run_in_mailbox(const CollectiveArgs& args);
+  // Whether a `bytes`-byte vector can take the mailbox: the ranks share memory and it fits a slot
+  // (otherwise rules naming the mailbox are passed over).
+  [[nodiscard]] bool mailbox_fits(std::size_t bytes) const noexcept;
   std::uint64_t next_seq(std::uint64_t n = 1);
   Work submit(std::unique_ptr<class Op> op, Describer describe, bool ordered,
               DeadlineStart start = DeadlineStart::AtSubmit);

@@ -2,6 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <array>
+#include <bit>
+
 #include "comm/algorithms/selection.h"
 #include "kernels/dtype.h"
 #include "kernels/reduce.h"
@@ -63,6 +66,18 @@ static_assert(std::is_trivially_copyable_v<Fingerprint> &&
 std::uint64_t codec_spec_hash(std::string_view spec) noexcept {
   std::uint64_t h = 0xcbf29ce484222325ULL;
   for (const char c : spec) h = (h ^ static_cast<unsigned char>(c)) * 0x100000001b3ULL;
+  return h;
+}
+
+std::uint64_t fingerprint_hash(const Fingerprint& f) noexcept {
+  const auto words = std::bit_cast<std::array<std::uint64_t, sizeof(Fingerprint) / 8>>(f);
+  std::uint64_t h = 0x9e3779b97f4a7c15ULL;
+  for (const std::uint64_t w : words) {  // SplitMix64's finaliser over each word in turn
+    h ^= w;
+    h = (h ^ (h >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    h = (h ^ (h >> 27)) * 0x94d049bb133111ebULL;
+    h ^= h >> 31;
+  }
   return h;
 }
 

@@ -20,6 +20,11 @@ std::uint64_t counts_hash(std::span<const std::size_t> counts) noexcept;
 // FNV-1a (64-bit) over the bytes of a codec spec (compressed collectives put it in counts).
 std::uint64_t codec_spec_hash(std::string_view spec) noexcept;
 
+struct Fingerprint;
+// A 64-bit hash of every field of `f` (the shared-memory mailbox carries it in a slot's first
+// cache line instead of the 40 bytes; a collision has a chance of about 2^-64).
+std::uint64_t fingerprint_hash(const Fingerprint& f) noexcept;
+
 // What a collective is, as every rank must agree: kind, sequence number, dtype, count, op, root.
 // Ranks exchange it (comm/tag.h's header step) ahead of the operation's first message to each
 // peer, so ranks that disagree fail with Mismatch naming both sides rather than hang or reduce

@@ -36,11 +36,14 @@ MailboxCall::MailboxCall(LocalMailbox& box, const Group& group, const void* send
       op_(op),
       ticket_(box.take_ticket()) {}
 
-bool MailboxCall::try_post(const Fingerprint& fingerprint) {
+bool MailboxCall::try_post(const Fingerprint& fingerprint,
+                           std::optional<std::uint64_t> announcement) {
   if (posted_) return true;
   if (box_.finished() != ticket_) return false;  // an earlier call still reads (two slots)
+  fingerprint_ = fingerprint;
+  announcement_ = announcement;
   LocalMailbox::Slot& slot = box_.mine(ticket_);
-  slot.fingerprint = fingerprint;
+  slot.fingerprint_hash = fingerprint_hash(fingerprint);
   if (count_ != 0) std::memcpy(slot.data, send_, count_ * kernels::dtype_size(dtype_));
   slot.ticket.store(ticket_ + 1, std::memory_order_release);
   posted_ = true;
@@ -55,10 +58,19 @@ bool MailboxCall::try_finish() {
     }
     ++arrived_;
   }
-  const Fingerprint& mine = box_.mine(ticket_).fingerprint;
+  const std::uint64_t mine = box_.mine(ticket_).fingerprint_hash;
   for (int r = 0; r < p; ++r) {
-    const Fingerprint& theirs = box_.of(r, ticket_).fingerprint;
-    if (!(theirs == mine)) throw mismatch_error(group_, r, theirs, mine);
+    if (box_.of(r, ticket_).fingerprint_hash == mine) continue;
+    // The peer's whole fingerprint is its announcement of this call (it stops there too).
+    const auto theirs = box_.announced(r);
+    if (theirs && announcement_ && theirs->index == *announcement_) {
+      throw mismatch_error(group_, r, theirs->fingerprint, fingerprint_);
+    }
+    throw Error(ErrorCode::Mismatch,
+                fmt::format("{} called another operation where this rank called {}: every rank "
+                            "must call the same operations, with the same counts, dtypes, ops and "
+                            "roots, in the same order",
+                            group_.describe_rank(r), fingerprint_.describe()));
   }
   // Every rank sums in rank order, from the slots: the same bits everywhere.
   const std::size_t bytes = count_ * kernels::dtype_size(dtype_);
@@ -88,11 +100,12 @@ std::string MailboxCall::waiting_for() const {
       group_.describe_rank(r));
 }
 
-void MailboxCall::check_announced(std::optional<std::uint64_t> index) const {
+void MailboxCall::check_announced() const {
   const int r = waiting_on();
-  if (!index || r < 0) return;
-  const Fingerprint& mine = box_.mine(ticket_).fingerprint;
-  if (auto d = box_.disagreeing(mine, *index, r)) throw mismatch_error(group_, r, d->second, mine);
+  if (!announcement_ || r < 0) return;
+  if (auto d = box_.disagreeing(fingerprint_, *announcement_, r)) {
+    throw mismatch_error(group_, r, d->second, fingerprint_);
+  }
 }
 
 std::string MailboxCall::lost(int r) const {
@@ -113,12 +126,14 @@ MailboxAllreduce::MailboxAllreduce(std::shared_ptr<const Group> group, std::uint
       call_(*group->mailbox, *group, send, recv, count, dtype, op) {}
 
 bool MailboxAllreduce::advance(Transport& t) {
-  if (!call_.try_post(fingerprint() != nullptr ? *fingerprint() : Fingerprint{})) return false;
+  if (!call_.try_post(fingerprint() != nullptr ? *fingerprint() : Fingerprint{}, announcement())) {
+    return false;
+  }
   if (call_.try_finish()) {
     count_sent(count_ * elem_);
     return true;
   }
-  call_.check_announced(announcement());
+  call_.check_announced();
   // The transport's view of the peer (its pidfd, checked every few ms by the engine).
   const int r = call_.waiting_on();
   const int world = group().world_ranks.at(static_cast<std::size_t>(r));
@@ -143,7 +158,7 @@ void run_inline(MailboxCall& call, const Fingerprint& fingerprint, const InlineW
   std::chrono::microseconds sleep{0};
   for (unsigned polls = 1;; ++polls) {
     try {
-      if (call.try_post(fingerprint) && call.try_finish()) return;
+      if (call.try_post(fingerprint, wait.announcement) && call.try_finish()) return;
     } catch (const Error& e) {  // as the engine reports an operation's errors
       throw Error(e.code(), fmt::format("{}: {}", wait.describe(), e.message()));
     }
@@ -158,7 +173,7 @@ void run_inline(MailboxCall& call, const Fingerprint& fingerprint, const InlineW
     if (sleep.count() == 0 && polls % kCheckEvery != 0) continue;
     if (auto e = wait.broken ? wait.broken() : std::nullopt) throw *e;
     try {
-      call.check_announced(wait.announcement);
+      call.check_announced();
     } catch (const Error& e) {
       throw Error(e.code(), fmt::format("{}: {}", wait.describe(), e.message()));
     }

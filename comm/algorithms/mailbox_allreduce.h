@@ -47,7 +47,9 @@ class MailboxCall {
   MailboxCall(LocalMailbox& box, const Group& group, const void* send, void* recv,
               std::size_t count, kernels::DType dtype, kernels::ReduceOp op);
   // Writes this rank's slot once the earlier calls have finished on this rank; true once written.
-  bool try_post(const Fingerprint& fingerprint);
+  // `announcement`: the number LocalMailbox::announce gave this call, to name a disagreeing
+  // peer's operation in full.
+  bool try_post(const Fingerprint& fingerprint, std::optional<std::uint64_t> announcement);
   // After try_post(): true once every rank's slot holds this call, which is then reduced into
   // `recv`. Throws Mismatch when a fingerprint differs.
   bool try_finish();
@@ -58,7 +60,7 @@ class MailboxCall {
   [[nodiscard]] std::string lost(int r) const;
   // Mismatch when the awaited rank's announcement number `index` (LocalMailbox::announce) is
   // another operation: it went through the transport and will never fill its slot.
-  void check_announced(std::optional<std::uint64_t> index) const;
+  void check_announced() const;
   // PeerLost: `lost` (how the awaited rank was lost) and what this call still waited for.
   [[nodiscard]] Error lost_error(const std::string& lost) const;
 
@@ -71,6 +73,8 @@ class MailboxCall {
   kernels::DType dtype_;
   kernels::ReduceOp op_;
   std::uint64_t ticket_;
+  Fingerprint fingerprint_{};  // try_post()'s
+  std::optional<std::uint64_t> announcement_;
   bool posted_ = false;
   int arrived_ = 0;  // ranks 0 .. arrived_-1 have published this call
 };
@@ -98,7 +102,7 @@ class MailboxAllreduce final : public AllreduceOp {
 struct InlineWait {
   std::chrono::milliseconds timeout{};
   bool yield = false;
-  std::optional<std::uint64_t> announcement;  // this call's (MailboxCall::check_announced)
+  std::optional<std::uint64_t> announcement;  // this call's (MailboxCall::try_post)
   std::function<std::optional<Error>()> broken;
   std::function<std::string()> describe;
 };

@@ -129,9 +129,11 @@ class AlgorithmTable {
 
   // The algorithm for a `bytes`-byte `collective` over `world` ranks in `sites` sites: the last
   // matching rule's (among rules that name one), else the collective's first registered
-  // algorithm. InvalidArgument for an unknown collective.
+  // algorithm. Rules that name `unavailable` are passed over (the mailbox where the ranks share
+  // no memory, or the vector exceeds a slot: the next matching rule decides). InvalidArgument for
+  // an unknown collective.
   [[nodiscard]] Selection choose(std::string_view collective, int world, std::uint64_t bytes,
-                                 int sites = 1) const;
+                                 int sites = 1, const AlgorithmInfo* unavailable = nullptr) const;
   [[nodiscard]] const std::vector<SelectionRule>& rules() const noexcept { return rules_; }
   // The codec of the last matching rule that gives one, nullopt when none does (what
   // allreduce_compressed with codec "auto" runs; comm/communicator.h).

@@ -4,7 +4,7 @@
 // straight out of that slot (comm/algorithms/mailbox_allreduce.h). The shape of the shared-memory
 // "flag + data" mailboxes behind short collectives in intra-node MPI (Open MPI's coll/sm and
 // coll/xhc, MPICH's CH4 shm collectives) and of NCCL's LL protocol, without a flag per 8 bytes:
-// one cache line carries the ticket, the fingerprint and up to 16 bytes of data.
+// one cache line carries the ticket, the fingerprint's hash and up to 48 bytes of data.
 //
 // Each rank owns one segment: a memfd (anonymous: it never has a name to leak, and it goes with the
 // last process that maps it, so it cannot outlive the job), mapped read-write by its owner and
@@ -48,15 +48,16 @@ class LocalMailbox {
 
  public:
   // The longest vector a slot holds, in bytes.
-  static constexpr std::size_t kPayloadBytes = 8192;
-  // One call's record: its ticket + 1 (0: none yet), published last with release, then what the
-  // readers check and reduce. The first 16 bytes of data share the ticket's cache line.
+  static constexpr std::size_t kPayloadBytes = 256 << 10;
+  // One call's record: its ticket + 1 (0: none yet), published last with release, then the hash
+  // of its fingerprint (fingerprint_hash; the whole fingerprint is in the announcement) and the
+  // vector. The first 48 bytes of data share the ticket's cache line.
   struct alignas(64) Slot {
     std::atomic<std::uint64_t> ticket{0};
-    Fingerprint fingerprint{};
+    std::uint64_t fingerprint_hash = 0;
     std::byte data[kPayloadBytes]{};
   };
-  static_assert(offsetof(Slot, data) == 48);
+  static_assert(offsetof(Slot, data) == 16);
   // A seqlock over a fingerprint: odd version while it is rewritten (announce()).
   struct alignas(64) Announcement {
     static constexpr std::size_t kWords = sizeof(Fingerprint) / sizeof(std::uint64_t);

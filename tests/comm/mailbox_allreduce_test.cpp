@@ -41,12 +41,16 @@ TEST(Mailbox, RanksOnOneHostGetOneAndShortVectorsTakeIt) {
     EXPECT_EQ(buf[0], 3.0F);
     // Each rank writes its vector once, whatever the number of ranks.
     EXPECT_EQ(comm.stats().allreduce_bytes, 100 * sizeof(float));
-    // A slot holds 8 KiB: longer vectors take the transport.
-    std::vector<double> big(2000, 1.0);
+    // Up to a slot (256 KiB) too; longer vectors take the transport.
+    std::vector<double> mid(32'000, 1.0);
+    comm.allreduce(mid.data(), mid.data(), mid.size(), DType::F64, ReduceOp::Sum);
+    EXPECT_EQ(mid[31'999], 3.0);
+    EXPECT_EQ(comm.stats().allreduce_bytes, 100 * sizeof(float) + 32'000 * sizeof(double));
+    std::vector<double> big(40'000, 1.0);
     const Work b = comm.iallreduce(big.data(), big.data(), big.size(), DType::F64, ReduceOp::Sum);
     EXPECT_FALSE(contains(b.description(), "mailbox")) << b.description();
     b.wait();
-    EXPECT_EQ(big[1999], 3.0);
+    EXPECT_EQ(big[39'999], 3.0);
   });
 }
 
@@ -61,7 +65,8 @@ TEST(Mailbox, BlockingAndNonBlockingCallsMixAcrossRanksAndInFlight) {
     std::vector<Buffer> bufs;
     std::vector<Work> works;
     for (int i = 0; i < kCalls; ++i) {
-      const std::size_t count = 1 + static_cast<std::size_t>(i) * 37 % 2000;  // up to 8 KiB f32
+      // Up to 64 KiB of f32: one cache line, several, many.
+      const std::size_t count = 1 + static_cast<std::size_t>(i) * 397 % 16'000;
       bufs.push_back(make_input(DType::F32, ReduceOp::Sum, 100 + i, me, count));
     }
     for (int i = 0; i < kCalls; ++i) {

@@ -270,15 +270,18 @@ TEST(SelectionJson, BadCodecRulesAreInvalidArgumentNamingTheRule) {
 }
 
 TEST(SelectionDefaults, EagerVectorsTheMailboxThenThePipelinedRing) {
-  // The built-in table, chosen from measurements with 2 and 4 ranks (selection.cpp). The mailbox
-  // is recursive doubling where the ranks share no memory or a vector exceeds a slot
-  // (Communicator::post; mailbox_allreduce_test.cpp).
+  // The built-in table, chosen from measurements with 2 and 4 ranks (selection.cpp). Where the
+  // mailbox cannot run (ranks that share no memory, a vector longer than a slot), the rules below
+  // it decide (Communicator::post; mailbox_allreduce_test.cpp).
   const auto t = AlgorithmTable::defaults();
+  const AlgorithmInfo* mailbox = find_algorithm("allreduce", "mailbox");
   for (const int world : {2, 3, 4, 8}) {
     EXPECT_EQ(chosen(t, world, 8), "mailbox") << world;
     EXPECT_EQ(chosen(t, world, 8 * K), "mailbox") << world;
-    EXPECT_EQ(chosen(t, world, 8248), "mailbox") << world;
-    EXPECT_EQ(chosen(t, world, 8249), "ring@seg=8K") << world;
+    EXPECT_EQ(chosen(t, world, 256 * K - 1), "mailbox") << world;
+    EXPECT_EQ(t.choose("allreduce", world, 8, 1, mailbox).describe(), "recursive_doubling");
+    EXPECT_EQ(t.choose("allreduce", world, 8248, 1, mailbox).describe(), "recursive_doubling");
+    EXPECT_EQ(t.choose("allreduce", world, 8249, 1, mailbox).describe(), "ring@seg=8K");
     EXPECT_EQ(chosen(t, world, 256 * K), "ring@seg=8K") << world;
     EXPECT_EQ(chosen(t, world, M), "ring@seg=1M") << world;
     EXPECT_EQ(chosen(t, world, 64 * M), "ring@seg=1M") << world;
