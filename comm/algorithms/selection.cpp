@@ -33,7 +33,7 @@ constexpr std::array kAlgorithms = {
     AlgorithmInfo{"allreduce", "hierarchical", 4, true, Choice::Rules, true},
     // comm/algorithms/direct_allreduce.h: ranks on one host, by rule only.
     AlgorithmInfo{"allreduce", "direct", 22, false, Choice::Rules, true},
-    // comm/algorithms/mailbox_allreduce.h: ranks on one host, vectors up to a slot (256 KiB);
+    // comm/algorithms/mailbox_allreduce.h: ranks on one host, vectors up to a slot (1 MiB);
     // where it cannot run, the next matching rule decides (Communicator::post).
     AlgorithmInfo{"allreduce", "mailbox", 23, false, Choice::Rules, true},
     AlgorithmInfo{"allreduce_compressed", "ring", 5, false, Choice::Codec, false},
@@ -73,16 +73,17 @@ constexpr std::array kAlgorithms = {
 // the slow links carry the vector once per site pair instead of once per rank pair crossing them.
 // (With singleton sites it is the ring over sites, as fast as the flat ring.) Short vectors stay
 // on recursive doubling, whose log2(P) whole-vector messages beat 2 (L-1) + 2 (S-1) steps.
-// Vectors below 256 KiB between ranks that all share this host's memory take the mailbox: one
+// Vectors below 1 MiB between ranks that all share this host's memory take the mailbox: one
 // synchronisation through shared memory and no message, faster than Open MPI's shared-memory
-// allreduce up to 128 KiB with 2 and 4 ranks here and even with it up to 256 KiB
-// (bench/RESULTS.md); where it cannot run the earlier rules decide (Communicator::post). Declared
-// sites keep the hierarchical allreduce from 8249 bytes (the last rule wins).
+// allreduce at every size from 8 B to 512 KiB with 2 and 4 ranks here, and than the ring below
+// 1 MiB (bench/RESULTS.md, "mailbox"); where it cannot run the earlier rules decide
+// (Communicator::post). Declared sites keep the hierarchical allreduce from 8249 bytes (the last
+// rule wins).
 constexpr std::string_view kDefaultRules =
     "allreduce:0-8249:recursive_doubling;"
     "allreduce:8249-1M:ring@seg=8K;"
     "allreduce:1M-inf:ring@seg=1M;"
-    "allreduce:0-256K:mailbox;"
+    "allreduce:0-1M:mailbox;"
     "allreduce:sites=2-inf:8249-inf:hierarchical@seg=1M";
 
 constexpr std::string_view kSyntax =

@@ -48,7 +48,7 @@ class LocalMailbox {
 
  public:
   // The longest vector a slot holds, in bytes.
-  static constexpr std::size_t kPayloadBytes = 256 << 10;
+  static constexpr std::size_t kPayloadBytes = 1 << 20;
   // One call's record: its ticket + 1 (0: none yet), published last with release, then the hash
   // of its fingerprint (fingerprint_hash; the whole fingerprint is in the announcement) and the
   // vector. The first 48 bytes of data share the ticket's cache line.

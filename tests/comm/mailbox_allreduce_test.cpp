@@ -41,16 +41,16 @@ TEST(Mailbox, RanksOnOneHostGetOneAndShortVectorsTakeIt) {
     EXPECT_EQ(buf[0], 3.0F);
     // Each rank writes its vector once, whatever the number of ranks.
     EXPECT_EQ(comm.stats().allreduce_bytes, 100 * sizeof(float));
-    // Up to a slot (256 KiB) too; longer vectors take the transport.
+    // Up to a slot (1 MiB) too; longer vectors take the transport.
     std::vector<double> mid(32'000, 1.0);
     comm.allreduce(mid.data(), mid.data(), mid.size(), DType::F64, ReduceOp::Sum);
     EXPECT_EQ(mid[31'999], 3.0);
     EXPECT_EQ(comm.stats().allreduce_bytes, 100 * sizeof(float) + 32'000 * sizeof(double));
-    std::vector<double> big(40'000, 1.0);
+    std::vector<double> big(200'000, 1.0);
     const Work b = comm.iallreduce(big.data(), big.data(), big.size(), DType::F64, ReduceOp::Sum);
     EXPECT_FALSE(contains(b.description(), "mailbox")) << b.description();
     b.wait();
-    EXPECT_EQ(big[39'999], 3.0);
+    EXPECT_EQ(big[199'999], 3.0);
   });
 }
 
@@ -84,9 +84,9 @@ TEST(Mailbox, BlockingAndNonBlockingCallsMixAcrossRanksAndInFlight) {
         }
       }
       if (i % 10 == 9) {
-        std::vector<float> big(100'000, 1.0F);
+        std::vector<float> big(300'000, 1.0F);
         comm.allreduce(big.data(), big.data(), big.size(), DType::F32, ReduceOp::Sum);
-        EXPECT_EQ(big[99'999], static_cast<float>(kWorld));
+        EXPECT_EQ(big[299'999], static_cast<float>(kWorld));
       }
     }
     for (auto& w : works) w.wait();
@@ -209,7 +209,7 @@ TEST(Mailbox, AShortVectorAgainstALongOneIsAMismatchOnBothRanks) {
     std::vector<std::string> errors(2);
     const auto start = Clock::now();
     run_ranks(2, [&](Communicator& comm) {
-      std::vector<float> buf(comm.rank() == 0 ? 10 : 100'000, 1.0F);
+      std::vector<float> buf(comm.rank() == 0 ? 10 : 300'000, 1.0F);
       try {
         if (blocking) {
           comm.allreduce(buf.data(), buf.data(), buf.size(), DType::F32, ReduceOp::Sum);
@@ -222,7 +222,7 @@ TEST(Mailbox, AShortVectorAgainstALongOneIsAMismatchOnBothRanks) {
       }
     });
     EXPECT_LT(Clock::now() - start, 10s);  // the timeout is 30 s
-    EXPECT_TRUE(contains(errors[0], "rank 1 called allreduce #0 (f32 x 100000")) << errors[0];
+    EXPECT_TRUE(contains(errors[0], "rank 1 called allreduce #0 (f32 x 300000")) << errors[0];
     EXPECT_TRUE(contains(errors[1], "rank 0 called allreduce #0 (f32 x 10, sum, mailbox)"))
         << errors[1];
   }
