@@ -49,15 +49,17 @@ class LocalMailbox {
  public:
   // The longest vector a slot holds, in bytes.
   static constexpr std::size_t kPayloadBytes = 1 << 20;
-  // One call's record: its ticket + 1 (0: none yet), published last with release, then the hash
-  // of its fingerprint (fingerprint_hash; the whole fingerprint is in the announcement) and the
-  // vector. The first 48 bytes of data share the ticket's cache line.
+  // One call's record: its whole fingerprint (read only to describe a mismatch), then, in the
+  // next cache line, its ticket + 1 (0: none yet, published last with release), the hash of its
+  // fingerprint (fingerprint_hash: what readers compare) and the vector, whose first 48 bytes share
+  // the ticket's cache line.
   struct alignas(64) Slot {
-    std::atomic<std::uint64_t> ticket{0};
+    Fingerprint fingerprint{};
+    alignas(64) std::atomic<std::uint64_t> ticket{0};
     std::uint64_t fingerprint_hash = 0;
     std::byte data[kPayloadBytes]{};
   };
-  static_assert(offsetof(Slot, data) == 16);
+  static_assert(offsetof(Slot, data) == 64 + 16);
   // A seqlock over a fingerprint: odd version while it is rewritten (announce()).
   struct alignas(64) Announcement {
     static constexpr std::size_t kWords = sizeof(Fingerprint) / sizeof(std::uint64_t);
