@@ -131,6 +131,16 @@ TEST(CommunicatorProcesses, ARankKilledMidStepIsPeerLostOnTheOthers) {
   EXPECT_LT(elapsed, 50s) << "the survivors did not end before the launcher's grace ran out";
 }
 
+// Ranks 0 and 2 of a run whose rank 1 stopped: every survivor failed (a Timeout, or PeerLost once
+// the other survivor had gone), none hung, well within the run's timeout.
+void expect_survivors_failed_in_time(const RunResult& run) {
+  for (const int r : {0, 2}) {
+    const std::string line = line_of(run.output, r);
+    EXPECT_TRUE(contains(line, "Timeout") || contains(line, "PeerLost")) << run.output;
+    EXPECT_LT(failed_after_ms(line), 10'000) << line;
+  }
+}
+
 // Short vectors between local ranks go through the shared-memory mailbox, where a dead peer sends
 // nothing at all: its pidfd says it is gone, within milliseconds, not the timeout.
 TEST(CommunicatorProcesses, ARankKilledInALoopOfShortAllreducesIsPeerLostOnTheOthers) {
@@ -156,11 +166,7 @@ TEST(CommunicatorProcesses, ARankStoppedInALoopOfShortAllreducesIsATimeoutNaming
   EXPECT_TRUE(contains(run.output, "the vector from rank 1 in the shared-memory mailbox"))
       << run.output;
   EXPECT_TRUE(contains(run.output, "rank 1: was suspended by SIGSTOP at")) << run.output;
-  for (const int r : {0, 2}) {
-    const std::string line = line_of(run.output, r);
-    EXPECT_TRUE(contains(line, "Timeout") || contains(line, "PeerLost")) << run.output;
-    EXPECT_LT(failed_after_ms(line), 10'000) << line;
-  }
+  expect_survivors_failed_in_time(run);
 }
 
 TEST(CommunicatorProcesses, ARankThatNeverCallsTheCollectiveIsATimeoutNamingIt) {
@@ -448,12 +454,7 @@ TEST_P(SingleCopyFailures, AStoppedRankIsATimeoutNamingIt) {
               contains(run.output, "a send to rank 1"))
       << run.output;
   EXPECT_TRUE(contains(run.output, "rank 1: was suspended by SIGSTOP at")) << run.output;
-  // Every survivor failed (a Timeout, or PeerLost once the other survivor had gone), none hung.
-  for (const int r : {0, 2}) {
-    const std::string line = line_of(run.output, r);
-    EXPECT_TRUE(contains(line, "Timeout") || contains(line, "PeerLost")) << run.output;
-    EXPECT_LT(failed_after_ms(line), 10'000) << line;
-  }
+  expect_survivors_failed_in_time(run);
 }
 
 TEST_P(SingleCopyFailures, LargeMismatchedCountsAreAMismatchNamingBothSides) {

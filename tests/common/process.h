@@ -220,4 +220,17 @@ class Process {
   pid_t pid_ = -1;
 };
 
+// Polls `p`'s output every 100 ms until it contains `marker` or `limit` has passed; returns the
+// output as last read (the caller asserts what it needs in it).
+inline std::string wait_for_output(const Process& p, const std::string& marker,
+                                   std::chrono::milliseconds limit) {
+  const auto end = std::chrono::steady_clock::now() + limit;
+  std::string text = p.output();
+  while (text.find(marker) == std::string::npos && std::chrono::steady_clock::now() < end) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    text = p.output();
+  }
+  return text;
+}
+
 }  // namespace strait::test

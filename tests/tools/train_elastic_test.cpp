@@ -47,6 +47,18 @@ std::vector<std::string> base_env() {
   return {"STRAIT_TIMEOUT_S=60"};
 }
 
+// `env` and the launcher's store as printed in `text` ("MASTER_ADDR=A MASTER_PORT=P"), for a
+// joiner; empty when `text` has none.
+std::vector<std::string> env_at_launchers_store(const std::string& text,
+                                                std::vector<std::string> env = base_env()) {
+  static const std::regex kStore(R"(MASTER_ADDR=(\S+) MASTER_PORT=(\d+))");
+  std::smatch m;
+  if (!std::regex_search(text, m, kStore)) return {};
+  env.emplace_back("MASTER_ADDR=" + m[1].str());
+  env.emplace_back("MASTER_PORT=" + m[2].str());
+  return env;
+}
+
 class Job {
  public:
   Job() : corpus_(strait::test::write_word_corpus(dir_.path())) {}
@@ -176,18 +188,10 @@ TEST(StraitTrainElastic, JoinerIsAdmittedAtARoundBoundaryWithTheSurvivorsState) 
              job.path("job.out"), env);
   // The launcher prints where its store is; the joiner goes there once replica 1 is gone (the
   // job then holds the boundary of step 6 until the joiner waits).
-  std::smatch m;
-  std::string text;
-  static const std::regex kStore(R"(MASTER_ADDR=(\S+) MASTER_PORT=(\d+))");
-  for (int i = 0; i < 1200 && !contains(text, "lost replica 1"); ++i) {
-    std::this_thread::sleep_for(100ms);
-    text = run.output();
-  }
-  ASSERT_TRUE(std::regex_search(text, m, kStore)) << text;
+  std::string text = strait::test::wait_for_output(run, "lost replica 1", 120s);
+  const std::vector<std::string> joiner_env = env_at_launchers_store(text);
+  ASSERT_FALSE(joiner_env.empty()) << text;
   ASSERT_TRUE(contains(text, "lost replica 1 (1 of 2 ranks left)")) << text;
-  std::vector<std::string> joiner_env = base_env();
-  joiner_env.emplace_back("MASTER_ADDR=" + m[1].str());
-  joiner_env.emplace_back("MASTER_PORT=" + m[2].str());
   Strait joiner(job.args({"--replicas", "2", "--steps", "12", "--join"}), job.path("joiner.out"),
                 joiner_env);
   const int joiner_status = joiner.wait(180s);
@@ -319,18 +323,10 @@ TEST(StraitTrainElastic, ReplicaWithStagesJoinsAsOneProcessPerStage) {
   const fs::path metrics = job.path("job.jsonl");
   with_metrics.insert(with_metrics.end(), {"--metrics", metrics.string()});
   Strait run(with_metrics, job.path("job.out"), env);
-  std::smatch m;
-  std::string text;
-  static const std::regex kStore(R"(MASTER_ADDR=(\S+) MASTER_PORT=(\d+))");
-  for (int i = 0; i < 1200 && !contains(text, "lost replica 1"); ++i) {
-    std::this_thread::sleep_for(100ms);
-    text = run.output();
-  }
-  ASSERT_TRUE(std::regex_search(text, m, kStore)) << text;
+  std::string text = strait::test::wait_for_output(run, "lost replica 1", 120s);
+  const std::vector<std::string> joiner_env = env_at_launchers_store(text);
+  ASSERT_FALSE(joiner_env.empty()) << text;
   ASSERT_TRUE(contains(text, "lost replica 1 (2 of 4 ranks left)")) << text;
-  std::vector<std::string> joiner_env = base_env();
-  joiner_env.emplace_back("MASTER_ADDR=" + m[1].str());
-  joiner_env.emplace_back("MASTER_PORT=" + m[2].str());
   std::vector<std::string> join_args = a;
   join_args.emplace_back("--join");
   Strait first(join_args, job.path("joiner0.out"), joiner_env);
@@ -400,18 +396,12 @@ TEST(StraitTrainElastic, ALoneJoinerOfAReplicaWithStagesIsNotAdmittedAndSaysWhy)
   std::vector<std::string> a = job.args({"--replicas", "2", "--steps", "1000"});
   *(std::find(a.begin(), a.end(), std::string("--stages")) + 1) = "2";
   Strait run(a, job.path("job.out"), base_env());
-  std::smatch m;
-  std::string text;
-  static const std::regex kStore(R"(MASTER_ADDR=(\S+) MASTER_PORT=(\d+))");
-  for (int i = 0; i < 600 && !std::regex_search(text, m, kStore); ++i) {
-    std::this_thread::sleep_for(100ms);
-    text = run.output();
-  }
-  ASSERT_TRUE(std::regex_search(text, m, kStore)) << text;
+  std::string text = strait::test::wait_for_output(run, "MASTER_PORT=", 60s);
+  const std::vector<std::string> lone_env = env_at_launchers_store(text, {"STRAIT_TIMEOUT_S=1"});
+  ASSERT_FALSE(lone_env.empty()) << text;
   std::vector<std::string> join_args = a;
   join_args.emplace_back("--join");
-  Strait lone(join_args, job.path("lone.out"),
-              {"STRAIT_TIMEOUT_S=1", "MASTER_ADDR=" + m[1].str(), "MASTER_PORT=" + m[2].str()});
+  Strait lone(join_args, job.path("lone.out"), lone_env);
   const int lone_status = lone.wait(60s);
   const int status = run.wait(180s);
   text = run.output();

@@ -177,11 +177,7 @@ TEST_F(Wan, ElasticJobLosesSiteOnesReplicaAndAdmitsAJoinerStartedThere) {
   test::Strait job(
       job_args, dir.path() / "job.out",
       {"STRAIT_TIMEOUT_S=60", "STRAIT_TRAIN_FAULT=1:3:inner", "STRAIT_TRAIN_AWAIT_JOINER=6"});
-  std::string text;
-  for (int i = 0; i < 1200 && !contains(text, "lost replica 1"); ++i) {
-    std::this_thread::sleep_for(100ms);
-    text = job.output();
-  }
+  std::string text = test::wait_for_output(job, "lost replica 1", 120s);
   ASSERT_TRUE(contains(text, "lost replica 1 (1 of 2 ranks left)")) << text;
   EXPECT_TRUE(contains(
       text,
