@@ -165,7 +165,9 @@ void run_inline(MailboxCall& call, const Fingerprint& fingerprint, const InlineW
       relax();
     }
     if (sleep.count() == 0 && polls % kCheckEvery != 0) continue;
-    if (auto e = wait.broken ? wait.broken() : std::nullopt) throw *e;
+    if (auto e = wait.broken ? wait.broken() : std::nullopt) {
+      throw Error(e->code(), fmt::format("{}: {}", wait.describe(), e->message()));
+    }
     try {
       call.check_announced();
     } catch (const Error& e) {
