@@ -135,7 +135,7 @@ std::shared_ptr<LocalMailbox> LocalMailbox::create(Store& store, const std::stri
       why = fmt::format("mmap: {}", std::strerror(errno));
     } else {
       box->own_mapping_ = Mapping{base, sizeof(Segment)};
-      auto* segment = new (base) Segment();  // placement: the memory is the memfd's
+      auto* segment = new (base) Segment;  // default-initialised: the slots' data stays untouched
       segment->magic = kMagic;
       segment->nonce = nonce;
       box->own_ = segment->slots;

@@ -57,7 +57,7 @@ class LocalMailbox {
     Fingerprint fingerprint{};
     alignas(64) std::atomic<std::uint64_t> ticket{0};
     std::uint64_t fingerprint_hash = 0;
-    std::byte data[kPayloadBytes]{};
+    std::byte data[kPayloadBytes];  // not initialised: a memfd's pages read as zero until written
   };
   static_assert(offsetof(Slot, data) == 64 + 16);
   // A seqlock over a fingerprint: odd version while it is rewritten (announce()).
