@@ -268,7 +268,7 @@ bool Communicator::run_in_mailbox(const CollectiveArgs& args) {
   LocalMailbox& box = *group_->mailbox;
   const std::size_t bytes = args.count * kernels::dtype_size(args.dtype);
   const auto stream = static_cast<std::uint64_t>(group_->comm_id) + 1;
-  if (bytes > LocalMailbox::kPayloadBytes || box.finished() != box.taken()) return false;
+  if (!mailbox_fits(bytes) || box.finished() != box.taken()) return false;
   int device = -1;
   if (memory_of(args, rank(), &device) == MemoryKind::Device) return false;
   if (shared_->engine->broken(stream)) return false;

@@ -270,8 +270,8 @@ bool CollectiveOp::all_done(Transport& t) {
       // A peer in the shared-memory mailbox with another operation never sends: its
       // announcement says so (comm/transport/local_mailbox.h).
       if (group_->mailbox && fingerprint_ && announcement_) {
-        if (auto d = group_->mailbox->disagreeing(*fingerprint_, *announcement_, p.peer)) {
-          throw mismatch_error(*group_, d->first, d->second, *fingerprint_);
+        if (auto d = group_->mailbox->disagreeing(p.peer, *fingerprint_, *announcement_)) {
+          throw mismatch_error(*group_, p.peer, *d, *fingerprint_);
         }
       }
       const int world = group_->world_ranks.at(static_cast<std::size_t>(p.peer));

@@ -97,8 +97,8 @@ std::string MailboxCall::waiting_for() const {
 void MailboxCall::check_announced() const {
   const int r = waiting_on();
   if (!announcement_ || r < 0) return;
-  if (auto d = box_.disagreeing(fingerprint_, *announcement_, r)) {
-    throw mismatch_error(group_, r, d->second, fingerprint_);
+  if (auto d = box_.disagreeing(r, fingerprint_, *announcement_)) {
+    throw mismatch_error(group_, r, *d, fingerprint_);
   }
 }
 

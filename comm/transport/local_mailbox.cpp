@@ -98,15 +98,11 @@ std::optional<LocalMailbox::Announced> LocalMailbox::announced(int r) const noex
   return std::nullopt;
 }
 
-std::optional<std::pair<int, Fingerprint>> LocalMailbox::disagreeing(const Fingerprint& mine,
-                                                                     std::uint64_t index,
-                                                                     int only) const {
-  for (int r = 0; r < size(); ++r) {
-    if (r == rank_ || (only >= 0 && r != only)) continue;
-    const auto theirs = announced(r);
-    if (theirs && theirs->index == index && !(theirs->fingerprint == mine)) {
-      return std::pair{r, theirs->fingerprint};
-    }
+std::optional<Fingerprint> LocalMailbox::disagreeing(int r, const Fingerprint& mine,
+                                                     std::uint64_t index) const noexcept {
+  const auto theirs = announced(r);
+  if (theirs && theirs->index == index && !(theirs->fingerprint == mine)) {
+    return theirs->fingerprint;
   }
   return std::nullopt;
 }

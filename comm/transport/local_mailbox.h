@@ -118,11 +118,10 @@ class LocalMailbox {
   };
   // Rank r's last announcement, or nullopt (none yet, or being rewritten: ask again later).
   [[nodiscard]] std::optional<Announced> announced(int r) const noexcept;
-  // A peer (only `only` when >= 0) whose announcement number `index` differs from `mine`, as
-  // (rank, its fingerprint); else nullopt.
-  [[nodiscard]] std::optional<std::pair<int, Fingerprint>> disagreeing(const Fingerprint& mine,
-                                                                       std::uint64_t index,
-                                                                       int only = -1) const;
+  // Rank r's fingerprint when its announcement number `index` is another operation than `mine`;
+  // else nullopt (the same, or not announced yet).
+  [[nodiscard]] std::optional<Fingerprint> disagreeing(int r, const Fingerprint& mine,
+                                                       std::uint64_t index) const noexcept;
 
   // True once rank `r`'s process has exited (its pidfd is readable). A system call: call it every
   // millisecond or so, not on every poll.
