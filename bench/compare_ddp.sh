@@ -5,7 +5,7 @@
 #   gloo:none     Gloo process group, gradients through strait.torch.hooks with codec "none":
 #                 strait's plain averaging allreduce (what the hook's warm-up and a strait user
 #                 keeping Gloo get)
-#   strait:NONE   backend "strait" (tools/python/strait/torch, branch torch), DDP's own allreduce
+#   strait:NONE   backend "strait" (python/strait/torch, branch torch), DDP's own allreduce
 # A setting whose backend is not importable is reported and left out. Each round runs every
 # setting once (order reversed every other round); a run's figure is the median step time after
 # its first 2 steps (rank 0: forward, backward with DDP's overlapped allreduce, optimizer).
@@ -21,7 +21,7 @@ model=${MODEL:---layers 2 --dim 128 --ctx 64 --batch 8}
 out=${OUT:-$root/bench/results/$(date -u +%F)-ddp}
 read -r -a wanted <<< "${SETTINGS:-strait:NONE gloo:NONE gloo:none}"
 mkdir -p "$out"
-export PYTHONPATH=$root/tools/python${PYTHONPATH:+:$PYTHONPATH} STRAIT_LIBRARY=$build/lib/libstrait.so
+export PYTHONPATH=$root/python${PYTHONPATH:+:$PYTHONPATH} STRAIT_LIBRARY=$build/lib/libstrait.so
 settings=()
 for s in "${wanted[@]}"; do
   if [ "${s%%:*}" = strait ] && ! /usr/bin/python3 -c 'import strait.torch, torch.distributed as d; d.Backend("strait")' 2>/dev/null; then

@@ -23,7 +23,7 @@ out=${OUT:-$root/bench/results/$(date -u +%F)-ddp}
 prefix=sdw$$
 strait=$build/strait
 mkdir -p "$out"
-export PYTHONPATH=$root/tools/python${PYTHONPATH:+:$PYTHONPATH} STRAIT_LIBRARY=$build/lib/libstrait.so
+export PYTHONPATH=$root/python${PYTHONPATH:+:$PYTHONPATH} STRAIT_LIBRARY=$build/lib/libstrait.so
 trap '"$strait" wan down --prefix "$prefix" >/dev/null 2>&1 || true' EXIT
 "$strait" wan up --prefix "$prefix" --rate "$rate" >/dev/null
 echo "# $(date -u '+%Y-%m-%d %H:%M UTC'), load $(cut -d' ' -f1 /proc/loadavg): ddp_gpt.py $model, 2 sites x 1 rank, $rate, $steps steps, hook warm-up $start_iter steps"

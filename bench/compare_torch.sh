@@ -28,7 +28,7 @@ mkdir -p "$out"
 {
   echo "# $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) CPUs, load before: $(cut -d' ' -f1-3 /proc/loadavg)"
   echo "# torch $($python -c 'import torch; print(torch.__version__)'), $ranks ranks, commit $(git -C "$root" rev-parse --short HEAD)"
-  PYTHONPATH=$root/tools/python STRAIT_LIBRARY=$build/lib/libstrait.so PYTHONWARNINGS=ignore \
+  PYTHONPATH=$root/python STRAIT_LIBRARY=$build/lib/libstrait.so PYTHONWARNINGS=ignore \
     "$build/strait" run -n "$ranks" -- "$python" "$root/bench/torch_allreduce.py" \
       --sizes "${SIZES:-8,64,512,4K,16K,64K,256K,1M,4M,16M,64M,256M}" \
       --small-iters "${SMALL_ITERS:-1000}" --large-iters "${LARGE_ITERS:-50}" \

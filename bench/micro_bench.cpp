@@ -25,7 +25,7 @@
 #include "kernels/gemm.h"
 #include "kernels/reduce.h"
 #include "offload/optimizer_offload.h"
-#include "scheduler/model/transformer.h"
+#include "model/transformer.h"
 
 #if STRAIT_HAVE_CUDA
 #include <cuda_runtime_api.h>

@@ -4,8 +4,8 @@ dist.all_reduce of a tensor of its own, of a view into a 256 MiB tensor, and str
 called directly through ctypes on the same communicator (no ProcessGroup). Mean of 50 calls after
 a barrier, per rank. Compare a run with the default adaptive polling and one with a fixed budget:
 
-  PYTHONPATH=tools/python build/strait run -n 2 -- /usr/bin/python3 bench/torch_spin_probe.py
-  STRAIT_SPIN_US=5000 PYTHONPATH=tools/python build/strait run -n 2 -- /usr/bin/python3 \\
+  PYTHONPATH=python build/strait run -n 2 -- /usr/bin/python3 bench/torch_spin_probe.py
+  STRAIT_SPIN_US=5000 PYTHONPATH=python build/strait run -n 2 -- /usr/bin/python3 \\
       bench/torch_spin_probe.py
 """
 import datetime

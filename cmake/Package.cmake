@@ -11,7 +11,7 @@ include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
 # The public headers, by their path in the tree; each installs as include/strait/<path>, and the C
-# API's header (tools/capi/strait.h, when present) as include/strait/strait.h. The set must be
+# API's header (capi/strait.h, when present) as include/strait/strait.h. The set must be
 # closed under #include: the build fails, naming the header, when one of these includes a project
 # header that is not listed (cmake/GenerateHeaders.cmake).
 set(STRAIT_PUBLIC_HEADERS
@@ -53,8 +53,8 @@ set(strait_header_destinations)
 foreach(header IN LISTS STRAIT_PUBLIC_HEADERS)
   list(APPEND strait_header_destinations strait/${header})
 endforeach()
-if(EXISTS ${PROJECT_SOURCE_DIR}/tools/capi/strait.h)
-  list(APPEND strait_header_sources tools/capi/strait.h)
+if(EXISTS ${PROJECT_SOURCE_DIR}/capi/strait.h)
+  list(APPEND strait_header_sources capi/strait.h)
   list(APPEND strait_header_destinations strait/strait.h)
 endif()
 
@@ -151,7 +151,7 @@ set_target_properties(strait_shared PROPERTIES
   INSTALL_RPATH_USE_LINK_PATH ON)
 
 # Install tree: lib/libstrait.so*, include/strait/..., lib/cmake/strait/, lib/pkgconfig/strait.pc,
-# bin/strait, bin/strait-bench. A Python package (tools/python) brings its own install() rule in
+# bin/strait, bin/strait-bench. A Python package (python) brings its own install() rule in
 # its folder's CMakeLists.txt, with COMPONENT runtime, loading this libstrait.so.
 set(strait_cmake_dir ${CMAKE_INSTALL_LIBDIR}/cmake/strait)
 install(TARGETS strait_shared EXPORT straitTargets

@@ -36,8 +36,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-# The strait package (tools/python) when run from a checkout without PYTHONPATH.
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools", "python"))
+# The strait package (python) when run from a checkout without PYTHONPATH.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
 
 FORTUNES = "/usr/share/games/fortunes"
 
@@ -200,7 +200,7 @@ def init_group(backend):
             dist.Backend("strait")
         except (ImportError, ValueError) as e:
             raise SystemExit(f"ddp_gpt: --backend strait needs the strait package "
-                             f"(tools/python on PYTHONPATH, libstrait.so built): {e}")
+                             f"(python on PYTHONPATH, libstrait.so built): {e}")
     dist.init_process_group(backend=backend)
 
 

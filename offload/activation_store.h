@@ -2,7 +2,7 @@
 // forward and its backward, out of the model (activation offload: scheduler/schedule.h's OFFLOAD
 // and RELOAD actions, run by scheduler/executor.h).
 //
-// A stash is an opaque byte range (the model's activation slot, scheduler/model/transformer.h).
+// A stash is an opaque byte range (the model's activation slot, model/transformer.h).
 // offload() and reload() only start the copy and return at once; the copy runs on the store's own
 // thread (or I/O engine), so it overlaps the caller's compute, and the returned future becomes
 // ready when it is done. Keys are the caller's (the executor uses the microbatch index), one stash

@@ -145,7 +145,7 @@ PipelineExecutor::PipelineExecutor(Schedule schedule, int rank, std::vector<Pipe
         throw Error(ErrorCode::InvalidArgument,
                     fmt::format("executor: chunk {}'s {} do not follow chunk {}'s in memory: the "
                                 "gradient sync and the optimizer take a rank's {} as one buffer "
-                                "(build the chunks with scheduler/model/rank_model.h)",
+                                "(build the chunks with model/rank_model.h)",
                                 c, which, c - 1, which));
       }
       size += s.size();

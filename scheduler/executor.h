@@ -29,7 +29,7 @@
 // offload copy of that chunk still in flight. Stashes come back bit for bit, so training with and
 // without offload gives the same bits.
 // Gradients: ALLREDUCE_GRAD and OPTIM see the rank's parameters and gradients as one buffer, the
-// chunks' one after the other (scheduler/model/rank_model.h lays them out so); the executor checks
+// chunks' one after the other (model/rank_model.h lays them out so); the executor checks
 // that the chunks' buffers are adjacent.
 // Thread-safety: one thread drives an executor. Errors: comm errors (PeerLost, Timeout, Mismatch)
 // propagate with the operation and ranks named; InvalidArgument for inconsistent sizes; a failed

@@ -1,7 +1,7 @@
 // PipelineStage: what the executor (scheduler/executor.h) needs of the model part one pipeline rank
 // holds, and nothing more: forward and backward of a microbatch into an activation slot, the
 // flat parameter and gradient buffers, and the slot's stash bytes for activation offload.
-// The executor never sees a transformer; scheduler/model/stage_adapter.h puts the reference GPT
+// The executor never sees a transformer; model/transformer_stage.h puts the reference GPT
 // behind this face (torch.distributed.pipelining's PipelineStage plays the same part for
 // schedules.py's runtime).
 //

@@ -9,7 +9,7 @@
 #include "core/error.h"
 #include "tools/run_command.h"
 #include "tools/schedule_command.h"
-#include "tools/train/train_command.h"
+#include "tools/train_command.h"
 #include "tools/tune_command.h"
 #include "tools/wan_command.h"
 

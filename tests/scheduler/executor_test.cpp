@@ -19,8 +19,8 @@
 #include "core/error.h"
 #include "offload/activation_store.h"
 #include "scheduler/grad_sync.h"
-#include "scheduler/model/rank_model.h"
-#include "scheduler/model/transformer_stage.h"
+#include "model/rank_model.h"
+#include "model/transformer_stage.h"
 #include "scheduler/schedule.h"
 #include "scheduler/schedule_sim.h"
 

@@ -1,0 +1,13 @@
+# DDP tests of strait's hooks and DDP example (python/strait/torch/hooks.py,
+# examples/ddp_gpt.py; python/tests/ddp_test.py says what each case checks): 2 ranks under the
+# launcher, Debian's python3-torch, each against torch's own Gloo. Exit 77 is a skip (the message
+# names the missing prerequisite). Included from CMakeLists.txt (torch_env, STRAIT_TORCH_PYTHON).
+foreach(case backend identical wire dtypes errors)
+  set(name torch.ddp_gpt_${case})
+  add_test(NAME ${name}
+           COMMAND $<TARGET_FILE:strait> run -n 2 --kill-grace 20 --
+                   ${STRAIT_TORCH_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/ddp_test.py ${case})
+  set_tests_properties(${name} PROPERTIES LABELS "torch;multiprocess" TIMEOUT 180
+                                          SKIP_RETURN_CODE 77
+                                          ENVIRONMENT "${torch_env};OMP_NUM_THREADS=1")
+endforeach()
