@@ -1,4 +1,5 @@
-/* strait.h: the C API of strait, for frameworks and languages that cannot take its C++ classes
+/** \file
+ * strait.h: the C API of strait, for frameworks and languages that cannot take its C++ classes
  * (C, ctypes/cffi, Rust, Julia, a torch.distributed backend). C99; needs no CUDA header.
  *
  * Conventions (those of nccl.h): opaque handles; every function that can fail returns a
@@ -53,45 +54,45 @@
 extern "C" {
 #endif
 
-/* Opaque handles. */
+/** Opaque handles. */
 typedef struct straitComm* straitComm_t;
 typedef struct straitRequest* straitRequest_t;
-/* A cudaStream_t (pass yours unchanged); NULL is the legacy default stream. */
+/** A cudaStream_t (pass yours unchanged); NULL is the legacy default stream. */
 typedef void* straitStream_t;
 
 #define STRAIT_COMM_NULL NULL
 #define STRAIT_REQUEST_NULL NULL
 
-/* Result codes: success, one per strait::ErrorCode (core/error.h), and straitInProgress. */
+/** Result codes: success, one per strait::ErrorCode (core/error.h), and straitInProgress. */
 typedef enum {
   straitSuccess = 0,
-  straitInvalidArgument = 1, /* the caller passed something wrong: the message says what */
-  straitMismatch = 2,        /* ranks disagree about an operation (count, dtype, kind, order) */
-  straitTimeout = 3,         /* an operation or a wait did not finish within its deadline */
-  straitPeerLost = 4,        /* a peer process died or its connection broke */
-  straitAborted = 5,         /* straitCommAbort was called, or the communicator destroyed */
-  straitIoError = 6,         /* a file or device operation failed */
-  straitUnavailable = 7,     /* a feature is not in this build or on this machine (CUDA, NCCL) */
-  straitInternalError = 8,   /* a bug in strait (or out of memory): please report it */
-  straitInProgress = 9,      /* straitTest: the operation has not finished yet */
+  straitInvalidArgument = 1, /**< the caller passed something wrong: the message says what */
+  straitMismatch = 2,        /**< ranks disagree about an operation (count, dtype, kind, order) */
+  straitTimeout = 3,         /**< an operation or a wait did not finish within its deadline */
+  straitPeerLost = 4,        /**< a peer process died or its connection broke */
+  straitAborted = 5,         /**< straitCommAbort was called, or the communicator destroyed */
+  straitIoError = 6,         /**< a file or device operation failed */
+  straitUnavailable = 7,     /**< a feature is not in this build or on this machine (CUDA, NCCL) */
+  straitInternalError = 8,   /**< a bug in strait (or out of memory): please report it */
+  straitInProgress = 9,      /**< straitTest: the operation has not finished yet */
   straitNumResults = 10
 } straitResult_t;
 
-/* Element types; the values of nccl.h's ncclDataType_t for the same types (3 and 5, NCCL's
+/** Element types; the values of nccl.h's ncclDataType_t for the same types (3 and 5, NCCL's
  * uint32 and uint64, are not strait types and are straitInvalidArgument). */
 typedef enum {
   straitInt8 = 0,
   straitUint8 = 1,
   straitInt32 = 2,
   straitInt64 = 4,
-  straitFloat16 = 6, /* IEEE binary16 */
+  straitFloat16 = 6, /**< IEEE binary16 */
   straitFloat32 = 7,
   straitFloat64 = 8,
   straitBfloat16 = 9,
   straitNumTypes = 10
 } straitDataType_t;
 
-/* Reductions, with nccl.h's values. Integers wrap; avg is defined for floating-point types only
+/** Reductions, with nccl.h's values. Integers wrap; avg is defined for floating-point types only
  * (sum, then divide by the number of ranks). Min and max keep the local element when a NaN is
  * involved (comm's reduce.h gives the exact rules). */
 typedef enum {
@@ -110,36 +111,36 @@ typedef enum {
  * still bounds the wait). */
 #define STRAIT_WAIT_DEADLINE (-1)
 
-/* How a communicator is created. Set it up with STRAIT_CONFIG_INITIALIZER, then change fields; a
+/** How a communicator is created. Set it up with STRAIT_CONFIG_INITIALIZER, then change fields; a
  * field left unset takes the environment's value (as the C++ CommOptions). A NULL config means
  * every field unset. Fields are appended in later versions (size and version tell the library
  * which ones the program knows); never reorder them. */
 typedef struct straitConfig_v1 {
-  size_t size;          /* sizeof(straitConfig_t): set by the initializer */
-  unsigned int magic;   /* STRAIT_CONFIG_MAGIC: set by the initializer */
-  unsigned int version; /* STRAIT_VERSION_CODE of the header: set by the initializer */
-  /* Deadline of every operation and of connecting, in milliseconds (1 .. 1e9). Unset:
+  size_t size;          /**< sizeof(straitConfig_t): set by the initializer */
+  unsigned int magic;   /**< STRAIT_CONFIG_MAGIC: set by the initializer */
+  unsigned int version; /**< STRAIT_VERSION_CODE of the header: set by the initializer */
+  /** Deadline of every operation and of connecting, in milliseconds (1 .. 1e9). Unset:
    * STRAIT_TIMEOUT_S, else 300 s. */
   int64_t timeoutMs;
-  /* Connections per peer on another host, 1 .. 8, the same on every rank. Unset: STRAIT_STREAMS,
+  /** Connections per peer on another host, 1 .. 8, the same on every rank. Unset: STRAIT_STREAMS,
    * else 1. */
   int streams;
-  /* The site (0, 1, ...) of each world rank, siteCount entries (the world size), for the
+  /** The site (0, 1, ...) of each world rank, siteCount entries (the world size), for the
    * hierarchical allreduce. NULL: STRAIT_SITES, then STRAIT_TOPOLOGY_FILE, else one site. */
   int siteCount;
   const int* sites;
-  /* A JSON file of algorithm and codec rules, as `strait tune` writes it. NULL: STRAIT_TUNE_FILE.
+  /** A JSON file of algorithm and codec rules, as `strait tune` writes it. NULL: STRAIT_TUNE_FILE.
    */
   const char* tuneFile;
-  /* Rules in STRAIT_TUNE syntax, applied after tuneFile's. NULL: STRAIT_TUNE. */
+  /** Rules in STRAIT_TUNE syntax, applied after tuneFile's. NULL: STRAIT_TUNE. */
   const char* tune;
-  /* Added after the first release (older callers pass a shorter struct: NULL): the shared secret,
+  /** Added after the first release (older callers pass a shorter struct: NULL): the shared secret,
    * a file of at least 16 bytes that only its owner may read (mode 0600). With it, every store
    * connection proves the secret before it reads or writes, and links between sites are sealed
    * (XChaCha20-Poly1305). A rank with another secret fails with straitMismatch naming the file.
    * NULL: STRAIT_SECRET_FILE; "": none. */
   const char* secretFile;
-  /* Which links are sealed: "sites", "all" or "off", the same on every rank. NULL:
+  /** Which links are sealed: "sites", "all" or "off", the same on every rank. NULL:
    * STRAIT_ENCRYPT, else "sites" with a secret and "off" without. */
   const char* encrypt;
 } straitConfig_t;
@@ -151,7 +152,7 @@ typedef struct straitConfig_v1 {
         STRAIT_CONFIG_UNDEF_INT, 0, NULL, NULL, NULL, NULL, NULL                               \
   }
 
-/* A key-value store given as C callbacks, for bootstrapping over a store the program already has
+/** A key-value store given as C callbacks, for bootstrapping over a store the program already has
  * (torch.distributed's c10d Store: no second port). Designed for Python ctypes: plain C types,
  * bytes as pointer + length, errors as return codes. Keys are bytes; key[keyLength] is a NUL
  * byte, so a callback may also read the key as a C string.
@@ -189,7 +190,7 @@ typedef struct straitStore_v1 {
 #define STRAIT_STORE_INITIALIZER \
   { sizeof(straitStore_t), STRAIT_STORE_MAGIC, STRAIT_VERSION_CODE, NULL, NULL, NULL, NULL, NULL }
 
-/* One weight matrix inside a compressed allreduce's buffer: rows x cols elements, row-major and
+/** One weight matrix inside a compressed allreduce's buffer: rows x cols elements, row-major and
  * contiguous, starting `offset` elements in (PowerSGD). */
 typedef struct {
   int64_t offset;
@@ -197,7 +198,7 @@ typedef struct {
   int64_t cols;
 } straitMatrixShape_t;
 
-/* How a compressed allreduce encodes its messages. Set it up with STRAIT_COMPRESSION_INITIALIZER.
+/** How a compressed allreduce encodes its messages. Set it up with STRAIT_COMPRESSION_INITIALIZER.
  *   codec:    a spec, "name" or "name:key=value,...": "bf16", "fp16", "int8", "int4:block=32",
  *             "onebit", "topk:fraction=0.01", "powersgd:rank=4", or "auto" (the codec the tuned
  *             rules give this size; plain allreduce when none). Every rank must pass the same.
@@ -223,20 +224,20 @@ typedef struct straitCompression_v1 {
         NULL, 0                                                                               \
   }
 
-/* Payload bytes this rank has sent since the communicator was created, by operation (host
+/** Payload bytes this rank has sent since the communicator was created, by operation (host
  * buffers only: NCCL does not report what it sends). Set `size` with STRAIT_STATS_INITIALIZER;
  * the library fills the fields that fit in it. */
 typedef struct straitStats_v1 {
   size_t size;
-  uint64_t allreduceBytes; /* allreduce and compressed allreduce */
+  uint64_t allreduceBytes; /**< allreduce and compressed allreduce */
   uint64_t broadcastBytes;
-  uint64_t allgatherBytes; /* allgather and allgatherv */
+  uint64_t allgatherBytes; /**< allgather and allgatherv */
   uint64_t sendBytes;
-  uint64_t reduceScatterBytes; /* reducescatter and reducescatterv */
+  uint64_t reduceScatterBytes; /**< reducescatter and reducescatterv */
   uint64_t reduceBytes;
   uint64_t gatherBytes;
   uint64_t scatterBytes;
-  uint64_t alltoallBytes; /* alltoall and alltoallv */
+  uint64_t alltoallBytes; /**< alltoall and alltoallv */
 } straitStats_t;
 
 #define STRAIT_STATS_INITIALIZER \
@@ -244,64 +245,64 @@ typedef struct straitStats_v1 {
 
 /* ---- Library ---- */
 
-/* *version = STRAIT_VERSION_CODE of the library (compare with the header's). */
+/** *version = STRAIT_VERSION_CODE of the library (compare with the header's). */
 STRAIT_C_EXPORT straitResult_t straitGetVersion(int* version);
-/* A static string naming the code ("straitTimeout: ..."); never NULL. */
+/** A static string naming the code ("straitTimeout: ..."); never NULL. */
 STRAIT_C_EXPORT const char* straitGetErrorString(straitResult_t result);
-/* The full message of the last failure of a call on comm or on one of its requests ("" if
+/** The full message of the last failure of a call on comm or on one of its requests ("" if
  * none); with comm NULL, of the last failed call on this thread (e.g. a failed init). The string
  * stays valid until this thread calls straitGetLastError again. */
 STRAIT_C_EXPORT const char* straitGetLastError(straitComm_t comm);
 
 /* ---- Communicators ---- */
 
-/* The world communicator of a job launched with torchrun's environment (RANK, WORLD_SIZE,
+/** The world communicator of a job launched with torchrun's environment (RANK, WORLD_SIZE,
  * MASTER_ADDR, MASTER_PORT): torchrun, `strait run`, Slurm or mpirun wrappers. Rank 0 serves the
  * job's store at MASTER_ADDR:MASTER_PORT. Collective: returns once every rank has connected. */
 STRAIT_C_EXPORT straitResult_t straitCommInitFromEnv(straitComm_t* comm,
                                                      const straitConfig_t* config);
-/* The same with the job given explicitly: rank of nranks; rank 0 serves the store at
+/** The same with the job given explicitly: rank of nranks; rank 0 serves the store at
  * address:port (1 .. 65535), the others connect to it. */
 STRAIT_C_EXPORT straitResult_t straitCommInitRank(straitComm_t* comm, int nranks, int rank,
                                                   const char* address, int port,
                                                   const straitConfig_t* config);
-/* The same over a store the program provides (copied; see straitStore_t for its lifetime). Keys
+/** The same over a store the program provides (copied; see straitStore_t for its lifetime). Keys
  * strait writes begin with "strait/"; a store shared by several jobs needs a prefix per job. */
 STRAIT_C_EXPORT straitResult_t straitCommInitStore(straitComm_t* comm, int nranks, int rank,
                                                    const straitStore_t* store,
                                                    const straitConfig_t* config);
-/* MPI_Comm_split / ncclCommSplit: ranks with the same color form *newcomm, ordered by (key, rank);
+/** MPI_Comm_split / ncclCommSplit: ranks with the same color form *newcomm, ordered by (key, rank);
  * color STRAIT_SPLIT_NOCOLOR (any negative) gives *newcomm = NULL. Collective over comm. The new
  * communicator inherits comm's configuration. */
 STRAIT_C_EXPORT straitResult_t straitCommSplit(straitComm_t comm, int color, int key,
                                                straitComm_t* newcomm);
-/* Fails every pending operation of comm with straitAborted (at once, from any thread: a thread
+/** Fails every pending operation of comm with straitAborted (at once, from any thread: a thread
  * blocked in one of them returns), and every later one. reason (NULL: "straitCommAbort was
  * called") goes into their messages. Unlike ncclCommAbort it does not free comm: destroy it. */
 STRAIT_C_EXPORT straitResult_t straitCommAbort(straitComm_t comm, const char* reason);
-/* Frees comm; its pending operations fail with straitAborted (their requests stay valid until
+/** Frees comm; its pending operations fail with straitAborted (their requests stay valid until
  * freed). A call on comm still running in another thread finishes first. */
 STRAIT_C_EXPORT straitResult_t straitCommDestroy(straitComm_t comm);
 STRAIT_C_EXPORT straitResult_t straitCommCount(straitComm_t comm, int* count);
 STRAIT_C_EXPORT straitResult_t straitCommUserRank(straitComm_t comm, int* rank);
-/* The deadline of operations submitted from now on, in milliseconds (1 .. 1e9). */
+/** The deadline of operations submitted from now on, in milliseconds (1 .. 1e9). */
 STRAIT_C_EXPORT straitResult_t straitCommSetTimeout(straitComm_t comm, int64_t timeoutMs);
 STRAIT_C_EXPORT straitResult_t straitCommGetTimeout(straitComm_t comm, int64_t* timeoutMs);
 STRAIT_C_EXPORT straitResult_t straitCommGetStats(straitComm_t comm, straitStats_t* stats);
 
 /* ---- Requests (the non-blocking forms) ---- */
 
-/* straitSuccess when the operation has finished, straitInProgress while it runs, its error code
+/** straitSuccess when the operation has finished, straitInProgress while it runs, its error code
  * when it failed. Never blocks. */
 STRAIT_C_EXPORT straitResult_t straitTest(straitRequest_t request);
-/* Blocks until the operation finishes; returns straitSuccess or its error. timeoutMs >= 0 gives
+/** Blocks until the operation finishes; returns straitSuccess or its error. timeoutMs >= 0 gives
  * up after that long: the operation is then failed with straitTimeout (its buffers may be reused,
  * so it must not finish later) and the communicator is unusable, so poll with straitTest.
  * STRAIT_WAIT_DEADLINE: only the operation's own deadline bounds the wait. */
 STRAIT_C_EXPORT straitResult_t straitWait(straitRequest_t request, int64_t timeoutMs);
-/* The operation's error message once it has failed, else ""; valid until the request is freed. */
+/** The operation's error message once it has failed, else ""; valid until the request is freed. */
 STRAIT_C_EXPORT const char* straitRequestGetError(straitRequest_t request);
-/* Frees the handle. An operation still running goes on (its buffers must stay valid until it
+/** Frees the handle. An operation still running goes on (its buffers must stay valid until it
  * finishes), as after MPI_Request_free. */
 STRAIT_C_EXPORT straitResult_t straitRequestFree(straitRequest_t request);
 
@@ -310,7 +311,7 @@ STRAIT_C_EXPORT straitResult_t straitRequestFree(straitRequest_t request);
  * Each operation has a blocking form and an Async form whose last argument receives a request
  * (free it with straitRequestFree). */
 
-/* recv[i] = op over ranks of send[i], i < count. */
+/** recv[i] = op over ranks of send[i], i < count. */
 STRAIT_C_EXPORT straitResult_t straitAllReduce(const void* sendbuff, void* recvbuff, int64_t count,
                                                straitDataType_t datatype, straitRedOp_t op,
                                                straitComm_t comm, straitStream_t stream);
@@ -320,7 +321,7 @@ STRAIT_C_EXPORT straitResult_t straitAllReduceAsync(const void* sendbuff, void* 
                                                     straitStream_t stream,
                                                     straitRequest_t* request);
 
-/* Compressed allreduce (host float32, sum or avg) for bandwidth-bound links: lossy, but
+/** Compressed allreduce (host float32, sum or avg) for bandwidth-bound links: lossy, but
  * bit-identical on every rank. A NaN or Inf in sendbuff is straitInvalidArgument (found before
  * anything is sent; the other ranks then time out naming this rank). */
 STRAIT_C_EXPORT straitResult_t straitAllReduceCompressed(const void* sendbuff, void* recvbuff,
@@ -333,7 +334,7 @@ STRAIT_C_EXPORT straitResult_t straitAllReduceCompressedAsync(
     straitRedOp_t op, const straitCompression_t* compression, straitComm_t comm,
     straitRequest_t* request);
 
-/* buff: count elements, in place; root's values end up on every rank. */
+/** buff: count elements, in place; root's values end up on every rank. */
 STRAIT_C_EXPORT straitResult_t straitBroadcast(void* buff, int64_t count, straitDataType_t datatype,
                                                int root, straitComm_t comm, straitStream_t stream);
 STRAIT_C_EXPORT straitResult_t straitBroadcastAsync(void* buff, int64_t count,
@@ -341,7 +342,7 @@ STRAIT_C_EXPORT straitResult_t straitBroadcastAsync(void* buff, int64_t count,
                                                     straitComm_t comm, straitStream_t stream,
                                                     straitRequest_t* request);
 
-/* root's recv (count elements; NULL elsewhere) = op over ranks of send (count elements). */
+/** root's recv (count elements; NULL elsewhere) = op over ranks of send (count elements). */
 STRAIT_C_EXPORT straitResult_t straitReduce(const void* sendbuff, void* recvbuff, int64_t count,
                                             straitDataType_t datatype, straitRedOp_t op, int root,
                                             straitComm_t comm, straitStream_t stream);
@@ -350,7 +351,7 @@ STRAIT_C_EXPORT straitResult_t straitReduceAsync(const void* sendbuff, void* rec
                                                  straitRedOp_t op, int root, straitComm_t comm,
                                                  straitStream_t stream, straitRequest_t* request);
 
-/* recv (P * sendcount elements) = every rank's send, in rank order. In place when send is block
+/** recv (P * sendcount elements) = every rank's send, in rank order. In place when send is block
  * rank of recv. */
 STRAIT_C_EXPORT straitResult_t straitAllGather(const void* sendbuff, void* recvbuff,
                                                int64_t sendcount, straitDataType_t datatype,
@@ -359,7 +360,7 @@ STRAIT_C_EXPORT straitResult_t straitAllGatherAsync(const void* sendbuff, void* 
                                                     int64_t sendcount, straitDataType_t datatype,
                                                     straitComm_t comm, straitStream_t stream,
                                                     straitRequest_t* request);
-/* As AllGather with P counts (recvcounts[r]: rank r's elements, the same array on every rank);
+/** As AllGather with P counts (recvcounts[r]: rank r's elements, the same array on every rank);
  * send has recvcounts[rank] elements. Host buffers only. */
 STRAIT_C_EXPORT straitResult_t straitAllGatherV(const void* sendbuff, void* recvbuff,
                                                 const int64_t* recvcounts,
@@ -369,7 +370,7 @@ STRAIT_C_EXPORT straitResult_t straitAllGatherVAsync(const void* sendbuff, void*
                                                      straitDataType_t datatype, straitComm_t comm,
                                                      straitRequest_t* request);
 
-/* send: P * recvcount elements, block r for rank r; recv (recvcount) = op over ranks of block
+/** send: P * recvcount elements, block r for rank r; recv (recvcount) = op over ranks of block
  * rank. In place when recv is block rank of send. */
 STRAIT_C_EXPORT straitResult_t straitReduceScatter(const void* sendbuff, void* recvbuff,
                                                    int64_t recvcount, straitDataType_t datatype,
@@ -380,7 +381,7 @@ STRAIT_C_EXPORT straitResult_t straitReduceScatterAsync(const void* sendbuff, vo
                                                         straitDataType_t datatype, straitRedOp_t op,
                                                         straitComm_t comm, straitStream_t stream,
                                                         straitRequest_t* request);
-/* As ReduceScatter with P block sizes (the same array on every rank). Host buffers only. */
+/** As ReduceScatter with P block sizes (the same array on every rank). Host buffers only. */
 STRAIT_C_EXPORT straitResult_t straitReduceScatterV(const void* sendbuff, void* recvbuff,
                                                     const int64_t* recvcounts,
                                                     straitDataType_t datatype, straitRedOp_t op,
@@ -391,7 +392,7 @@ STRAIT_C_EXPORT straitResult_t straitReduceScatterVAsync(const void* sendbuff, v
                                                          straitRedOp_t op, straitComm_t comm,
                                                          straitRequest_t* request);
 
-/* Every rank's send (sendcount elements) to root's recv (P * sendcount, rank-major; NULL
+/** Every rank's send (sendcount elements) to root's recv (P * sendcount, rank-major; NULL
  * elsewhere). */
 STRAIT_C_EXPORT straitResult_t straitGather(const void* sendbuff, void* recvbuff, int64_t sendcount,
                                             straitDataType_t datatype, int root, straitComm_t comm,
@@ -401,7 +402,7 @@ STRAIT_C_EXPORT straitResult_t straitGatherAsync(const void* sendbuff, void* rec
                                                  int root, straitComm_t comm, straitStream_t stream,
                                                  straitRequest_t* request);
 
-/* root's send (P * recvcount, rank-major; NULL elsewhere): block r to rank r's recv. */
+/** root's send (P * recvcount, rank-major; NULL elsewhere): block r to rank r's recv. */
 STRAIT_C_EXPORT straitResult_t straitScatter(const void* sendbuff, void* recvbuff,
                                              int64_t recvcount, straitDataType_t datatype, int root,
                                              straitComm_t comm, straitStream_t stream);
@@ -410,7 +411,7 @@ STRAIT_C_EXPORT straitResult_t straitScatterAsync(const void* sendbuff, void* re
                                                   int root, straitComm_t comm,
                                                   straitStream_t stream, straitRequest_t* request);
 
-/* send and recv: P * count elements; block j of send goes to rank j, block i of recv came from
+/** send and recv: P * count elements; block j of send goes to rank j, block i of recv came from
  * rank i. */
 STRAIT_C_EXPORT straitResult_t straitAllToAll(const void* sendbuff, void* recvbuff, int64_t count,
                                               straitDataType_t datatype, straitComm_t comm,
@@ -419,7 +420,7 @@ STRAIT_C_EXPORT straitResult_t straitAllToAllAsync(const void* sendbuff, void* r
                                                    int64_t count, straitDataType_t datatype,
                                                    straitComm_t comm, straitStream_t stream,
                                                    straitRequest_t* request);
-/* As AllToAll with per-pair sizes (packed, rank order): sendcounts[j] elements to rank j,
+/** As AllToAll with per-pair sizes (packed, rank order): sendcounts[j] elements to rank j,
  * recvcounts[i] from rank i; rank i's sendcounts[j] must equal rank j's recvcounts[i]
  * (straitMismatch otherwise). Host buffers only. */
 STRAIT_C_EXPORT straitResult_t straitAllToAllV(const void* sendbuff, const int64_t* sendcounts,
@@ -430,11 +431,11 @@ STRAIT_C_EXPORT straitResult_t straitAllToAllVAsync(const void* sendbuff, const 
                                                     straitDataType_t datatype, straitComm_t comm,
                                                     straitRequest_t* request);
 
-/* Returns (or completes) once every rank has entered it. */
+/** Returns (or completes) once every rank has entered it. */
 STRAIT_C_EXPORT straitResult_t straitBarrier(straitComm_t comm);
 STRAIT_C_EXPORT straitResult_t straitBarrierAsync(straitComm_t comm, straitRequest_t* request);
 
-/* ---- Point to point ----
+/** ---- Point to point ----
  * count elements to / from rank peer. The receive must be for exactly as many bytes as were sent.
  * tag < 2^37 (0 for device buffers, which NCCL matches in order); messages between two ranks with
  * one tag arrive in the order sent. Not ordered with respect to collectives. */

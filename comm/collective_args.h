@@ -1,32 +1,33 @@
-// CollectiveArgs: one Communicator operation as an argument record (the role of NCCL's ncclInfo).
-// Every entry point of comm/communicator.h fills one and posts it (Communicator::post), where it
-// is checked once (comm/collective_check.h), routed to the host algorithms or to NCCL by the
-// memory its buffers live in (resolved once), built from the selection table's row
-// (comm/algorithms/registry.h), fingerprinted and submitted. The C API and the torch backend go
-// through the same entry points, so a new collective is added here, in the check, the describe and
-// one registry row (its name in selection.cpp, its constructor in registry.cpp).
-//
-// Buffers and counts follow NCCL's conventions, per kind (counts in elements of dtype):
-//   Send        send: count bytes                to rank `root` (the peer), tag `tag`
-//   Recv        recv: count bytes                from rank `root` (the peer), tag `tag`
-//   Barrier     no buffers
-//   Broadcast   recv: count (in place; send is ignored)
-//   Allreduce   send, recv: count
-//   AllreduceCompressed  send, recv: count f32 (`compression` says how)
-//   Allgather   send: count, recv: size * count
-//   AllgatherV  send: counts[rank], recv: sum(counts)
-//   ReduceScatter  send: size * count, recv: count
-//   ReduceScatterV send: sum(counts), recv: counts[rank]
-//   Reduce      send: count, recv: count (used on the root only)
-//   Gather      send: count, recv: size * count (used on the root only)
-//   Scatter     send: size * count (used on the root only), recv: count
-//   Alltoall    send, recv: size * count (block j goes to / comes from rank j)
-//   AlltoallV   send: sum(counts) (counts = send counts), recv: sum(recv_counts)
-// Only the buffers a rank uses count: recv of Reduce and Gather and send of Scatter on non-roots
-// are ignored (may be null or host memory), and null buffers are ignored (count 0).
-// The spans and `compression` are borrowed: they must outlive the post() call only (what an
-// operation needs later is copied when it is built).
-// Thread-safety: a value type.
+/// \file
+/// CollectiveArgs: one Communicator operation as an argument record (the role of NCCL's ncclInfo).
+/// Every entry point of comm/communicator.h fills one and posts it (Communicator::post), where it
+/// is checked once (comm/collective_check.h), routed to the host algorithms or to NCCL by the
+/// memory its buffers live in (resolved once), built from the selection table's row
+/// (comm/algorithms/registry.h), fingerprinted and submitted. The C API and the torch backend go
+/// through the same entry points, so a new collective is added here, in the check, the describe and
+/// one registry row (its name in selection.cpp, its constructor in registry.cpp).
+///
+/// Buffers and counts follow NCCL's conventions, per kind (counts in elements of dtype):
+///   Send        send: count bytes                to rank `root` (the peer), tag `tag`
+///   Recv        recv: count bytes                from rank `root` (the peer), tag `tag`
+///   Barrier     no buffers
+///   Broadcast   recv: count (in place; send is ignored)
+///   Allreduce   send, recv: count
+///   AllreduceCompressed  send, recv: count f32 (`compression` says how)
+///   Allgather   send: count, recv: size * count
+///   AllgatherV  send: counts[rank], recv: sum(counts)
+///   ReduceScatter  send: size * count, recv: count
+///   ReduceScatterV send: sum(counts), recv: counts[rank]
+///   Reduce      send: count, recv: count (used on the root only)
+///   Gather      send: count, recv: size * count (used on the root only)
+///   Scatter     send: size * count (used on the root only), recv: count
+///   Alltoall    send, recv: size * count (block j goes to / comes from rank j)
+///   AlltoallV   send: sum(counts) (counts = send counts), recv: sum(recv_counts)
+/// Only the buffers a rank uses count: recv of Reduce and Gather and send of Scatter on non-roots
+/// are ignored (may be null or host memory), and null buffers are ignored (count 0).
+/// The spans and `compression` are borrowed: they must outlive the post() call only (what an
+/// operation needs later is copied when it is built).
+/// Thread-safety: a value type.
 #pragma once
 
 #include <cstddef>
@@ -43,7 +44,7 @@ namespace strait::comm {
 
 struct Compression;
 
-// Where an operation's buffers live: decided once per operation (comm/collective_check.h).
+/// Where an operation's buffers live: decided once per operation (comm/collective_check.h).
 enum class MemoryKind : std::uint8_t { Host, Device };
 
 struct CollectiveArgs {
@@ -58,7 +59,7 @@ struct CollectiveArgs {
     Gather,
     Scatter,
     Alltoall,
-    // Host memory only (NCCL has no equivalent):
+    /// Host memory only (NCCL has no equivalent):
     Barrier,
     AllreduceCompressed,
     AllgatherV,
@@ -70,15 +71,15 @@ struct CollectiveArgs {
   void* recv = nullptr;
   std::size_t count = 0;
   kernels::DType dtype = kernels::DType::U8;
-  kernels::ReduceOp op = kernels::ReduceOp::Sum;  // the reducing kinds
-  int root = 0;                                   // the root; the peer of Send and Recv
-  std::uint64_t tag = 0;                          // Send, Recv (device buffers: must be 0)
-  std::span<const std::size_t> counts{};          // AllgatherV, ReduceScatterV; AlltoallV: send
-  std::span<const std::size_t> recv_counts{};     // AlltoallV
-  const Compression* compression = nullptr;       // AllreduceCompressed
+  kernels::ReduceOp op = kernels::ReduceOp::Sum;  ///< the reducing kinds
+  int root = 0;                                   ///< the root; the peer of Send and Recv
+  std::uint64_t tag = 0;                          ///< Send, Recv (device buffers: must be 0)
+  std::span<const std::size_t> counts{};          ///< AllgatherV, ReduceScatterV; AlltoallV: send
+  std::span<const std::size_t> recv_counts{};     ///< AlltoallV
+  const Compression* compression = nullptr;       ///< AllreduceCompressed
   DeadlineStart start = DeadlineStart::AtSubmit;
 
-  // One per entry point, with the Communicator's argument order (Send and Recv count bytes).
+  /// One per entry point, with the Communicator's argument order (Send and Recv count bytes).
   static CollectiveArgs send_to(const void* buf, std::size_t bytes, int peer, std::uint64_t tag,
                                 DeadlineStart start = DeadlineStart::AtSubmit) {
     return {
@@ -193,11 +194,11 @@ struct CollectiveArgs {
     return kind == Kind::Broadcast || kind == Kind::Reduce || kind == Kind::Gather ||
            kind == Kind::Scatter;
   }
-  // The kinds NCCL runs when the buffers are device memory.
+  /// The kinds NCCL runs when the buffers are device memory.
   [[nodiscard]] bool device_capable() const noexcept { return kind <= Kind::Alltoall; }
 };
 
-// "allreduce", "reduce_scatter_v", ... (the Communicator's names).
+/// "allreduce", "reduce_scatter_v", ... (the Communicator's names).
 [[nodiscard]] STRAIT_API std::string_view collective_name(CollectiveArgs::Kind kind) noexcept;
 
 }  // namespace strait::comm

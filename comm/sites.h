@@ -1,21 +1,23 @@
-// Sites: which ranks of a job share a fast network (a cluster, a machine, a data centre) and which
-// are joined only by slow wide-area links, for the hierarchical allreduce
-// (comm/algorithms/hierarchical_allreduce.h).
-//
-// Where the sites come from, first match wins (the world communicator reads them at creation):
-//   1. CommOptions::sites (site index of each world rank);
-//   2. STRAIT_SITES="0,0,1,1": the site index of each world rank, comma-separated (any
-//      non-negative integers; they are renumbered 0.. in increasing order);
-//      STRAIT_SITES=measure: measured at creation (Communicator::create, see cluster_by_bandwidth);
-//   3. STRAIT_TOPOLOGY_FILE=path: JSON {"sites": [[0, 1], [2, 3]]}, the world ranks of each site,
-//      every rank exactly once (sites numbered in the order listed);
-//   4. none of these: one site holding every rank.
-// STRAIT_SITES wins over STRAIT_TOPOLOGY_FILE as STRAIT_TUNE wins over STRAIT_TUNE_FILE: a user's
-// one-off setting overrides the file a tool (`strait tune`) wrote.
-// Errors: InvalidArgument naming the source and the fix (a rank missing or listed twice, a count
-// that is not WORLD_SIZE, bad JSON, a non-integer entry). Every rank must see the same sites:
-// Communicator::create compares them (and the stream count) across ranks and fails with Mismatch.
-// Thread-safety: values; the functions read the environment and files only.
+/// \file
+/// Sites: which ranks of a job share a fast network (a cluster, a machine, a data centre) and which
+/// are joined only by slow wide-area links, for the hierarchical allreduce
+/// (comm/algorithms/hierarchical_allreduce.h).
+///
+/// Where the sites come from, first match wins (the world communicator reads them at creation):
+///   1. CommOptions::sites (site index of each world rank);
+///   2. STRAIT_SITES="0,0,1,1": the site index of each world rank, comma-separated (any
+///      non-negative integers; they are renumbered 0.. in increasing order);
+///      STRAIT_SITES=measure: measured at creation (Communicator::create, see
+///      cluster_by_bandwidth);
+///   3. STRAIT_TOPOLOGY_FILE=path: JSON {"sites": [[0, 1], [2, 3]]}, the world ranks of each site,
+///      every rank exactly once (sites numbered in the order listed);
+///   4. none of these: one site holding every rank.
+/// STRAIT_SITES wins over STRAIT_TOPOLOGY_FILE as STRAIT_TUNE wins over STRAIT_TUNE_FILE: a user's
+/// one-off setting overrides the file a tool (`strait tune`) wrote.
+/// Errors: InvalidArgument naming the source and the fix (a rank missing or listed twice, a count
+/// that is not WORLD_SIZE, bad JSON, a non-integer entry). Every rank must see the same sites:
+/// Communicator::create compares them (and the stream count) across ranks and fails with Mismatch.
+/// Thread-safety: values; the functions read the environment and files only.
 #pragma once
 
 #include <cstdint>
@@ -29,37 +31,37 @@
 namespace strait::comm {
 
 struct STRAIT_API Sites {
-  // site_of[r]: the site (0 .. count() - 1) of world rank r.
+  /// site_of[r]: the site (0 .. count() - 1) of world rank r.
   std::vector<int> site_of;
-  // Where they came from ("STRAIT_SITES", "STRAIT_TOPOLOGY_FILE=...", "measured", ...).
+  /// Where they came from ("STRAIT_SITES", "STRAIT_TOPOLOGY_FILE=...", "measured", ...).
   std::string source = "one site (no STRAIT_SITES or STRAIT_TOPOLOGY_FILE)";
 
-  // Every rank in site 0.
+  /// Every rank in site 0.
   static Sites single(int world);
-  // "0,0,1,1". Site indices are renumbered densely in increasing order.
+  /// "0,0,1,1". Site indices are renumbered densely in increasing order.
   static Sites parse_list(std::string_view text, int world, std::string_view source);
-  // {"sites": [[0,1],[2,3]]}.
+  /// {"sites": [[0,1],[2,3]]}.
   static Sites parse_json(std::string_view text, int world, std::string_view source);
-  // From options_sites (CommOptions::sites), else STRAIT_SITES, else STRAIT_TOPOLOGY_FILE, else
-  // one site; nullopt when STRAIT_SITES=measure (the communicator measures them).
+  /// From options_sites (CommOptions::sites), else STRAIT_SITES, else STRAIT_TOPOLOGY_FILE, else
+  /// one site; nullopt when STRAIT_SITES=measure (the communicator measures them).
   static std::optional<Sites> from_environment(
       int world, const std::optional<std::vector<int>>& options_sites);
 
   [[nodiscard]] int count() const;
-  // The world ranks of each site, in increasing order.
+  /// The world ranks of each site, in increasing order.
   [[nodiscard]] std::vector<std::vector<int>> members() const;
-  // FNV-1a over site_of: ranks compare it to find that they disagree.
+  /// FNV-1a over site_of: ranks compare it to find that they disagree.
   [[nodiscard]] std::uint64_t hash() const noexcept;
-  // "[[0, 1], [2, 3]] (from STRAIT_SITES)".
+  /// "[[0, 1], [2, 3]] (from STRAIT_SITES)".
   [[nodiscard]] std::string describe() const;
 };
 
-// The rule of STRAIT_SITES=measure: `bandwidth` is a world x world matrix (row-major, bytes/s,
-// symmetric; the diagonal is ignored). A link is fast when its bandwidth is at least
-// fastest / factor, where fastest is the largest off-diagonal entry; sites are the connected
-// components of the fast links (so a rank with no fast link is a site of its own), numbered by
-// their lowest rank. Default factor 4: shared memory or a LAN next to a WAN differ by 10-1000x,
-// while two ranks of one cluster rarely differ by more than 2x.
+/// The rule of STRAIT_SITES=measure: `bandwidth` is a world x world matrix (row-major, bytes/s,
+/// symmetric; the diagonal is ignored). A link is fast when its bandwidth is at least
+/// fastest / factor, where fastest is the largest off-diagonal entry; sites are the connected
+/// components of the fast links (so a rank with no fast link is a site of its own), numbered by
+/// their lowest rank. Default factor 4: shared memory or a LAN next to a WAN differ by 10-1000x,
+/// while two ranks of one cluster rarely differ by more than 2x.
 STRAIT_API Sites cluster_by_bandwidth(const std::vector<double>& bandwidth, int world,
                                       double factor = 4.0);
 

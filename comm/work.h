@@ -1,18 +1,20 @@
-// Work: the handle of a non-blocking operation (the role of MPI_Request / c10d::Work).
-//
-// Completion and errors are reported by the progress engine. wait() blocks the caller until the
-// operation finishes and rethrows its error (strait::Error with the operation, its sequence number
-// and the ranks involved). A wait(timeout) that expires fails the operation itself with Timeout:
-// once a caller gives up on an operation its buffers may be reused, so it must not finish later.
-// Before a failed operation reports its error, its transfers let go of its buffers
-// (Transport::withdraw): unmatched receives are cancelled, transfers under way get 200 ms to
-// finish, and sends still queued then are dropped by force-closing their endpoint. Known limit: a
-// receive whose data is already arriving and does not finish in that time cannot be stopped (UCX
-// has no way to); it is logged, and its buffer may still be written while the peer sends. A send
-// to another host that is still queued is dropped the same way, and that peer is then lost to this
-// process's communicators (its connection was force-closed).
-// Thread-safety: all members may be called from any thread; callbacks run on the progress thread
-// and must be short and must not block (hand work to another thread, e.g. by fulfilling a promise).
+/// \file
+/// Work: the handle of a non-blocking operation (the role of MPI_Request / c10d::Work).
+///
+/// Completion and errors are reported by the progress engine. wait() blocks the caller until the
+/// operation finishes and rethrows its error (strait::Error with the operation, its sequence number
+/// and the ranks involved). A wait(timeout) that expires fails the operation itself with Timeout:
+/// once a caller gives up on an operation its buffers may be reused, so it must not finish later.
+/// Before a failed operation reports its error, its transfers let go of its buffers
+/// (Transport::withdraw): unmatched receives are cancelled, transfers under way get 200 ms to
+/// finish, and sends still queued then are dropped by force-closing their endpoint. Known limit: a
+/// receive whose data is already arriving and does not finish in that time cannot be stopped (UCX
+/// has no way to); it is logged, and its buffer may still be written while the peer sends. A send
+/// to another host that is still queued is dropped the same way, and that peer is then lost to this
+/// process's communicators (its connection was force-closed).
+/// Thread-safety: all members may be called from any thread; callbacks run on the progress thread
+/// and must be short and must not block (hand work to another thread, e.g. by fulfilling a
+/// promise).
 #pragma once
 
 #include <atomic>
@@ -34,17 +36,17 @@ namespace strait::comm {
 
 class ProgressEngine;
 
-// When an operation's deadline (the communicator's timeout) starts to run. AtWait is for
-// operations posted early, e.g. a pipeline stage's receives posted when its step starts: they may
-// rightly wait for a long time before anyone needs them, so only waiting for them is timed.
+/// When an operation's deadline (the communicator's timeout) starts to run. AtWait is for
+/// operations posted early, e.g. a pipeline stage's receives posted when its step starts: they may
+/// rightly wait for a long time before anyone needs them, so only waiting for them is timed.
 enum class DeadlineStart : std::uint8_t { AtSubmit, AtWait };
 
-// Says what an operation is ("allreduce #3 (f32 x 9, sum, ring@seg=1M) on comm 0 (rank 1 of
-// 2)"); called at most once, when an error or a log first needs the text, so a collective that
-// succeeds never formats it.
+/// Says what an operation is ("allreduce #3 (f32 x 9, sum, ring@seg=1M) on comm 0 (rank 1 of
+/// 2)"); called at most once, when an error or a log first needs the text, so a collective that
+/// succeeds never formats it.
 using Describer = std::function<std::string()>;
 
-// Shared between the handle and the engine.
+/// Shared between the handle and the engine.
 class STRAIT_API WorkState {
  public:
   explicit WorkState(std::string description) : description_(std::move(description)) {
@@ -52,25 +54,25 @@ class STRAIT_API WorkState {
   }
   explicit WorkState(Describer describe) : describe_(std::move(describe)) {}
 
-  // Formats the description on first use (thread-safe).
+  /// Formats the description on first use (thread-safe).
   [[nodiscard]] const std::string& description() const;
   [[nodiscard]] bool done() const;
-  // Waits until done or `until`; returns done().
+  /// Waits until done or `until`; returns done().
   bool wait_until(std::chrono::steady_clock::time_point until) const;
   [[nodiscard]] std::optional<Error> error() const;
-  // When complete() ran (steady clock); the epoch while pending.
+  /// When complete() ran (steady clock); the epoch while pending.
   [[nodiscard]] std::chrono::steady_clock::time_point completed_at() const noexcept {
     return std::chrono::steady_clock::time_point(
         std::chrono::steady_clock::duration(completed_at_.load(std::memory_order_acquire)));
   }
 
-  // Engine side: first call wins; later calls are ignored.
+  /// Engine side: first call wins; later calls are ignored.
   void complete(std::optional<Error> error);
   void on_complete(std::function<void(const std::optional<Error>&)> callback);
 
-  // The engine that runs this operation, so that an abandoned wait can fail it.
+  /// The engine that runs this operation, so that an abandoned wait can fail it.
   std::weak_ptr<ProgressEngine> engine;
-  // Set for DeadlineStart::AtWait: wait() gives up after this long (as wait(timeout) does).
+  /// Set for DeadlineStart::AtWait: wait() gives up after this long (as wait(timeout) does).
   std::optional<std::chrono::milliseconds> wait_timeout;
 
  private:
@@ -80,7 +82,7 @@ class STRAIT_API WorkState {
   mutable std::mutex mutex_;
   mutable std::condition_variable cv_;
   bool done_ = false;
-  // done_ for readers that poll (the engine, test()): no lock on the hot path.
+  /// done_ for readers that poll (the engine, test()): no lock on the hot path.
   std::atomic<bool> finished_{false};
   std::atomic<std::chrono::steady_clock::rep> completed_at_{0};
   std::optional<Error> error_;
@@ -92,23 +94,23 @@ class STRAIT_API Work {
   Work() = default;
   explicit Work(std::shared_ptr<WorkState> state) : state_(std::move(state)) {}
 
-  // True when the operation has finished (successfully or not). Never blocks.
+  /// True when the operation has finished (successfully or not). Never blocks.
   [[nodiscard]] bool test() const;
-  // Blocks until the operation finishes; throws its error. The operation's own deadline (the
-  // communicator's timeout, counted from submission, or from this call for DeadlineStart::AtWait)
-  // bounds the wait.
+  /// Blocks until the operation finishes; throws its error. The operation's own deadline (the
+  /// communicator's timeout, counted from submission, or from this call for DeadlineStart::AtWait)
+  /// bounds the wait.
   void wait() const;
-  // As wait(), but gives up after `timeout`: the operation is then failed with Timeout and this
-  // throws that error. Like any failure, that leaves the communicator unusable (its peers may be
-  // mid-operation), so do not poll with short timeouts: use test() for that.
+  /// As wait(), but gives up after `timeout`: the operation is then failed with Timeout and this
+  /// throws that error. Like any failure, that leaves the communicator unusable (its peers may be
+  /// mid-operation), so do not poll with short timeouts: use test() for that.
   void wait(std::chrono::milliseconds timeout) const;
-  // The error, once finished with one.
+  /// The error, once finished with one.
   [[nodiscard]] std::optional<Error> error() const;
-  // Runs `callback` once the operation finishes (at once, on this thread, if it already has).
-  // Callbacks run after the work is marked done: wait() and test() may already report completion
-  // while a callback is still running. A callback runs on the progress engine's thread, or on the
-  // thread of a caller driving the engine inside wait() (ProgressEngine::drive); it must not wait
-  // for another operation, nor destroy the last Communicator of the process.
+  /// Runs `callback` once the operation finishes (at once, on this thread, if it already has).
+  /// Callbacks run after the work is marked done: wait() and test() may already report completion
+  /// while a callback is still running. A callback runs on the progress engine's thread, or on the
+  /// thread of a caller driving the engine inside wait() (ProgressEngine::drive); it must not wait
+  /// for another operation, nor destroy the last Communicator of the process.
   void on_complete(std::function<void(const std::optional<Error>&)> callback) const;
   [[nodiscard]] const std::string& description() const;
   [[nodiscard]] bool valid() const noexcept { return state_ != nullptr; }

@@ -1,8 +1,9 @@
-// strait::Error: the one exception type every layer throws.
-//
-// Each error carries a code a caller can branch on and a message meant for a person: it names the
-// operation, and where ranks are involved its sequence number and the ranks, and says what to do.
-// Thread-safety: immutable after construction.
+/// \file
+/// strait::Error: the one exception type every layer throws.
+///
+/// Each error carries a code a caller can branch on and a message meant for a person: it names the
+/// operation, and where ranks are involved its sequence number and the ranks, and says what to do.
+/// Thread-safety: immutable after construction.
 #pragma once
 
 #include <stdexcept>
@@ -14,14 +15,14 @@
 namespace strait {
 
 enum class ErrorCode {
-  InvalidArgument,  // the caller passed something wrong (sizes, dtypes, paths, flags)
-  Mismatch,         // ranks disagree about an operation (count, dtype, kind, order)
-  Timeout,          // an operation did not finish within its deadline
-  PeerLost,         // a peer process died or its connection broke
-  Aborted,          // abort() was called on the communicator
-  Io,               // a file or device operation failed
-  Unavailable,      // a feature is not present on this machine or build (CUDA, io_uring, ...)
-  Internal,         // a bug in strait: please report it
+  InvalidArgument,  ///< the caller passed something wrong (sizes, dtypes, paths, flags)
+  Mismatch,         ///< ranks disagree about an operation (count, dtype, kind, order)
+  Timeout,          ///< an operation did not finish within its deadline
+  PeerLost,         ///< a peer process died or its connection broke
+  Aborted,          ///< abort() was called on the communicator
+  Io,               ///< a file or device operation failed
+  Unavailable,      ///< a feature is not present on this machine or build (CUDA, io_uring, ...)
+  Internal,         ///< a bug in strait: please report it
 };
 
 STRAIT_API std::string_view to_string(ErrorCode code) noexcept;
@@ -30,7 +31,7 @@ class STRAIT_API Error : public std::runtime_error {
  public:
   Error(ErrorCode code, const std::string& message);
   [[nodiscard]] ErrorCode code() const noexcept { return code_; }
-  // The message without the "Code: " prefix that what() carries, for wrapping in another error.
+  /// The message without the "Code: " prefix that what() carries, for wrapping in another error.
   [[nodiscard]] const std::string& message() const noexcept { return message_; }
 
  private:

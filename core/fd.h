@@ -1,5 +1,6 @@
-// Fd: sole owner of a POSIX file descriptor, closed on destruction (RAII for sockets, eventfds,
-// epoll instances, pidfds, files).
+/// \file
+/// Fd: sole owner of a POSIX file descriptor, closed on destruction (RAII for sockets, eventfds,
+/// epoll instances, pidfds, files).
 #pragma once
 
 #include <unistd.h>

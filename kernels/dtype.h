@@ -1,5 +1,6 @@
-// Element types strait moves and reduces, with their sizes and names, and the 16-bit float
-// conversions (IEEE binary16 and bfloat16, round-to-nearest-even) that the CPU paths use.
+/// \file
+/// Element types strait moves and reduces, with their sizes and names, and the 16-bit float
+/// conversions (IEEE binary16 and bfloat16, round-to-nearest-even) that the CPU paths use.
 #pragma once
 
 #include <bit>
@@ -43,7 +44,7 @@ constexpr bool dtype_is_float(DType t) noexcept {
   return t == DType::F32 || t == DType::F64 || t == DType::F16 || t == DType::BF16;
 }
 
-// bfloat16: the top 16 bits of an f32, rounded to nearest even; NaN stays NaN (quiet).
+/// bfloat16: the top 16 bits of an f32, rounded to nearest even; NaN stays NaN (quiet).
 constexpr std::uint16_t f32_to_bf16(float f) noexcept {
   const auto bits = std::bit_cast<std::uint32_t>(f);
   if ((bits & 0x7fffffffU) > 0x7f800000U) return static_cast<std::uint16_t>((bits >> 16) | 0x40U);
@@ -55,7 +56,7 @@ constexpr float bf16_to_f32(std::uint16_t h) noexcept {
   return std::bit_cast<float>(static_cast<std::uint32_t>(h) << 16);
 }
 
-// IEEE 754 binary16, round to nearest even, overflow to infinity, subnormals kept.
+/// IEEE 754 binary16, round to nearest even, overflow to infinity, subnormals kept.
 constexpr std::uint16_t f32_to_f16(float f) noexcept {
   const auto bits = std::bit_cast<std::uint32_t>(f);
   const auto sign = static_cast<std::uint16_t>((bits >> 16) & 0x8000U);
@@ -65,14 +66,14 @@ constexpr std::uint16_t f32_to_f16(float f) noexcept {
   if (abs < 0x38800000U) {               // result is subnormal or zero
     if (abs < 0x33000000U) return sign;  // below half the smallest subnormal
     const std::uint32_t mant = (abs & 0x7fffffU) | 0x800000U;
-    const int shift = 126 - static_cast<int>(abs >> 23);  // 14..24
+    const int shift = 126 - static_cast<int>(abs >> 23);  ///< 14..24
     const std::uint32_t half = 1U << (shift - 1);
     const std::uint32_t rest = mant & ((1U << shift) - 1U);
     std::uint32_t out = mant >> shift;
     if (rest > half || (rest == half && (out & 1U))) ++out;
     return static_cast<std::uint16_t>(sign | out);
   }
-  // Normal: rebias exponent 127 -> 15, round the 13 dropped mantissa bits to nearest even.
+  /// Normal: rebias exponent 127 -> 15, round the 13 dropped mantissa bits to nearest even.
   const std::uint32_t rebased = abs - 0x38000000U;
   const std::uint32_t rounded = rebased + 0xfffU + ((rebased >> 13) & 1U);
   return static_cast<std::uint16_t>(sign | (rounded >> 13));
@@ -85,7 +86,7 @@ constexpr float f16_to_f32(std::uint16_t h) noexcept {
   if (exp == 0x1fU) return std::bit_cast<float>(sign | 0x7f800000U | (mant << 13));
   if (exp == 0) {
     if (mant == 0) return std::bit_cast<float>(sign);
-    int e = -1;  // normalise the subnormal
+    int e = -1;  ///< normalise the subnormal
     do {
       ++e;
       mant <<= 1;

@@ -1,18 +1,19 @@
-// HostAdamWState: the AdamW moments m and v of one rank in host RAM (`strait train
-// --offload-optimizer cpu`): page-aligned, locked memory (offload/pinned_buffer.h), updated in
-// place by kernels::ParallelAdamW. This is ZeRO-Offload's placement (Ren et al., USENIX ATC 2021:
-// optimizer state and its update on the CPU) for a trainer whose model already runs on the CPU;
-// on a GPU trainer the same memory would also serve as the staging area of gradient and
-// parameter copies.
-//
-// Layout: m for all count parameters, then v, each starting on a page (one mapping). Memory:
-// 8 bytes per parameter, zero-filled (moments start at zero before step 1), locked when
-// RLIMIT_MEMLOCK allows (else usable but unlocked, with one warning per process). The buffer type
-// is PinnedBuffer; a pool of size classes (DESIGN.md's PinnedPool) can replace it without changing
-// this interface.
-// Results: bit-identical to kernels::adamw_step over the same ranges, and to AdamWStateFile (see
-// offload/adamw_state.h). Thread-safety, errors: as AdamWState; Io when the memory cannot be
-// mapped (the constructor, naming the bytes).
+/// \file
+/// HostAdamWState: the AdamW moments m and v of one rank in host RAM (`strait train
+/// --offload-optimizer cpu`): page-aligned, locked memory (offload/pinned_buffer.h), updated in
+/// place by kernels::ParallelAdamW. This is ZeRO-Offload's placement (Ren et al., USENIX ATC 2021:
+/// optimizer state and its update on the CPU) for a trainer whose model already runs on the CPU;
+/// on a GPU trainer the same memory would also serve as the staging area of gradient and
+/// parameter copies.
+///
+/// Layout: m for all count parameters, then v, each starting on a page (one mapping). Memory:
+/// 8 bytes per parameter, zero-filled (moments start at zero before step 1), locked when
+/// RLIMIT_MEMLOCK allows (else usable but unlocked, with one warning per process). The buffer type
+/// is PinnedBuffer; a pool of size classes (DESIGN.md's PinnedPool) can replace it without changing
+/// this interface.
+/// Results: bit-identical to kernels::adamw_step over the same ranges, and to AdamWStateFile (see
+/// offload/adamw_state.h). Thread-safety, errors: as AdamWState; Io when the memory cannot be
+/// mapped (the constructor, naming the bytes).
 #pragma once
 
 #include <cstddef>
@@ -28,7 +29,7 @@
 namespace strait::offload {
 
 struct HostAdamWStateOptions {
-  // Threads of the update, the calling thread included; 0: std::thread::hardware_concurrency().
+  /// Threads of the update, the calling thread included; 0: std::thread::hardware_concurrency().
   unsigned threads = 0;
 };
 
@@ -52,7 +53,7 @@ class STRAIT_API HostAdamWState final : public AdamWState {
   [[nodiscard]] unsigned threads() const noexcept override;
   [[nodiscard]] AdamWStepStats last_step_stats() const noexcept override { return stats_; }
   [[nodiscard]] std::string describe() const override;
-  // Whether the moments' pages are locked in RAM.
+  /// Whether the moments' pages are locked in RAM.
   [[nodiscard]] bool locked() const noexcept { return memory_.locked(); }
 
  private:
@@ -60,7 +61,7 @@ class STRAIT_API HostAdamWState final : public AdamWState {
   [[nodiscard]] std::span<float> v() const noexcept;
 
   std::size_t count_ = 0;
-  std::size_t v_offset_ = 0;  // bytes from the start of memory_ to v
+  std::size_t v_offset_ = 0;  ///< bytes from the start of memory_ to v
   PinnedBuffer memory_;
   kernels::ParallelAdamW opt_;
   AdamWStepStats stats_;

@@ -1,14 +1,15 @@
-// What really ran: per-action timings of pipeline steps as Chrome trace-event JSON (the format
-// chrome://tracing and Perfetto open), and back into a Timeline (scheduler/schedule_sim.h) to set
-// beside the simulated plan.
-//
-// Format: {"traceEvents": [...], "displayTimeUnit": "ms", "otherData": {...}}. Each action is a
-// complete event {"ph": "X", "name": "2F0" (schedule.h's action_string), "cat": "F", "pid": rank,
-// "tid": 0, "ts": start, "dur": duration, "args": {"step", "stage", "microbatch"}}, ts and dur in
-// microseconds on one clock shared by the ranks of a machine (steady_clock); "process_name"
-// metadata events name the ranks. otherData carries the schedule (name, stages, microbatches,
-// chunks, offload prefetch or -1) so the plan can be rebuilt from the file alone.
-// Thread-safety: pure functions. Errors: InvalidArgument naming what is missing or malformed.
+/// \file
+/// What really ran: per-action timings of pipeline steps as Chrome trace-event JSON (the format
+/// chrome://tracing and Perfetto open), and back into a Timeline (scheduler/schedule_sim.h) to set
+/// beside the simulated plan.
+///
+/// Format: {"traceEvents": [...], "displayTimeUnit": "ms", "otherData": {...}}. Each action is a
+/// complete event {"ph": "X", "name": "2F0" (schedule.h's action_string), "cat": "F", "pid": rank,
+/// "tid": 0, "ts": start, "dur": duration, "args": {"step", "stage", "microbatch"}}, ts and dur in
+/// microseconds on one clock shared by the ranks of a machine (steady_clock); "process_name"
+/// metadata events name the ranks. otherData carries the schedule (name, stages, microbatches,
+/// chunks, offload prefetch or -1) so the plan can be rebuilt from the file alone.
+/// Thread-safety: pure functions. Errors: InvalidArgument naming what is missing or malformed.
 #pragma once
 
 #include <cstdint>
@@ -31,11 +32,11 @@ struct TraceRecord {
 };
 
 struct TraceInfo {
-  std::string schedule;  // schedule_kind_name
+  std::string schedule;  ///< schedule_kind_name
   int stages = 0;
   int microbatches = 0;
   int chunks = 1;
-  int offload_prefetch = -1;  // add_activation_offload's prefetch, -1 without offload
+  int offload_prefetch = -1;  ///< add_activation_offload's prefetch, -1 without offload
 };
 
 struct LoadedTrace {
@@ -47,9 +48,10 @@ STRAIT_API std::string chrome_trace_json(const TraceInfo& info,
                                          const std::vector<TraceRecord>& records);
 STRAIT_API LoadedTrace parse_chrome_trace(std::string_view json);
 
-// One step of a trace as a Timeline over `ranks` ranks: times in microseconds from the step's
-// first start, busy = F, B and W time per rank, makespan = last end - first start.
-// Errors: InvalidArgument when the step has no records or a record names a rank outside [0, ranks).
+/// One step of a trace as a Timeline over `ranks` ranks: times in microseconds from the step's
+/// first start, busy = F, B and W time per rank, makespan = last end - first start.
+/// Errors: InvalidArgument when the step has no records or a record names a rank outside [0,
+/// ranks).
 STRAIT_API Timeline measured_timeline(const LoadedTrace& trace, std::int64_t step, int ranks);
 
 }  // namespace strait::sched

@@ -10,7 +10,7 @@ packages=(
   libucx-dev ucx-utils libhwloc-dev liburing-dev libxxhash-dev
   libgtest-dev libgmock-dev libbenchmark-dev libopenblas-dev
   libcli11-dev libfmt-dev libspdlog-dev nlohmann-json3-dev libsodium-dev
-  clang-format clang-tidy clang libclang-rt-14-dev
+  clang-format clang-tidy clang libclang-rt-14-dev doxygen
   iproute2 procps
   fortunes
   python3-torch python3-xxhash python3-matplotlib

@@ -1,11 +1,12 @@
-// PrefixStore: a view of another Store whose keys live under "prefix/", so that sub-communicators
-// (and successive jobs phases) share one TcpStore without their keys colliding. PrefixStores nest:
-// PrefixStore("b", PrefixStore("a", s)) uses keys "a/b/...".
-//
-// Lifetime: the underlying store must outlive the PrefixStore.
-// Thread-safety: as the underlying store; the prefix is immutable.
-// Errors: InvalidArgument for an empty prefix or key; otherwise those of the underlying store,
-// whose messages name the full keys (prefix included).
+/// \file
+/// PrefixStore: a view of another Store whose keys live under "prefix/", so that sub-communicators
+/// (and successive jobs phases) share one TcpStore without their keys colliding. PrefixStores nest:
+/// PrefixStore("b", PrefixStore("a", s)) uses keys "a/b/...".
+///
+/// Lifetime: the underlying store must outlive the PrefixStore.
+/// Thread-safety: as the underlying store; the prefix is immutable.
+/// Errors: InvalidArgument for an empty prefix or key; otherwise those of the underlying store,
+/// whose messages name the full keys (prefix included).
 #pragma once
 
 #include <chrono>

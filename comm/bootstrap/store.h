@@ -1,12 +1,13 @@
-// Store: the key-value rendezvous that ranks use to find each other (UCX worker addresses, the
-// NCCL unique id, sub-communicator ids), in the spirit of torch.distributed's Store.
-//
-// Values are opaque bytes. get() and wait() block until every key exists or the timeout passes,
-// then throw Error(Timeout) naming the keys still missing. add() is an atomic counter (a missing
-// key counts as 0) and returns the new value.
-// Thread-safety: implementations are safe to call from several threads at once.
-// Errors: Timeout; PeerLost when the store server cannot be reached; InvalidArgument for an empty
-// key or a value that is not a counter passed to add().
+/// \file
+/// Store: the key-value rendezvous that ranks use to find each other (UCX worker addresses, the
+/// NCCL unique id, sub-communicator ids), in the spirit of torch.distributed's Store.
+///
+/// Values are opaque bytes. get() and wait() block until every key exists or the timeout passes,
+/// then throw Error(Timeout) naming the keys still missing. add() is an atomic counter (a missing
+/// key counts as 0) and returns the new value.
+/// Thread-safety: implementations are safe to call from several threads at once.
+/// Errors: Timeout; PeerLost when the store server cannot be reached; InvalidArgument for an empty
+/// key or a value that is not a counter passed to add().
 #pragma once
 
 #include <chrono>
@@ -32,7 +33,7 @@ class STRAIT_API Store {
   virtual std::int64_t add(const std::string& key, std::int64_t delta) = 0;
   virtual void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) = 0;
 
-  // Convenience for text values.
+  /// Convenience for text values.
   void set(const std::string& key, const std::string& value) {
     set(key, Bytes(value.begin(), value.end()));
   }
