@@ -37,10 +37,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/** Major version of this header. */
 #define STRAIT_MAJOR 0
+/** Minor version of this header. */
 #define STRAIT_MINOR 1
+/** Patch version of this header. */
 #define STRAIT_PATCH 0
+/** The version code of X.Y.Z: X * 10000 + Y * 100 + Z. */
 #define STRAIT_VERSION(X, Y, Z) ((X)*10000 + (Y)*100 + (Z))
+/** This header's version code (compare with straitGetVersion's). */
 #define STRAIT_VERSION_CODE STRAIT_VERSION(STRAIT_MAJOR, STRAIT_MINOR, STRAIT_PATCH)
 
 /* Marks the functions libstrait.so exports (it is built with -fvisibility=hidden). */
@@ -56,11 +61,14 @@ extern "C" {
 
 /** Opaque handles. */
 typedef struct straitComm* straitComm_t;
+/** A non-blocking operation's handle, from an ...Async call; free it with straitRequestFree. */
 typedef struct straitRequest* straitRequest_t;
 /** A cudaStream_t (pass yours unchanged); NULL is the legacy default stream. */
 typedef void* straitStream_t;
 
+/** No communicator. */
 #define STRAIT_COMM_NULL NULL
+/** No request. */
 #define STRAIT_REQUEST_NULL NULL
 
 /** Result codes: success, one per strait::ErrorCode (core/error.h), and straitInProgress. */
@@ -105,10 +113,12 @@ typedef enum {
 } straitRedOp_t;
 
 /* Unset fields of the versioned structs below. */
+/** The value of an int field of straitConfig_t left unset. */
 #define STRAIT_CONFIG_UNDEF_INT INT_MIN
+/** straitCommSplit's color for ranks that take part in no new communicator. */
 #define STRAIT_SPLIT_NOCOLOR (-1)
-/* straitWait: no timeout of its own (the operation's deadline, the communicator's timeout,
- * still bounds the wait). */
+/** straitWait: no timeout of its own (the operation's deadline, the communicator's timeout, still
+ * bounds the wait). */
 #define STRAIT_WAIT_DEADLINE (-1)
 
 /** How a communicator is created. Set it up with STRAIT_CONFIG_INITIALIZER, then change fields; a
@@ -128,6 +138,7 @@ typedef struct straitConfig_v1 {
   /** The site (0, 1, ...) of each world rank, siteCount entries (the world size), for the
    * hierarchical allreduce. NULL: STRAIT_SITES, then STRAIT_TOPOLOGY_FILE, else one site. */
   int siteCount;
+  /** siteCount entries: the site of each world rank (NULL: from the environment). */
   const int* sites;
   /** A JSON file of algorithm and codec rules, as `strait tune` writes it. NULL: STRAIT_TUNE_FILE.
    */
@@ -145,7 +156,9 @@ typedef struct straitConfig_v1 {
   const char* encrypt;
 } straitConfig_t;
 
+/** straitConfig_t::magic. */
 #define STRAIT_CONFIG_MAGIC 0x57a17c0fu
+/** A straitConfig_t with every field unset. */
 #define STRAIT_CONFIG_INITIALIZER                                                              \
   {                                                                                            \
     sizeof(straitConfig_t), STRAIT_CONFIG_MAGIC, STRAIT_VERSION_CODE, STRAIT_CONFIG_UNDEF_INT, \
@@ -173,28 +186,42 @@ typedef struct straitConfig_v1 {
  * back into strait. userData and the callbacks must stay valid until every communicator created
  * from this store (splits included) has been destroyed. Set it up with STRAIT_STORE_INITIALIZER. */
 typedef struct straitStore_v1 {
+  /** sizeof(straitStore_t): set by the initializer. */
   size_t size;
+  /** STRAIT_STORE_MAGIC: set by the initializer. */
   unsigned int magic;
+  /** STRAIT_VERSION_CODE of the header: set by the initializer. */
   unsigned int version;
+  /** Passed unchanged to every callback. */
   void* userData;
+  /** Stores valueLength bytes under key; returns 0 or a straitResult_t. */
   int (*set)(void* userData, const char* key, size_t keyLength, const void* value,
              size_t valueLength);
+  /** Waits up to timeoutMs for key, copies up to capacity bytes and sets *valueLength to the
+   * value's length. */
   int (*get)(void* userData, const char* key, size_t keyLength, int64_t timeoutMs, void* value,
              size_t capacity, size_t* valueLength);
+  /** Adds delta to the counter at key (missing: 0) and sets *result to the new value; atomic. */
   int (*add)(void* userData, const char* key, size_t keyLength, int64_t delta, int64_t* result);
+  /** Optional (NULL: get for each key): waits up to timeoutMs until all keyCount keys exist. */
   int (*wait)(void* userData, const char* const* keys, const size_t* keyLengths, size_t keyCount,
               int64_t timeoutMs);
 } straitStore_t;
 
+/** straitStore_t::magic. */
 #define STRAIT_STORE_MAGIC 0x57a1570fu
+/** A straitStore_t with no callbacks: set userData and set, get, add (and optionally wait). */
 #define STRAIT_STORE_INITIALIZER \
   { sizeof(straitStore_t), STRAIT_STORE_MAGIC, STRAIT_VERSION_CODE, NULL, NULL, NULL, NULL, NULL }
 
 /** One weight matrix inside a compressed allreduce's buffer: rows x cols elements, row-major and
  * contiguous, starting `offset` elements in (PowerSGD). */
 typedef struct {
+  /** First element of the matrix in the buffer. */
   int64_t offset;
+  /** Rows of the matrix. */
   int64_t rows;
+  /** Columns of the matrix (element (i, j) at offset + i * cols + j). */
   int64_t cols;
 } straitMatrixShape_t;
 
@@ -208,16 +235,25 @@ typedef struct {
  *             outside them go uncompressed. NULL / 0: the whole buffer as one near-square matrix.
  */
 typedef struct straitCompression_v1 {
+  /** sizeof(straitCompression_t): set by the initializer. */
   size_t size;
+  /** STRAIT_COMPRESSION_MAGIC: set by the initializer. */
   unsigned int magic;
+  /** STRAIT_VERSION_CODE of the header: set by the initializer. */
   unsigned int version;
+  /** The codec spec ("int8" by default; see above). */
   const char* codec;
+  /** Error feedback's key; NULL or "": none. */
   const char* key;
+  /** PowerSGD's weight matrices (matrixCount entries); NULL: the whole buffer. */
   const straitMatrixShape_t* matrices;
+  /** Entries of matrices. */
   int64_t matrixCount;
 } straitCompression_t;
 
+/** straitCompression_t::magic. */
 #define STRAIT_COMPRESSION_MAGIC 0x57a1c0dfu
+/** A straitCompression_t for int8 without error feedback. */
 #define STRAIT_COMPRESSION_INITIALIZER                                                        \
   {                                                                                           \
     sizeof(straitCompression_t), STRAIT_COMPRESSION_MAGIC, STRAIT_VERSION_CODE, "int8", NULL, \
@@ -228,18 +264,25 @@ typedef struct straitCompression_v1 {
  * buffers only: NCCL does not report what it sends). Set `size` with STRAIT_STATS_INITIALIZER;
  * the library fills the fields that fit in it. */
 typedef struct straitStats_v1 {
+  /** sizeof(straitStats_t): set by STRAIT_STATS_INITIALIZER. */
   size_t size;
   uint64_t allreduceBytes; /**< allreduce and compressed allreduce */
+  /** broadcast. */
   uint64_t broadcastBytes;
   uint64_t allgatherBytes; /**< allgather and allgatherv */
+  /** send (point to point). */
   uint64_t sendBytes;
   uint64_t reduceScatterBytes; /**< reducescatter and reducescatterv */
+  /** reduce. */
   uint64_t reduceBytes;
+  /** gather. */
   uint64_t gatherBytes;
+  /** scatter. */
   uint64_t scatterBytes;
   uint64_t alltoallBytes; /**< alltoall and alltoallv */
 } straitStats_t;
 
+/** A straitStats_t whose size is set and counters zero. */
 #define STRAIT_STATS_INITIALIZER \
   { sizeof(straitStats_t), 0, 0, 0, 0, 0, 0, 0, 0, 0 }
 
@@ -283,11 +326,15 @@ STRAIT_C_EXPORT straitResult_t straitCommAbort(straitComm_t comm, const char* re
 /** Frees comm; its pending operations fail with straitAborted (their requests stay valid until
  * freed). A call on comm still running in another thread finishes first. */
 STRAIT_C_EXPORT straitResult_t straitCommDestroy(straitComm_t comm);
+/** *count = the number of ranks in comm. */
 STRAIT_C_EXPORT straitResult_t straitCommCount(straitComm_t comm, int* count);
+/** *rank = this process's rank in comm, 0 .. count - 1. */
 STRAIT_C_EXPORT straitResult_t straitCommUserRank(straitComm_t comm, int* rank);
 /** The deadline of operations submitted from now on, in milliseconds (1 .. 1e9). */
 STRAIT_C_EXPORT straitResult_t straitCommSetTimeout(straitComm_t comm, int64_t timeoutMs);
+/** *timeoutMs = the deadline of operations submitted from now on. */
 STRAIT_C_EXPORT straitResult_t straitCommGetTimeout(straitComm_t comm, int64_t* timeoutMs);
+/** Fills stats (up to stats->size bytes) with the payload bytes comm has sent, by operation. */
 STRAIT_C_EXPORT straitResult_t straitCommGetStats(straitComm_t comm, straitStats_t* stats);
 
 /* ---- Requests (the non-blocking forms) ---- */
@@ -315,6 +362,7 @@ STRAIT_C_EXPORT straitResult_t straitRequestFree(straitRequest_t request);
 STRAIT_C_EXPORT straitResult_t straitAllReduce(const void* sendbuff, void* recvbuff, int64_t count,
                                                straitDataType_t datatype, straitRedOp_t op,
                                                straitComm_t comm, straitStream_t stream);
+/** Non-blocking straitAllReduce: *request completes when it has finished. */
 STRAIT_C_EXPORT straitResult_t straitAllReduceAsync(const void* sendbuff, void* recvbuff,
                                                     int64_t count, straitDataType_t datatype,
                                                     straitRedOp_t op, straitComm_t comm,
@@ -329,6 +377,7 @@ STRAIT_C_EXPORT straitResult_t straitAllReduceCompressed(const void* sendbuff, v
                                                          straitRedOp_t op,
                                                          const straitCompression_t* compression,
                                                          straitComm_t comm);
+/** Non-blocking straitAllReduceCompressed. */
 STRAIT_C_EXPORT straitResult_t straitAllReduceCompressedAsync(
     const void* sendbuff, void* recvbuff, int64_t count, straitDataType_t datatype,
     straitRedOp_t op, const straitCompression_t* compression, straitComm_t comm,
@@ -337,6 +386,7 @@ STRAIT_C_EXPORT straitResult_t straitAllReduceCompressedAsync(
 /** buff: count elements, in place; root's values end up on every rank. */
 STRAIT_C_EXPORT straitResult_t straitBroadcast(void* buff, int64_t count, straitDataType_t datatype,
                                                int root, straitComm_t comm, straitStream_t stream);
+/** Non-blocking straitBroadcast. */
 STRAIT_C_EXPORT straitResult_t straitBroadcastAsync(void* buff, int64_t count,
                                                     straitDataType_t datatype, int root,
                                                     straitComm_t comm, straitStream_t stream,
@@ -346,6 +396,7 @@ STRAIT_C_EXPORT straitResult_t straitBroadcastAsync(void* buff, int64_t count,
 STRAIT_C_EXPORT straitResult_t straitReduce(const void* sendbuff, void* recvbuff, int64_t count,
                                             straitDataType_t datatype, straitRedOp_t op, int root,
                                             straitComm_t comm, straitStream_t stream);
+/** Non-blocking straitReduce. */
 STRAIT_C_EXPORT straitResult_t straitReduceAsync(const void* sendbuff, void* recvbuff,
                                                  int64_t count, straitDataType_t datatype,
                                                  straitRedOp_t op, int root, straitComm_t comm,
@@ -356,6 +407,7 @@ STRAIT_C_EXPORT straitResult_t straitReduceAsync(const void* sendbuff, void* rec
 STRAIT_C_EXPORT straitResult_t straitAllGather(const void* sendbuff, void* recvbuff,
                                                int64_t sendcount, straitDataType_t datatype,
                                                straitComm_t comm, straitStream_t stream);
+/** Non-blocking straitAllGather. */
 STRAIT_C_EXPORT straitResult_t straitAllGatherAsync(const void* sendbuff, void* recvbuff,
                                                     int64_t sendcount, straitDataType_t datatype,
                                                     straitComm_t comm, straitStream_t stream,
@@ -365,6 +417,7 @@ STRAIT_C_EXPORT straitResult_t straitAllGatherAsync(const void* sendbuff, void* 
 STRAIT_C_EXPORT straitResult_t straitAllGatherV(const void* sendbuff, void* recvbuff,
                                                 const int64_t* recvcounts,
                                                 straitDataType_t datatype, straitComm_t comm);
+/** Non-blocking straitAllGatherV. */
 STRAIT_C_EXPORT straitResult_t straitAllGatherVAsync(const void* sendbuff, void* recvbuff,
                                                      const int64_t* recvcounts,
                                                      straitDataType_t datatype, straitComm_t comm,
@@ -376,6 +429,7 @@ STRAIT_C_EXPORT straitResult_t straitReduceScatter(const void* sendbuff, void* r
                                                    int64_t recvcount, straitDataType_t datatype,
                                                    straitRedOp_t op, straitComm_t comm,
                                                    straitStream_t stream);
+/** Non-blocking straitReduceScatter. */
 STRAIT_C_EXPORT straitResult_t straitReduceScatterAsync(const void* sendbuff, void* recvbuff,
                                                         int64_t recvcount,
                                                         straitDataType_t datatype, straitRedOp_t op,
@@ -386,6 +440,7 @@ STRAIT_C_EXPORT straitResult_t straitReduceScatterV(const void* sendbuff, void* 
                                                     const int64_t* recvcounts,
                                                     straitDataType_t datatype, straitRedOp_t op,
                                                     straitComm_t comm);
+/** Non-blocking straitReduceScatterV. */
 STRAIT_C_EXPORT straitResult_t straitReduceScatterVAsync(const void* sendbuff, void* recvbuff,
                                                          const int64_t* recvcounts,
                                                          straitDataType_t datatype,
@@ -397,6 +452,7 @@ STRAIT_C_EXPORT straitResult_t straitReduceScatterVAsync(const void* sendbuff, v
 STRAIT_C_EXPORT straitResult_t straitGather(const void* sendbuff, void* recvbuff, int64_t sendcount,
                                             straitDataType_t datatype, int root, straitComm_t comm,
                                             straitStream_t stream);
+/** Non-blocking straitGather. */
 STRAIT_C_EXPORT straitResult_t straitGatherAsync(const void* sendbuff, void* recvbuff,
                                                  int64_t sendcount, straitDataType_t datatype,
                                                  int root, straitComm_t comm, straitStream_t stream,
@@ -406,6 +462,7 @@ STRAIT_C_EXPORT straitResult_t straitGatherAsync(const void* sendbuff, void* rec
 STRAIT_C_EXPORT straitResult_t straitScatter(const void* sendbuff, void* recvbuff,
                                              int64_t recvcount, straitDataType_t datatype, int root,
                                              straitComm_t comm, straitStream_t stream);
+/** Non-blocking straitScatter. */
 STRAIT_C_EXPORT straitResult_t straitScatterAsync(const void* sendbuff, void* recvbuff,
                                                   int64_t recvcount, straitDataType_t datatype,
                                                   int root, straitComm_t comm,
@@ -416,6 +473,7 @@ STRAIT_C_EXPORT straitResult_t straitScatterAsync(const void* sendbuff, void* re
 STRAIT_C_EXPORT straitResult_t straitAllToAll(const void* sendbuff, void* recvbuff, int64_t count,
                                               straitDataType_t datatype, straitComm_t comm,
                                               straitStream_t stream);
+/** Non-blocking straitAllToAll. */
 STRAIT_C_EXPORT straitResult_t straitAllToAllAsync(const void* sendbuff, void* recvbuff,
                                                    int64_t count, straitDataType_t datatype,
                                                    straitComm_t comm, straitStream_t stream,
@@ -426,6 +484,7 @@ STRAIT_C_EXPORT straitResult_t straitAllToAllAsync(const void* sendbuff, void* r
 STRAIT_C_EXPORT straitResult_t straitAllToAllV(const void* sendbuff, const int64_t* sendcounts,
                                                void* recvbuff, const int64_t* recvcounts,
                                                straitDataType_t datatype, straitComm_t comm);
+/** Non-blocking straitAllToAllV. */
 STRAIT_C_EXPORT straitResult_t straitAllToAllVAsync(const void* sendbuff, const int64_t* sendcounts,
                                                     void* recvbuff, const int64_t* recvcounts,
                                                     straitDataType_t datatype, straitComm_t comm,
@@ -433,6 +492,7 @@ STRAIT_C_EXPORT straitResult_t straitAllToAllVAsync(const void* sendbuff, const 
 
 /** Returns (or completes) once every rank has entered it. */
 STRAIT_C_EXPORT straitResult_t straitBarrier(straitComm_t comm);
+/** Non-blocking straitBarrier. */
 STRAIT_C_EXPORT straitResult_t straitBarrierAsync(straitComm_t comm, straitRequest_t* request);
 
 /** ---- Point to point ----
@@ -442,13 +502,16 @@ STRAIT_C_EXPORT straitResult_t straitBarrierAsync(straitComm_t comm, straitReque
 STRAIT_C_EXPORT straitResult_t straitSend(const void* sendbuff, int64_t count,
                                           straitDataType_t datatype, int peer, uint64_t tag,
                                           straitComm_t comm, straitStream_t stream);
+/** Non-blocking straitSend. */
 STRAIT_C_EXPORT straitResult_t straitSendAsync(const void* sendbuff, int64_t count,
                                                straitDataType_t datatype, int peer, uint64_t tag,
                                                straitComm_t comm, straitStream_t stream,
                                                straitRequest_t* request);
+/** Receives count elements from rank peer with tag (see straitSend). */
 STRAIT_C_EXPORT straitResult_t straitRecv(void* recvbuff, int64_t count, straitDataType_t datatype,
                                           int peer, uint64_t tag, straitComm_t comm,
                                           straitStream_t stream);
+/** Non-blocking straitRecv. */
 STRAIT_C_EXPORT straitResult_t straitRecvAsync(void* recvbuff, int64_t count,
                                                straitDataType_t datatype, int peer, uint64_t tag,
                                                straitComm_t comm, straitStream_t stream,

@@ -47,7 +47,9 @@ struct Compression;
 /// Where an operation's buffers live: decided once per operation (comm/collective_check.h).
 enum class MemoryKind : std::uint8_t { Host, Device };
 
+/// One operation's arguments, filled by an entry point and checked once by Communicator::post.
 struct CollectiveArgs {
+  /// Which operation; the first ten kinds also run on device buffers (NCCL).
   enum class Kind : std::uint8_t {
     Send,
     Recv,
@@ -66,10 +68,15 @@ struct CollectiveArgs {
     ReduceScatterV,
     AlltoallV,
   };
+  /// Which operation.
   Kind kind = Kind::Allreduce;
+  /// Input buffer (see the table above for its length per kind).
   const void* send = nullptr;
+  /// Output buffer (see the table above for its length per kind).
   void* recv = nullptr;
+  /// Elements of dtype (bytes for Send and Recv).
   std::size_t count = 0;
+  /// Element type (U8 for Send and Recv).
   kernels::DType dtype = kernels::DType::U8;
   kernels::ReduceOp op = kernels::ReduceOp::Sum;  ///< the reducing kinds
   int root = 0;                                   ///< the root; the peer of Send and Recv
@@ -77,6 +84,7 @@ struct CollectiveArgs {
   std::span<const std::size_t> counts{};          ///< AllgatherV, ReduceScatterV; AlltoallV: send
   std::span<const std::size_t> recv_counts{};     ///< AlltoallV
   const Compression* compression = nullptr;       ///< AllreduceCompressed
+  /// When the operation's deadline starts (AtWait for receives posted early).
   DeadlineStart start = DeadlineStart::AtSubmit;
 
   /// One per entry point, with the Communicator's argument order (Send and Recv count bytes).
@@ -85,15 +93,19 @@ struct CollectiveArgs {
     return {
         .kind = Kind::Send, .send = buf, .count = bytes, .root = peer, .tag = tag, .start = start};
   }
+  /// Receive `bytes` bytes from `peer` with `tag` (Communicator::irecv).
   static CollectiveArgs recv_from(void* buf, std::size_t bytes, int peer, std::uint64_t tag,
                                   DeadlineStart start = DeadlineStart::AtSubmit) {
     return {
         .kind = Kind::Recv, .recv = buf, .count = bytes, .root = peer, .tag = tag, .start = start};
   }
+  /// Communicator::barrier.
   static CollectiveArgs barrier() { return {.kind = Kind::Barrier}; }
+  /// Communicator::broadcast: `count` elements of the root's `buf` to every rank's.
   static CollectiveArgs broadcast(void* buf, std::size_t count, kernels::DType dtype, int root) {
     return {.kind = Kind::Broadcast, .recv = buf, .count = count, .dtype = dtype, .root = root};
   }
+  /// Communicator::allreduce.
   static CollectiveArgs allreduce(const void* send, void* recv, std::size_t count,
                                   kernels::DType dtype, kernels::ReduceOp op) {
     return {.kind = Kind::Allreduce,
@@ -103,6 +115,7 @@ struct CollectiveArgs {
             .dtype = dtype,
             .op = op};
   }
+  /// Communicator::allreduce_compressed (f32 only).
   static CollectiveArgs allreduce_compressed(const float* send, float* recv, std::size_t count,
                                              kernels::ReduceOp op, const Compression& c) {
     return {.kind = Kind::AllreduceCompressed,
@@ -113,14 +126,17 @@ struct CollectiveArgs {
             .op = op,
             .compression = &c};
   }
+  /// Communicator::allgather.
   static CollectiveArgs allgather(const void* send, void* recv, std::size_t count,
                                   kernels::DType dtype) {
     return {.kind = Kind::Allgather, .send = send, .recv = recv, .count = count, .dtype = dtype};
   }
+  /// Communicator::allgather_v.
   static CollectiveArgs allgather_v(const void* send, void* recv,
                                     std::span<const std::size_t> counts, kernels::DType dtype) {
     return {.kind = Kind::AllgatherV, .send = send, .recv = recv, .dtype = dtype, .counts = counts};
   }
+  /// Communicator::reduce_scatter.
   static CollectiveArgs reduce_scatter(const void* send, void* recv, std::size_t count,
                                        kernels::DType dtype, kernels::ReduceOp op) {
     return {.kind = Kind::ReduceScatter,
@@ -130,6 +146,7 @@ struct CollectiveArgs {
             .dtype = dtype,
             .op = op};
   }
+  /// Communicator::reduce_scatter_v.
   static CollectiveArgs reduce_scatter_v(const void* send, void* recv,
                                          std::span<const std::size_t> counts, kernels::DType dtype,
                                          kernels::ReduceOp op) {
@@ -140,6 +157,7 @@ struct CollectiveArgs {
             .op = op,
             .counts = counts};
   }
+  /// Communicator::reduce.
   static CollectiveArgs reduce(const void* send, void* recv, std::size_t count,
                                kernels::DType dtype, kernels::ReduceOp op, int root) {
     return {.kind = Kind::Reduce,
@@ -150,6 +168,7 @@ struct CollectiveArgs {
             .op = op,
             .root = root};
   }
+  /// Communicator::gather.
   static CollectiveArgs gather(const void* send, void* recv, std::size_t count,
                                kernels::DType dtype, int root) {
     return {.kind = Kind::Gather,
@@ -159,6 +178,7 @@ struct CollectiveArgs {
             .dtype = dtype,
             .root = root};
   }
+  /// Communicator::scatter.
   static CollectiveArgs scatter(const void* send, void* recv, std::size_t count,
                                 kernels::DType dtype, int root) {
     return {.kind = Kind::Scatter,
@@ -168,10 +188,12 @@ struct CollectiveArgs {
             .dtype = dtype,
             .root = root};
   }
+  /// Communicator::alltoall.
   static CollectiveArgs alltoall(const void* send, void* recv, std::size_t count,
                                  kernels::DType dtype) {
     return {.kind = Kind::Alltoall, .send = send, .recv = recv, .count = count, .dtype = dtype};
   }
+  /// Communicator::alltoall_v.
   static CollectiveArgs alltoall_v(const void* send, std::span<const std::size_t> send_counts,
                                    void* recv, std::span<const std::size_t> recv_counts,
                                    kernels::DType dtype) {
@@ -183,13 +205,16 @@ struct CollectiveArgs {
             .recv_counts = recv_counts};
   }
 
+  /// True for Send and Recv.
   [[nodiscard]] bool point_to_point() const noexcept {
     return kind == Kind::Send || kind == Kind::Recv;
   }
+  /// True for the kinds that apply `op`.
   [[nodiscard]] bool reduces() const noexcept {
     return kind == Kind::Allreduce || kind == Kind::ReduceScatter || kind == Kind::Reduce ||
            kind == Kind::AllreduceCompressed || kind == Kind::ReduceScatterV;
   }
+  /// True for the kinds that have a root (Broadcast, Reduce, Gather, Scatter).
   [[nodiscard]] bool rooted() const noexcept {
     return kind == Kind::Broadcast || kind == Kind::Reduce || kind == Kind::Gather ||
            kind == Kind::Scatter;

@@ -73,6 +73,7 @@ class CompressionState;
 struct CodecChoice;
 struct Hierarchy;
 
+/// Options of a world communicator; every unset field takes its environment variable's value.
 struct STRAIT_API CommOptions {
   /// Deadline of every operation, and of connecting to peers. Default: STRAIT_TIMEOUT_S or 300 s.
   std::chrono::milliseconds timeout = default_timeout();
@@ -123,13 +124,19 @@ struct STRAIT_API CommOptions {
 /// operations' headers are not counted; host buffers only: NCCL does not report what it sends). A
 /// v-form counts with its plain form.
 struct CommStats {
+  /// allreduce and allreduce_compressed.
   std::uint64_t allreduce_bytes = 0;
+  /// broadcast.
   std::uint64_t broadcast_bytes = 0;
   std::uint64_t allgather_bytes = 0;  ///< allgather and allgather_v
+  /// send (point to point).
   std::uint64_t send_bytes = 0;
   std::uint64_t reduce_scatter_bytes = 0;  ///< reduce_scatter and reduce_scatter_v
+  /// reduce.
   std::uint64_t reduce_bytes = 0;
+  /// gather.
   std::uint64_t gather_bytes = 0;
+  /// scatter.
   std::uint64_t scatter_bytes = 0;
   std::uint64_t alltoall_bytes = 0;  ///< alltoall and alltoall_v
   /// Of all the bytes this process's communicators sent (the world and those split from it share
@@ -158,6 +165,8 @@ struct Compression {
   std::vector<MatrixShape> matrices{};
 };
 
+/// A group of ranks and the collectives over it (see the file comment for ordering, errors and
+/// threads).
 class STRAIT_API Communicator {
   struct Key {
     explicit Key() = default;
@@ -182,11 +191,14 @@ class STRAIT_API Communicator {
   Communicator& operator=(const Communicator&) = delete;
   ~Communicator();
 
+  /// This rank, 0 .. size() - 1.
   [[nodiscard]] int rank() const noexcept;
+  /// Ranks in the communicator.
   [[nodiscard]] int size() const noexcept;
   /// The sites of this communicator's ranks (comm/sites.h): read (or measured) by create() and
   /// checked to be the same on every rank. Communicators from split() have one site.
   [[nodiscard]] const Sites& sites() const noexcept;
+  /// The deadline of operations submitted from now on.
   [[nodiscard]] std::chrono::milliseconds timeout() const noexcept {
     return std::chrono::milliseconds(timeout_ms_.load(std::memory_order_relaxed));
   }
@@ -210,16 +222,22 @@ class STRAIT_API Communicator {
   /// with respect to collectives. DeadlineStart::AtWait suits receives posted early (see work.h).
   Work isend(const void* buf, std::size_t bytes, int peer, std::uint64_t tag = 0,
              DeadlineStart start = DeadlineStart::AtSubmit);
+  /// Receive of exactly `bytes` bytes from `peer` with `tag` (as isend above).
   Work irecv(void* buf, std::size_t bytes, int peer, std::uint64_t tag = 0,
              DeadlineStart start = DeadlineStart::AtSubmit);
+  /// Blocking isend(): returns once sent; throws its error.
   void send(const void* buf, std::size_t bytes, int peer, std::uint64_t tag = 0);
+  /// Blocking irecv(): returns once received; throws its error.
   void recv(void* buf, std::size_t bytes, int peer, std::uint64_t tag = 0);
 
+  /// No rank's Work completes before every rank has entered (dissemination).
   Work ibarrier();
+  /// Blocking ibarrier().
   void barrier();
 
   /// buf: count elements; the root's values end up on every rank.
   Work ibroadcast(void* buf, std::size_t count, kernels::DType dtype, int root);
+  /// Blocking ibroadcast().
   void broadcast(void* buf, std::size_t count, kernels::DType dtype, int root);
 
   /// recv[i] = op over ranks of send[i], i < count. Avg is defined for floating-point dtypes.
@@ -227,6 +245,7 @@ class STRAIT_API Communicator {
   /// (comm/algorithms/hierarchical_allreduce.h; the selection table's default, see selection.cpp).
   Work iallreduce(const void* send, void* recv, std::size_t count, kernels::DType dtype,
                   kernels::ReduceOp op);
+  /// Blocking iallreduce().
   void allreduce(const void* send, void* recv, std::size_t count, kernels::DType dtype,
                  kernels::ReduceOp op);
 
@@ -245,11 +264,13 @@ class STRAIT_API Communicator {
   /// before anything is sent; the other ranks then time out naming this rank).
   Work iallreduce_compressed(const float* send, float* recv, std::size_t count,
                              kernels::ReduceOp op, const Compression& compression);
+  /// Blocking iallreduce_compressed().
   void allreduce_compressed(const float* send, float* recv, std::size_t count, kernels::ReduceOp op,
                             const Compression& compression);
 
   /// recv (size() * count elements) = the send buffers of ranks 0..size()-1, in rank order.
   Work iallgather(const void* send, void* recv, std::size_t count, kernels::DType dtype);
+  /// Blocking iallgather().
   void allgather(const void* send, void* recv, std::size_t count, kernels::DType dtype);
 
   // The collectives below follow the conventions above; "block r" is rank r's part of a buffer,
@@ -263,6 +284,7 @@ class STRAIT_API Communicator {
   /// recv_count elements. Ring reduce-scatter: P-1 steps, (P-1) * recv_count elements sent.
   Work ireduce_scatter(const void* send, void* recv, std::size_t recv_count, kernels::DType dtype,
                        kernels::ReduceOp op);
+  /// Blocking ireduce_scatter().
   void reduce_scatter(const void* send, void* recv, std::size_t recv_count, kernels::DType dtype,
                       kernels::ReduceOp op);
   /// As reduce_scatter with per-rank block sizes: recv_counts has size() entries (the same on every
@@ -270,6 +292,7 @@ class STRAIT_API Communicator {
   /// In place when recv == send + that prefix sum for rank().
   Work ireduce_scatter_v(const void* send, void* recv, std::span<const std::size_t> recv_counts,
                          kernels::DType dtype, kernels::ReduceOp op);
+  /// Blocking ireduce_scatter_v().
   void reduce_scatter_v(const void* send, void* recv, std::span<const std::size_t> recv_counts,
                         kernels::DType dtype, kernels::ReduceOp op);
 
@@ -278,6 +301,7 @@ class STRAIT_API Communicator {
   /// rank (Mismatch otherwise). In place when send == recv + prefix-sum(counts, rank()). Ring.
   Work iallgather_v(const void* send, void* recv, std::span<const std::size_t> counts,
                     kernels::DType dtype);
+  /// Blocking iallgather_v().
   void allgather_v(const void* send, void* recv, std::span<const std::size_t> counts,
                    kernels::DType dtype);
 
@@ -286,24 +310,28 @@ class STRAIT_API Communicator {
   /// the order of the reduction depends only on (size(), root), so repeated calls agree bitwise.
   Work ireduce(const void* send, void* recv, std::size_t count, kernels::DType dtype,
                kernels::ReduceOp op, int root);
+  /// Blocking ireduce().
   void reduce(const void* send, void* recv, std::size_t count, kernels::DType dtype,
               kernels::ReduceOp op, int root);
 
   /// Every rank's send: count elements; root's recv: size() * count elements, rank-major (ignored,
   /// may be null, elsewhere). In place on the root when send == recv + root * count. Binomial tree.
   Work igather(const void* send, void* recv, std::size_t count, kernels::DType dtype, int root);
+  /// Blocking igather().
   void gather(const void* send, void* recv, std::size_t count, kernels::DType dtype, int root);
 
   /// Root's send: size() * count elements, rank-major (ignored, may be null, elsewhere); every
   /// rank's recv (count elements) gets its block. In place on the root when recv == send + root *
   /// count. Binomial tree.
   Work iscatter(const void* send, void* recv, std::size_t count, kernels::DType dtype, int root);
+  /// Blocking iscatter().
   void scatter(const void* send, void* recv, std::size_t count, kernels::DType dtype, int root);
 
   /// send and recv: size() * count elements; block j of send goes to rank j, block i of recv came
   /// from rank i. In place when send == recv (costs a copy of the buffer). Pairwise exchange: P-1
   /// steps.
   Work ialltoall(const void* send, void* recv, std::size_t count, kernels::DType dtype);
+  /// Blocking ialltoall().
   void alltoall(const void* send, void* recv, std::size_t count, kernels::DType dtype);
   /// As alltoall with per-pair sizes (MPI_Alltoallv with packed displacements): send_counts[j]
   /// elements go to rank j, recv_counts[i] come from rank i, each packed in rank order. Rank i's
@@ -311,6 +339,7 @@ class STRAIT_API Communicator {
   /// when send == recv and send_counts == recv_counts.
   Work ialltoall_v(const void* send, std::span<const std::size_t> send_counts, void* recv,
                    std::span<const std::size_t> recv_counts, kernels::DType dtype);
+  /// Blocking ialltoall_v().
   void alltoall_v(const void* send, std::span<const std::size_t> send_counts, void* recv,
                   std::span<const std::size_t> recv_counts, kernels::DType dtype);
 
@@ -325,6 +354,7 @@ class STRAIT_API Communicator {
   /// engine. For callers that hold operations as data (the C API, language bindings); the entry
   /// points above are the same call with their record filled in. run() posts and waits.
   Work post(const CollectiveArgs& args);
+  /// post() and wait: the blocking form of every operation; throws its error.
   void run(const CollectiveArgs& args);
 
   /// --- Elastic membership (comm/reform.h documents the protocol, its guarantees and limits) ---
@@ -355,6 +385,7 @@ class STRAIT_API Communicator {
   /// later operations fail too. The communicator can then be destroyed.
   void abort(const std::string& why = "abort() was called");
 
+  /// Payload bytes sent so far, by operation kind (a snapshot; any thread).
   [[nodiscard]] CommStats stats() const noexcept;
 
  private:

@@ -52,6 +52,7 @@
 
 namespace strait::comm {
 
+/// What Communicator::reform() leaves out and admits (see the file comment for the protocol).
 struct ReformOptions {
   /// Ranks of the current communicator to leave out, besides those known lost. The union of what
   /// the members pass is used, so one rank's exclusion suffices; may include the caller itself

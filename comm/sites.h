@@ -30,6 +30,7 @@
 
 namespace strait::comm {
 
+/// Which site (group of ranks on a fast network) each world rank is in (see the file comment).
 struct STRAIT_API Sites {
   /// site_of[r]: the site (0 .. count() - 1) of world rank r.
   std::vector<int> site_of;
@@ -47,6 +48,7 @@ struct STRAIT_API Sites {
   static std::optional<Sites> from_environment(
       int world, const std::optional<std::vector<int>>& options_sites);
 
+  /// Number of sites (the largest index in site_of plus one).
   [[nodiscard]] int count() const;
   /// The world ranks of each site, in increasing order.
   [[nodiscard]] std::vector<std::vector<int>> members() const;

@@ -49,16 +49,20 @@ using Describer = std::function<std::string()>;
 /// Shared between the handle and the engine.
 class STRAIT_API WorkState {
  public:
+  /// A state whose description is already formatted.
   explicit WorkState(std::string description) : description_(std::move(description)) {
     std::call_once(described_, [] {});
   }
+  /// A state that formats its description on first use.
   explicit WorkState(Describer describe) : describe_(std::move(describe)) {}
 
   /// Formats the description on first use (thread-safe).
   [[nodiscard]] const std::string& description() const;
+  /// True once complete() has run. Never blocks.
   [[nodiscard]] bool done() const;
   /// Waits until done or `until`; returns done().
   bool wait_until(std::chrono::steady_clock::time_point until) const;
+  /// The error complete() was given; nullopt while pending or after success.
   [[nodiscard]] std::optional<Error> error() const;
   /// When complete() ran (steady clock); the epoch while pending.
   [[nodiscard]] std::chrono::steady_clock::time_point completed_at() const noexcept {
@@ -68,6 +72,7 @@ class STRAIT_API WorkState {
 
   /// Engine side: first call wins; later calls are ignored.
   void complete(std::optional<Error> error);
+  /// Runs `callback` once complete() has run (at once, on this thread, if it already has).
   void on_complete(std::function<void(const std::optional<Error>&)> callback);
 
   /// The engine that runs this operation, so that an abandoned wait can fail it.
@@ -89,9 +94,12 @@ class STRAIT_API WorkState {
   std::vector<std::function<void(const std::optional<Error>&)>> callbacks_;
 };
 
+/// The handle of a non-blocking operation (see the file comment). Copies share one operation.
 class STRAIT_API Work {
  public:
+  /// An invalid handle (valid() is false; other calls throw InvalidArgument).
   Work() = default;
+  /// A handle on `state`.
   explicit Work(std::shared_ptr<WorkState> state) : state_(std::move(state)) {}
 
   /// True when the operation has finished (successfully or not). Never blocks.
@@ -112,7 +120,9 @@ class STRAIT_API Work {
   /// thread of a caller driving the engine inside wait() (ProgressEngine::drive); it must not wait
   /// for another operation, nor destroy the last Communicator of the process.
   void on_complete(std::function<void(const std::optional<Error>&)> callback) const;
+  /// What the operation is ("allreduce #3 (f32 x 9, sum, ...) on comm 0 (rank 1 of 2)").
   [[nodiscard]] const std::string& description() const;
+  /// False for a default-constructed Work.
   [[nodiscard]] bool valid() const noexcept { return state_ != nullptr; }
 
  private:

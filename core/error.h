@@ -14,6 +14,7 @@
 
 namespace strait {
 
+/// What went wrong, for a caller to branch on (the C API maps each to a straitResult_t).
 enum class ErrorCode {
   InvalidArgument,  ///< the caller passed something wrong (sizes, dtypes, paths, flags)
   Mismatch,         ///< ranks disagree about an operation (count, dtype, kind, order)
@@ -25,11 +26,15 @@ enum class ErrorCode {
   Internal,         ///< a bug in strait: please report it
 };
 
+/// The code's name ("InvalidArgument", "Timeout", ...). Thread-safe.
 STRAIT_API std::string_view to_string(ErrorCode code) noexcept;
 
+/// The exception every layer throws: a code and a message that names the operation and the ranks.
 class STRAIT_API Error : public std::runtime_error {
  public:
+  /// Builds an error; what() is "<Code>: <message>".
   Error(ErrorCode code, const std::string& message);
+  /// The code to branch on.
   [[nodiscard]] ErrorCode code() const noexcept { return code_; }
   /// The message without the "Code: " prefix that what() carries, for wrapping in another error.
   [[nodiscard]] const std::string& message() const noexcept { return message_; }

@@ -40,11 +40,17 @@ namespace strait::kernels {
 
 class TilePool;
 
+/// AdamW's hyperparameters, with torch.optim.AdamW's defaults.
 struct AdamWHyper {
+  /// Learning rate, >= 0.
   double lr = 1e-3;
+  /// Decay of the first moment m, in [0, 1).
   double beta1 = 0.9;
+  /// Decay of the second moment v, in [0, 1).
   double beta2 = 0.999;
+  /// Added to sqrt(v) (after bias correction) in the denominator, >= 0.
   double eps = 1e-8;
+  /// Decoupled weight decay per step, as a fraction of lr (p -= lr * wd * p), >= 0.
   double weight_decay = 1e-2;
   /// > 0: from step freeze_variance_after + 1 on, v stops updating (v = 1 * v + 0 * g^2, bit for
   /// bit the stored v while g is finite) and its bias correction stays at 1 - b2^freeze. This is
@@ -80,12 +86,16 @@ class STRAIT_API ParallelAdamW {
   explicit ParallelAdamW(unsigned threads = 0);
   ParallelAdamW(const ParallelAdamW&) = delete;
   ParallelAdamW& operator=(const ParallelAdamW&) = delete;
+  /// Takes `other`'s thread pool; `other` may then only be destroyed or assigned to.
   ParallelAdamW(ParallelAdamW&&) noexcept;
+  /// Stops this pool's threads, then takes `other`'s.
   ParallelAdamW& operator=(ParallelAdamW&&) noexcept;
   ~ParallelAdamW();
 
+  /// Threads an update runs on, the calling thread included.
   [[nodiscard]] unsigned threads() const noexcept;
 
+  /// One AdamW step (as adamw_step(), same shapes and errors), tiles spread over the threads.
   void step(std::span<float> params, std::span<const float> grads, std::span<float> m,
             std::span<float> v, const AdamWHyper& hyper, std::int64_t step,
             std::span<std::uint16_t> params_bf16 = {});

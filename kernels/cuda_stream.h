@@ -10,6 +10,7 @@ struct CUstream_st;
 
 namespace strait::kernels {
 
+/// A cudaStream_t without CUDA's headers; nullptr is the legacy default stream.
 using CudaStream = CUstream_st*;
 
 }  // namespace strait::kernels

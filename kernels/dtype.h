@@ -10,8 +10,11 @@
 
 namespace strait::kernels {
 
+/// Element type of a buffer: IEEE floats of 32, 64 and 16 bits, bfloat16, and 8/32/64-bit integers
+/// (U8: unsigned).
 enum class DType : std::uint8_t { F32, F64, F16, BF16, I8, U8, I32, I64 };
 
+/// Bytes per element (1, 2, 4 or 8); 0 for an out-of-range value.
 constexpr std::size_t dtype_size(DType t) noexcept {
   switch (t) {
     case DType::F64:
@@ -26,6 +29,8 @@ constexpr std::size_t dtype_size(DType t) noexcept {
   return 0;
 }
 
+/// Short name ("f32", "bf16", "i64", ...) as errors and logs print it; "?" for an out-of-range
+/// value.
 constexpr std::string_view dtype_name(DType t) noexcept {
   switch (t) {
     case DType::F32: return "f32";
@@ -40,6 +45,7 @@ constexpr std::string_view dtype_name(DType t) noexcept {
   return "?";
 }
 
+/// True for F32, F64, F16 and BF16 (the dtypes Avg and scale() accept).
 constexpr bool dtype_is_float(DType t) noexcept {
   return t == DType::F32 || t == DType::F64 || t == DType::F16 || t == DType::BF16;
 }
@@ -52,6 +58,7 @@ constexpr std::uint16_t f32_to_bf16(float f) noexcept {
   return static_cast<std::uint16_t>((bits + rounding) >> 16);
 }
 
+/// bfloat16 to f32: exact (the 16 bits become the top half).
 constexpr float bf16_to_f32(std::uint16_t h) noexcept {
   return std::bit_cast<float>(static_cast<std::uint32_t>(h) << 16);
 }

@@ -11,7 +11,8 @@
 ///   Inf and keeps subnormals; a NaN becomes sign | 0x7e00 in f16, and in bf16 its top 16 bits
 ///   with the quiet bit set), as NCCL does. Assumes the default MXCSR (no flush-to-zero or
 ///   denormals-are-zero).
-/// - Min/Max are std::min/std::max: min(x, y) = y < x ? y : x, max(x, y) = x < y ? y : x, where x
+/// - Min/Max are `std::min`/`std::max`: min(x, y) = y < x ? y : x, max(x, y) = x < y ? y : x, where
+/// x
 ///   is the inout element. So when either side is NaN, or both are zeros of any sign, the result
 ///   is x, unchanged (a signalling NaN stays signalling in f32/f64).
 /// - Sum/Prod with one NaN give that NaN, quieted. When both sides are NaN the result is one of
@@ -33,10 +34,14 @@
 
 namespace strait::kernels {
 
+/// Reduction operator. Avg is Sum followed by scale(1 / world size), floats only.
 enum class ReduceOp : std::uint8_t { Sum, Prod, Min, Max, Avg };
 
+/// The op's name ("sum", "prod", "min", "max", "avg").
 STRAIT_API std::string_view reduce_op_name(ReduceOp op) noexcept;
 
+/// inout[i] = inout[i] (op) in[i] for i < count (see the file comment for NaNs, rounding,
+/// integers). Throws InvalidArgument for Avg. Thread-safe over distinct buffers.
 STRAIT_API void reduce(DType dtype, ReduceOp op, void* inout, const void* in, std::size_t count);
 
 /// inout[i] *= factor for float dtypes, computed in the element type's precision: factor is

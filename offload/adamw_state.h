@@ -41,9 +41,11 @@
 
 namespace strait::offload {
 
+/// A range of parameters [offset, offset + count) with its own weight decay.
 struct DecayGroup {
   std::size_t offset = 0;  ///< first parameter of the group
   std::size_t count = 0;   ///< parameters in the group
+  /// Replaces AdamWHyper::weight_decay inside the range (0: no decay, e.g. biases, LayerNorm).
   double weight_decay = 0.0;
 };
 
@@ -55,10 +57,13 @@ struct AdamWStepStats {
   double total_s = 0;    ///< the whole call
   double compute_s = 0;  ///< inside the AdamW update (all threads busy on it)
   double io_wait_s = 0;  ///< blocked on a read that was not yet done or a write holding a buffer
+  /// Bytes read from the file during the step (0 in RAM).
   std::uint64_t bytes_read = 0;
+  /// Bytes written to the file during the step (0 in RAM).
   std::uint64_t bytes_written = 0;
 };
 
+/// A rank's AdamW moments and their update, in RAM or in a file (see the file comment).
 class STRAIT_API AdamWState {
  public:
   AdamWState() = default;
@@ -80,6 +85,7 @@ class STRAIT_API AdamWState {
   /// Replaces the stored moments (restoring a checkpoint).
   virtual void write_moments(std::span<const float> m, std::span<const float> v) = 0;
 
+  /// Parameters covered (the length of params, grads, m and v).
   [[nodiscard]] virtual std::size_t count() const noexcept = 0;
   /// Threads the update runs on (the calling thread included).
   [[nodiscard]] virtual unsigned threads() const noexcept = 0;
@@ -90,7 +96,9 @@ class STRAIT_API AdamWState {
   [[nodiscard]] virtual std::string describe() const = 0;
 
  protected:
+  /// For the implementations' own moves.
   AdamWState(AdamWState&&) noexcept = default;
+  /// For the implementations' own moves.
   AdamWState& operator=(AdamWState&&) noexcept = default;
 };
 

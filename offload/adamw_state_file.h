@@ -42,6 +42,7 @@
 
 namespace strait::offload {
 
+/// Where and how AdamWStateFile streams the moments.
 struct AdamWStateFileOptions {
   std::filesystem::path dir;  ///< offload directory: must exist and be writable
   std::string tag = "rank0";  ///< part of the file name; no '/'
@@ -59,12 +60,18 @@ struct AdamWStateFileOptions {
   bool keep_name = false;
 };
 
+/// The AdamW moments in a preallocated file, streamed in chunks (see the file comment). Move-only.
 class STRAIT_API AdamWStateFile final : public AdamWState {
  public:
+  /// Preallocates the file (8 bytes per parameter) under options.dir. Errors: InvalidArgument for a
+  /// bad dir, tag or option; Io when the file cannot be created or allocated (a full disk fails
+  /// here).
   AdamWStateFile(std::size_t count, const AdamWStateFileOptions& options);
   AdamWStateFile(const AdamWStateFile&) = delete;
   AdamWStateFile& operator=(const AdamWStateFile&) = delete;
+  /// Takes `other`'s file and threads; `other` may then only be destroyed or assigned to.
   AdamWStateFile(AdamWStateFile&&) noexcept;
+  /// Releases this file, then takes `other`'s.
   AdamWStateFile& operator=(AdamWStateFile&&) noexcept;
   ~AdamWStateFile() override;
 
@@ -79,13 +86,19 @@ class STRAIT_API AdamWStateFile final : public AdamWState {
   /// Replaces the stored moments (restoring a checkpoint); clears a failed step's Aborted state.
   void write_moments(std::span<const float> m, std::span<const float> v) override;
 
+  /// Parameters covered.
   [[nodiscard]] std::size_t count() const noexcept override;
+  /// Threads the update runs on, the calling thread included.
   [[nodiscard]] unsigned threads() const noexcept override;
+  /// The last step's timing and bytes moved; zeros before the first.
   [[nodiscard]] AdamWStepStats last_step_stats() const noexcept override;
+  /// "8.0 MiB in a file in /var/tmp through io_uring with O_DIRECT".
   [[nodiscard]] std::string describe() const override;
   [[nodiscard]] std::size_t chunk_params() const noexcept;  ///< after rounding
   [[nodiscard]] std::uint64_t file_bytes() const noexcept;  ///< preallocated size
+  /// Where the file is (or was, once unlinked: see keep_name).
   [[nodiscard]] const std::filesystem::path& path() const noexcept;
+  /// The I/O engine streaming it.
   [[nodiscard]] IoEngineKind engine_kind() const noexcept;
   [[nodiscard]] std::string_view engine_reason() const noexcept;  ///< why that engine
 

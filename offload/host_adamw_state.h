@@ -28,17 +28,23 @@
 
 namespace strait::offload {
 
+/// Options of HostAdamWState.
 struct HostAdamWStateOptions {
   /// Threads of the update, the calling thread included; 0: std::thread::hardware_concurrency().
   unsigned threads = 0;
 };
 
+/// The AdamW moments in locked host RAM (see the file comment). Move-only.
 class STRAIT_API HostAdamWState final : public AdamWState {
  public:
+  /// Maps and zero-fills 8 bytes per parameter for `count` parameters. Errors: Io when the memory
+  /// cannot be mapped.
   HostAdamWState(std::size_t count, const HostAdamWStateOptions& options);
   HostAdamWState(const HostAdamWState&) = delete;
   HostAdamWState& operator=(const HostAdamWState&) = delete;
+  /// Takes `other`'s memory.
   HostAdamWState(HostAdamWState&&) noexcept = default;
+  /// Frees this memory, then takes `other`'s.
   HostAdamWState& operator=(HostAdamWState&&) noexcept = default;
   ~HostAdamWState() override = default;
 
@@ -46,12 +52,18 @@ class STRAIT_API HostAdamWState final : public AdamWState {
   void step(std::span<float> params, std::span<const float> grads,
             std::span<const DecayGroup> groups, const kernels::AdamWHyper& hyper,
             std::int64_t t) override;
+  /// Copies the stored moments out (tests, checkpoints); m and v have count() elements.
   void read_moments(std::span<float> m, std::span<float> v) override;
+  /// Replaces the stored moments (restoring a checkpoint); m and v have count() elements.
   void write_moments(std::span<const float> m, std::span<const float> v) override;
 
+  /// Parameters covered.
   [[nodiscard]] std::size_t count() const noexcept override { return count_; }
+  /// Threads the update runs on, the calling thread included.
   [[nodiscard]] unsigned threads() const noexcept override;
+  /// The last step's timing (no I/O); zeros before the first.
   [[nodiscard]] AdamWStepStats last_step_stats() const noexcept override { return stats_; }
+  /// "8.0 MiB in locked host RAM" (or unlocked, when the kernel refused).
   [[nodiscard]] std::string describe() const override;
   /// Whether the moments' pages are locked in RAM.
   [[nodiscard]] bool locked() const noexcept { return memory_.locked(); }

@@ -35,18 +35,24 @@
 
 namespace strait::offload {
 
+/// Direction of a request.
 enum class IoOp : std::uint8_t { Read, Write };
 
+/// One transfer: `length` bytes between `data` and `file` at `offset` (O_DIRECT files: all three
+/// aligned to IoFile::alignment()).
 struct IoRequest {
+  /// Read from the file into data, or write data to the file.
   IoOp op = IoOp::Read;
   const IoFile* file = nullptr;  ///< not owned; must outlive the batch
   std::uint64_t offset = 0;      ///< bytes from the start of the file
   std::byte* data = nullptr;     ///< a write request's engine only reads through this pointer
   std::size_t length = 0;        ///< bytes
 
+  /// A read of into.size() bytes at `offset` into `into`.
   static IoRequest read(const IoFile& file, std::uint64_t offset, std::span<std::byte> into) {
     return {IoOp::Read, &file, offset, into.data(), into.size()};
   }
+  /// A write of from.size() bytes from `from` at `offset`.
   static IoRequest write(const IoFile& file, std::uint64_t offset,
                          std::span<const std::byte> from) {
     // The engines never write through a write request's pointer; one type keeps slots simple.
@@ -60,8 +66,10 @@ STRAIT_API std::string describe(const IoRequest& request);
 /// Throws InvalidArgument when the request cannot be issued as it is (see the header comment).
 STRAIT_API void validate(const IoRequest& request);
 
+/// Which engine: pread/pwrite on a thread pool, or io_uring.
 enum class IoEngineKind : std::uint8_t { Posix, Uring };
 
+/// "posix" or "uring".
 STRAIT_API std::string_view to_string(IoEngineKind kind) noexcept;
 
 /// The most bytes one io_uring SQE or pread/pwrite call is asked to move: 1 GiB, a multiple of
@@ -73,6 +81,7 @@ inline constexpr std::size_t kMaxTransferBytes = std::size_t{1} << 30;
 /// alignment unit). Every piece but a request's last has this length.
 STRAIT_API std::size_t piece_bytes(const IoFile& file, std::size_t block_size) noexcept;
 
+/// How an engine queues and cuts requests (make_io_engine and the engines' constructors).
 struct IoEngineOptions {
   unsigned queue_depth = 64;  ///< uring: submission queue entries = most pieces in flight
   unsigned threads = 4;       ///< posix: worker threads = most pieces in flight
@@ -86,6 +95,7 @@ struct IoEngineOptions {
   /// no system call while it is awake; it sleeps after sqpoll_idle_ms without work. It costs a
   /// CPU. Where the kernel refuses it, one warning and a normal ring.
   bool sqpoll = false;
+  /// uring with sqpoll: milliseconds the polling thread stays awake without work.
   unsigned sqpoll_idle_ms = 100;
   std::chrono::milliseconds timeout = std::chrono::minutes(5);  ///< per wait(); > 0
   bool register_buffers = true;  ///< uring: fixed buffers when RLIMIT_MEMLOCK allows
@@ -94,8 +104,11 @@ struct IoEngineOptions {
   std::optional<IoEngineKind> force;
 };
 
+/// Reads and writes byte ranges of files in batches (see the file comment for errors and
+/// threading).
 class STRAIT_API IoEngine {
  public:
+  /// Names a submitted batch for wait(); unique within the engine.
   using Ticket = std::uint64_t;
 
   IoEngine() = default;
@@ -103,6 +116,7 @@ class STRAIT_API IoEngine {
   IoEngine& operator=(const IoEngine&) = delete;
   virtual ~IoEngine() = default;
 
+  /// Which engine this is.
   [[nodiscard]] virtual IoEngineKind kind() const noexcept = 0;
 
   /// Opens a file the way this engine transfers it (O_DIRECT for io_uring).
@@ -120,9 +134,15 @@ class STRAIT_API IoEngine {
   /// then. Only with no batch in flight. Requests on other files work too.
   virtual void register_files(std::span<const IoFile* const> files) = 0;
 
+  /// Starts a batch and returns at once. The requests' buffers and files must stay valid and
+  /// untouched until wait(ticket) returns. Throws InvalidArgument for a malformed request
+  /// (validate()).
   virtual Ticket submit(std::span<const IoRequest> requests) = 0;
+  /// Blocks until every request of the batch has finished; throws its first error (Io, Timeout
+  /// after IoEngineOptions::timeout; InvalidArgument for an unknown or already waited ticket).
   virtual void wait(Ticket ticket) = 0;
 
+  /// submit() then wait(): one blocking batch.
   void run(std::span<const IoRequest> requests) { wait(submit(requests)); }
 };
 

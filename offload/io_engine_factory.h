@@ -23,11 +23,14 @@
 
 namespace strait::offload {
 
+/// The engine make_io_engine picked and why.
 struct IoEngineChoice {
+  /// Owned by the caller; used by one thread at a time.
   std::unique_ptr<IoEngine> engine;
   std::string reason;  ///< why this engine, for logs: e.g. the fallback cause
 };
 
+/// The engine for files in `dir` (see the file comment for the order of choice and the errors).
 STRAIT_API IoEngineChoice make_io_engine(const std::filesystem::path& dir,
                                          const IoEngineOptions& options = {});
 
@@ -35,16 +38,21 @@ STRAIT_API IoEngineChoice make_io_engine(const std::filesystem::path& dir,
 STRAIT_API void check_offload_dir(const std::filesystem::path& dir);
 
 /// A new file for one object's offloaded data, created exclusively through the engine
-/// make_io_engine picks for dir: <dir>/strait-<kind>-<tag>-pid<pid>-<n>.<ext>, n counting up within
-/// the process, so concurrent ranks, runs and objects never collide. The caller removes it (e.g.
-/// RemoveOnExit on path). Errors: InvalidArgument for a tag holding '/' (the message starts with
-/// `what`) or a bad dir (check_offload_dir); those of make_io_engine and IoEngine::open.
+/// make_io_engine picks for dir: DIR/strait-KIND-TAG-pidPID-N.EXT, N counting up
+/// within the process, so concurrent ranks, runs and objects never collide. The caller removes it
+/// (e.g. RemoveOnExit on path). Errors: InvalidArgument for a tag holding '/' (the message starts
+/// with `what`) or a bad dir (check_offload_dir); those of make_io_engine and IoEngine::open.
 struct OffloadFile {
+  /// The engine the file was opened for (make_io_engine's choice for `dir`).
   std::unique_ptr<IoEngine> engine;
   std::string reason;  ///< why this engine (IoEngineChoice::reason)
+  /// The new file, opened by `engine` (O_DIRECT where it uses io_uring).
   IoFile file;
+  /// Where the file is, for removing it.
   std::filesystem::path path;
 };
+/// Creates an OffloadFile under `dir`; `what` starts error messages, `kind`, `tag` and `ext` name
+/// the file (see OffloadFile). Errors as OffloadFile says.
 STRAIT_API OffloadFile create_offload_file(const std::filesystem::path& dir, std::string_view what,
                                            std::string_view kind, std::string_view tag,
                                            std::string_view ext, const IoEngineOptions& io);

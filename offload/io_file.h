@@ -28,8 +28,10 @@ namespace strait::offload {
 /// Where an O_DIRECT alignment came from (for logs and benchmark reports).
 enum class AlignmentSource : std::uint8_t { None, Statx, LogicalBlockSize, Default };
 
+/// The source in words ("statx(STATX_DIOALIGN)", "the 4096-byte default", ...), for logs.
 STRAIT_API std::string_view to_string(AlignmentSource source) noexcept;
 
+/// The O_DIRECT alignment of a file: offset, length and address multiples.
 struct IoAlignment {
   std::size_t offset = 1;  ///< bytes: file offsets and lengths must be multiples of this
   std::size_t memory = 1;  ///< bytes: buffer addresses must be multiples of this
@@ -41,20 +43,26 @@ struct IoAlignment {
 /// (tmpfs, NFS, FUSE) or sysfs does not say.
 STRAIT_API std::optional<std::size_t> logical_block_size(dev_t device);
 
+/// How IoFile opens a path.
 enum class OpenMode : std::uint8_t {
   Existing,         ///< open a file that exists, read-write
   CreateExclusive,  ///< create it (mode 0600); fail if it exists, so two owners never share a file
 };
 
+/// An open file as the I/O engines use it (see the file comment). Move-only; owns its descriptor.
 class STRAIT_API IoFile {
  public:
   IoFile() = default;
   /// Opens path read-write (O_CLOEXEC, plus O_DIRECT when direct).
   IoFile(const std::filesystem::path& path, OpenMode mode, bool direct);
 
+  /// The descriptor (still owned by this file).
   [[nodiscard]] int fd() const noexcept { return fd_.get(); }
+  /// The path it was opened at, for error messages.
   [[nodiscard]] const std::filesystem::path& path() const noexcept { return path_; }
+  /// True when opened with O_DIRECT.
   [[nodiscard]] bool direct() const noexcept { return direct_; }
+  /// What O_DIRECT demands of this file's requests (1/1/None when not direct).
   [[nodiscard]] IoAlignment alignment() const noexcept { return alignment_; }
   [[nodiscard]] std::uint64_t size() const;  ///< bytes, from fstat
   /// Unique per opened file in this process (never reused, kept by moves): engines key

@@ -21,6 +21,7 @@
 
 namespace strait::offload {
 
+/// Where make_adamw_state keeps the AdamW moments (`strait train --offload-optimizer`).
 enum class OptimizerOffload : std::uint8_t {
   Cpu,   ///< moments in locked host memory
   Nvme,  ///< moments in a file under AdamWStateFileOptions::dir
@@ -31,7 +32,9 @@ STRAIT_API std::string_view to_string(OptimizerOffload where) noexcept;
 /// Parses "cpu" or "nvme"; anything else is InvalidArgument naming the value and the choices.
 STRAIT_API OptimizerOffload parse_optimizer_offload(std::string_view name);
 
+/// What make_adamw_state builds.
 struct OptimizerOffloadOptions {
+  /// RAM or file.
   OptimizerOffload where = OptimizerOffload::Cpu;
   /// Threads of the update, the calling thread included; 0: std::thread::hardware_concurrency().
   /// Replaces file.threads.

@@ -47,25 +47,34 @@
 
 namespace strait::offload {
 
+/// Where a PinnedPool buffer's pages live (see the file comment). A value type.
 class Placement {
  public:
+  /// Any node; the calling thread's node; a NUMA node by OS index; the node of a PCI device.
   enum class Kind : std::uint8_t { Any, CallingThread, Node, Pci };
 
+  /// Any cached buffer of the class; new ones unbound.
   static Placement any() { return Placement(Kind::Any); }
+  /// The NUMA node of the CPU that calls acquire().
   static Placement calling_thread() { return Placement(Kind::CallingThread); }
+  /// NUMA node `os_index` (as in /sys/devices/system/node).
   static Placement node(unsigned os_index) {
     Placement p(Kind::Node);
     p.node_ = os_index;
     return p;
   }
+  /// The node local to PCI device `bus_id` ("0000:3b:00.0").
   static Placement pci(std::string bus_id) {
     Placement p(Kind::Pci);
     p.bus_id_ = std::move(bus_id);
     return p;
   }
 
+  /// Which placement this is.
   [[nodiscard]] Kind kind() const noexcept { return kind_; }
-  [[nodiscard]] unsigned node_index() const noexcept { return node_; }          // Kind::Node only
+  /// The node's OS index (Kind::Node only).
+  [[nodiscard]] unsigned node_index() const noexcept { return node_; }  // Kind::Node only
+  /// The PCI bus id (Kind::Pci only).
   [[nodiscard]] const std::string& bus_id() const noexcept { return bus_id_; }  // Kind::Pci only
 
  private:
@@ -75,6 +84,7 @@ class Placement {
   std::string bus_id_;
 };
 
+/// Size classes, cache limit and CUDA registration of a PinnedPool.
 struct PinnedPoolOptions {
   /// Largest power-of-two class, in bytes: a power of two and a page multiple. Larger requests get
   /// exact page multiples (at most a page of slack instead of up to half the buffer).
@@ -86,12 +96,14 @@ struct PinnedPoolOptions {
   bool register_with_cuda = false;
 };
 
+/// A snapshot of a pool's counters; byte counts are class sizes.
 struct PinnedPoolStats {
   std::size_t bytes_held = 0;             ///< every buffer the pool owns: leased + cached
   std::size_t bytes_in_use = 0;           ///< leased now
   std::size_t peak_bytes_in_use = 0;      ///< the most ever leased at once
   std::size_t bytes_locked = 0;           ///< of bytes_held, mlock'ed
   std::size_t bytes_cuda_registered = 0;  ///< of bytes_held, registered with CUDA
+  /// Buffers the pool owns, leased and cached.
   std::size_t buffers_held = 0;
   std::uint64_t hits = 0;    ///< acquisitions served by a cached buffer
   std::uint64_t misses = 0;  ///< acquisitions that allocated a new buffer
@@ -102,13 +114,17 @@ namespace detail {
 struct PinnedPoolState;
 }  // namespace detail
 
+/// A thread-safe cache of PinnedBuffers handed out as leases (see the file comment).
 class STRAIT_API PinnedPool {
  public:
   class Lease;
 
+  /// An empty pool. Errors: InvalidArgument for options that are not page multiples or powers of
+  /// two.
   explicit PinnedPool(PinnedPoolOptions options = {});
   /// A moved-from pool may only be assigned to or destroyed (acquire throws InvalidArgument).
   PinnedPool(PinnedPool&&) noexcept = default;
+  /// Destroys this pool (outstanding leases stay valid), then takes `other`'s state.
   PinnedPool& operator=(PinnedPool&& other) noexcept;
   PinnedPool(const PinnedPool&) = delete;
   PinnedPool& operator=(const PinnedPool&) = delete;
@@ -121,18 +137,26 @@ class STRAIT_API PinnedPool {
   /// Frees every cached buffer; returns the bytes freed. Leased buffers are not affected.
   std::size_t trim();
 
+  /// The counters now (takes the pool's mutex).
   [[nodiscard]] PinnedPoolStats stats() const;
+  /// The size a request of `bytes` bytes gets (see the file comment). Errors: InvalidArgument when
+  /// too large to round to a page.
   [[nodiscard]] std::size_t class_bytes(std::size_t bytes) const;
+  /// The options the pool was made with.
   [[nodiscard]] const PinnedPoolOptions& options() const noexcept;
 
  private:
   std::shared_ptr<detail::PinnedPoolState> state_;
 };
 
+/// A buffer on loan from a PinnedPool; back to the pool when reset or destroyed. Move-only; use
+/// from one thread at a time.
 class STRAIT_API PinnedPool::Lease {
  public:
   Lease() = default;  ///< empty: data() is null, size() is 0
+  /// Takes `other`'s buffer, leaving it empty.
   Lease(Lease&& other) noexcept = default;
+  /// Gives this lease's buffer back, then takes `other`'s.
   Lease& operator=(Lease&& other) noexcept;
   Lease(const Lease&) = delete;
   Lease& operator=(const Lease&) = delete;
@@ -141,11 +165,17 @@ class STRAIT_API PinnedPool::Lease {
   /// Gives the buffer back to the pool now; the lease is empty afterwards.
   void reset() noexcept;
 
+  /// The first byte (page-aligned); null when empty.
   [[nodiscard]] std::byte* data() const noexcept { return buffer_.data(); }
+  /// Bytes: the class size, at least what was asked for.
   [[nodiscard]] std::size_t size() const noexcept { return buffer_.size(); }  // the class size
+  /// data() and size() as a span.
   [[nodiscard]] std::span<std::byte> bytes() const noexcept { return buffer_.bytes(); }
+  /// True when the lease holds no buffer.
   [[nodiscard]] bool empty() const noexcept { return buffer_.data() == nullptr; }
+  /// True when the buffer is mlock'ed.
   [[nodiscard]] bool locked() const noexcept { return buffer_.locked(); }
+  /// True when the buffer is registered with CUDA.
   [[nodiscard]] bool cuda_registered() const noexcept { return buffer_.cuda_registered(); }
   /// The node the pages are bound to; nullopt for Placement::any() or when binding was refused.
   [[nodiscard]] std::optional<unsigned> numa_node() const noexcept { return buffer_.numa_node(); }

@@ -93,6 +93,7 @@ namespace strait::offload {
 /// Bytes of stored data per checksum (the last block of a key may be shorter).
 inline constexpr std::size_t kChecksumBlock = std::size_t{1} << 20;
 
+/// Where and how a SwapStore keeps its file.
 struct SwapStoreOptions {
   std::filesystem::path dir;  ///< must exist, writable
   std::string tag = "swap";   ///< part of the file name (with pid + counter so runs never collide)
@@ -104,8 +105,12 @@ struct SwapStoreOptions {
   std::size_t staging_bytes = std::size_t{4} << 20;
 };
 
+/// Tensors by key in one file, moved in and out asynchronously (see the file comment). Not
+/// copyable.
 class STRAIT_API SwapStore {
  public:
+  /// Creates the swap file under options.dir. Errors: InvalidArgument for a bad dir or tag; Io when
+  /// the file cannot be created.
   explicit SwapStore(const SwapStoreOptions& options);
   SwapStore(const SwapStore&) = delete;
   SwapStore& operator=(const SwapStore&) = delete;
@@ -121,6 +126,7 @@ class STRAIT_API SwapStore {
   /// Starts reading the key into internal staging so a later swap_in is a copy (see above).
   std::future<void> prefetch(std::string_view key);
 
+  /// True when key has a stored (or queued) version.
   [[nodiscard]] bool contains(std::string_view key) const;
   /// Bytes stored under key. Throws InvalidArgument when the key is not stored.
   [[nodiscard]] std::size_t stored_size(std::string_view key) const;
@@ -135,6 +141,7 @@ class STRAIT_API SwapStore {
   [[nodiscard]] std::size_t unit() const noexcept;  ///< bytes: extent offsets and lengths
   /// Bytes the file spans now: the end of the highest extent ever reserved (a multiple of unit()).
   [[nodiscard]] std::uint64_t file_bytes() const;
+  /// The I/O engine behind the file.
   [[nodiscard]] IoEngineKind engine_kind() const noexcept;
   [[nodiscard]] std::string_view engine_reason() const noexcept;  ///< why that engine
 

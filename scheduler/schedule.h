@@ -75,13 +75,19 @@ enum class ActionKind : std::uint8_t {
   Reload,
 };
 
+/// Action::microbatch of the per-rank actions (ALLREDUCE_GRAD, OPTIM), which belong to no
+/// microbatch.
 inline constexpr int kNoMicrobatch = -1;
 
+/// One step of a rank's list: what runs, on which model stage, for which microbatch.
 struct Action {
+  /// What runs.
   ActionKind kind = ActionKind::F;
   int stage = 0;  ///< the model stage (chunk) it runs, in [0, P*V); see the header comment
+  /// Microbatch index in [0, M); kNoMicrobatch for ALLREDUCE_GRAD and OPTIM.
   int microbatch = kNoMicrobatch;
 
+  /// Equal when kind, stage and microbatch are.
   friend bool operator==(const Action&, const Action&) = default;
 };
 
@@ -95,12 +101,16 @@ STRAIT_API std::string to_string(const Action& action);
 /// "ALLREDUCE_GRAD" and "OPTIM" (per rank) carry neither.
 STRAIT_API std::string action_string(const Action& action);
 
+/// How model stages map to ranks (see the file comment): Loop (stage v on rank v % P) or V (rank r
+/// holds stages r and 2P-1-r).
 enum class StagePlacement : std::uint8_t { Loop, V };
 
+/// A pipeline schedule as data: per rank, the ordered list of actions it runs in one step.
 struct Schedule {
   int stages = 0;        ///< P, pipeline ranks (the number of model stages is P * chunks)
   int microbatches = 0;  ///< M, microbatches per step
   int chunks = 1;        ///< V, model stages per rank
+  /// How model stages map to ranks.
   StagePlacement placement = StagePlacement::Loop;
   /// ranks[r] is the ordered action list of rank r; ranks.size() == stages.
   std::vector<std::vector<Action>> ranks;
@@ -120,7 +130,9 @@ STRAIT_API int stage_count(const Schedule& schedule) noexcept;
 /// The rank that holds model stage `stage` and its chunk index there (see the header comment), and
 /// back. No range checks: callers pass stages in [0, P*V), ranks in [0, P), chunks in [0, V).
 STRAIT_API int rank_of(const Schedule& schedule, int stage) noexcept;
+/// The chunk index on its rank of model stage `stage` (see rank_of).
 STRAIT_API int chunk_of(const Schedule& schedule, int stage) noexcept;
+/// The model stage of chunk `chunk` on rank `rank` (the inverse of rank_of and chunk_of).
 STRAIT_API int stage_of(const Schedule& schedule, int rank, int chunk) noexcept;
 
 /// GPipe (Huang et al., 2019, arXiv:1811.06965): every stage runs all M forwards, then all M
@@ -170,6 +182,7 @@ STRAIT_API Schedule make_zb_h1(int stages, int microbatches,
 STRAIT_API Schedule make_zb_v(int stages, int microbatches,
                               const ActionCosts& plan_costs = ActionCosts{1.0, 1.0, 1.0});
 
+/// The schedule generators make_schedule knows.
 enum class ScheduleKind : std::uint8_t { GPipe, OneFOneB, Interleaved, ZbH1, ZbV };
 
 /// "gpipe", "1f1b", "interleaved", "zb-h1" or "zbv".

@@ -26,7 +26,10 @@
 
 namespace strait::sched {
 
+/// The schedule as CSV text: one row per rank, one cell per action (see the file comment).
 STRAIT_API std::string schedule_to_csv(const Schedule& schedule);
+/// Parses CSV written by schedule_to_csv or torch's _dump_csv. Errors: InvalidArgument (see the
+/// file comment).
 STRAIT_API Schedule schedule_from_csv(std::string_view text);
 
 }  // namespace strait::sched

@@ -4,10 +4,9 @@
 ///
 /// Model: every rank starts at time 0 and runs its actions in order, each occupying the rank for
 /// its cost (StageCosts, per model stage: the costs of the stage an action names).
-/// - F, B and W cost compute.f, b and w (per action, i.e. per model chunk: a rank with V chunks
-/// runs
-///   V times as many actions, so give each a V-th of a whole rank's cost to compare with V = 1). A
-///   B that has no W (it computes the weight gradients too) costs b + w.
+/// - F, B and W cost compute.f, b and w (per action, i.e. per model chunk: a rank with V
+///   chunks runs V times as many actions, so give each a V-th of a whole rank's cost to compare
+///   with V = 1). A B that has no W (it computes the weight gradients too) costs b + w.
 /// - A SEND occupies its rank for `send` (posting it; the copy overlaps what follows), and its
 ///   message can be received link.transfer() = latency + bytes / bandwidth after the SEND ends. A
 ///   RECV ends `recv` after the later of its own start and its message's arrival.
@@ -46,15 +45,21 @@
 
 namespace strait::sched {
 
+/// One action placed in time by the simulator (or measured: measured_timeline).
 struct TimedAction {
+  /// The action, as in the schedule.
   Action action;
+  /// When the rank started it (the time unit of the costs).
   double start = 0.0;
+  /// When it ended.
   double end = 0.0;
 };
 
+/// A simulated (or measured) step: every rank's actions in time.
 struct Timeline {
   std::vector<std::vector<TimedAction>> stages;  ///< per rank, same order as Schedule::ranks
   std::vector<double> busy;                      ///< per rank: total F, B and W time
+  /// The step's length: the latest end of any action.
   double makespan = 0.0;
 };
 
@@ -63,6 +68,7 @@ struct LinkCosts {
   double latency = 0.0;    ///< per message, from the SEND's end to the data being at the receiver
   double bytes = 0.0;      ///< the message's size
   double bandwidth = 0.0;  ///< bytes per time unit; 0 = unlimited (bytes cost nothing)
+  /// latency + bytes / bandwidth: when a sent message can be received after its SEND ends.
   [[nodiscard]] double transfer() const noexcept {
     return latency + (bandwidth > 0.0 ? bytes / bandwidth : 0.0);
   }
@@ -84,7 +90,9 @@ struct StageCosts {
 /// Which ranks' ALLREDUCE_GRAD (and OPTIM) actions are one collective: each inner vector is a group
 /// of ranks that all wait for the group's last arrival. Ranks in no group do not wait.
 struct SyncGroups {
+  /// Groups of ranks whose ALLREDUCE_GRAD actions are one collective.
   std::vector<std::vector<int>> allreduce_grad;
+  /// Groups of ranks whose OPTIM actions are one collective.
   std::vector<std::vector<int>> optim;
 };
 
@@ -95,6 +103,7 @@ struct SyncGroups {
 /// replicas of a stage run in step).
 STRAIT_API SyncGroups data_parallel_sync_groups(int ranks, bool clip_norm = true);
 
+/// The uniform model: every stage's F, B, W cost `costs`; links and collectives free.
 STRAIT_API Timeline simulate(const Schedule& schedule, const ActionCosts& costs);
 /// The full model: costs[v] for the actions of stage v (size P * V), and the collectives of groups.
 STRAIT_API Timeline simulate(const Schedule& schedule, const std::vector<StageCosts>& costs,
@@ -108,16 +117,20 @@ STRAIT_API Timeline simulate(const Schedule& schedule, double time_f, double tim
 /// Per rank: (makespan - busy) / makespan.
 STRAIT_API std::vector<double> stage_bubble_fractions(const Schedule& schedule,
                                                       const ActionCosts& costs);
+/// Per rank, with per model stage costs (as simulate()).
 STRAIT_API std::vector<double> stage_bubble_fractions(const Schedule& schedule,
                                                       const std::vector<ActionCosts>& costs);
+/// Per rank, with the full model (as simulate()).
 STRAIT_API std::vector<double> stage_bubble_fractions(const Schedule& schedule,
                                                       const std::vector<StageCosts>& costs,
                                                       const SyncGroups& groups);
+/// Per rank, with F costing time_f and fused backwards time_b.
 STRAIT_API std::vector<double> stage_bubble_fractions(const Schedule& schedule, double time_f,
                                                       double time_b);
 
 /// Idle time over all ranks / (P * makespan): the mean of stage_bubble_fractions().
 STRAIT_API double bubble_fraction(const Schedule& schedule, const ActionCosts& costs);
+/// The mean bubble with F costing time_f and fused backwards time_b.
 STRAIT_API double bubble_fraction(const Schedule& schedule, double time_f, double time_b);
 
 /// Per model stage (size P * V), the mean cost of every kind of action in a measured step

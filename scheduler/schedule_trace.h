@@ -23,29 +23,45 @@
 
 namespace strait::sched {
 
+/// One action as it ran on a rank, in a step.
 struct TraceRecord {
+  /// The rank that ran it (the pipeline rank: Chrome's pid).
   int rank = 0;
+  /// The training step it belongs to.
   std::int64_t step = 0;
+  /// What ran (its stage and microbatch).
   Action action;
+  /// Start in microseconds (steady clock shared by the ranks of a machine).
   double start_us = 0;
+  /// End in microseconds, same clock.
   double end_us = 0;
 };
 
+/// The schedule a trace came from, enough to rebuild the plan.
 struct TraceInfo {
   std::string schedule;  ///< schedule_kind_name
+  /// P, pipeline ranks.
   int stages = 0;
+  /// M, microbatches per step.
   int microbatches = 0;
+  /// V, model stages per rank.
   int chunks = 1;
   int offload_prefetch = -1;  ///< add_activation_offload's prefetch, -1 without offload
 };
 
+/// A trace read back by parse_chrome_trace.
 struct LoadedTrace {
+  /// The schedule it came from (otherData).
   TraceInfo info;
+  /// Every action event, in file order.
   std::vector<TraceRecord> records;
 };
 
+/// The records as Chrome trace-event JSON (see the file comment for the format).
 STRAIT_API std::string chrome_trace_json(const TraceInfo& info,
                                          const std::vector<TraceRecord>& records);
+/// Reads JSON written by chrome_trace_json. Errors: InvalidArgument naming what is missing or
+/// malformed.
 STRAIT_API LoadedTrace parse_chrome_trace(std::string_view json);
 
 /// One step of a trace as a Timeline over `ranks` ranks: times in microseconds from the step's

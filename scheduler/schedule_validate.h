@@ -29,6 +29,8 @@
 
 namespace strait::sched {
 
+/// Checks the schedule (see the file comment); returns when it is valid, else throws
+/// InvalidArgument listing the problems.
 STRAIT_API void validate_schedule(const Schedule& schedule);
 
 /// True when `rank` runs a W for (stage, microbatch): its B then computes the input gradient only.

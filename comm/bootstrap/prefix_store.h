@@ -21,14 +21,18 @@
 
 namespace strait::comm {
 
+/// A view of `store` whose keys live under "prefix/" (see the file comment).
 class STRAIT_API PrefixStore final : public Store {
  public:
+  /// Keys go to `store` as "prefix/key"; `store` must outlive this view. Errors: InvalidArgument
+  /// for an empty prefix.
   PrefixStore(std::string prefix, Store& store) : prefix_(std::move(prefix)), store_(store) {
     if (prefix_.empty()) {
       throw Error(ErrorCode::InvalidArgument, "PrefixStore needs a non-empty prefix");
     }
   }
 
+  /// The text form, set(key, std::string).
   using Store::set;
   void set(const std::string& key, const Bytes& value) override { store_.set(full(key), value); }
   Bytes get(const std::string& key, std::chrono::milliseconds timeout) override {
@@ -44,6 +48,7 @@ class STRAIT_API PrefixStore final : public Store {
     store_.wait(full_keys, timeout);
   }
 
+  /// The prefix, without the trailing '/'.
   [[nodiscard]] const std::string& prefix() const noexcept { return prefix_; }
 
  private:

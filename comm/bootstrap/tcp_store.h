@@ -43,6 +43,7 @@ namespace strait::comm {
 
 class TcpStoreServer;
 
+/// Where a TcpStore's server is, whether this process runs it, deadlines and the shared secret.
 struct TcpStoreOptions {
   std::string host = "127.0.0.1";  ///< MASTER_ADDR: where the server is (or will be)
   std::uint16_t port = 0;          ///< MASTER_PORT; 0 only with is_server (the kernel picks one)
@@ -55,6 +56,7 @@ struct TcpStoreOptions {
   std::optional<std::string> secret_file{};
 };
 
+/// The Store over TCP that a job's ranks share (see the file comment). Thread-safe.
 class STRAIT_API TcpStore final : public Store {
  public:
   /// With is_server, listens first: on MASTER_ADDR itself when it is a loopback address, else on
@@ -63,6 +65,7 @@ class STRAIT_API TcpStore final : public Store {
   explicit TcpStore(const TcpStoreOptions& options);
   ~TcpStore() override;
 
+  /// The text form, set(key, std::string).
   using Store::set;
   void set(const std::string& key, const Bytes& value) override;
   Bytes get(const std::string& key, std::chrono::milliseconds timeout) override;
@@ -71,6 +74,7 @@ class STRAIT_API TcpStore final : public Store {
 
   /// The server's address (the port is the kernel's choice when 0 was asked for).
   [[nodiscard]] const std::string& host() const noexcept { return host_; }
+  /// The server's port (the kernel's choice when 0 was asked for).
   [[nodiscard]] std::uint16_t port() const noexcept { return port_; }
 
  private:
