@@ -104,8 +104,7 @@ struct STRAIT_API CommOptions {
   /// 1 MiB and 512 KiB - 1 MiB ones above, so only the other collectives' messages meet it.
   static constexpr std::size_t kDefaultSingleCopyMin = 256 << 10;
   /// The job's shared secret (comm/security/secret.h): a file, mode 0600. Unset:
-  /// STRAIT_SECRET_FILE;
-  /// "": none. Communicator::from_env authenticates the store with it.
+  /// STRAIT_SECRET_FILE; "": none. Communicator::from_env authenticates the store with it.
   std::optional<std::string> secret_file{};
   /// Which links are sealed with an AEAD (comm/transport/sealed_transport.h): "sites" (between
   /// sites), "all" or "off"; the same on every rank. Empty: STRAIT_ENCRYPT, else "sites" with a

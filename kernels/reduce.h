@@ -11,10 +11,9 @@
 ///   Inf and keeps subnormals; a NaN becomes sign | 0x7e00 in f16, and in bf16 its top 16 bits
 ///   with the quiet bit set), as NCCL does. Assumes the default MXCSR (no flush-to-zero or
 ///   denormals-are-zero).
-/// - Min/Max are `std::min`/`std::max`: min(x, y) = y < x ? y : x, max(x, y) = x < y ? y : x, where
-/// x
-///   is the inout element. So when either side is NaN, or both are zeros of any sign, the result
-///   is x, unchanged (a signalling NaN stays signalling in f32/f64).
+/// - Min/Max are `std::min`/`std::max`: min(x, y) = y < x ? y : x, max(x, y) = x < y ? y : x,
+///   where x is the inout element. So when either side is NaN, or both are zeros of any sign, the
+///   result is x, unchanged (a signalling NaN stays signalling in f32/f64).
 /// - Sum/Prod with one NaN give that NaN, quieted. When both sides are NaN the result is one of
 ///   them, quieted, and which one may differ between paths and compilers (IEEE 754 leaves it open;
 ///   x86 returns the first operand of the instruction, and compilers may swap the operands of an
