@@ -67,6 +67,7 @@ WARN_IF_DOC_ERROR = YES
 WARN_NO_PARAMDOC = NO
 QUIET = YES
 GENERATE_LATEX = NO
+HAVE_DOT = NO
 ")
 file(WRITE ${strait_doxygen_dir}/Doxyfile "${strait_doxyfile_common}
 OUTPUT_DIRECTORY = ${strait_doxygen_dir}
