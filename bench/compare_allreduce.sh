@@ -9,7 +9,7 @@
 # report (report.md, also printed) and busbw.png (busbw against size, one line per peer, a panel per
 # rank count: tools/plot/plot_busbw.py) to $STRAIT_COMPARE_OUT (default
 # $STRAIT_RESULTS_DIR/DATE-allreduce, STRAIT_RESULTS_DIR defaulting to results/:
-# bench/results_dir.sh; data only: the Open MPI program is built in the build folder).
+# bench/outdir.sh; data only: the Open MPI program is built in the build folder).
 # bench/plots.sh redraws the plot from the folder.
 # Needs the peers (bench/setup-peers.sh installs them) and a built tree (scripts/build.sh).
 # Environment: SMALL_ITERS (200), LARGE_ITERS (10), HUGE_ITERS (3), MAX_BYTES (256M).
@@ -24,7 +24,7 @@ huge_iters=${HUGE_ITERS:-3}
 max_bytes=${MAX_BYTES:-256M}
 max=$(numfmt --from=iec "$max_bytes")
 large_max=$(( max < (16 << 20) ? max : (16 << 20) ))
-source "$root/bench/results_dir.sh"
+source "$root/bench/outdir.sh"
 out=${STRAIT_COMPARE_OUT:-$(results_dir allreduce)}
 
 "$root/bench/setup-peers.sh"

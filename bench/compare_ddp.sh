@@ -12,14 +12,14 @@
 #   bench/compare_ddp.sh [ROUNDS]        (default 3)
 # Environment: STEPS (50), MODEL ("--layers 2 --dim 128 --ctx 64 --batch 8"), SETTINGS
 # ("strait:NONE gloo:NONE gloo:none"), OUT ($STRAIT_RESULTS_DIR/DATE-ddp,
-# bench/results_dir.sh).
+# bench/outdir.sh).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${STRAIT_BUILD_DIR:-$root/build}
 rounds=${1:-3}
 steps=${STEPS:-50}
 model=${MODEL:---layers 2 --dim 128 --ctx 64 --batch 8}
-source "$root/bench/results_dir.sh"
+source "$root/bench/outdir.sh"
 out=${OUT:-$(results_dir ddp)}
 read -r -a wanted <<< "${SETTINGS:-strait:NONE gloo:NONE gloo:none}"
 mkdir -p "$out"

@@ -7,7 +7,7 @@
 # warm-up steps left out of the medians), ROUNDS (2: cpu and nvme alternate which runs first),
 # DIR (/var/tmp: the offload directory; use a real disk, not tmpfs).
 # Writes each run's metrics (JSON lines) and the report to $STRAIT_COMPARE_OUT (default
-# $STRAIT_RESULTS_DIR/DATE-offload-optimizer, bench/results_dir.sh) and prints: per run the median
+# $STRAIT_RESULTS_DIR/DATE-offload-optimizer, bench/outdir.sh) and prints: per run the median
 # step time after SKIP steps, the optimizer's share (its median time, the update's and the wait for
 # I/O) and the disk traffic rate; per round nvme / cpu, measured and estimated as (cpu step + the
 # optimizer's extra time on nvme) / cpu step, which a shared machine's noise in the forward and
@@ -24,7 +24,7 @@ steps=${STEPS:-20}
 skip=${SKIP:-3}
 rounds=${ROUNDS:-2}
 dir=${DIR:-/var/tmp}
-source "$root/bench/results_dir.sh"
+source "$root/bench/outdir.sh"
 out=${STRAIT_COMPARE_OUT:-$(results_dir offload-optimizer)}
 
 [ -x "$build/strait" ] || cmake --build "$build" --target strait

@@ -8,7 +8,7 @@
 # round's median step.
 #
 #   bench/compare_schedules.sh [OUT_DIR]     (default $STRAIT_RESULTS_DIR/DATE-schedules,
-#                                            bench/results_dir.sh; the PNGs go there too)
+#                                            bench/outdir.sh; the PNGs go there too)
 #
 # Environment: STRAIT (binary, default build/strait), STEPS (default 12), ROUNDS (default 2),
 # SCHEDULES (default "1f1b zb-h1 gpipe interleaved zbv").
@@ -22,7 +22,7 @@
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BIN=${STRAIT:-build/strait}
-source "$root/bench/results_dir.sh"
+source "$root/bench/outdir.sh"
 OUT=${1:-$(results_dir schedules)}
 STEPS=${STEPS:-12}
 ROUNDS=${ROUNDS:-2}

@@ -7,7 +7,7 @@
 #   bench/compare_torch.sh [RANKS]        (default 2)
 # Then strait-bench's allreduce (C++, no Python) over the same range, as the baseline below the
 # binding. Writes torch.json, strait_bench.json and torch.log to $STRAIT_COMPARE_OUT (default
-# $STRAIT_RESULTS_DIR/DATE-torch, bench/results_dir.sh; data only).
+# $STRAIT_RESULTS_DIR/DATE-torch, bench/outdir.sh; data only).
 # Environment: SIZES (8,64,512,4K,16K,64K,256K,1M,4M,16M,64M,256M), SMALL_ITERS (1000,
 # up to 64 KiB), LARGE_ITERS (50, up to 4 MiB), HUGE_ITERS (5), OVERHEAD_ITERS (2000,
 # 2-rank overhead calls per round), LOCAL_ITERS (20000, 1-rank ones), ROUNDS (5),
@@ -17,7 +17,7 @@ set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${STRAIT_BUILD_DIR:-$root/build}
 ranks=${1:-2}
-source "$root/bench/results_dir.sh"
+source "$root/bench/outdir.sh"
 out=${STRAIT_COMPARE_OUT:-$(results_dir torch)}
 python=/usr/bin/python3  # Debian's, which has python3-torch; `python3` on PATH may not
 if [ ! -x "$build/strait" ] || [ ! -e "$build/lib/libstrait.so" ]; then "$root/scripts/build.sh"; fi

@@ -7,7 +7,7 @@
 # batch in one piece; both report tokens/s over the steps after the first WARMUP (allocation and
 # cache warm-up). Runs alternate (strait first, then PyTorch) so a change in load hits both.
 # Output: report.md (printed) and each run's log and JSON in $STRAIT_COMPARE_OUT (default
-# $STRAIT_RESULTS_DIR/DATE-train-torch, bench/results_dir.sh).
+# $STRAIT_RESULTS_DIR/DATE-train-torch, bench/outdir.sh).
 # Environment: STEPS (30), WARMUP (5), THREADS ("1 2"),
 # SHAPES ("4x128 8x512", LAYERSxDIM; heads = dim / 32), DATA (the training corpus).
 set -euo pipefail
@@ -19,7 +19,7 @@ threads=${THREADS:-1 2}
 shapes=${SHAPES:-4x128 8x512}
 data=${DATA:-/usr/share/games/fortunes}
 python=/usr/bin/python3
-source "$root/bench/results_dir.sh"
+source "$root/bench/outdir.sh"
 out=${STRAIT_COMPARE_OUT:-$(results_dir train-torch)}
 [ -x "$build/strait" ] || "$root/scripts/build.sh"
 "$python" -c 'import torch' 2>/dev/null ||

@@ -5,7 +5,7 @@
 # each run's final eval loss against the uncompressed one: within 2% for bf16 and int8, 5% for the
 # rest (issue 4's bars). Every run uses error feedback and the same uncompressed warm-up.
 #   bench/convergence.sh [OUT_DIR]           (default $STRAIT_RESULTS_DIR/<date>-convergence,
-#                                            bench/results_dir.sh)
+#                                            bench/outdir.sh)
 # Environment: STEPS (300), WARMUP (30, uncompressed steps before the codec, unless a run sets
 # its own), RUNS (the list below: "SPEC=TOLERANCE[/ARG/ARG...]" each, the ARGs extra `strait train`
 # arguments for that run, e.g. "onebit=0.05/--compress/momentum"), TRAIN_ARGS (extra arguments for
@@ -18,7 +18,7 @@
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${STRAIT_BUILD_DIR:-$root/build}
-source "$root/bench/results_dir.sh"
+source "$root/bench/outdir.sh"
 out=${1:-$(results_dir convergence)}
 steps=${STEPS:-300}
 warmup=${WARMUP:-30}

@@ -6,14 +6,14 @@
 # tokens for all, and reports bytes per step between the replicas, the final held-out loss and the
 # compute utilisation (time in inner steps / training time; bench/diloco_report.py).
 #   bench/diloco_wan.sh [OUT_DIR]            (default $STRAIT_RESULTS_DIR/<date>-diloco-wan,
-#                                            bench/results_dir.sh)
+#                                            bench/outdir.sh)
 # Environment: STEPS (100), H (10), RATE (100mbit), TRAIN_ARGS (extra `strait train` arguments;
 # default: the default model), PREFIX / SUBNET / PORT (the testbed's names, so that it does not
 # collide with another testbed on the machine).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${STRAIT_BUILD_DIR:-$root/build}
-source "$root/bench/results_dir.sh"
+source "$root/bench/outdir.sh"
 out=${1:-$(results_dir diloco-wan)}
 steps=${STEPS:-100}
 h=${H:-10}

@@ -21,7 +21,7 @@
 #     counts the bytes across the link: from the shapers' counters (`tc -s qdisc`, sampled every
 #     second into link.csv) and from strait's own figures (the outer averages, the state sent).
 #   bench/elastic_rejoin.sh [OUT_DIR]        (default $STRAIT_RESULTS_DIR/<date>-elastic-rejoin
-#                                            or -elastic-rejoin-wan, bench/results_dir.sh)
+#                                            or -elastic-rejoin-wan, bench/outdir.sh)
 # Environment: STEPS (1500; WAN 300), H (10), KILL_AT (300; WAN 100), REJOIN_DELAY (30),
 # STRAIT_TIMEOUT_S (60), REPLICAS (3; WAN 2), STAGES (1), VICTIM (the last rank: the last
 # replica's last stage), TRAIN_ARGS (the model, as above); WAN only: RATE (100mbit), PREFIX (erj),
@@ -29,7 +29,7 @@
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${STRAIT_BUILD_DIR:-$root/build}
-source "$root/bench/results_dir.sh"
+source "$root/bench/outdir.sh"
 wan=${WAN:-0}
 if [ "$wan" = 1 ]; then
   [ "$(id -u)" -eq 0 ] || { echo "WAN=1 needs root (the testbed's namespaces and tc)" >&2; exit 1; }

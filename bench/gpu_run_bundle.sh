@@ -3,7 +3,7 @@
 # repository root: every test with STRAIT_REQUIRE_GPU=1 (a test that finds no usable device fails
 # instead of skipping), the device allreduce sweep and the GPU codec throughput. Logs go to $OUT
 # (default ${STRAIT_RESULTS_DIR:-results}/DATE-gpu: results/ of the repository root, as in
-# bench/results_dir.sh). Exits non-zero when any of them failed.
+# bench/outdir.sh). Exits non-zero when any of them failed.
 set -uo pipefail
 out=${OUT:-${STRAIT_RESULTS_DIR:-results}/$(date -u +%Y-%m-%d)-gpu}
 mkdir -p "$out"

@@ -7,11 +7,11 @@
 #   bench/hostile_store.sh [train options...]
 # Environment: PORT (29571), STRAIT_BUILD_DIR.
 # The report is also written to $STRAIT_COMPARE_OUT/report.md (default
-# $STRAIT_RESULTS_DIR/DATE-hostile-store, bench/results_dir.sh).
+# $STRAIT_RESULTS_DIR/DATE-hostile-store, bench/outdir.sh).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${STRAIT_BUILD_DIR:-$root/build}
-source "$root/bench/results_dir.sh"
+source "$root/bench/outdir.sh"
 out=${STRAIT_COMPARE_OUT:-$(results_dir hostile-store)}
 mkdir -p "$out"
 exec > >(tee "$out/report.md")  # printed, and kept with the run's data

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Redraws every plot of a results folder from its raw data: the benchmarks write data (JSON, JSON
-# lines, traces) to a folder outside the tree (bench/results_dir.sh), and no plot is committed.
+# lines, traces) to a folder outside the tree (bench/outdir.sh), and no plot is committed.
 #   bench/plots.sh RESULTS_DIR [OUT_DIR]
 # RESULTS_DIR is one run's folder or a folder of them (e.g. results/); each folder under it is
 # recognised by its files:

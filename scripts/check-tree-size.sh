@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Fails (naming the files) when a tracked file is larger than 256 KiB outside the tests' fixtures
-# (tests/**/fixtures/, tests/fuzz/seeds/), or when anything is tracked under bench/results/. Run data
-# belongs in a results folder outside the tree (bench/results_dir.sh; results/ is ignored) and
-# plots are redrawn from it (bench/plots.sh); the repository keeps sources, docs and small fixtures.
+# (tests/**/fixtures/, tests/fuzz/seeds/), or when anything is tracked under bench/results/.
+# Run data belongs in a results folder outside the tree (bench/outdir.sh; results/ is ignored) and
+# plots are redrawn from it (bench/plots.sh); the repository keeps sources, docs, small fixtures.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 limit=$((256 * 1024))
@@ -14,7 +14,9 @@ found=$(git ls-files -z | perl -0 -ne '
   my $size = -s $_;
   print "  $_ ($size bytes)\n" if defined $size && -f _ && $size > '"$limit"';')
 if [ -n "$found" ]; then
-  printf 'tracked files over %d bytes or under bench/results/ (keep run data in results/, outside\nthe tree; a test reads a small fixture under tests/):\n%s\n' "$limit" "$found" >&2
+  printf 'tracked files over %d bytes, or under bench/results/ (run data goes to results/,\n' "$limit" >&2
+  printf 'outside the tree; a test reads a small fixture under tests/):\n%s\n' "$found" >&2
   exit 1
 fi
-echo "$(git ls-files | wc -l) tracked files, none over $limit bytes outside test fixtures, none under bench/results/"
+echo "$(git ls-files | wc -l) tracked files: none over $limit bytes outside test fixtures," \
+  "none under bench/results/"
