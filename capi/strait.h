@@ -59,7 +59,7 @@
 extern "C" {
 #endif
 
-/** Opaque handles. */
+/** A communicator (an opaque handle): from straitCommInit*, freed by straitCommDestroy. */
 typedef struct straitComm* straitComm_t;
 /** A non-blocking operation's handle, from an ...Async call; free it with straitRequestFree. */
 typedef struct straitRequest* straitRequest_t;
