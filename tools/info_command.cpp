@@ -26,11 +26,7 @@ std::string cell(std::string_view text) {
     if (c == '|') out += '\\';
     out += c;
   }
-  return out.empty() ? "" : out;
-}
-
-std::string code(std::string_view text) {
-  return text.empty() ? "" : fmt::format("`{}`", text);
+  return out;
 }
 
 // One line per parameter: name, value and source; 1 when some parameter could not be read.
