@@ -17,25 +17,12 @@
 
 namespace {
 
-using strait::Error;
 using strait::ErrorCode;
+using strait::test::error_of;
 using strait::test::expect_error;
 using strait::test::ScopedEnv;
 using strait::test::TempDir;
 namespace params = strait::params;
-
-// The message of the Error f throws ("" and a test failure when it throws none).
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::InvalidArgument) << e.what();
-    return e.what();
-  }
-  ADD_FAILURE() << "no error";
-  return "";
-}
 
 bool contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
