@@ -81,7 +81,7 @@ constexpr std::array kParams = {
     Param{"STRAIT_TUNE_FILE", Path, "", "", "JSON file of algorithm rules (as strait tune writes)",
           "comm"},
     Param{"STRAIT_UCX_ERR_MODE", Enum, "auto", "auto, peer",
-          "peer: UCX endpoints always use peer error handling", "comm"},
+          "peer: peer-failure mode (needs TCP) even when every rank is on this host", "comm"},
 };
 
 static_assert(std::is_sorted(kParams.begin(), kParams.end(),
