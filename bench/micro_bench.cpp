@@ -24,8 +24,8 @@
 #include "kernels/gelu.h"
 #include "kernels/gemm.h"
 #include "kernels/reduce.h"
-#include "offload/optimizer_offload.h"
 #include "model/transformer.h"
+#include "offload/optimizer_offload.h"
 
 #if STRAIT_HAVE_CUDA
 #include <cuda_runtime_api.h>

@@ -8,9 +8,9 @@
 #include <fstream>
 #include <sstream>
 
+#include "capi/arguments.h"
 #include "comm/algorithms/selection.h"
 #include "core/error.h"
-#include "capi/arguments.h"
 
 namespace strait::capi {
 
