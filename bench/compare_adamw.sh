@@ -4,7 +4,8 @@
 #   bench/compare_adamw.sh [THREADS]        (default: nproc)
 # Environment: SIZES (16777216,67108864 = 2^24,2^26 floats), REPS (5), ROUNDS (2: the whole
 # comparison is repeated, interleaved, so that a busy moment on a shared machine hits both sides).
-# Writes JSON lines and the report to $STRAIT_COMPARE_OUT (default build/compare-adamw-DATE) and
+# Writes JSON lines and the report to $STRAIT_COMPARE_OUT (default $STRAIT_RESULTS_DIR/DATE-adamw,
+# STRAIT_RESULTS_DIR defaulting to results/, bench/outdir.sh) and
 # prints the report: params/s (median of REPS steps; the best round is reported), GB/s at
 # 28 B/param, torch's best variant, the ratio strait / torch, and strait's share of the bound
 # (the higher of the triad's and stream28's GB/s, / 28 B). Needs a built tree (scripts/build.sh).
@@ -15,7 +16,8 @@ threads=${1:-$(nproc)}
 sizes=${SIZES:-16777216,67108864}
 reps=${REPS:-5}
 rounds=${ROUNDS:-2}
-out=${STRAIT_COMPARE_OUT:-$build/compare-adamw-$(date -u +%Y%m%dT%H%M%SZ)}
+source "$root/bench/outdir.sh"
+out=${STRAIT_COMPARE_OUT:-$(results_dir adamw)}
 python=/usr/bin/python3  # Debian's, which has python3-torch
 
 [ -x "$build/bench/strait_adamw_bench" ] || cmake --build "$build" --target strait_adamw_bench

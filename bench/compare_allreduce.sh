@@ -8,7 +8,9 @@
 # (32 MiB .. 256 MiB), so that the run stays within minutes. Writes each peer's JSON and log, the
 # report (report.md, also printed) and busbw.png (busbw against size, one line per peer, a panel per
 # rank count: tools/plot/plot_busbw.py) to $STRAIT_COMPARE_OUT (default
-# bench/results/DATE-allreduce, data only: the Open MPI program is built in the build folder).
+# $STRAIT_RESULTS_DIR/DATE-allreduce, STRAIT_RESULTS_DIR defaulting to results/:
+# bench/outdir.sh; data only: the Open MPI program is built in the build folder).
+# bench/plots.sh redraws the plot from the folder.
 # Needs the peers (bench/setup-peers.sh installs them) and a built tree (scripts/build.sh).
 # Environment: SMALL_ITERS (200), LARGE_ITERS (10), HUGE_ITERS (3), MAX_BYTES (256M).
 set -euo pipefail
@@ -22,17 +24,13 @@ huge_iters=${HUGE_ITERS:-3}
 max_bytes=${MAX_BYTES:-256M}
 max=$(numfmt --from=iec "$max_bytes")
 large_max=$(( max < (16 << 20) ? max : (16 << 20) ))
-out=${STRAIT_COMPARE_OUT:-}
-if [ -z "$out" ]; then  # bench/results/DATE-allreduce, or -2, -3, ... when that exists
-  out=$root/bench/results/$(date -u +%Y-%m-%d)-allreduce
-  base=$out
-  for i in $(seq 2 99); do [ -e "$out" ] || break; out=$base-$i; done
-fi
+source "$root/bench/outdir.sh"
+out=${STRAIT_COMPARE_OUT:-$(results_dir allreduce)}
 
 "$root/bench/setup-peers.sh"
 [ -x "$build/strait-bench" ] || "$root/scripts/build.sh"
 mkdir -p "$out" "$build/bench-peers"
-mpi_bin=$build/bench-peers/mpi_allreduce  # a build output: never in bench/results
+mpi_bin=$build/bench-peers/mpi_allreduce  # a build output: never in the results folder
 mpicc -O2 -o "$mpi_bin" "$root/bench/mpi_allreduce.c"
 python=/usr/bin/python3  # Debian's, which has python3-torch
 

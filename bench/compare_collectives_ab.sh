@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Before/after strait-bench at 2 ranks (reduce_scatter, allgather, broadcast, alltoall at 64 MiB),
 # with one core's memcpy, in one run:
-#   BASE=DIR NEW=DIR ROUNDS="1" bench/compare_collectives_ab.sh OUT
+#   BASE=DIR NEW=DIR ROUNDS="1" bench/compare_collectives_ab.sh [OUT]
+# (OUT: default $STRAIT_RESULTS_DIR/DATE-collectives-ab, bench/outdir.sh)
 # BASE and NEW hold `strait` and `strait-bench` (BASE: a build of commit a037133, the parent of the
 # single-copy work; NEW: this tree's build/). Run from the repository root.
 set -u
-out=$1; mkdir -p "$out"
+source bench/outdir.sh
+out=${1:-$(results_dir collectives-ab)}; mkdir -p "$out"
 new=${NEW:-build}; base=${BASE:?set BASE to a folder with the old strait and strait-bench}
 echo "# $(date -u '+%H:%M:%S UTC') load $(cut -d' ' -f1-3 /proc/loadavg)" | tee "$out/quick.txt"
 for round in ${ROUNDS:-1 2}; do

@@ -11,14 +11,16 @@
 # its first 2 steps (rank 0: forward, backward with DDP's overlapped allreduce, optimizer).
 #   bench/compare_ddp.sh [ROUNDS]        (default 3)
 # Environment: STEPS (50), MODEL ("--layers 2 --dim 128 --ctx 64 --batch 8"), SETTINGS
-# ("strait:NONE gloo:NONE gloo:none"), OUT (bench/results/$(date +%F)-ddp).
+# ("strait:NONE gloo:NONE gloo:none"), OUT ($STRAIT_RESULTS_DIR/DATE-ddp,
+# bench/outdir.sh).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${STRAIT_BUILD_DIR:-$root/build}
 rounds=${1:-3}
 steps=${STEPS:-50}
 model=${MODEL:---layers 2 --dim 128 --ctx 64 --batch 8}
-out=${OUT:-$root/bench/results/$(date -u +%F)-ddp}
+source "$root/bench/outdir.sh"
+out=${OUT:-$(results_dir ddp)}
 read -r -a wanted <<< "${SETTINGS:-strait:NONE gloo:NONE gloo:none}"
 mkdir -p "$out"
 export PYTHONPATH=$root/python${PYTHONPATH:+:$PYTHONPATH} STRAIT_LIBRARY=$build/lib/libstrait.so

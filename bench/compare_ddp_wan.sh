@@ -10,7 +10,8 @@
 # where communication dominates at 100 Mbit/s: "--layers 2 --dim 384 --ctx 32 --batch 2
 # --bucket-mb 1", 3.66 M parameters, 14.6 MB of f32 gradients per step, 1.17 s on the link for
 # Gloo's 2-rank ring, about 0.2 s of compute at load 12; 1 MB buckets so that the allreduces start
-# while backward still runs, for both), OUT (bench/results/$(date +%F)-ddp).
+# while backward still runs, for both), OUT ($STRAIT_RESULTS_DIR/DATE-ddp-wan,
+# bench/outdir.sh).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${STRAIT_BUILD_DIR:-$root/build}
@@ -19,7 +20,8 @@ rate=${RATE:-100mbit}
 start_iter=${START_ITER:-10}
 model=${MODEL:---layers 2 --dim 384 --ctx 32 --batch 2 --bucket-mb 1}
 read -r -a hooks <<< "${HOOKS:-int8}"
-out=${OUT:-$root/bench/results/$(date -u +%F)-ddp}
+source "$root/bench/outdir.sh"
+out=${OUT:-$(results_dir ddp-wan)}
 prefix=sdw$$
 strait=$build/strait
 mkdir -p "$out"

@@ -11,9 +11,15 @@
 # kernels); the machine's cores are shared, so CPU-bound figures (codecs) are pessimistic.
 #   sudo bench/compare_hier.sh [SIZE]          (default 64M: 16M f32)
 # Environment: RATE (100mbit), FLOW_RATE (25mbit), ITERS (2), STREAMS_ONLY=1 (the stream demo only).
+# The report is also written to $STRAIT_COMPARE_OUT/report.md (default
+# $STRAIT_RESULTS_DIR/DATE-hier, bench/outdir.sh).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${STRAIT_BUILD_DIR:-$root/build}
+source "$root/bench/outdir.sh"
+out=${STRAIT_COMPARE_OUT:-$(results_dir hier)}
+mkdir -p "$out"
+exec > >(tee "$out/report.md")  # printed, and kept with the run's data
 size=${1:-64M}
 rate=${RATE:-100mbit}
 flow_rate=${FLOW_RATE:-25mbit}

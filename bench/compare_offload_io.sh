@@ -14,7 +14,7 @@
 # The report (bench/offload_report.py) shows the median GB/s of each point over the repetitions
 # and strait/fio; the bar is io_uring at 1 MiB, depth 32: at least 0.9x fio.
 # The folder and file are removed at exit, also on Ctrl-C. Output: JSON, logs and report.md in
-# $STRAIT_COMPARE_OUT (default build/compare-io-DATE).
+# $STRAIT_COMPARE_OUT (default $STRAIT_RESULTS_DIR/DATE-offload-io, bench/outdir.sh).
 # Environment: DIR (/var/tmp), SIZE (4G), BYTES (1G), BLOCKS ("64K 256K 1M 8M"),
 # DEPTHS ("1 8 32 128"), REPEAT (3), POSIX (1: also measure the fallback), POSIX_BYTES (256M:
 # the buffered fallback runs at a fraction of the disk's speed), ADAMW_PARAMS (16M).
@@ -30,7 +30,8 @@ repeat=${REPEAT:-3}
 posix=${POSIX:-1}
 posix_bytes=${POSIX_BYTES:-256M}
 adamw_params=${ADAMW_PARAMS:-16M}
-out=${STRAIT_COMPARE_OUT:-$build/compare-io-$(date -u +%Y%m%dT%H%M%SZ)}
+source "$root/bench/outdir.sh"
+out=${STRAIT_COMPARE_OUT:-$(results_dir offload-io)}
 
 "$root/bench/setup-io.sh"
 [ -x "$build/strait-bench" ] || "$root/scripts/build.sh"

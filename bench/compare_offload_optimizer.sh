@@ -7,11 +7,11 @@
 # warm-up steps left out of the medians), ROUNDS (2: cpu and nvme alternate which runs first),
 # DIR (/var/tmp: the offload directory; use a real disk, not tmpfs).
 # Writes each run's metrics (JSON lines) and the report to $STRAIT_COMPARE_OUT (default
-# build/compare-offload-optimizer-DATE) and prints: per run the median step time after SKIP steps,
-# the optimizer's share (its median time, the update's and the wait for I/O) and the disk traffic
-# rate; per round nvme / cpu, measured and estimated as (cpu step + the optimizer's extra time on
-# nvme) / cpu step, which a shared machine's noise in the forward and backward passes does not
-# reach; and whether the two runs' losses are bit-identical (they must be).
+# $STRAIT_RESULTS_DIR/DATE-offload-optimizer, bench/outdir.sh) and prints: per run the median
+# step time after SKIP steps, the optimizer's share (its median time, the update's and the wait for
+# I/O) and the disk traffic rate; per round nvme / cpu, measured and estimated as (cpu step + the
+# optimizer's extra time on nvme) / cpu step, which a shared machine's noise in the forward and
+# backward passes does not reach; and whether the two runs' losses are bit-identical (they must be).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${STRAIT_BUILD_DIR:-$root/build}
@@ -24,7 +24,8 @@ steps=${STEPS:-20}
 skip=${SKIP:-3}
 rounds=${ROUNDS:-2}
 dir=${DIR:-/var/tmp}
-out=${STRAIT_COMPARE_OUT:-$build/compare-offload-optimizer-$(date -u +%Y%m%dT%H%M%SZ)}
+source "$root/bench/outdir.sh"
+out=${STRAIT_COMPARE_OUT:-$(results_dir offload-optimizer)}
 
 [ -x "$build/strait" ] || cmake --build "$build" --target strait
 mkdir -p "$out"

@@ -7,7 +7,8 @@
 # beside their plans (simulated with each stage's measured costs of every kind) and draws the last
 # round's median step.
 #
-#   bench/compare_schedules.sh [OUT_DIR]     (default bench/results/schedules; the PNGs go there too)
+#   bench/compare_schedules.sh [OUT_DIR]     (default $STRAIT_RESULTS_DIR/DATE-schedules,
+#                                            bench/outdir.sh; the PNGs go there too)
 #
 # Environment: STRAIT (binary, default build/strait), STEPS (default 12), ROUNDS (default 2),
 # SCHEDULES (default "1f1b zb-h1 gpipe interleaved zbv").
@@ -19,8 +20,10 @@
 # OUT/<schedule>-r<round>.bubble.txt. The CPU seconds are every rank's user + system time for the
 # whole run (start-up and evaluation included; /usr/bin/time).
 set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BIN=${STRAIT:-build/strait}
-OUT=${1:-bench/results/schedules}
+source "$root/bench/outdir.sh"
+OUT=${1:-$(results_dir schedules)}
 STEPS=${STEPS:-12}
 ROUNDS=${ROUNDS:-2}
 SCHEDULES=${SCHEDULES:-1f1b zb-h1 gpipe interleaved zbv}

@@ -7,9 +7,15 @@
 # uncompressed and int8, clear against sealed.
 #   bench/compare_sealed.sh            WAN=1 sudo -E bench/compare_sealed.sh
 # Environment: ITERS (20 loopback, 3 WAN), PASSES (2), RATE (100mbit), STRAIT_BUILD_DIR.
+# The report is also written to $STRAIT_COMPARE_OUT/report.md (default
+# $STRAIT_RESULTS_DIR/DATE-sealed, bench/outdir.sh).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${STRAIT_BUILD_DIR:-$root/build}
+source "$root/bench/outdir.sh"
+out=${STRAIT_COMPARE_OUT:-$(results_dir sealed)}
+mkdir -p "$out"
+exec > >(tee "$out/report.md")  # printed, and kept with the run's data
 strait=$build/strait
 bench=$build/strait-bench
 passes=${PASSES:-2}

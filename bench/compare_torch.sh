@@ -7,7 +7,8 @@
 #   bench/compare_torch.sh [RANKS]        (default 2)
 # Then strait-bench's allreduce (C++, no Python) over the same range, as the baseline below the
 # binding. Writes torch.json, strait_bench.json and torch.log to $STRAIT_COMPARE_OUT (default
-# bench/results/DATE-torch; data only). Environment: SIZES (8,64,512,4K,16K,64K,256K,1M,4M,16M,64M,256M), SMALL_ITERS (1000,
+# $STRAIT_RESULTS_DIR/DATE-torch, bench/outdir.sh; data only).
+# Environment: SIZES (8,64,512,4K,16K,64K,256K,1M,4M,16M,64M,256M), SMALL_ITERS (1000,
 # up to 64 KiB), LARGE_ITERS (50, up to 4 MiB), HUGE_ITERS (5), OVERHEAD_ITERS (2000,
 # 2-rank overhead calls per round), LOCAL_ITERS (20000, 1-rank ones), ROUNDS (5),
 # BENCH_ITERS (20, strait-bench's timed calls per size).
@@ -16,12 +17,8 @@ set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${STRAIT_BUILD_DIR:-$root/build}
 ranks=${1:-2}
-out=${STRAIT_COMPARE_OUT:-}
-if [ -z "$out" ]; then  # bench/results/DATE-torch, or -2, -3, ... when that exists
-  out=$root/bench/results/$(date -u +%Y-%m-%d)-torch
-  base=$out
-  for i in $(seq 2 99); do [ -e "$out" ] || break; out=$base-$i; done
-fi
+source "$root/bench/outdir.sh"
+out=${STRAIT_COMPARE_OUT:-$(results_dir torch)}
 python=/usr/bin/python3  # Debian's, which has python3-torch; `python3` on PATH may not
 if [ ! -x "$build/strait" ] || [ ! -e "$build/lib/libstrait.so" ]; then "$root/scripts/build.sh"; fi
 mkdir -p "$out"

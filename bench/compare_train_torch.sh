@@ -7,7 +7,8 @@
 # batch in one piece; both report tokens/s over the steps after the first WARMUP (allocation and
 # cache warm-up). Runs alternate (strait first, then PyTorch) so a change in load hits both.
 # Output: report.md (printed) and each run's log and JSON in $STRAIT_COMPARE_OUT (default
-# bench/results/DATE-train-torch). Environment: STEPS (30), WARMUP (5), THREADS ("1 2"),
+# $STRAIT_RESULTS_DIR/DATE-train-torch, bench/outdir.sh).
+# Environment: STEPS (30), WARMUP (5), THREADS ("1 2"),
 # SHAPES ("4x128 8x512", LAYERSxDIM; heads = dim / 32), DATA (the training corpus).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -18,7 +19,8 @@ threads=${THREADS:-1 2}
 shapes=${SHAPES:-4x128 8x512}
 data=${DATA:-/usr/share/games/fortunes}
 python=/usr/bin/python3
-out=${STRAIT_COMPARE_OUT:-$root/bench/results/$(date -u +%Y-%m-%d)-train-torch}
+source "$root/bench/outdir.sh"
+out=${STRAIT_COMPARE_OUT:-$(results_dir train-torch)}
 [ -x "$build/strait" ] || "$root/scripts/build.sh"
 "$python" -c 'import torch' 2>/dev/null ||
   { echo "compare: $python has no torch (scripts/setup.sh installs python3-torch)" >&2; exit 2; }

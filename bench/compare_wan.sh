@@ -8,9 +8,15 @@
 #   sudo bench/compare_wan.sh [SIZE]          (default 64M: 16M f32)
 # Environment: RATE (100mbit), ITERS (3),
 # CODECS (bf16 int8 int4 onebit topk:fraction=0.01 powersgd:rank=4).
+# The report is also written to $STRAIT_COMPARE_OUT/report.md (default
+# $STRAIT_RESULTS_DIR/DATE-wan, bench/outdir.sh).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${STRAIT_BUILD_DIR:-$root/build}
+source "$root/bench/outdir.sh"
+out=${STRAIT_COMPARE_OUT:-$(results_dir wan)}
+mkdir -p "$out"
+exec > >(tee "$out/report.md")  # printed, and kept with the run's data
 size=${1:-64M}
 rate=${RATE:-100mbit}
 iters=${ITERS:-3}

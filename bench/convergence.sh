@@ -4,7 +4,8 @@
 # per codec, then draws the loss curves side by side (tools/plot/plot_convergence.py) and judges
 # each run's final eval loss against the uncompressed one: within 2% for bf16 and int8, 5% for the
 # rest (issue 4's bars). Every run uses error feedback and the same uncompressed warm-up.
-#   bench/convergence.sh [OUT_DIR]           (default bench/results/<date>-convergence)
+#   bench/convergence.sh [OUT_DIR]           (default $STRAIT_RESULTS_DIR/<date>-convergence,
+#                                            bench/outdir.sh)
 # Environment: STEPS (300), WARMUP (30, uncompressed steps before the codec, unless a run sets
 # its own), RUNS (the list below: "SPEC=TOLERANCE[/ARG/ARG...]" each, the ARGs extra `strait train`
 # arguments for that run, e.g. "onebit=0.05/--compress/momentum"), TRAIN_ARGS (extra arguments for
@@ -17,7 +18,8 @@
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${STRAIT_BUILD_DIR:-$root/build}
-out=${1:-$root/bench/results/$(date -u +%Y-%m-%d)-convergence}
+source "$root/bench/outdir.sh"
+out=${1:-$(results_dir convergence)}
 steps=${STEPS:-300}
 warmup=${WARMUP:-30}
 read -r -a runs <<< "${RUNS:-bf16=0.02 int8=0.02 int4=0.05 topk:fraction=0.01=0.05/--compress/momentum/--codec-warmup/150 onebit=0.05/--compress/momentum powersgd:rank=4=0.05/--codec-warmup/100}"

@@ -6,7 +6,8 @@
 # 0.9 (tuned for H = 500). Then data parallelism and H = 50 again for each extra seed. Draws the
 # loss curves with the bytes sent between replicas on a second axis (bench/diloco_plot.py) and
 # prints bytes per step and final held-out losses (bench/diloco_report.py).
-#   bench/diloco.sh [OUT_DIR]                (default bench/results/<date>-diloco)
+#   bench/diloco.sh [OUT_DIR]                (default $STRAIT_RESULTS_DIR/<date>-diloco,
+#                                            bench/outdir.sh)
 # Environment: STEPS (1000), OUTER_LR (1), OUTER_MOMENTUM (0.5): the outer step of the recipes,
 # SEEDS (extra seeds for data parallelism and H = 50, e.g. "7 99"), TRAIN_ARGS (extra `strait
 # train` arguments for every run; the default model is small so that a run takes 1 - 2 minutes on
@@ -14,7 +15,8 @@
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${STRAIT_BUILD_DIR:-$root/build}
-out=${1:-$root/bench/results/$(date -u +%Y-%m-%d)-diloco}
+source "$root/bench/outdir.sh"
+out=${1:-$(results_dir diloco)}
 steps=${STEPS:-1000}
 lr=${OUTER_LR:-1}
 mu=${OUTER_MOMENTUM:-0.5}

@@ -5,14 +5,16 @@
 # int8 and an uncompressed outer average, each blocking and overlapped (--outer-overlap), the same
 # tokens for all, and reports bytes per step between the replicas, the final held-out loss and the
 # compute utilisation (time in inner steps / training time; bench/diloco_report.py).
-#   bench/diloco_wan.sh [OUT_DIR]            (default bench/results/<date>-diloco-wan)
+#   bench/diloco_wan.sh [OUT_DIR]            (default $STRAIT_RESULTS_DIR/<date>-diloco-wan,
+#                                            bench/outdir.sh)
 # Environment: STEPS (100), H (10), RATE (100mbit), TRAIN_ARGS (extra `strait train` arguments;
 # default: the default model), PREFIX / SUBNET / PORT (the testbed's names, so that it does not
 # collide with another testbed on the machine).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${STRAIT_BUILD_DIR:-$root/build}
-out=${1:-$root/bench/results/$(date -u +%Y-%m-%d)-diloco-wan}
+source "$root/bench/outdir.sh"
+out=${1:-$(results_dir diloco-wan)}
 steps=${STEPS:-100}
 h=${H:-10}
 rate=${RATE:-100mbit}

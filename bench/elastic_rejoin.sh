@@ -20,7 +20,8 @@
 #     2 replicas the survivors of site 0 train alone (--min-replicas 1) until it is admitted. Also
 #     counts the bytes across the link: from the shapers' counters (`tc -s qdisc`, sampled every
 #     second into link.csv) and from strait's own figures (the outer averages, the state sent).
-#   bench/elastic_rejoin.sh [OUT_DIR]        (default bench/results/<date>-elastic-rejoin[-wan])
+#   bench/elastic_rejoin.sh [OUT_DIR]        (default $STRAIT_RESULTS_DIR/<date>-elastic-rejoin
+#                                            or -elastic-rejoin-wan, bench/outdir.sh)
 # Environment: STEPS (1500; WAN 300), H (10), KILL_AT (300; WAN 100), REJOIN_DELAY (30),
 # STRAIT_TIMEOUT_S (60), REPLICAS (3; WAN 2), STAGES (1), VICTIM (the last rank: the last
 # replica's last stage), TRAIN_ARGS (the model, as above); WAN only: RATE (100mbit), PREFIX (erj),
@@ -28,16 +29,17 @@
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${STRAIT_BUILD_DIR:-$root/build}
+source "$root/bench/outdir.sh"
 wan=${WAN:-0}
 if [ "$wan" = 1 ]; then
   [ "$(id -u)" -eq 0 ] || { echo "WAN=1 needs root (the testbed's namespaces and tc)" >&2; exit 1; }
-  out=${1:-$root/bench/results/$(date -u +%Y-%m-%d)-elastic-rejoin-wan}
+  out=${1:-$(results_dir elastic-rejoin-wan)}
   steps=${STEPS:-300}
   kill_at=${KILL_AT:-100}
   replicas=${REPLICAS:-2}
   default_model="--blas-threads 1"  # the default model; one thread per rank (2 cores)
 else
-  out=${1:-$root/bench/results/$(date -u +%Y-%m-%d)-elastic-rejoin}
+  out=${1:-$(results_dir elastic-rejoin)}
   steps=${STEPS:-1500}
   kill_at=${KILL_AT:-300}
   replicas=${REPLICAS:-3}
@@ -169,4 +171,6 @@ if [ "$wan" = 1 ]; then
     tc -n "$prefix-site$i" -s qdisc show dev wan0
   done > "$out/shapers.txt"
 fi
+# The report's arguments, paths relative to the folder: bench/plots.sh redraws the plot from them.
+printf '%s\n' "${report[@]#"$out"/}" > "$out/report.args"
 /usr/bin/python3 "$root/bench/elastic_rejoin_report.py" "${report[@]}" | tee "$out/report.md"

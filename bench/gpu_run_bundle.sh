@@ -2,9 +2,10 @@
 # Runs the GPU tests and benchmarks packed by bench/gpu_bundle.sh, on a GPU machine, from the
 # repository root: every test with STRAIT_REQUIRE_GPU=1 (a test that finds no usable device fails
 # instead of skipping), the device allreduce sweep and the GPU codec throughput. Logs go to $OUT
-# (default /tmp/strait-gpu-out). Exits non-zero when any of them failed.
+# (default ${STRAIT_RESULTS_DIR:-results}/DATE-gpu: results/ of the repository root, as in
+# bench/outdir.sh). Exits non-zero when any of them failed.
 set -uo pipefail
-out=${OUT:-/tmp/strait-gpu-out}
+out=${OUT:-${STRAIT_RESULTS_DIR:-results}/$(date -u +%Y-%m-%d)-gpu}
 mkdir -p "$out"
 g=$(mktemp -d)
 tar -xJf .gpu/bundle.tar.xz -C "$g"

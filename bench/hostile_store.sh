@@ -6,9 +6,15 @@
 # for both runs.
 #   bench/hostile_store.sh [train options...]
 # Environment: PORT (29571), STRAIT_BUILD_DIR.
+# The report is also written to $STRAIT_COMPARE_OUT/report.md (default
+# $STRAIT_RESULTS_DIR/DATE-hostile-store, bench/outdir.sh).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${STRAIT_BUILD_DIR:-$root/build}
+source "$root/bench/outdir.sh"
+out=${STRAIT_COMPARE_OUT:-$(results_dir hostile-store)}
+mkdir -p "$out"
+exec > >(tee "$out/report.md")  # printed, and kept with the run's data
 port=${PORT:-29571}
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Fails (listing the files) when a tracked file is a compiled program or library (ELF: executables,
 # shared objects, object files) or a static archive. Build outputs belong in the build folder
-# (ignored), never in the tree: bench/results/ holds data only.
+# (ignored), never in the tree; run data goes to results/ (ignored too, scripts/check-tree-size.sh).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 # perl (perl-base is in every Debian system) reads the first bytes of each file in one process.

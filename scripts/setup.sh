@@ -1,22 +1,29 @@
 #!/usr/bin/env bash
-# Installs the Debian packages that building, testing and running strait need.
-# Idempotent and silent when everything is present; run as root (or with sudo available).
-# With arguments, installs those packages instead (bench/setup-peers.sh uses it for the benchmark
-# peers).
+# Installs the Debian packages that building and running strait need (the main job:
+# scripts/train.sh); `setup.sh --tests` adds what only the tests need (torch, clang for the
+# fuzzers, the linters). Idempotent and silent when everything is present; run as root (or with
+# sudo available). With other arguments, installs those packages instead (bench/setup-peers.sh
+# uses it for the benchmark peers).
 set -euo pipefail
 
 packages=(
-  build-essential cmake ninja-build pkg-config git
+  build-essential cmake ninja-build pkg-config git ccache
   libucx-dev ucx-utils libhwloc-dev liburing-dev libxxhash-dev
   libgtest-dev libgmock-dev libbenchmark-dev libopenblas-dev
   libcli11-dev libfmt-dev libspdlog-dev nlohmann-json3-dev libsodium-dev
-  clang-format clang-tidy clang libclang-rt-14-dev
   iproute2 procps
   fortunes
+)
+test_packages=(
+  clang-format clang-tidy clang libclang-rt-14-dev
   python3-torch python3-xxhash python3-matplotlib
 )
 
-[ $# -gt 0 ] && packages=("$@")
+if [ "${1:-}" = "--tests" ]; then
+  packages+=("${test_packages[@]}")
+elif [ $# -gt 0 ]; then
+  packages=("$@")
+fi
 
 missing=()
 for p in "${packages[@]}"; do

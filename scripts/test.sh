@@ -4,5 +4,5 @@
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${STRAIT_BUILD_DIR:-$root/build}
-"$root/scripts/build.sh"
+"$root/scripts/build.sh" --tests
 ctest --test-dir "$build" -j "$(nproc)" --output-on-failure --timeout 600 "$@"

@@ -9,7 +9,7 @@ import sys
 try:
     import torch
 except ImportError as e:
-    print(f"SKIP: /usr/bin/python3 has no torch ({e}); scripts/setup.sh installs python3-torch")
+    print(f"SKIP: /usr/bin/python3 has no torch ({e}); scripts/setup.sh --tests installs python3-torch")
     sys.exit(77)
 import torch.distributed as dist
 

@@ -15,7 +15,7 @@ import time
 try:
     import torch  # noqa: F401 (the ranks need it)
 except ImportError as _e:  # skipped (ctest SKIP_RETURN_CODE 77) only when torch is missing
-    print(f"SKIP: {sys.executable} has no torch ({_e}); scripts/setup.sh installs python3-torch",
+    print(f"SKIP: {sys.executable} has no torch ({_e}); scripts/setup.sh --tests installs python3-torch",
           flush=True)
     sys.exit(77)
 
