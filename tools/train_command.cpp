@@ -11,6 +11,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "core/params.h"
 #include "model/corpus.h"
 #include "model/data.h"
 #include "offload/optimizer_offload.h"
@@ -422,8 +423,7 @@ void add_train_command(CLI::App& app, const std::vector<std::string>& argv, int&
     const TrainConfig c = o->finish();
     if (o->timeout_s > 0) ::setenv("STRAIT_TIMEOUT_S", fmt::format("{}", o->timeout_s).c_str(), 1);
     // Elastic jobs need a lost peer known before the next allreduce times out (comm/heartbeat.h).
-    if (c.elastic && std::getenv("STRAIT_HEARTBEAT_S") == nullptr)
-      ::setenv("STRAIT_HEARTBEAT_S", "1", 1);
+    if (c.elastic && !params::is_set("STRAIT_HEARTBEAT_S")) ::setenv("STRAIT_HEARTBEAT_S", "1", 1);
     const char* rank_env = std::getenv("RANK");
     exit_code = rank_env == nullptr && !c.join ? launch_ranks(c, *o, argv) : run_rank(c, rank_env);
   });

@@ -16,6 +16,7 @@
 #include "comm/bootstrap/launch_env.h"
 #include "comm/bootstrap/tcp_store.h"
 #include "core/error.h"
+#include "core/params.h"
 #include "model/checkpoint.h"
 #include "train/train_checkpoint.h"
 
@@ -99,8 +100,8 @@ void Membership::read_test_hooks() {
     }
     throw bad(fmt::format("{}: {:?} is not a whole number (a test hook)", name, text));
   };
-  if (const char* f = std::getenv("STRAIT_TRAIN_FAULT"); f != nullptr && cfg_.elastic) {
-    const std::string spec = f;
+  if (const auto f = params::text("STRAIT_TRAIN_FAULT"); f && cfg_.elastic) {
+    const std::string spec = *f;
     const auto a = spec.find(':');
     const auto b = a == std::string::npos ? a : spec.find(':', a + 1);
     if (b == std::string::npos) {
@@ -110,8 +111,8 @@ void Membership::read_test_hooks() {
         Fault{hook_int("STRAIT_TRAIN_FAULT", spec.substr(0, a)),
               hook_int("STRAIT_TRAIN_FAULT", spec.substr(a + 1, b - a - 1)), spec.substr(b + 1)};
   }
-  if (const char* a = std::getenv("STRAIT_TRAIN_AWAIT_JOINER"); a != nullptr && cfg_.elastic)
-    await_joiner_ = hook_int("STRAIT_TRAIN_AWAIT_JOINER", a);
+  if (const auto a = params::text("STRAIT_TRAIN_AWAIT_JOINER"); a && cfg_.elastic)
+    await_joiner_ = hook_int("STRAIT_TRAIN_AWAIT_JOINER", *a);
 }
 
 bool Membership::compute(const std::function<void()>& step) {
