@@ -24,14 +24,15 @@
 #include "kernels/gelu.h"
 #include "kernels/gemm.h"
 #include "kernels/reduce.h"
-#include "offload/optimizer_offload.h"
 #include "model/transformer.h"
+#include "offload/optimizer_offload.h"
 
 #if STRAIT_HAVE_CUDA
 #include <cuda_runtime_api.h>
 
 #include <memory>
 
+#include "core/params.h"
 #include "kernels/cuda/cuda_error.h"
 #include "kernels/cuda/device_buffer.h"
 #include "kernels/cuda/quantize.h"
@@ -463,8 +464,7 @@ void BM_AdamWState(benchmark::State& state) {
   o.where = state.range(1) == 0 ? strait::offload::OptimizerOffload::Cpu
                                 : strait::offload::OptimizerOffload::Nvme;
   o.threads = 2;
-  const char* dir = std::getenv("STRAIT_BENCH_DIR");
-  o.file.dir = dir != nullptr ? dir : "/var/tmp";
+  o.file.dir = strait::params::text("STRAIT_BENCH_DIR").value_or("/var/tmp");
   o.file.buffers = static_cast<unsigned>(state.range(2));
   o.file.chunk_params = static_cast<std::size_t>(state.range(3));
   const auto opt = strait::offload::make_adamw_state(n, o);

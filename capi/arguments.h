@@ -17,9 +17,9 @@
 #include <span>
 #include <vector>
 
+#include "capi/strait.h"
 #include "kernels/dtype.h"
 #include "kernels/reduce.h"
-#include "capi/strait.h"
 
 namespace strait::capi {
 

@@ -4,9 +4,9 @@
 
 #include <algorithm>
 
-#include "core/error.h"
 #include "capi/arguments.h"
 #include "capi/results.h"
+#include "core/error.h"
 
 namespace strait::capi {
 

@@ -17,8 +17,8 @@
 #include <string>
 #include <vector>
 
-#include "comm/bootstrap/store.h"
 #include "capi/strait.h"
+#include "comm/bootstrap/store.h"
 
 namespace strait::capi {
 

@@ -6,9 +6,6 @@
 #include <cstring>
 #include <string>
 
-#include "comm/bootstrap/launch_env.h"
-#include "comm/communicator.h"
-#include "core/error.h"
 #include "capi/arguments.h"
 #include "capi/callback_store.h"
 #include "capi/config.h"
@@ -16,6 +13,9 @@
 #include "capi/handles.h"
 #include "capi/results.h"
 #include "capi/strait.h"
+#include "comm/bootstrap/launch_env.h"
+#include "comm/communicator.h"
+#include "core/error.h"
 
 // The header's version is the project's (CMake passes project()'s version). Equal sides are the
 // point, hence the NOLINT.

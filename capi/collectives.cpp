@@ -8,14 +8,14 @@
 #include <string>
 #include <vector>
 
-#include "comm/communicator.h"
-#include "comm/progress_engine.h"
-#include "core/error.h"
-#include "kernels/cuda_stream.h"
 #include "capi/arguments.h"
 #include "capi/guard.h"
 #include "capi/handles.h"
 #include "capi/strait.h"
+#include "comm/communicator.h"
+#include "comm/progress_engine.h"
+#include "core/error.h"
+#include "kernels/cuda_stream.h"
 
 namespace strait::capi {
 

@@ -2,15 +2,12 @@
 
 #include <fmt/format.h>
 
-#include <cerrno>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
-#include <sstream>
 
+#include "capi/arguments.h"
 #include "comm/algorithms/selection.h"
 #include "core/error.h"
-#include "capi/arguments.h"
 
 namespace strait::capi {
 
@@ -20,19 +17,6 @@ constexpr int kMaxStreams = 8;
 
 [[noreturn]] void invalid(const std::string& message) {
   throw Error(ErrorCode::InvalidArgument, message);
-}
-
-std::string read_file(const char* path, const std::string& source) {
-  std::ifstream in(path);
-  std::stringstream text;
-  if (in.is_open()) text << in.rdbuf();
-  if (!in.is_open() || in.bad()) {
-    invalid(
-        fmt::format("{}: cannot read it ({}); name a JSON file of algorithm rules, as `strait "
-                    "tune` writes",
-                    source, std::strerror(errno)));
-  }
-  return text.str();
 }
 
 }  // namespace
@@ -65,20 +49,17 @@ comm::CommOptions options_from(const straitConfig_t* config, const char* functio
     // Its length against the world size is checked by the Communicator, naming this source.
     options.sites = std::vector<int>(c.sites, c.sites + c.siteCount);
   }
-  comm::AlgorithmTable table = comm::AlgorithmTable::defaults();
-  const char* file = c.tuneFile != nullptr ? c.tuneFile : std::getenv("STRAIT_TUNE_FILE");
-  if (file != nullptr && *file != '\0') {
-    const std::string source = c.tuneFile != nullptr
-                                   ? fmt::format("{}: config->tuneFile {}", function, file)
-                                   : fmt::format("STRAIT_TUNE_FILE={}", file);
-    table.append(comm::AlgorithmTable::parse_json(read_file(file, source), source));
+  comm::AlgorithmTable::Given given;
+  if (c.tuneFile != nullptr) {  // "" names no file
+    given.file = c.tuneFile;
+    given.file_source = fmt::format("{}: config->tuneFile {}", function, c.tuneFile);
   }
-  const char* rules = c.tune != nullptr ? c.tune : std::getenv("STRAIT_TUNE");
-  if (rules != nullptr) {
-    table.append(comm::AlgorithmTable::parse(
-        rules, c.tune != nullptr ? fmt::format("{}: config->tune", function) : "STRAIT_TUNE"));
+  if (c.tune != nullptr) {
+    given.rules = c.tune;
+    given.rules_source = fmt::format("{}: config->tune", function);
   }
-  options.algorithms = std::make_shared<const comm::AlgorithmTable>(std::move(table));
+  options.algorithms =
+      std::make_shared<const comm::AlgorithmTable>(comm::AlgorithmTable::from_environment(given));
   if (c.secretFile != nullptr) options.secret_file = std::string(c.secretFile);
   if (c.encrypt != nullptr) options.encrypt = c.encrypt;
   return options;

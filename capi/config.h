@@ -9,8 +9,8 @@
 // Thread-safety: reads the environment (getenv).
 #pragma once
 
-#include "comm/communicator.h"
 #include "capi/strait.h"
+#include "comm/communicator.h"
 
 namespace strait::capi {
 

@@ -14,10 +14,10 @@
 #include <string>
 #include <string_view>
 
-#include "core/error.h"
 #include "capi/handles.h"
 #include "capi/results.h"
 #include "capi/strait.h"
+#include "core/error.h"
 
 namespace strait::capi {
 

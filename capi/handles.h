@@ -15,9 +15,9 @@
 #include <string>
 #include <unordered_map>
 
+#include "capi/strait.h"
 #include "comm/communicator.h"
 #include "comm/work.h"
-#include "capi/strait.h"
 
 namespace strait::capi {
 

@@ -5,8 +5,8 @@
 #include <optional>
 #include <string_view>
 
-#include "core/error.h"
 #include "capi/strait.h"
+#include "core/error.h"
 
 namespace strait::capi {
 

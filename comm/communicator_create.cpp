@@ -30,14 +30,16 @@
 #include "comm/transport/sealed_transport.h"
 #include "comm/transport/ucx/ucx_transport.h"
 #include "core/error.h"
+#include "core/params.h"
 
 namespace strait::comm {
 
 using kernels::DType;
 
 std::chrono::milliseconds CommOptions::default_timeout() {
-  const char* v = std::getenv("STRAIT_TIMEOUT_S");
-  if (v == nullptr || *v == '\0') return std::chrono::seconds(300);
+  const std::optional<std::string> text = params::text("STRAIT_TIMEOUT_S");
+  if (!text) return std::chrono::seconds(300);
+  const char* v = text->c_str();
   char* end = nullptr;
   const double s = std::strtod(v, &end);
   // At least a millisecond (the unit the engine works in), at most about 11 days.
@@ -51,8 +53,9 @@ std::chrono::milliseconds CommOptions::default_timeout() {
 }
 
 int CommOptions::default_streams() {
-  const char* v = std::getenv("STRAIT_STREAMS");
-  if (v == nullptr || *v == '\0') return 1;
+  const std::optional<std::string> text = params::text("STRAIT_STREAMS");
+  if (!text) return 1;
+  const char* v = text->c_str();
   char* end = nullptr;
   const long n = std::strtol(v, &end, 10);
   if (*end != '\0' || n < 1 || n > kMaxLanes) {
@@ -66,8 +69,9 @@ int CommOptions::default_streams() {
 }
 
 std::chrono::milliseconds CommOptions::default_heartbeat() {
-  const char* v = std::getenv("STRAIT_HEARTBEAT_S");
-  if (v == nullptr || *v == '\0') return std::chrono::milliseconds(0);
+  const std::optional<std::string> text = params::text("STRAIT_HEARTBEAT_S");
+  if (!text) return std::chrono::milliseconds(0);
+  const char* v = text->c_str();
   char* end = nullptr;
   const double s = std::strtod(v, &end);
   if (*end != '\0' || !(s == 0 || (s >= 0.001 && s <= 3600))) {
@@ -81,10 +85,10 @@ std::chrono::milliseconds CommOptions::default_heartbeat() {
 }
 
 std::size_t CommOptions::default_single_copy_min() {
-  const char* v = std::getenv("STRAIT_SINGLE_COPY_MIN");
-  if (v == nullptr || *v == '\0') return kDefaultSingleCopyMin;
-  const std::string_view text(v);
-  if (text == "off" || text == "0") return 0;
+  const std::optional<std::string> set = params::text("STRAIT_SINGLE_COPY_MIN");
+  if (!set) return kDefaultSingleCopyMin;
+  const char* v = set->c_str();
+  if (*set == "off" || *set == "0") return 0;
   char* end = nullptr;
   const unsigned long long n = std::strtoull(v, &end, 10);
   std::size_t scale = 1;

@@ -11,6 +11,8 @@
 #include <cstring>
 #include <optional>
 
+#include "core/params.h"
+
 namespace strait::comm {
 namespace {
 
@@ -23,8 +25,9 @@ thread_local bool tls_caller_will_wait = false;  // ProgressEngine::CallerWillWa
 
 // Nullopt when unset.
 std::optional<std::chrono::microseconds> spin_from_env() {
-  const char* v = std::getenv("STRAIT_SPIN_US");
-  if (v == nullptr || *v == '\0') return std::nullopt;
+  const std::optional<std::string> text = params::text("STRAIT_SPIN_US");
+  if (!text) return std::nullopt;
+  const char* v = text->c_str();
   char* end = nullptr;
   const long us = std::strtol(v, &end, 10);
   if (*end != '\0' || us < 0) {

@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/params.h"
 
 namespace strait::comm {
 namespace {
@@ -142,11 +143,12 @@ std::optional<Sites> Sites::from_environment(int world,
     const std::string text = fmt::format("{}", fmt::join(*options_sites, ","));
     return parse_list(text, world, "CommOptions::sites");
   }
-  if (const char* v = std::getenv("STRAIT_SITES"); v != nullptr && *v != '\0') {
-    if (std::string_view(v) == "measure") return std::nullopt;
-    return parse_list(v, world, fmt::format("STRAIT_SITES={}", v));
+  if (const auto v = params::text("STRAIT_SITES")) {
+    if (*v == "measure") return std::nullopt;
+    return parse_list(*v, world, fmt::format("STRAIT_SITES={}", *v));
   }
-  if (const char* path = std::getenv("STRAIT_TOPOLOGY_FILE"); path != nullptr && *path != '\0') {
+  if (const auto file = params::text("STRAIT_TOPOLOGY_FILE")) {
+    const std::string& path = *file;
     std::ifstream in(path);
     std::stringstream text;
     if (in.is_open()) text << in.rdbuf();

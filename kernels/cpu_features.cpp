@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "core/error.h"
+#include "core/params.h"
 
 #if defined(__x86_64__)
 #include <cpuid.h>
@@ -48,18 +49,13 @@ void check_supported(SimdLevel want, std::string_view source) {
 }
 
 SimdLevel from_environment() {
-  const char* v = std::getenv("STRAIT_SIMD");
-  if (v == nullptr || *v == '\0') return cpu_simd_level();
-  const std::string_view s(v);
+  const std::optional<std::string> s = params::get_enum("STRAIT_SIMD");
+  if (!s) return cpu_simd_level();
   std::optional<SimdLevel> want;
   for (auto l : {SimdLevel::Scalar, SimdLevel::Avx2, SimdLevel::Avx512}) {
-    if (s == simd_level_name(l)) want = l;
+    if (*s == simd_level_name(l)) want = l;
   }
-  if (!want) {
-    throw Error(ErrorCode::InvalidArgument,
-                fmt::format("STRAIT_SIMD={} is not one of scalar, avx2, avx512", s));
-  }
-  check_supported(*want, fmt::format("STRAIT_SIMD={}", s));
+  check_supported(*want, fmt::format("STRAIT_SIMD={}", *s));
   return *want;
 }
 

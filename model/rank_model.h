@@ -54,7 +54,7 @@ class RankModel {
   [[nodiscard]] const std::vector<TensorInfo>& tensors() const noexcept { return tensors_; }
   // The wte this rank sums over the tied group (the first one in chunk order), nullopt when it
   // holds neither the first nor the last stage; and the second copy when it holds both as two
-  // chunks (summed in place: grad_sync.h's GradientLayout::tied_copy).
+  // chunks (summed in place: train/data_parallel_sync.h's GradientLayout::tied_copy).
   [[nodiscard]] std::optional<Slice> tied_wte() const noexcept { return tied_; }
   [[nodiscard]] std::optional<Slice> tied_copy() const noexcept { return tied_copy_; }
   // True for the last stage's wte when it is a copy of the first stage's (more than one stage).

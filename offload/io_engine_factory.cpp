@@ -12,6 +12,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "core/params.h"
 #include "offload/pinned_buffer.h"
 #include "offload/posix_engine.h"
 #include "offload/remove_on_exit.h"
@@ -23,9 +24,9 @@ namespace {
 constexpr const char* kEnvVar = "STRAIT_IO_ENGINE";
 
 std::optional<IoEngineKind> kind_from_env() {
-  const char* value = std::getenv(kEnvVar);
-  if (value == nullptr || *value == '\0') return std::nullopt;
-  const std::string_view v(value);
+  const std::optional<std::string> value = params::text(kEnvVar);
+  if (!value) return std::nullopt;
+  const std::string_view v(*value);
   if (v == "posix") return IoEngineKind::Posix;
   if (v == "uring") return IoEngineKind::Uring;
   throw Error(ErrorCode::InvalidArgument,

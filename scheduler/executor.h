@@ -2,9 +2,10 @@
 // step over the model chunks that rank holds (PipelineStage, scheduler/stage.h; one per chunk: V
 // of them for interleaved 1F1B and ZB-V, one otherwise): forwards and backwards of its chunks, the
 // activation / gradient transfers with the neighbouring stages, the gradient synchronisation at
-// ALLREDUCE_GRAD and the optimizer step at OPTIM. Both are injected (scheduler/grad_sync.h, an
-// OptimizerStep), as torch.distributed.pipelining's runtime delegates perform_reduce_grad to the
-// stage: the executor holds no averaging, compression or clipping policy.
+// ALLREDUCE_GRAD and the optimizer step at OPTIM. Both are injected (scheduler/grad_sync.h's
+// interface, an OptimizerStep), as torch.distributed.pipelining's runtime delegates
+// perform_reduce_grad to the stage: the executor holds no averaging, compression or clipping
+// policy.
 //
 // Chunks: chunk c of rank r is the model stage stage_of(schedule, r, c) (interleaved: c * P + r,
 // Megatron-LM's round robin; ZB-V: r and 2P-1-r). Messages are addressed by (peer, receiving

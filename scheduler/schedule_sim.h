@@ -96,7 +96,7 @@ struct SyncGroups {
   std::vector<std::vector<int>> optim;
 };
 
-/// The synchronisation strait train's DataParallelSync (scheduler/grad_sync.h) adds within one
+/// The synchronisation strait train's DataParallelSync (train/data_parallel_sync.h) adds within one
 /// pipeline of P ranks: ALLREDUCE_GRAD sums the tied word embedding between rank 0 and rank P-1
 /// (when P > 1), and OPTIM, when clipping (max_norm > 0), first all-reduces the gradient norm over
 /// all P ranks. The data-parallel average over replicas is priced by `allreduce` alone (the

@@ -282,6 +282,8 @@ struct Rank {
   bool suspended = false;
   std::unique_ptr<RankOutput> out;  // its stdout and stderr, relayed line by line
   std::unique_ptr<RankOutput> err;
+  // Its last error line on stderr before the launcher's first signal: it had failed on its own.
+  std::optional<std::string> own_error;
 
   [[nodiscard]] bool was_sent(int sig) const {
     return std::find(sent.begin(), sent.end(), sig) != sent.end();
@@ -600,6 +602,10 @@ class Job {
   void send_to_running(int sig) {
     for (Rank& r : ranks_) {
       if (!r.running) continue;
+      if (r.sent.empty() && r.err) {
+        r.err->pump();  // what it wrote before the signal
+        r.own_error = r.err->last_error_line();
+      }
       if (!r.was_sent(sig)) r.sent.push_back(sig);
       if (kill(-r.pid, sig) != 0) kill(r.pid, sig);  // group not set up yet: the rank itself
       if (r.suspended && sig != SIGKILL && kill(-r.pid, SIGCONT) != 0) kill(r.pid, SIGCONT);
@@ -628,6 +634,10 @@ class Job {
     if (r.suspended_at) {
       out = fmt::format("was suspended by {} at {}, then ", signal_name(r.suspended_by),
                         wall_time(*r.suspended_at, false));
+    }
+    if (r.stopped_by_launcher() && r.own_error) {
+      return out + fmt::format("had already failed, then the launcher's {} ended it: {}",
+                               signal_name(WTERMSIG(r.status)), shorten(*r.own_error, 120));
     }
     if (r.stopped_by_launcher()) {
       return out + fmt::format("stopped by the launcher ({})", signal_name(WTERMSIG(r.status)));

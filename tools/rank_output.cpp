@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <array>
+#include <cctype>
 #include <cerrno>
 #include <cstring>
 
@@ -18,7 +19,29 @@ bool is_line_end(char c) {
   return c == '\n' || c == '\r';
 }
 
+bool reads_as_error(std::string_view line) {
+  std::string lower(line);
+  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  for (std::string_view word : {"error", "fail", "abort", "exception", "traceback", "fatal"}) {
+    if (lower.find(word) != std::string::npos) return true;
+  }
+  // strait's own errors: "Timeout: ...", "PeerLost: ...", maybe after a "rank 1: " prefix.
+  for (int c = 0; c <= static_cast<int>(ErrorCode::Internal); ++c) {
+    if (line.find(fmt::format("{}: ", to_string(static_cast<ErrorCode>(c)))) != line.npos) {
+      return true;
+    }
+  }
+  return false;
+}
+
 }  // namespace
+
+std::optional<std::string> RankOutput::last_error_line() const {
+  for (auto it = tail_.rbegin(); it != tail_.rend(); ++it) {
+    if (reads_as_error(*it)) return *it;
+  }
+  return std::nullopt;
+}
 
 RankOutput::RankOutput(int to, std::string prefix) : to_(to), prefix_(std::move(prefix)) {
   int fds[2];

@@ -18,6 +18,7 @@
 
 #include <cstddef>
 #include <deque>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -52,6 +53,9 @@ class RankOutput {
   // follows it), and how many lines there were in all.
   [[nodiscard]] const std::deque<std::string>& tail() const { return tail_; }
   [[nodiscard]] std::size_t line_count() const { return lines_; }
+  // The last of those lines that reads as an error (names an error, a failure, an abort, an
+  // exception, a traceback, or starts with one of strait's error codes), if any.
+  [[nodiscard]] std::optional<std::string> last_error_line() const;
 
  private:
   void relay(std::string_view complete);  // whole lines, each ending in '\n' or '\r'

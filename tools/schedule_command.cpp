@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/params.h"
 #include "scheduler/schedule.h"
 #include "scheduler/schedule_csv.h"
 #include "scheduler/schedule_print.h"
@@ -213,7 +214,7 @@ bool integral(double x) {
 
 std::string plot_script() {
   std::vector<std::filesystem::path> dirs;
-  if (const char* env = std::getenv("STRAIT_PLOT_DIR")) dirs.emplace_back(env);
+  if (const auto env = params::text("STRAIT_PLOT_DIR")) dirs.emplace_back(*env);
   dirs.emplace_back(STRAIT_PLOT_DIR);
   for (const auto& d : dirs) {
     const auto p = d / "plot_schedule.py";

@@ -11,9 +11,10 @@
 #include <string>
 
 #include "core/error.h"
-#include "offload/optimizer_offload.h"
+#include "core/params.h"
 #include "model/corpus.h"
 #include "model/data.h"
+#include "offload/optimizer_offload.h"
 #include "scheduler/schedule.h"
 #include "tools/launcher.h"
 #include "train/trainer.h"
@@ -106,6 +107,300 @@ std::string self_executable(const std::string& argv0) {
   return ec ? argv0 : exe.string();
 }
 
+// What `strait train`'s flags fill: the config, the options spelled as words (parsed into its
+// enums once, by parse_choices) and the paths as given.
+struct TrainOptions {
+  TrainConfig config;
+  Choices words;
+  std::string data = TrainConfig{}.data.string();
+  std::string offload_dir = TrainConfig{}.offload_dir.string();
+  std::string metrics, trace;
+  std::string save, resume;  // --- checkpoints
+  double timeout_s = 0;
+  CLI::Option* offload_dir_option = nullptr;
+
+  // The config with the words and paths in it.
+  TrainConfig finish() {
+    parse_choices(words, config);
+    config.data = data;
+    config.offload_dir = offload_dir;
+    config.metrics = metrics;
+    config.save = save;      // --- checkpoints
+    config.resume = resume;  // --- checkpoints
+    config.trace = trace;
+    return config;
+  }
+};
+
+// The pipeline and data-parallel layout and the schedule.
+void add_parallel_options(CLI::App* train, TrainOptions& o) {
+  train->add_option("--stages", o.config.stages, "Pipeline stages")->capture_default_str();
+  train->add_option("--replicas", o.config.replicas, "Data-parallel replicas")
+      ->capture_default_str();
+  train
+      ->add_option("--schedule", o.words.schedule,
+                   "Pipeline schedule: 1f1b, gpipe, interleaved, zb-h1 or zbv (interleaved and "
+                   "zbv hold several model chunks per rank: the layers are split into stages x "
+                   "chunks pipeline stages)")
+      ->capture_default_str();
+  train
+      ->add_option("--chunks", o.config.chunks,
+                   "Model chunks per rank: any V >= 1 for interleaved (default 2), 2 for zbv, "
+                   "1 for the others (0: the schedule's own)")
+      ->capture_default_str();
+  train->add_option("--microbatches", o.config.microbatches, "Microbatches per replica per step")
+      ->capture_default_str();
+  train->add_option("--microbatch-size", o.config.microbatch_size, "Sequences per microbatch")
+      ->capture_default_str();
+}
+
+// The model and its optimizer.
+void add_model_options(CLI::App* train, TrainOptions& o) {
+  train->add_option("--layers", o.config.layers, "Transformer blocks")->capture_default_str();
+  train->add_option("--dim", o.config.dim, "Model width (channels)")->capture_default_str();
+  train->add_option("--heads", o.config.heads, "Attention heads")->capture_default_str();
+  train->add_option("--ctx", o.config.ctx, "Context length in bytes")->capture_default_str();
+  train->add_option("--steps", o.config.steps, "Optimizer steps")->capture_default_str();
+  train->add_option("--lr", o.config.lr, "Peak AdamW learning rate")->capture_default_str();
+  train->add_option("--warmup", o.config.warmup_steps, "Linear warm-up steps")
+      ->capture_default_str();
+  train
+      ->add_option("--min-lr-ratio", o.config.min_lr_ratio,
+                   "Final learning rate / peak (cosine decay)")
+      ->capture_default_str();
+  train
+      ->add_option("--weight-decay", o.config.weight_decay,
+                   "AdamW decoupled weight decay (matrices)")
+      ->capture_default_str();
+  train->add_option("--beta1", o.config.beta1, "AdamW beta1")->capture_default_str();
+  train->add_option("--beta2", o.config.beta2, "AdamW beta2")->capture_default_str();
+  train->add_option("--grad-clip", o.config.grad_clip, "Global gradient-norm clip (0: off)")
+      ->capture_default_str();
+  train->add_option("--seed", o.config.seed, "Seed of the initial weights and the data order")
+      ->check(non_negative_integer())
+      ->capture_default_str();
+}
+
+// The compressed data-parallel average.
+void add_compression_options(CLI::App* train, TrainOptions& o) {
+  train
+      ->add_option("--codec", o.config.codec,
+                   "Compress the data-parallel gradient average with this codec (bf16, fp16, "
+                   "int8, int4, onebit, topk, powersgd, or auto: the one STRAIT_TUNE_FILE's "
+                   "rules give; default: uncompressed)")
+      ->capture_default_str();
+  train
+      ->add_option("--codec-args", o.config.codec_args,
+                   "Codec arguments, e.g. fraction=0.01 or block=64")
+      ->capture_default_str();
+  train
+      ->add_option("--codec-warmup", o.config.codec_warmup_steps,
+                   "Uncompressed steps before the codec takes over")
+      ->capture_default_str();
+  train
+      ->add_option("--freeze-variance", o.words.freeze_variance,
+                   "Freeze AdamW's second moment when the codec takes over, as 1-bit Adam "
+                   "does (auto: only with --compress momentum, which needs it)")
+      ->check(CLI::IsMember({"auto", "on", "off"}))
+      ->capture_default_str();
+  train
+      ->add_option("--compress", o.words.compress,
+                   "What the codec compresses: the gradient average, or each replica's AdamW "
+                   "momentum (1-bit Adam; far closer to uncompressed training for topk and "
+                   "onebit)")
+      ->check(CLI::IsMember({"gradient", "momentum"}))
+      ->capture_default_str();
+}
+
+// DiLoCo.
+void add_diloco_options(CLI::App* train, TrainOptions& o) {
+  train
+      ->add_option("--outer-steps", o.config.outer_steps,
+                   "DiLoCo: inner AdamW steps per round, each replica on its own data with no "
+                   "gradient average, then the outer step on the averaged pseudo-gradients (0: "
+                   "off, plain data-parallel)")
+      ->capture_default_str();
+  train->add_option("--outer-lr", o.config.outer_lr, "DiLoCo's outer (Nesterov) learning rate")
+      ->capture_default_str();
+  train->add_option("--outer-momentum", o.config.outer_momentum, "DiLoCo's outer Nesterov momentum")
+      ->capture_default_str();
+  train
+      ->add_option("--outer-codec", o.config.outer_codec,
+                   "Codec of the pseudo-gradient average: none, bf16, int8 or int4 (with error "
+                   "feedback), optionally with arguments (int8:block=128)")
+      ->capture_default_str();
+  train
+      ->add_option("--outer-state", o.words.outer_state,
+                   "Where DiLoCo's outer state (global weights, momentum) lives between rounds: "
+                   "cpu (pinned RAM) or nvme (a file per rank under --offload-dir)")
+      ->check(CLI::IsMember({"cpu", "nvme"}))
+      ->capture_default_str();
+  train
+      ->add_option("--outer-fragments", o.config.outer_fragments,
+                   "Streaming DiLoCo: cut each stage's parameters into this many groups synced in "
+                   "turn, H / F steps apart, to flatten the link's peak load (1: all at once)")
+      ->capture_default_str();
+  train->add_flag("--outer-overlap", o.config.outer_overlap,
+                  "Average round t's pseudo-gradients in the background while round t + 1 "
+                  "computes, and apply them one round late (Streaming DiLoCo's overlap)");
+}
+
+// The data and what is offloaded.
+void add_offload_options(CLI::App* train, TrainOptions& o) {
+  train->add_option("--data", o.data, "Text file or directory of text files")
+      ->capture_default_str();
+  train
+      ->add_option("--offload-optimizer", o.words.offload_optimizer,
+                   "Where the AdamW moments live: cpu (pinned host RAM) or nvme (a file per rank "
+                   "under --offload-dir, streamed through io_uring)")
+      ->capture_default_str();
+  o.offload_dir_option =
+      train
+          ->add_option("--offload-dir", o.offload_dir,
+                       "Directory for the per-rank optimizer-state files (--offload-optimizer "
+                       "nvme)")
+          ->capture_default_str();
+  train
+      ->add_option("--offload-activations", o.words.offload_activations,
+                   "Move each microbatch's stashed activations out of the model between its "
+                   "forward and backward: none, cpu (pinned RAM) or nvme (files in --offload-dir); "
+                   "same results, fewer resident activation slots")
+      ->check(CLI::IsMember({"none", "cpu", "nvme"}))
+      ->capture_default_str();
+  train
+      ->add_option("--offload-prefetch", o.config.offload_prefetch,
+                   "Computes (forwards / backwards) between reloading a microbatch's activations "
+                   "and its backward; resident slots per stage are at most this + 1")
+      ->capture_default_str();
+}
+
+// Evaluation and the sample.
+void add_sampling_options(CLI::App* train, TrainOptions& o) {
+  train
+      ->add_option("--eval-sequences", o.config.eval_sequences,
+                   "Held-out sequences for the eval loss (0: the whole held-out tail)")
+      ->capture_default_str();
+  train
+      ->add_option("--eval-every", o.config.eval_every,
+                   "Also evaluate every N steps (0: at the end)")
+      ->capture_default_str();
+  train->add_option("--prompt", o.config.prompt, "Prompt of the sample")->capture_default_str();
+  train->add_option("--sample-bytes", o.config.sample_bytes, "Bytes to generate at the end")
+      ->capture_default_str();
+  train
+      ->add_option("--sample", o.words.sample,
+                   "How the sample picks each byte: topk (drawn from the --top-k most likely at "
+                   "--temperature) or greedy (the most likely)")
+      ->check(CLI::IsMember({"topk", "greedy"}))
+      ->capture_default_str();
+  train
+      ->add_option("--temperature", o.config.temperature,
+                   "Sampling temperature: the logits are divided by it (lower: closer to greedy)")
+      ->capture_default_str();
+  train->add_option("--top-k", o.config.top_k, "Draw from the k most likely bytes (1: greedy)")
+      ->capture_default_str();
+  train
+      ->add_option("--sample-seed", o.config.sample_seed,
+                   "Seed of the sample's draws (the same seed and weights give the same bytes)")
+      ->check(non_negative_integer())
+      ->capture_default_str();
+}
+
+// Metrics, trace and logs.
+void add_output_options(CLI::App* train, TrainOptions& o) {
+  train->add_option("--metrics", o.metrics, "Write one JSON line per step (and a summary) here");
+  train->add_option("--trace", o.trace,
+                    "Write replica 0's per-rank action timeline as Chrome trace JSON here "
+                    "(chrome://tracing, Perfetto, strait schedule --from-trace)");
+  train
+      ->add_option("--blas-threads", o.config.blas_threads,
+                   "OpenBLAS threads per rank (0: cores / local ranks)")
+      ->capture_default_str();
+  train->add_option("--log-every", o.config.log_every, "Print every N steps")
+      ->capture_default_str();
+}
+
+// Checkpoints.
+void add_checkpoint_options(CLI::App* train, TrainOptions& o) {
+  // --- checkpoints (docs/checkpoints.md) ---
+  train->add_option("--save", o.save,
+                    "Save checkpoints (weights, AdamW state, step, sampler position) into this "
+                    "directory, atomically: at the end and every --save-every steps");
+  train
+      ->add_option("--save-every", o.config.save_every,
+                   "Also save every N steps (0: only at the end)")
+      ->capture_default_str();
+  train->add_option("--resume", o.resume,
+                    "Continue from a checkpoint: a --save directory (its newest) or one of its "
+                    "step-N directories; any --stages / --replicas split may resume it");
+  // --- end checkpoints ---
+}
+
+// Elastic replicas and the collective timeout.
+void add_elastic_options(CLI::App* train, TrainOptions& o) {
+  train->add_flag("--elastic", o.config.elastic,
+                  "DiLoCo replicas that may leave and join: a lost replica is dropped at the next "
+                  "round boundary, a --join process admitted at one (needs --outer-steps; the "
+                  "launcher hosts the store)");
+  train
+      ->add_option("--min-replicas", o.config.min_replicas,
+                   "With --elastic: stop (after a checkpoint with --save) when fewer replicas are "
+                   "left")
+      ->capture_default_str();
+  train->add_flag("--join", o.config.join,
+                  "Join the running --elastic job whose store is at MASTER_ADDR:MASTER_PORT (the "
+                  "same settings as the job's) at its next round boundary");
+  train
+      ->add_option("--timeout", o.timeout_s,
+                   "Seconds before a stuck collective fails (sets STRAIT_TIMEOUT_S; default 300)")
+      ->check(CLI::Range(0.001, 1e6));
+}
+
+// Parent: fail fast on bad settings, then start the ranks; returns their exit code.
+int launch_ranks(const TrainConfig& c, const TrainOptions& o,
+                 const std::vector<std::string>& argv) {
+  c.validate();
+  check_data(c);
+  if (o.offload_dir_option->count() > 0 && c.offload_optimizer != offload::OptimizerOffload::Nvme &&
+      c.offload_activations != ActivationOffload::Nvme &&
+      (c.outer_steps == 0 || c.outer_state != offload::OptimizerOffload::Nvme)) {
+    fmt::print(stderr,
+               "strait train: note: --offload-dir is unused: the optimizer state stays in "
+               "RAM (--offload-optimizer {}) and activations are not offloaded to disk; pass "
+               "--offload-optimizer nvme or --offload-activations nvme to use it\n",
+               o.words.offload_optimizer);
+  }
+  LaunchOptions launch_options;
+  launch_options.nproc = c.world_size();
+  launch_options.command = argv;
+  launch_options.command[0] = self_executable(argv[0]);
+  launch_options.elastic = c.elastic;
+  return launch(launch_options);
+}
+
+// A rank (or a joiner): trains; returns the exit code (2 for a bad setting).
+int run_rank(const TrainConfig& c, const char* rank_env) {
+  if (c.join) c.validate();  // a joiner runs on its own, without a launcher
+  const std::string rank =
+      rank_env != nullptr ? fmt::format("rank {}", rank_env) : std::string("joiner");
+  try {
+    run_training_rank(c);
+    return 0;
+  } catch (const Error& e) {
+    fmt::print(stderr, "strait train: {}: {}\n", rank, e.what());
+    return e.code() == ErrorCode::InvalidArgument ? 2 : 1;
+  } catch (const std::bad_alloc&) {
+    fmt::print(stderr,
+               "strait train: {}: out of memory: lower --ctx, --microbatch-size, "
+               "--microbatches, --dim or --layers, or use more stages\n",
+               rank);
+    return 1;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "strait train: {}: unexpected error: {}\n", rank, e.what());
+    return 1;
+  }
+}
+
 }  // namespace
 
 void add_train_command(CLI::App& app, const std::vector<std::string>& argv, int& exit_code) {
@@ -114,247 +409,23 @@ void add_train_command(CLI::App& app, const std::vector<std::string>& argv, int&
       "Train the reference GPT on a text corpus across local pipeline stages and "
       "data-parallel replicas");
   train->footer(kFooter);
-  auto c = std::make_shared<TrainConfig>();
-  // The options spelled as words, parsed into TrainConfig's enums once, here (parse_choices).
-  auto words = std::make_shared<Choices>();
-  auto data = std::make_shared<std::string>(c->data.string());
-  auto offload = std::make_shared<std::string>(c->offload_dir.string());
-  auto metrics = std::make_shared<std::string>();
-  auto trace = std::make_shared<std::string>();
-  auto timeout_s = std::make_shared<double>(0);
-  auto save = std::make_shared<std::string>();    // --- checkpoints
-  auto resume = std::make_shared<std::string>();  // --- checkpoints
-
-  train->add_option("--stages", c->stages, "Pipeline stages")->capture_default_str();
-  train->add_option("--replicas", c->replicas, "Data-parallel replicas")->capture_default_str();
-  train
-      ->add_option("--schedule", words->schedule,
-                   "Pipeline schedule: 1f1b, gpipe, interleaved, zb-h1 or zbv (interleaved and "
-                   "zbv hold several model chunks per rank: the layers are split into stages x "
-                   "chunks pipeline stages)")
-      ->capture_default_str();
-  train
-      ->add_option("--chunks", c->chunks,
-                   "Model chunks per rank: any V >= 1 for interleaved (default 2), 2 for zbv, "
-                   "1 for the others (0: the schedule's own)")
-      ->capture_default_str();
-  train->add_option("--microbatches", c->microbatches, "Microbatches per replica per step")
-      ->capture_default_str();
-  train->add_option("--microbatch-size", c->microbatch_size, "Sequences per microbatch")
-      ->capture_default_str();
-  train->add_option("--layers", c->layers, "Transformer blocks")->capture_default_str();
-  train->add_option("--dim", c->dim, "Model width (channels)")->capture_default_str();
-  train->add_option("--heads", c->heads, "Attention heads")->capture_default_str();
-  train->add_option("--ctx", c->ctx, "Context length in bytes")->capture_default_str();
-  train->add_option("--steps", c->steps, "Optimizer steps")->capture_default_str();
-  train->add_option("--lr", c->lr, "Peak AdamW learning rate")->capture_default_str();
-  train->add_option("--warmup", c->warmup_steps, "Linear warm-up steps")->capture_default_str();
-  train->add_option("--min-lr-ratio", c->min_lr_ratio, "Final learning rate / peak (cosine decay)")
-      ->capture_default_str();
-  train->add_option("--weight-decay", c->weight_decay, "AdamW decoupled weight decay (matrices)")
-      ->capture_default_str();
-  train->add_option("--beta1", c->beta1, "AdamW beta1")->capture_default_str();
-  train->add_option("--beta2", c->beta2, "AdamW beta2")->capture_default_str();
-  train->add_option("--grad-clip", c->grad_clip, "Global gradient-norm clip (0: off)")
-      ->capture_default_str();
-  train->add_option("--seed", c->seed, "Seed of the initial weights and the data order")
-      ->check(non_negative_integer())
-      ->capture_default_str();
-  train
-      ->add_option("--codec", c->codec,
-                   "Compress the data-parallel gradient average with this codec (bf16, fp16, "
-                   "int8, int4, onebit, topk, powersgd, or auto: the one STRAIT_TUNE_FILE's "
-                   "rules give; default: uncompressed)")
-      ->capture_default_str();
-  train
-      ->add_option("--codec-args", c->codec_args, "Codec arguments, e.g. fraction=0.01 or block=64")
-      ->capture_default_str();
-  train
-      ->add_option("--codec-warmup", c->codec_warmup_steps,
-                   "Uncompressed steps before the codec takes over")
-      ->capture_default_str();
-  train
-      ->add_option("--freeze-variance", words->freeze_variance,
-                   "Freeze AdamW's second moment when the codec takes over, as 1-bit Adam "
-                   "does (auto: only with --compress momentum, which needs it)")
-      ->check(CLI::IsMember({"auto", "on", "off"}))
-      ->capture_default_str();
-  train
-      ->add_option("--compress", words->compress,
-                   "What the codec compresses: the gradient average, or each replica's AdamW "
-                   "momentum (1-bit Adam; far closer to uncompressed training for topk and "
-                   "onebit)")
-      ->check(CLI::IsMember({"gradient", "momentum"}))
-      ->capture_default_str();
-  train
-      ->add_option("--outer-steps", c->outer_steps,
-                   "DiLoCo: inner AdamW steps per round, each replica on its own data with no "
-                   "gradient average, then the outer step on the averaged pseudo-gradients (0: "
-                   "off, plain data-parallel)")
-      ->capture_default_str();
-  train->add_option("--outer-lr", c->outer_lr, "DiLoCo's outer (Nesterov) learning rate")
-      ->capture_default_str();
-  train->add_option("--outer-momentum", c->outer_momentum, "DiLoCo's outer Nesterov momentum")
-      ->capture_default_str();
-  train
-      ->add_option("--outer-codec", c->outer_codec,
-                   "Codec of the pseudo-gradient average: none, bf16, int8 or int4 (with error "
-                   "feedback), optionally with arguments (int8:block=128)")
-      ->capture_default_str();
-  train
-      ->add_option("--outer-state", words->outer_state,
-                   "Where DiLoCo's outer state (global weights, momentum) lives between rounds: "
-                   "cpu (pinned RAM) or nvme (a file per rank under --offload-dir)")
-      ->check(CLI::IsMember({"cpu", "nvme"}))
-      ->capture_default_str();
-  train
-      ->add_option("--outer-fragments", c->outer_fragments,
-                   "Streaming DiLoCo: cut each stage's parameters into this many groups synced in "
-                   "turn, H / F steps apart, to flatten the link's peak load (1: all at once)")
-      ->capture_default_str();
-  train->add_flag("--outer-overlap", c->outer_overlap,
-                  "Average round t's pseudo-gradients in the background while round t + 1 "
-                  "computes, and apply them one round late (Streaming DiLoCo's overlap)");
-  train->add_option("--data", *data, "Text file or directory of text files")->capture_default_str();
-  train
-      ->add_option("--offload-optimizer", words->offload_optimizer,
-                   "Where the AdamW moments live: cpu (pinned host RAM) or nvme (a file per rank "
-                   "under --offload-dir, streamed through io_uring)")
-      ->capture_default_str();
-  CLI::Option* offload_dir =
-      train
-          ->add_option("--offload-dir", *offload,
-                       "Directory for the per-rank optimizer-state files (--offload-optimizer "
-                       "nvme)")
-          ->capture_default_str();
-  train
-      ->add_option("--offload-activations", words->offload_activations,
-                   "Move each microbatch's stashed activations out of the model between its "
-                   "forward and backward: none, cpu (pinned RAM) or nvme (files in --offload-dir); "
-                   "same results, fewer resident activation slots")
-      ->check(CLI::IsMember({"none", "cpu", "nvme"}))
-      ->capture_default_str();
-  train
-      ->add_option("--offload-prefetch", c->offload_prefetch,
-                   "Computes (forwards / backwards) between reloading a microbatch's activations "
-                   "and its backward; resident slots per stage are at most this + 1")
-      ->capture_default_str();
-  train
-      ->add_option("--eval-sequences", c->eval_sequences,
-                   "Held-out sequences for the eval loss (0: the whole held-out tail)")
-      ->capture_default_str();
-  train->add_option("--eval-every", c->eval_every, "Also evaluate every N steps (0: at the end)")
-      ->capture_default_str();
-  train->add_option("--prompt", c->prompt, "Prompt of the sample")->capture_default_str();
-  train->add_option("--sample-bytes", c->sample_bytes, "Bytes to generate at the end")
-      ->capture_default_str();
-  train
-      ->add_option("--sample", words->sample,
-                   "How the sample picks each byte: topk (drawn from the --top-k most likely at "
-                   "--temperature) or greedy (the most likely)")
-      ->check(CLI::IsMember({"topk", "greedy"}))
-      ->capture_default_str();
-  train
-      ->add_option("--temperature", c->temperature,
-                   "Sampling temperature: the logits are divided by it (lower: closer to greedy)")
-      ->capture_default_str();
-  train->add_option("--top-k", c->top_k, "Draw from the k most likely bytes (1: greedy)")
-      ->capture_default_str();
-  train
-      ->add_option("--sample-seed", c->sample_seed,
-                   "Seed of the sample's draws (the same seed and weights give the same bytes)")
-      ->check(non_negative_integer())
-      ->capture_default_str();
-  train->add_option("--metrics", *metrics, "Write one JSON line per step (and a summary) here");
-  train->add_option("--trace", *trace,
-                    "Write replica 0's per-rank action timeline as Chrome trace JSON here "
-                    "(chrome://tracing, Perfetto, strait schedule --from-trace)");
-  train
-      ->add_option("--blas-threads", c->blas_threads,
-                   "OpenBLAS threads per rank (0: cores / local ranks)")
-      ->capture_default_str();
-  train->add_option("--log-every", c->log_every, "Print every N steps")->capture_default_str();
-  // --- checkpoints (docs/checkpoints.md) ---
-  train->add_option("--save", *save,
-                    "Save checkpoints (weights, AdamW state, step, sampler position) into this "
-                    "directory, atomically: at the end and every --save-every steps");
-  train->add_option("--save-every", c->save_every, "Also save every N steps (0: only at the end)")
-      ->capture_default_str();
-  train->add_option("--resume", *resume,
-                    "Continue from a checkpoint: a --save directory (its newest) or one of its "
-                    "step-N directories; any --stages / --replicas split may resume it");
-  // --- end checkpoints ---
-  train->add_flag("--elastic", c->elastic,
-                  "DiLoCo replicas that may leave and join: a lost replica is dropped at the next "
-                  "round boundary, a --join process admitted at one (needs --outer-steps; the "
-                  "launcher hosts the store)");
-  train
-      ->add_option("--min-replicas", c->min_replicas,
-                   "With --elastic: stop (after a checkpoint with --save) when fewer replicas are "
-                   "left")
-      ->capture_default_str();
-  train->add_flag("--join", c->join,
-                  "Join the running --elastic job whose store is at MASTER_ADDR:MASTER_PORT (the "
-                  "same settings as the job's) at its next round boundary");
-  train
-      ->add_option("--timeout", *timeout_s,
-                   "Seconds before a stuck collective fails (sets STRAIT_TIMEOUT_S; default 300)")
-      ->check(CLI::Range(0.001, 1e6));
-
-  train->callback([c, words, data, offload, offload_dir, metrics, trace, timeout_s, save, resume,
-                   argv, &exit_code] {
-    parse_choices(*words, *c);
-    c->data = *data;
-    c->offload_dir = *offload;
-    c->metrics = *metrics;
-    c->save = *save;      // --- checkpoints
-    c->resume = *resume;  // --- checkpoints
-    c->trace = *trace;
-    if (*timeout_s > 0) ::setenv("STRAIT_TIMEOUT_S", fmt::format("{}", *timeout_s).c_str(), 1);
+  auto o = std::make_shared<TrainOptions>();
+  add_parallel_options(train, *o);
+  add_model_options(train, *o);
+  add_compression_options(train, *o);
+  add_diloco_options(train, *o);
+  add_offload_options(train, *o);
+  add_sampling_options(train, *o);
+  add_output_options(train, *o);
+  add_checkpoint_options(train, *o);
+  add_elastic_options(train, *o);
+  train->callback([o, argv, &exit_code] {
+    const TrainConfig c = o->finish();
+    if (o->timeout_s > 0) ::setenv("STRAIT_TIMEOUT_S", fmt::format("{}", o->timeout_s).c_str(), 1);
     // Elastic jobs need a lost peer known before the next allreduce times out (comm/heartbeat.h).
-    if (c->elastic && std::getenv("STRAIT_HEARTBEAT_S") == nullptr)
-      ::setenv("STRAIT_HEARTBEAT_S", "1", 1);
+    if (c.elastic && !params::is_set("STRAIT_HEARTBEAT_S")) ::setenv("STRAIT_HEARTBEAT_S", "1", 1);
     const char* rank_env = std::getenv("RANK");
-    if (rank_env == nullptr && !c->join) {
-      // Parent: fail fast on bad settings, then start the ranks.
-      c->validate();
-      check_data(*c);
-      if (offload_dir->count() > 0 && c->offload_optimizer != offload::OptimizerOffload::Nvme &&
-          c->offload_activations != ActivationOffload::Nvme &&
-          (c->outer_steps == 0 || c->outer_state != offload::OptimizerOffload::Nvme)) {
-        fmt::print(stderr,
-                   "strait train: note: --offload-dir is unused: the optimizer state stays in "
-                   "RAM (--offload-optimizer {}) and activations are not offloaded to disk; pass "
-                   "--offload-optimizer nvme or --offload-activations nvme to use it\n",
-                   words->offload_optimizer);
-      }
-      LaunchOptions launch_options;
-      launch_options.nproc = c->world_size();
-      launch_options.command = argv;
-      launch_options.command[0] = self_executable(argv[0]);
-      launch_options.elastic = c->elastic;
-      exit_code = launch(launch_options);
-      return;
-    }
-    if (c->join) c->validate();  // a joiner runs on its own, without a launcher
-    const std::string rank =
-        rank_env != nullptr ? fmt::format("rank {}", rank_env) : std::string("joiner");
-    try {
-      run_training_rank(*c);
-      exit_code = 0;
-    } catch (const Error& e) {
-      fmt::print(stderr, "strait train: {}: {}\n", rank, e.what());
-      exit_code = e.code() == ErrorCode::InvalidArgument ? 2 : 1;
-    } catch (const std::bad_alloc&) {
-      fmt::print(stderr,
-                 "strait train: {}: out of memory: lower --ctx, --microbatch-size, "
-                 "--microbatches, --dim or --layers, or use more stages\n",
-                 rank);
-      exit_code = 1;
-    } catch (const std::exception& e) {
-      fmt::print(stderr, "strait train: {}: unexpected error: {}\n", rank, e.what());
-      exit_code = 1;
-    }
+    exit_code = rank_env == nullptr && !c.join ? launch_ranks(c, *o, argv) : run_rank(c, rank_env);
   });
 }
 

@@ -11,6 +11,7 @@
 #include <optional>
 
 #include "core/error.h"
+#include "core/params.h"
 #include "tools/launcher.h"
 #include "tools/wan/testbed.h"
 
@@ -134,7 +135,7 @@ int run_job(const RunOptions& r) {
     std::vector<std::string> env;
     if (std::getenv("UCX_NET_DEVICES") == nullptr) env.emplace_back("UCX_NET_DEVICES=wan0");
     // The job's sites are the testbed's (comm/sites.h), unless the user says otherwise.
-    if (std::getenv("STRAIT_SITES") == nullptr && std::getenv("STRAIT_TOPOLOGY_FILE") == nullptr) {
+    if (!params::is_set("STRAIT_SITES") && !params::is_set("STRAIT_TOPOLOGY_FILE")) {
       env.push_back("STRAIT_SITES=" + sites_list);
     }
     o.node_env.push_back(std::move(env));

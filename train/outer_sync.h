@@ -58,7 +58,7 @@
 #include "comm/communicator.h"
 #include "offload/pinned_pool.h"
 #include "offload/swap_store.h"
-#include "scheduler/grad_sync.h"
+#include "train/data_parallel_sync.h"
 
 namespace strait::sched {
 

@@ -41,11 +41,11 @@
 #include <vector>
 
 #include "comm/communicator.h"
-#include "offload/adamw_state.h"
 #include "model/checkpoint.h"
 #include "model/rank_model.h"
+#include "offload/adamw_state.h"
 #include "train/outer_sync.h"
-#include "train/trainer.h"
+#include "train/train_config.h"
 
 namespace strait::tools {
 

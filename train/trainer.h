@@ -1,6 +1,6 @@
 // The training loop of `strait train`: one process per (stage, replica) pair trains the reference
 // transformer (model/transformer.h, run by scheduler/executor.h through
-// model/transformer_stage.h, its gradients averaged by scheduler/grad_sync.h) on a byte
+// model/transformer_stage.h, its gradients averaged by train/data_parallel_sync.h) on a byte
 // corpus, with pipeline parallelism across `stages` and data parallelism across `replicas`, AdamW
 // moments in pinned RAM or on NVMe (offload/optimizer_offload.h).
 //
@@ -24,162 +24,23 @@
 // End of a run (rank 0 prints it): the held-out loss in nats and bits per byte next to byte n-gram
 // baselines of the same corpus (baselines.h), then a sample from each replica's pipeline
 // (sampling.h: top-k at a temperature from its own seed, or greedy).
+// The job is a small loop over library parts: its settings (train_config.h, one sub-struct per
+// concern, each validating itself), the pieces of a rank (rank_state.h), who is in the job
+// (membership.h: the world, and --elastic's leaving and joining replicas), what it reports
+// (train_report.h: lines and --metrics), and a step as a short sequence of calls (the batch, the
+// pipeline's step with the optimizer, DiLoCo's outer step, the job-wide figures).
 // Errors: strait::Error with a message naming the wrong setting and the fix (world size not
 // stages x replicas, more stages than layers, a missing data path, an unknown --offload-optimizer,
-// a missing offload directory for nvme, ...). String options are parsed into the enums below once,
-// by the command line (tools/train_command.cpp).
+// a missing offload directory for nvme, ...).
 #pragma once
 
-#include <cstdint>
-#include <filesystem>
-#include <string>
-#include <string_view>
-
-#include "offload/optimizer_offload.h"
-#include "model/sampling.h"
-#include "train/outer_sync.h"
-#include "scheduler/schedule.h"
+#include "train/train_config.h"
 
 namespace strait::tools {
 
-// Where stashed activations go between a microbatch's forward and backward.
-enum class ActivationOffload : std::uint8_t { None, Cpu, Nvme };
-// When AdamW's second moment stops updating (see TrainConfig::freeze_variance).
-enum class FreezeVariance : std::uint8_t { Auto, On, Off };
-// What the codec compresses (see TrainConfig::compress).
-enum class CompressTarget : std::uint8_t { Gradient, Momentum };
-
-// The option values, as the command line spells them.
-std::string_view to_string(ActivationOffload where) noexcept;
-std::string_view to_string(FreezeVariance mode) noexcept;
-std::string_view to_string(CompressTarget target) noexcept;
-
-struct TrainConfig {
-  // Parallelism and schedule.
-  int stages = 2;
-  int replicas = 2;
-  sched::ScheduleKind schedule = sched::ScheduleKind::OneFOneB;
-  // Model chunks per rank (scheduler/schedule.h): V for interleaved, 2 for zbv, 1 for the others;
-  // 0: the schedule's own (2 for interleaved and zbv). The layers are split into stages x chunks
-  // pipeline stages, placed by the schedule (model/rank_model.h).
-  int chunks = 0;
-  int microbatches = 4;     // per replica per step
-  int microbatch_size = 4;  // sequences per microbatch
-  // Model (GPT-2 shape, byte vocabulary).
-  int layers = 4;
-  int dim = 128;
-  int heads = 4;
-  int ctx = 128;
-  // Optimization.
-  int steps = 600;
-  double lr = 3e-3;
-  int warmup_steps = 30;
-  double min_lr_ratio = 0.1;
-  double weight_decay = 0.1;
-  double beta1 = 0.9;
-  double beta2 = 0.95;
-  double grad_clip = 1.0;
-  std::uint64_t seed = 1337;
-  // Compressed data-parallel gradient average (scheduler/grad_sync.h's GradientCompression).
-  std::string codec;            // codec name ("int8", "topk", ...); empty: uncompressed
-  std::string codec_args;       // "key=value,..." for the codec ("fraction=0.01")
-  int codec_warmup_steps = 30;  // uncompressed steps before the codec takes over
-  // On: AdamW's second moment stops updating when the codec takes over (kernels::AdamWHyper::
-  // freeze_variance_after; 1-bit Adam's compression stage). Auto: on with compress ==
-  // Momentum, which needs it, else off (for gradient compression it did not close top-k's gap
-  // on the reference transformer: bench/RESULTS.md, "Convergence"). Off: never.
-  FreezeVariance freeze_variance = FreezeVariance::Auto;
-  // What the codec compresses: the gradients' average or the replicas' local AdamW momenta (as
-  // 1-bit Adam; grad_sync.h's GradientCompression::momentum), which freezes the variance at the
-  // switch.
-  CompressTarget compress = CompressTarget::Gradient;
-  // DiLoCo (train/outer_sync.h): outer_steps > 0 makes each replica run that many inner AdamW
-  // steps with no gradient average between replicas, then average the pseudo-gradients over the
-  // replicas (outer_codec: none, bf16, int8, int4; error feedback when lossy) and take the outer
-  // Nesterov step (outer_lr, outer_momentum). outer_overlap: average round t while round t + 1
-  // computes and apply it one round late. 0: plain data-parallel averaging every step.
-  int outer_steps = 0;
-  double outer_lr = 0.7;
-  double outer_momentum = 0.9;
-  std::string outer_codec = "none";
-  bool outer_overlap = false;
-  int outer_fragments = 1;  // Streaming DiLoCo's fragments: parameter groups synced in turn
-  // Where the outer state (global weights, momentum) lives between rounds: Cpu (pinned RAM) or
-  // Nvme (a SwapStore file per rank in offload_dir, in RAM only during the outer step).
-  offload::OptimizerOffload outer_state = offload::OptimizerOffload::Cpu;
-  // Data and offload.
-  std::filesystem::path data = "/usr/share/games/fortunes";
-  // AdamW moments: Cpu (pinned RAM) or Nvme (files in offload_dir).
-  offload::OptimizerOffload offload_optimizer = offload::OptimizerOffload::Cpu;
-  std::filesystem::path offload_dir = "/var/tmp";  // where nvme keeps them (optimizer, activations)
-  // Activation offload (scheduler/schedule.h's add_activation_offload): None, Cpu (pinned host
-  // buffers) or Nvme (files in offload_dir); offload_prefetch: computes between a RELOAD and its
-  // backward. Training gives the same bits either way; the model keeps fewer activation slots.
-  ActivationOffload offload_activations = ActivationOffload::None;
-  int offload_prefetch = 1;
-  // Evaluation and sampling.
-  int eval_sequences = 128;  // held-out sequences for the final eval loss (0: all)
-  int eval_every = 0;        // also evaluate every N steps (0: only at the end)
-  std::string prompt = "The ";
-  int sample_bytes = 200;
-  // How the sample picks each byte: top-k draws from the top_k most likely bytes at `temperature`
-  // with its own seed (nanoGPT sample.py's defaults), greedy takes the most likely one.
-  bool greedy = false;
-  double temperature = 0.8;
-  int top_k = 200;
-  std::uint64_t sample_seed = 1337;
-  // Output.
-  std::filesystem::path metrics;  // JSON lines (one per step, then a summary), written by rank 0
-  // Chrome trace-event JSON of replica 0's pipeline actions in every step (one pid per stage),
-  // written by rank 0 at the end (scheduler/schedule_trace.h; `strait schedule --from-trace`).
-  std::filesystem::path trace;
-  int blas_threads = 0;  // OpenBLAS threads per rank; 0: cores / local ranks
-  int log_every = 1;
-  // Checkpoints (train/train_checkpoint.h, format in docs/checkpoints.md): save
-  // into `save` every save_every steps (0: only at the end) and at the end; resume from `resume`
-  // (a --save directory, whose newest checkpoint is taken, or one of its step directories).
-  std::filesystem::path save;
-  int save_every = 0;
-  std::filesystem::path resume;
-  // Elastic DiLoCo replicas (comm/reform.h; torchrun's elastic conventions: the launcher hosts the
-  // store, TORCHELASTIC_USE_AGENT_STORE): a replica whose rank is lost is dropped at the next
-  // round boundary (the survivors re-form the world, agree with a Min vote whether every one of
-  // them took the round's outer step, redo it among themselves when not, and go on: the outer
-  // average is over those present); a process started with `join` is admitted at a round boundary
-  // and receives a survivor's state (weights, inner AdamW moments and step, outer weights and
-  // momentum) as a packed checkpoint over the communicator. Needs outer_steps > 0, no overlap, one
-  // fragment. With stages, a replica joins as `stages` processes admitted together (each gets its
-  // stage from its place among them and that stage's state from a survivor of the same stage,
-  // ReformOptions::joiners_multiple), and a replica that loses one stage's rank is dropped
-  // whole (its other ranks leave with an error naming it; the others re-form again without them);
-  // the re-formation aborts the other replicas' pipeline steps still in flight in that round
-  // (comm/heartbeat.h), so those replicas contribute the inner steps they completed, and the
-  // survivors still agree bit for bit. Heartbeats are on (STRAIT_HEARTBEAT_S, 1 s unless set).
-  bool elastic = false;
-  // Below this many replicas the job stops with an error (after a checkpoint when `save` is set).
-  int min_replicas = 1;
-  // This process joins a running elastic job (MASTER_ADDR / MASTER_PORT: the job's store).
-  bool join = false;
-
-  // Checks what can be checked without the job (sizes, paths, directories); throws
-  // InvalidArgument with the fix.
-  void validate() const;
-  [[nodiscard]] int world_size() const { return stages * replicas; }
-  // The codec spec ("name" or "name:args"); empty when uncompressed.
-  [[nodiscard]] std::string codec_spec() const;
-  // DiLoCo's settings (train/outer_sync.h); meaningful when outer_steps > 0.
-  [[nodiscard]] sched::OuterOptions outer() const;
-  // The sampler's settings (sample, temperature, top_k, sample_seed).
-  [[nodiscard]] sched::SamplingOptions sampling() const;
-  // The step after which AdamW's v is frozen (AdamWHyper::freeze_variance_after); 0: never.
-  [[nodiscard]] std::int64_t freeze_variance_after() const;
-};
-
-// Learning rate at `step` (0-based): linear warm-up, then cosine decay to min_lr_ratio * lr.
-double learning_rate(const TrainConfig& config, std::int64_t step);
-
-// Runs this process's rank of the job (torchrun-style environment: RANK, WORLD_SIZE, ...).
-// Returns normally when training finished on every rank.
+// Runs this process's rank of the job (torchrun-style environment: RANK, WORLD_SIZE, ...; or,
+// with config.join, a joiner of a running elastic job). Returns normally when training finished
+// on every rank.
 void run_training_rank(const TrainConfig& config);
 
 }  // namespace strait::tools

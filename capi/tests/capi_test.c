@@ -39,6 +39,9 @@
 #include <time.h>
 #include <unistd.h>
 
+/* STRAIT_REQUIRE_GPU is 1 (require_gpu.cpp: through the parameter registry). */
+int strait_test_gpu_required(void);
+
 #ifdef STRAIT_CAPI_TEST_CUDA
 #include <cuda_runtime.h>
 #endif
@@ -1334,8 +1337,7 @@ static void scenario_device(void) {
   size_t i;
   int r;
   if (cudaGetDeviceCount(&devices) != cudaSuccess) devices = 0;
-  if (devices == 0 && getenv("STRAIT_REQUIRE_GPU") &&
-      strcmp(getenv("STRAIT_REQUIRE_GPU"), "1") == 0) {
+  if (devices == 0 && strait_test_gpu_required()) {
     fail(__FILE__, __LINE__,
          "no CUDA device, and STRAIT_REQUIRE_GPU=1 (bench/gpu_check.sh) says one must be there",
          NULL);

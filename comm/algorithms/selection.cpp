@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/params.h"
 
 namespace strait::comm {
 namespace {
@@ -479,23 +480,27 @@ AlgorithmTable AlgorithmTable::parse_json(std::string_view text, std::string_vie
   return table;
 }
 
-AlgorithmTable AlgorithmTable::from_environment() {
+AlgorithmTable AlgorithmTable::from_environment(const Given& given) {
   AlgorithmTable table = defaults();
-  if (const char* path = std::getenv("STRAIT_TUNE_FILE"); path != nullptr && *path != '\0') {
-    std::ifstream in(path);
+  const std::optional<std::string> path =
+      given.file ? given.file : params::text("STRAIT_TUNE_FILE");
+  if (path && !path->empty()) {
+    const std::string source =
+        given.file ? given.file_source.value_or(*path) : fmt::format("STRAIT_TUNE_FILE={}", *path);
+    std::ifstream in(*path);
     std::stringstream text;
     if (in.is_open()) text << in.rdbuf();
     if (!in.is_open() || in.bad()) {
       throw Error(ErrorCode::InvalidArgument,
-                  fmt::format("STRAIT_TUNE_FILE={}: cannot read it ({}); unset it or name a JSON "
-                              "file of algorithm rules",
-                              path, std::strerror(errno)));
+                  fmt::format("{}: cannot read it ({}); unset it or name a JSON file of algorithm "
+                              "rules, as `strait tune` writes",
+                              source, std::strerror(errno)));
     }
-    table.append(parse_json(text.str(), fmt::format("STRAIT_TUNE_FILE={}", path)));
+    table.append(parse_json(text.str(), source));
   }
-  if (const char* rules = std::getenv("STRAIT_TUNE"); rules != nullptr) {
-    table.append(parse(rules, "STRAIT_TUNE"));
-  }
+  const std::optional<std::string> rules = given.rules ? given.rules : params::text("STRAIT_TUNE");
+  if (rules)
+    table.append(parse(*rules, given.rules ? given.rules_source.value_or("") : "STRAIT_TUNE"));
   return table;
 }
 

@@ -119,9 +119,16 @@ class AlgorithmTable {
   static AlgorithmTable parse(std::string_view rules, std::string_view source = "STRAIT_TUNE");
   // Rules as JSON (the format above).
   static AlgorithmTable parse_json(std::string_view text, std::string_view source);
-  // defaults(), then the rules of the file STRAIT_TUNE_FILE names, then STRAIT_TUNE's (later
-  // rules win). InvalidArgument when either is malformed or the file cannot be read.
-  static AlgorithmTable from_environment();
+  // What a caller gives instead of STRAIT_TUNE_FILE / STRAIT_TUNE (the C API's config), each with
+  // the source its errors name.
+  struct Given {
+    std::optional<std::string> file, file_source;
+    std::optional<std::string> rules, rules_source;
+  };
+  // defaults(), then the rules of the file (given, else STRAIT_TUNE_FILE), then the rule text's
+  // (given, else STRAIT_TUNE; later rules win). InvalidArgument when either is malformed or the
+  // file cannot be read.
+  static AlgorithmTable from_environment(const Given& given = {});
 
   void add(SelectionRule rule) { rules_.push_back(std::move(rule)); }
   // Appends `later`'s rules, which then take precedence.

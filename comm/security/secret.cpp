@@ -12,6 +12,7 @@
 
 #include "core/error.h"
 #include "core/fd.h"
+#include "core/params.h"
 
 namespace strait::comm {
 
@@ -106,16 +107,16 @@ SharedSecret SharedSecret::from_file(const std::string& path) {
 }
 
 std::optional<SharedSecret> SharedSecret::resolve(const std::string& path) {
-  if (std::getenv("STRAIT_SECRET") != nullptr) {
+  if (params::is_present("STRAIT_SECRET")) {
     throw Error(ErrorCode::InvalidArgument,
                 "STRAIT_SECRET is set: a secret in the environment or on a command line leaks "
                 "through /proc; put it in a file readable only by you and set STRAIT_SECRET_FILE "
                 "to its path");
   }
   if (!path.empty()) return from_file(path);
-  const char* env = std::getenv("STRAIT_SECRET_FILE");
-  if (env == nullptr || *env == '\0') return std::nullopt;
-  return from_file(env);
+  const std::optional<std::string> env = params::text("STRAIT_SECRET_FILE");
+  if (!env) return std::nullopt;
+  return from_file(*env);
 }
 
 Key SharedSecret::derive(std::string_view label) const {

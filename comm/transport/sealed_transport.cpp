@@ -9,6 +9,7 @@
 
 #include "comm/transport/link_keys.h"
 #include "core/error.h"
+#include "core/params.h"
 
 namespace strait::comm {
 namespace {
@@ -222,8 +223,7 @@ std::unique_ptr<Transport> seal_links(std::unique_ptr<Transport> inner,
   std::string text = encrypt;
   std::string source = "CommOptions::encrypt";
   if (text.empty()) {
-    const char* env = std::getenv("STRAIT_ENCRYPT");
-    text = env != nullptr && *env != '\0' ? env : (secret ? "sites" : "off");
+    text = params::text("STRAIT_ENCRYPT").value_or(secret ? "sites" : "off");
     source = "STRAIT_ENCRYPT";
   }
   const EncryptMode mode = parse_encrypt_mode(text, source);

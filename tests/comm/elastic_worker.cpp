@@ -38,6 +38,7 @@
 #include "comm/bootstrap/tcp_store.h"
 #include "comm/communicator.h"
 #include "core/error.h"
+#include "core/params.h"
 
 namespace {
 
@@ -294,7 +295,7 @@ int stopped(int victim) {
     }
     // The bound: the lease (5 intervals) and one interval, with room for a loaded machine; far
     // below the operation timeout the test sets (30 s).
-    const double interval_s = std::stod(std::getenv("STRAIT_HEARTBEAT_S"));
+    const double interval_s = std::stod(strait::params::text("STRAIT_HEARTBEAT_S").value());
     if (static_cast<double>(ms) > 1000.0 * (8 * interval_s + 3)) {
       c.wrong("the loss took {} ms to see, more than the heartbeat bound", ms);
     }

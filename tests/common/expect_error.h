@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <string>
 #include <utility>
 
 #include "core/error.h"
@@ -18,6 +19,20 @@ void expect_error(ErrorCode code, F&& f) {
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), code) << e.what();
   }
+}
+
+// Calls f, expects it to throw Error(code), and returns its what() ("" and a test failure when
+// nothing is thrown), for checks on the message.
+template <class F>
+std::string error_of(F&& f, ErrorCode code = ErrorCode::InvalidArgument) {
+  try {
+    std::forward<F>(f)();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), code) << e.what();
+    return e.what();
+  }
+  ADD_FAILURE() << "expected Error(" << to_string(code) << "), nothing was thrown";
+  return {};
 }
 
 }  // namespace strait::test

@@ -5,17 +5,18 @@
 
 #include <gtest/gtest.h>
 
-#include <cstdlib>
+#include <optional>
 #include <string>
 #include <string_view>
 
+#include "core/params.h"
 #include "kernels/device_reduce.h"
 
 namespace strait::test {
 
 inline bool gpu_required() {
-  const char* v = std::getenv("STRAIT_REQUIRE_GPU");
-  return v != nullptr && std::string_view(v) != "" && std::string_view(v) != "0";
+  const std::optional<std::string> v = params::text("STRAIT_REQUIRE_GPU");
+  return v && *v != "0";
 }
 
 }  // namespace strait::test

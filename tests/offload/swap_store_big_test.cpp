@@ -16,6 +16,7 @@
 #include <string>
 #include <utility>
 
+#include "core/params.h"
 #include "offload/pinned_buffer.h"
 #include "offload/swap_store.h"
 #include "tests/common/temp_dir.h"
@@ -79,8 +80,8 @@ std::size_t first_difference(const std::byte* p, std::size_t size, std::uint64_t
 
 TEST(SwapStoreBig, ThreeGiBPlusOneRoundTrips) {
   const std::size_t size = 3 * kGiB + 1;
-  const char* env = std::getenv("STRAIT_TEST_OFFLOAD_DIR");
-  const std::filesystem::path base = env != nullptr && *env != '\0' ? env : "/var/tmp";
+  const std::filesystem::path base =
+      strait::params::text("STRAIT_TEST_OFFLOAD_DIR").value_or("/var/tmp");
   struct statvfs vfs {};
   if (::statvfs(base.c_str(), &vfs) != 0) GTEST_SKIP() << "cannot statvfs " << base;
   const std::uint64_t free_bytes = static_cast<std::uint64_t>(vfs.f_bavail) * vfs.f_frsize;

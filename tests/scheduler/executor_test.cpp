@@ -17,12 +17,12 @@
 #include <vector>
 
 #include "core/error.h"
-#include "offload/activation_store.h"
-#include "scheduler/grad_sync.h"
 #include "model/rank_model.h"
 #include "model/transformer_stage.h"
+#include "offload/activation_store.h"
 #include "scheduler/schedule.h"
 #include "scheduler/schedule_sim.h"
+#include "train/data_parallel_sync.h"
 
 namespace strait::sched {
 namespace {

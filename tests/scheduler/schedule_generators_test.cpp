@@ -14,22 +14,13 @@
 #include "scheduler/schedule_print.h"
 #include "scheduler/schedule_sim.h"
 #include "scheduler/schedule_validate.h"
+#include "tests/common/expect_error.h"
 
 namespace strait::sched {
 namespace {
 
 using K = ActionKind;
-
-std::string error_of(auto&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::InvalidArgument) << e.what();
-    return e.what();
-  }
-  ADD_FAILURE() << "no error";
-  return {};
-}
+using strait::test::error_of;
 
 int count(const std::vector<Action>& list, K kind, int stage, int mb) {
   return static_cast<int>(std::count(list.begin(), list.end(), Action{kind, stage, mb}));

@@ -139,6 +139,28 @@ TEST(StraitRun, AFailingRankIsNamedAndTheOthersAreStopped) {
   }
 }
 
+TEST(StraitRun, ARankThatPrintedItsOwnErrorFirstHadAlreadyFailed) {
+  const TempDir dir;
+  // Rank 0 prints its own error and hangs (as a rank stuck in cleanup after a lost peer); rank 1
+  // fails once that is said; rank 2 sleeps. The launcher's SIGTERM ends ranks 0 and 2, but rank 0
+  // had failed before it, and the summary says so with its error line.
+  const std::string script = write_pid() + R"(
+    case "$RANK" in
+      0) echo "some progress" >&2; echo "PeerLost: rank 1 stopped answering" >&2
+         echo "a later warning" >&2; touch "$0/said.0"; exec sleep 300 ;;
+      1) while [ ! -f "$0/said.0" ] || [ ! -f "$0/pid.2" ]; do sleep 0.01; done; exit 3 ;;
+      *) exec sleep 300 ;;
+    esac)";
+  Strait run({"run", "-n", "3", "--", "sh", "-c", script, dir.str()}, dir.path() / "out");
+  EXPECT_EQ(run.exit_code(), 3);
+  const std::string out = run.output();
+  EXPECT_TRUE(contains(out,
+                       "strait run:   rank 0: had already failed, then the launcher's SIGTERM "
+                       "ended it: PeerLost: rank 1 stopped answering\n"))
+      << out;
+  EXPECT_TRUE(contains(out, "strait run:   rank 2: stopped by the launcher (SIGTERM)\n")) << out;
+}
+
 TEST(StraitRun, ARankThatOutlivesTheLaunchersSigtermIsReportedWithItsOwnStatus) {
   const TempDir dir;
   // Rank 0 fails once the others are set up. Rank 1 ignores SIGTERM and exits 6 when the test

@@ -618,8 +618,8 @@ TEST(StraitTrain, FreezeVarianceAppliesFromTheCodecsFirstStep) {
 // --compress momentum (1-bit Adam): with a near-lossless codec (bf16) and no clipping it is the
 // same training as averaging the gradients with AdamW's variance frozen at the switch, so the
 // two loss trajectories agree to bf16's rounding (the gradient the optimizer gets is the average
-// one); and the run ends normally only when the executor's copy of the momentum equals the
-// optimizer's bit for bit (Job::check_momentum). Before the switch both are the plain run.
+// one); the sync compresses the optimizer's own m (train/data_parallel_sync.h reads it from the
+// AdamW state, its one owner). Before the switch both are the plain run.
 TEST(StraitTrain, MomentumCompressionTracksTheGradientAverageWithAFrozenVariance) {
   const Job job;
   const std::vector<std::string> common = {

@@ -24,6 +24,7 @@
 #include "comm/transport/peer_memory.h"
 #include "comm/transport/ucx/ucx_log.h"
 #include "core/error.h"
+#include "core/params.h"
 #include "kernels/reduce.h"
 
 namespace strait::comm {
@@ -57,11 +58,7 @@ Error ucx_error(const char* what, ucs_status_t status) {
 }
 
 bool force_peer_error_mode() {
-  const char* v = std::getenv("STRAIT_UCX_ERR_MODE");
-  if (v == nullptr || std::strcmp(v, "auto") == 0 || *v == '\0') return false;
-  if (std::strcmp(v, "peer") == 0) return true;
-  throw Error(ErrorCode::InvalidArgument,
-              fmt::format("STRAIT_UCX_ERR_MODE={} is not one of auto, peer", v));
+  return params::get_enum("STRAIT_UCX_ERR_MODE").value_or("auto") == "peer";
 }
 
 // The record a rank publishes: host identity, pid, the address of its probe word (single copy)

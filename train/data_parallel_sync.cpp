@@ -1,9 +1,10 @@
-#include "scheduler/grad_sync.h"
+#include "train/data_parallel_sync.h"
 
 #include <fmt/format.h>
 
 #include <cmath>
 #include <utility>
+#include <vector>
 
 #include "core/error.h"
 
@@ -14,13 +15,14 @@ using kernels::ReduceOp;
 
 DataParallelSync::DataParallelSync(PipelineComms comms, int stage, int stages,
                                    GradientLayout layout, GradientCompression compression,
-                                   double max_norm)
+                                   double max_norm, offload::AdamWState* optimizer)
     : comms_(comms),
       stage_(stage),
       stages_(stages),
       layout_(std::move(layout)),
       compression_(std::move(compression)),
-      max_norm_(max_norm) {}
+      max_norm_(max_norm),
+      optimizer_(optimizer) {}
 
 void DataParallelSync::reduce_grads(std::int64_t step, std::span<float> grads) {
   const auto sent = [this] {
@@ -61,7 +63,6 @@ void DataParallelSync::reduce_grads(std::int64_t step, std::span<float> grads) {
       // Each stage's data-parallel group compressed its own buffer, so the first and the last
       // stage's copies of the tied weights came out differently: average them back into one.
       tied_allreduce(ReduceOp::Avg);
-      if (compression_.momentum) advance_momentum(grads);
     } else {
       comms_.data->allreduce(grads.data(), grads.data(), grads.size(), DType::F32, ReduceOp::Avg);
     }
@@ -78,29 +79,23 @@ double DataParallelSync::clip_grads(std::span<float> grads) {
 }
 
 void DataParallelSync::average_momentum(std::span<float> grads, const comm::Compression& c) {
-  if (momentum_.size() != grads.size()) {
+  if (optimizer_ == nullptr || optimizer_->count() != grads.size()) {
     throw Error(ErrorCode::InvalidArgument,
-                fmt::format("momentum compression at stage {}: the momentum has {} values for {} "
-                            "parameters; call set_momentum with the optimizer's m at the switch",
-                            stage_, momentum_.size(), grads.size()));
+                fmt::format("momentum compression at stage {}: the optimizer holds {} moments for "
+                            "{} parameters; pass the AdamW state of this rank's parameters",
+                            stage_, optimizer_ == nullptr ? 0 : optimizer_->count(), grads.size()));
   }
+  // AdamW's m as of the last step, from its one owner (v is read and dropped).
+  std::vector<float> momentum(grads.size()), unused(grads.size());
+  optimizer_->read_moments(momentum, unused);
   norm_ = clip(grads);  // this replica's own gradient (DGC's local clipping)
   clipped_ = true;
   // avg_r (g_r + b1 / (1 - b1) m) = avg_r (b1 m + (1 - b1) g_r) / (1 - b1): the local momenta,
   // scaled so that the result is gradient-sized and needs no division afterwards.
   const auto k = static_cast<float>(compression_.beta1 / (1.0 - compression_.beta1));
-  for (std::size_t i = 0; i < grads.size(); ++i) grads[i] += k * momentum_[i];
+  for (std::size_t i = 0; i < grads.size(); ++i) grads[i] += k * momentum[i];
   comms_.data->allreduce_compressed(grads.data(), grads.data(), grads.size(), ReduceOp::Avg, c);
-  for (std::size_t i = 0; i < grads.size(); ++i) grads[i] -= k * momentum_[i];
-}
-
-void DataParallelSync::advance_momentum(std::span<const float> grads) {
-  // kernels/adamw_simd.h's m update, operation for operation, so the copy stays bit-identical.
-  const auto b1 = static_cast<float>(compression_.beta1);
-  const auto one_minus_b1 = static_cast<float>(1.0 - compression_.beta1);
-  for (std::size_t i = 0; i < grads.size(); ++i) {
-    momentum_[i] = b1 * momentum_[i] + one_minus_b1 * grads[i];
-  }
+  for (std::size_t i = 0; i < grads.size(); ++i) grads[i] -= k * momentum[i];
 }
 
 double DataParallelSync::clip(std::span<float> grads) const {
