@@ -33,16 +33,12 @@
 #include "comm/communicator.h"
 #include "core/error.h"
 
+namespace strait::bench {
 namespace {
 
-using strait::Error;
-using strait::ErrorCode;
-using strait::bench::BenchOptions;
-using strait::bench::Collective;
-using strait::comm::Communicator;
-using strait::kernels::DType;
-using strait::kernels::ReduceOp;
-namespace bench = strait::bench;
+using comm::Communicator;
+using kernels::DType;
+using kernels::ReduceOp;
 
 constexpr const char* kFooter = R"(
 Launch N ranks with `strait run -n N -- strait-bench ...` (or any launcher that sets torchrun's
@@ -290,12 +286,8 @@ int run(const BenchOptions& o) {
   return 0;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  if (argc > 1 && std::strcmp(argv[1], "offload") == 0) {
-    return strait::bench::offload_main(argc - 1, argv + 1);
-  }
+int bench_main(int argc, char** argv) {
+  if (argc > 1 && std::strcmp(argv[1], "offload") == 0) return offload_main(argc - 1, argv + 1);
   CLI::App app{"strait-bench: nccl-tests-style benchmark of strait's collectives"};
   app.footer(kFooter);
   BenchOptions o;
@@ -352,4 +344,11 @@ int main(int argc, char** argv) {
     fmt::print(stderr, "{}{}\n", error_prefix(), e.what());
     return e.code() == ErrorCode::InvalidArgument ? 2 : 1;
   }
+}
+
+}  // namespace
+}  // namespace strait::bench
+
+int main(int argc, char** argv) {
+  return strait::bench::bench_main(argc, argv);
 }

@@ -13,11 +13,7 @@
 namespace strait::kernels {
 namespace {
 
-using testing::accumulated;
-using testing::numeric_gradient;
-using testing::random_tokens;
-using testing::random_vector;
-using testing::relative_error;
+using namespace strait::testing;  // tests/kernels/gradcheck.h
 
 TEST(CrossEntropy, ForwardMatchesNaiveSoftmax) {
   std::mt19937_64 rng(2);

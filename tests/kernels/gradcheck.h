@@ -76,4 +76,15 @@ inline std::vector<double> accumulated(const std::vector<double>& after,
   return d;
 }
 
+// A gradient buffer for a backward pass that adds into it, seeded with random values so that a
+// test also sees that it adds: added() takes the seed back off.
+struct SeededGrad {
+  std::vector<double> seed;
+  std::vector<double> grad;
+
+  SeededGrad(std::mt19937_64& rng, std::size_t n) : seed(random_vector(rng, n)), grad(seed) {}
+  [[nodiscard]] double* data() { return grad.data(); }
+  [[nodiscard]] std::vector<double> added() const { return accumulated(grad, seed); }
+};
+
 }  // namespace strait::testing

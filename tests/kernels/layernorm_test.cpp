@@ -12,11 +12,7 @@
 namespace strait::kernels {
 namespace {
 
-using testing::accumulated;
-using testing::dot;
-using testing::numeric_gradient;
-using testing::random_vector;
-using testing::relative_error;
+using namespace strait::testing;  // tests/kernels/gradcheck.h
 
 TEST(LayerNorm, ForwardMatchesNaiveReference) {
   std::mt19937_64 rng(3);
@@ -61,18 +57,15 @@ TEST(LayerNorm, BackwardMatchesFiniteDifferences) {
     loss();  // mean and rstd at the unperturbed point, for backward
     const auto saved_mean = mean;
     const auto saved_rstd = rstd;
-    const auto dx0 = random_vector(rng, x.size());
-    const auto dw0 = random_vector(rng, w.size());
-    const auto db0 = random_vector(rng, b.size());
-    auto dx = dx0;
-    auto dw = dw0;
-    auto db = db0;
+    SeededGrad dx(rng, x.size());  // drawn in this order: dx, dw, db
+    SeededGrad dw(rng, w.size());
+    SeededGrad db(rng, b.size());
     layernorm_backward(dx.data(), dw.data(), db.data(), r.data(), x.data(), w.data(),
                        saved_mean.data(), saved_rstd.data(), N, C);
-    EXPECT_LT(relative_error(accumulated(dx, dx0), numeric_gradient(x, loss)), 1e-6)
+    EXPECT_LT(relative_error(dx.added(), numeric_gradient(x, loss)), 1e-6)
         << "N=" << N << " C=" << C;
-    EXPECT_LT(relative_error(accumulated(dw, dw0), numeric_gradient(w, loss)), 1e-6);
-    EXPECT_LT(relative_error(accumulated(db, db0), numeric_gradient(b, loss)), 1e-6);
+    EXPECT_LT(relative_error(dw.added(), numeric_gradient(w, loss)), 1e-6);
+    EXPECT_LT(relative_error(db.added(), numeric_gradient(b, loss)), 1e-6);
   }
 }
 

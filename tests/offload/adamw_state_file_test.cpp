@@ -28,10 +28,7 @@ using strait::test::contains;
 using strait::test::ScratchMount;
 using strait::test::TempDir;
 
-using testing::InMemory;
-using testing::random_vector;
-using testing::same_bits;
-using testing::three_groups;
+using namespace strait::offload::testing;  // tests/offload/adamw_reference.h, test_util.h
 
 AdamWStateFileOptions options_for(const std::filesystem::path& dir, IoEngineKind kind,
                                   std::size_t chunk, unsigned buffers) {
