@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "kernels/dtype_limits.h"
+
 namespace strait::bench {
 namespace {
 

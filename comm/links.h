@@ -10,13 +10,11 @@
 //              latency), the best of `bulk_reps` (after one unmeasured transfer).
 // Collective: every rank calls it with the same options, and every rank returns the same matrices.
 // Tags 0x7e0001..3 of the point-to-point tag space: nothing else may send meanwhile.
-// Errors: those of the Communicator.
+// Errors: those of the Communicator. Internal to the static layers (not in libstrait.so's API).
 #pragma once
 
 #include <cstddef>
 #include <vector>
-
-#include "core/export.h"
 
 namespace strait::comm {
 
@@ -35,9 +33,9 @@ struct LinkOptions {
 
 // The number of rounds of a tournament of `world` ranks, and rank's partner in `round`, -1 for a
 // bye (odd worlds). Every pair i < j meets exactly once.
-STRAIT_API int tournament_rounds(int world);
-STRAIT_API int tournament_partner(int rank, int round, int world);
+int tournament_rounds(int world);
+int tournament_partner(int rank, int round, int world);
 
-STRAIT_API Links measure_links(Communicator& comm, const LinkOptions& options = {});
+Links measure_links(Communicator& comm, const LinkOptions& options = {});
 
 }  // namespace strait::comm

@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <string>
 #include <utility>
 
 #include "core/error.h"
@@ -18,6 +19,19 @@ void expect_error(ErrorCode code, F&& f) {
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), code) << e.what();
   }
+}
+
+// The same, returning the error's message for further checks ("" when nothing was thrown).
+template <class F>
+std::string expect_error_what(ErrorCode code, F&& f) {
+  try {
+    std::forward<F>(f)();
+    ADD_FAILURE() << "expected Error(" << to_string(code) << "), nothing was thrown";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), code) << e.what();
+    return e.what();
+  }
+  return {};
 }
 
 }  // namespace strait::test

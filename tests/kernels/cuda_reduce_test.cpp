@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "kernels/device_reduce.h"
 #include "kernels/dtype.h"
+#include "kernels/dtype_limits.h"
 #include "tests/common/expect_error.h"
 #include "tests/common/gpu.h"
 

@@ -7,8 +7,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <random>
 #include <span>
+#include <utility>
 #include <vector>
 
 namespace strait::testing {
@@ -74,6 +76,13 @@ inline std::vector<double> accumulated(const std::vector<double>& after,
   std::vector<double> d(after.size());
   for (std::size_t i = 0; i < after.size(); ++i) d[i] = after[i] - before[i];
   return d;
+}
+
+// Calls check(rows, cols) for each (rows, cols) shape: plain ints, which check's lambdas may
+// capture (clang 14 cannot capture structured bindings).
+inline void for_each_shape(std::initializer_list<std::pair<int, int>> shapes,
+                           const std::function<void(int, int)>& check) {
+  for (const auto& shape : shapes) check(shape.first, shape.second);
 }
 
 // A gradient buffer for a backward pass that adds into it, seeded with random values so that a

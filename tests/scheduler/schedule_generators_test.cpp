@@ -14,6 +14,7 @@
 #include "scheduler/schedule_print.h"
 #include "scheduler/schedule_sim.h"
 #include "scheduler/schedule_validate.h"
+#include "tests/common/expect_error.h"
 
 namespace strait::sched {
 namespace {
@@ -21,14 +22,7 @@ namespace {
 using K = ActionKind;
 
 std::string error_of(auto&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::InvalidArgument) << e.what();
-    return e.what();
-  }
-  ADD_FAILURE() << "no error";
-  return {};
+  return strait::test::expect_error_what(ErrorCode::InvalidArgument, f);
 }
 
 int count(const std::vector<Action>& list, K kind, int stage, int mb) {
