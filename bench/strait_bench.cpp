@@ -131,14 +131,7 @@ bench::Measurement run_variant(Communicator& comm, const Collective& coll, const
   const auto fill = [&] {
     bench::fill_inputs(o.dtype, o.op, comm.rank(), 0, send, shape.send_count);
   };
-  const bench::Call call{.comm = comm,
-                         .send = send,
-                         .recv = recv,
-                         .count = shape.count,
-                         .dtype = o.dtype,
-                         .op = o.op,
-                         .root = o.root,
-                         .codec = o.codec};
+  const bench::Call call{comm, send, recv, shape.count, o.dtype, o.op, o.root, o.codec};
   fill();
   const double mine = time_calls(comm, coll, call, o);
   const double time_us = combine_time(comm, mine, o.time_stat);

@@ -228,8 +228,11 @@ void Communicator::setup_sites(std::optional<Sites> mine, const std::string& err
                             rank(), mine ? mine->describe() : "STRAIT_SITES=measure",
                             fmt::join(differ, ", ")));
   }
-  Sites sites =
-      measure ? cluster_by_bandwidth(measure_links(*this).bandwidth_MBps) : std::move(*mine);
+  // Clustering needs bandwidth only: one timed 4 MiB transfer per pair after an untimed one (and
+  // the probe's few ping-pongs, for the latency it subtracts), as strait tune measures it.
+  constexpr LinkOptions kSitesProbe{.pings = 1, .bulk_bytes = 4 << 20, .bulk_reps = 1};
+  Sites sites = measure ? cluster_by_bandwidth(measure_links(*this, kSitesProbe).bandwidth_MBps)
+                        : std::move(*mine);
   if (measure) sites.source = fmt::format("STRAIT_SITES=measure: {} MB/s", sites.source);
   if (measure && rank() == 0) spdlog::info("strait: sites {}", sites.describe());
   // Ids for the site groups (one: sites are disjoint) and for each shard's inter-site group.

@@ -20,9 +20,7 @@ class TestStream {
     s_.reset(s);
   }
   [[nodiscard]] cudaStream_t get() const { return s_.get(); }
-  void sync() const {
-    kernels::cuda_check(cudaStreamSynchronize(get()), "cudaStreamSynchronize");
-  }
+  void sync() const { kernels::cuda_check(cudaStreamSynchronize(get()), "cudaStreamSynchronize"); }
 
  private:
   struct Destroy {
