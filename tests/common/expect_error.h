@@ -21,16 +21,17 @@ void expect_error(ErrorCode code, F&& f) {
   }
 }
 
-// The same, returning the error's message for further checks ("" when nothing was thrown).
+// Calls f, expects it to throw Error(code), and returns its what() ("" and a test failure when
+// nothing is thrown), for checks on the message.
 template <class F>
-std::string expect_error_what(ErrorCode code, F&& f) {
+std::string error_of(F&& f, ErrorCode code = ErrorCode::InvalidArgument) {
   try {
     std::forward<F>(f)();
-    ADD_FAILURE() << "expected Error(" << to_string(code) << "), nothing was thrown";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), code) << e.what();
     return e.what();
   }
+  ADD_FAILURE() << "expected Error(" << to_string(code) << "), nothing was thrown";
   return {};
 }
 

@@ -26,7 +26,7 @@ namespace {
 
 using kernels::AdamWHyper;
 using strait::test::contains;
-using strait::test::expect_error_what;
+using strait::test::error_of;
 using strait::test::ScratchMount;
 using strait::test::TempDir;
 
@@ -193,11 +193,11 @@ TEST_P(StateFileTest, TruncatedFileFailsLoudlyThenRefusesUntilRestored) {
   std::vector<float> params(n, 1.0F), grads(n, 0.5F);
   // A step over a truncated state file throws; so does the next one, until write_moments.
   const std::string truncated =
-      expect_error_what(ErrorCode::Io, [&] { state.step(params, grads, AdamWHyper{}, 1); });
+      error_of([&] { state.step(params, grads, AdamWHyper{}, 1); }, ErrorCode::Io);
   EXPECT_TRUE(contains(truncated, "end of the file")) << truncated;
   EXPECT_TRUE(contains(truncated, state.path().string())) << truncated;
   const std::string refused =
-      expect_error_what(ErrorCode::Aborted, [&] { state.step(params, grads, AdamWHyper{}, 2); });
+      error_of([&] { state.step(params, grads, AdamWHyper{}, 2); }, ErrorCode::Aborted);
   EXPECT_TRUE(contains(refused, "write_moments")) << refused;
   const std::vector<float> zeros(n, 0.0F);
   state.write_moments(zeros, zeros);  // restores every chunk (and the file's length)

@@ -32,7 +32,7 @@ namespace strait::offload {
 namespace {
 
 using strait::test::contains;
-using strait::test::expect_error_what;
+using strait::test::error_of;
 using strait::test::ScratchMount;
 using strait::test::TempDir;
 
@@ -157,7 +157,7 @@ TEST_P(IoEngineTest, ReadingPastEndOfFileIsAnErrorNotZeros) {
   engine->run({&write, 1});
   const IoRequest read = IoRequest::read(file, 0, buffer.bytes().first(4 * block));
   // A read past the end of the file throws.
-  const std::string what = expect_error_what(ErrorCode::Io, [&] { engine->run({&read, 1}); });
+  const std::string what = error_of([&] { engine->run({&read, 1}); }, ErrorCode::Io);
   EXPECT_TRUE(contains(what, "end of the file")) << what;
   EXPECT_TRUE(contains(what, file.path().string())) << what;
   // The first 3 blocks arrived (a short read), the remainder found the end.
