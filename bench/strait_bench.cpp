@@ -33,16 +33,12 @@
 #include "comm/communicator.h"
 #include "core/error.h"
 
+namespace strait::bench {
 namespace {
 
-using strait::Error;
-using strait::ErrorCode;
-using strait::bench::BenchOptions;
-using strait::bench::Collective;
-using strait::comm::Communicator;
-using strait::kernels::DType;
-using strait::kernels::ReduceOp;
-namespace bench = strait::bench;
+using comm::Communicator;
+using kernels::DType;
+using kernels::ReduceOp;
 
 constexpr const char* kFooter = R"(
 Launch N ranks with `strait run -n N -- strait-bench ...` (or any launcher that sets torchrun's
@@ -135,14 +131,7 @@ bench::Measurement run_variant(Communicator& comm, const Collective& coll, const
   const auto fill = [&] {
     bench::fill_inputs(o.dtype, o.op, comm.rank(), 0, send, shape.send_count);
   };
-  const bench::Call call{.comm = comm,
-                         .send = send,
-                         .recv = recv,
-                         .count = shape.count,
-                         .dtype = o.dtype,
-                         .op = o.op,
-                         .root = o.root,
-                         .codec = o.codec};
+  const bench::Call call{comm, send, recv, shape.count, o.dtype, o.op, o.root, o.codec};
   fill();
   const double mine = time_calls(comm, coll, call, o);
   const double time_us = combine_time(comm, mine, o.time_stat);
@@ -290,12 +279,8 @@ int run(const BenchOptions& o) {
   return 0;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  if (argc > 1 && std::strcmp(argv[1], "offload") == 0) {
-    return strait::bench::offload_main(argc - 1, argv + 1);
-  }
+int bench_main(int argc, char** argv) {
+  if (argc > 1 && std::strcmp(argv[1], "offload") == 0) return offload_main(argc - 1, argv + 1);
   CLI::App app{"strait-bench: nccl-tests-style benchmark of strait's collectives"};
   app.footer(kFooter);
   BenchOptions o;
@@ -352,4 +337,11 @@ int main(int argc, char** argv) {
     fmt::print(stderr, "{}{}\n", error_prefix(), e.what());
     return e.code() == ErrorCode::InvalidArgument ? 2 : 1;
   }
+}
+
+}  // namespace
+}  // namespace strait::bench
+
+int main(int argc, char** argv) {
+  return strait::bench::bench_main(argc, argv);
 }
