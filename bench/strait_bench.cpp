@@ -156,6 +156,50 @@ bench::Measurement run_variant(Communicator& comm, const Collective& coll, const
   return bench::measure(shape.bytes, time_us, coll.bus_factor(comm.size()), wrong);
 }
 
+// The table's preamble, as nccl-tests prints it: what runs, on what host, timed how.
+void print_header(const Collective& coll, int n, const BenchOptions& o) {
+  fmt::print(
+      "# strait-bench {}: {} rank{}, {}{}{}{}, {} warm-up + {} timed calls per size, "
+      "check {}\n",
+      coll.name, n, n == 1 ? "" : "s", strait::kernels::dtype_name(o.dtype),
+      coll.reduces ? fmt::format(", {}", strait::kernels::reduce_op_name(o.op)) : "",
+      coll.rooted ? fmt::format(", root {}", o.root) : "",
+      o.codec.empty() ? "" : fmt::format(", codec {}", o.codec), o.warmup, o.iters,
+      o.check ? "on" : "off");
+  fmt::print("# host: {} CPUs, load average {}\n", std::thread::hardware_concurrency(),
+             load_average());
+  fmt::print("# time: {} mean time per call (-a {})\n#\n{}", bench::time_stat_name(o.time_stat),
+             static_cast<int>(o.time_stat), bench::table_header());
+  std::fflush(stdout);
+}
+
+// The --json record: the run's settings, its average busbw and every row.
+void write_json(std::ofstream& json, const Collective& coll, int n, const BenchOptions& o,
+                const std::vector<bench::Row>& rows, long long wrong) {
+  nlohmann::json j{{"collective", coll.name},
+                   {"ranks", n},
+                   {"dtype", strait::kernels::dtype_name(o.dtype)},
+                   {"op", coll.reduces ? strait::kernels::reduce_op_name(o.op) : "none"},
+                   {"root", coll.rooted ? o.root : -1},
+                   {"warmup", o.warmup},
+                   {"iters", o.iters},
+                   {"check", o.check},
+                   {"codec", o.codec},
+                   {"time", bench::time_stat_name(o.time_stat)},
+                   {"avg_busbw_gbs", bench::average_busbw(rows)},
+                   {"wrong", wrong},
+                   {"rows", nlohmann::json::array()}};
+  for (const auto& r : rows) j["rows"].push_back(bench::to_json(r));
+  json << j.dump(2) << '\n';
+  json.close();
+  if (!json) {
+    throw Error(ErrorCode::Io,
+                fmt::format("cannot write --json {}: check that its folder exists and is "
+                            "writable",
+                            o.json_path));
+  }
+}
+
 int run(const BenchOptions& o) {
   const Collective& coll = bench::find_collective(o.collective);
   const auto sizes = bench::size_list(o.min_bytes, o.max_bytes, o.factor);
@@ -189,21 +233,7 @@ int run(const BenchOptions& o) {
       .send = std::vector<std::byte>(coll.out_of_place ? largest.send_count * elem : 0),
       .recv = std::vector<std::byte>(std::max(largest.send_count, largest.recv_count) * elem)};
 
-  if (print) {
-    fmt::print(
-        "# strait-bench {}: {} rank{}, {}{}{}{}, {} warm-up + {} timed calls per size, "
-        "check {}\n",
-        coll.name, n, n == 1 ? "" : "s", strait::kernels::dtype_name(o.dtype),
-        coll.reduces ? fmt::format(", {}", strait::kernels::reduce_op_name(o.op)) : "",
-        coll.rooted ? fmt::format(", root {}", o.root) : "",
-        o.codec.empty() ? "" : fmt::format(", codec {}", o.codec), o.warmup, o.iters,
-        o.check ? "on" : "off");
-    fmt::print("# host: {} CPUs, load average {}\n", std::thread::hardware_concurrency(),
-               load_average());
-    fmt::print("# time: {} mean time per call (-a {})\n#\n{}", bench::time_stat_name(o.time_stat),
-               static_cast<int>(o.time_stat), bench::table_header());
-    std::fflush(stdout);
-  }
+  if (print) print_header(coll, n, o);
   // As nccl-tests does: warm up at the largest size, then the smallest, before any row is timed,
   // so the first row does not pay for first touches of buffers and the library's pools.
   for (const std::size_t bytes : {sizes.back(), sizes.front()}) {
@@ -247,30 +277,7 @@ int run(const BenchOptions& o) {
       fmt::print("# Out of bounds values : {} {}\n", wrong, wrong == 0 ? "OK" : "FAILED");
     fmt::print("# Avg bus bandwidth    : {:.3f}\n#\n", bench::average_busbw(rows));
     std::fflush(stdout);
-    if (json.is_open()) {
-      nlohmann::json j{{"collective", coll.name},
-                       {"ranks", n},
-                       {"dtype", strait::kernels::dtype_name(o.dtype)},
-                       {"op", coll.reduces ? strait::kernels::reduce_op_name(o.op) : "none"},
-                       {"root", coll.rooted ? o.root : -1},
-                       {"warmup", o.warmup},
-                       {"iters", o.iters},
-                       {"check", o.check},
-                       {"codec", o.codec},
-                       {"time", bench::time_stat_name(o.time_stat)},
-                       {"avg_busbw_gbs", bench::average_busbw(rows)},
-                       {"wrong", wrong},
-                       {"rows", nlohmann::json::array()}};
-      for (const auto& r : rows) j["rows"].push_back(bench::to_json(r));
-      json << j.dump(2) << '\n';
-      json.close();
-      if (!json) {
-        throw Error(ErrorCode::Io,
-                    fmt::format("cannot write --json {}: check that its folder exists and is "
-                                "writable",
-                                o.json_path));
-      }
-    }
+    if (json.is_open()) write_json(json, coll, n, o, rows, wrong);
   }
   if (wrong != 0) {
     if (print) fmt::print(stderr, "strait-bench: {} wrong elements (see #wrong)\n", wrong);
