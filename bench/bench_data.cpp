@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "kernels/dtype_limits.h"
+
 namespace strait::bench {
 namespace {
 
@@ -34,26 +36,10 @@ double wrap(DType dtype, double v) {
   }
 }
 
-// Unit roundoff: half the gap between 1 and the next value.
-double unit_roundoff(DType dtype) {
-  switch (dtype) {
-    case DType::F64: return 0x1p-53;
-    case DType::F32: return 0x1p-24;
-    case DType::F16: return 0x1p-11;
-    case DType::BF16: return 0x1p-8;
-    default: return 0;
-  }
-}
-
-// The smallest positive value: results this close to zero may round to it or to zero.
+// The smallest positive value: results this close to zero may round to it or to zero (bf16's
+// counted at f32's, as this check always has).
 double smallest(DType dtype) {
-  switch (dtype) {
-    case DType::F64: return 0x1p-1074;
-    case DType::F32:
-    case DType::BF16: return 0x1p-149;
-    case DType::F16: return 0x1p-24;
-    default: return 0;
-  }
+  return kernels::smallest_subnormal(dtype == DType::BF16 ? DType::F32 : dtype);
 }
 
 }  // namespace
@@ -148,7 +134,7 @@ bool matches(DType dtype, ReduceOp op, const Expected& want, double got) {
     return got == want.value;
   }
   const double tolerance =
-      (want.terms + 1) * unit_roundoff(dtype) * want.magnitude + smallest(dtype);
+      (want.terms + 1) * kernels::unit_roundoff(dtype) * want.magnitude + smallest(dtype);
   return std::abs(got - want.value) <= tolerance;
 }
 

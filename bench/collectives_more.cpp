@@ -9,6 +9,16 @@ std::size_t sz(int n) {
   return static_cast<std::size_t>(n);
 }
 
+// A send buffer of n blocks of count = bytes / elem / n elements, of which each rank receives
+// recv_blocks; size = the whole send buffer.
+Shape blocks_shape(std::size_t bytes, std::size_t elem, int n, std::size_t recv_blocks) {
+  const std::size_t count = bytes / elem / sz(n);
+  return Shape{.count = count,
+               .send_count = count * sz(n),
+               .recv_count = count * recv_blocks,
+               .bytes = count * sz(n) * elem};
+}
+
 // reduce_scatter: rank r ends with block r (count elements) of the reduction of every rank's
 // n * count elements; size = the whole send buffer; busbw (n-1)/n. In place (nccl-tests), the
 // result lands in the send buffer at rank * count.
@@ -16,14 +26,8 @@ const CollectiveRegistration kReduceScatter{Collective{
     .name = "reduce_scatter",
     .reduces = true,
     .bus_factor = [](int n) { return (n - 1.0) / n; },
-    .shape =
-        [](std::size_t bytes, std::size_t elem, int n) {
-          const std::size_t count = bytes / elem / sz(n);
-          return Shape{.count = count,
-                       .send_count = count * sz(n),
-                       .recv_count = count,
-                       .bytes = count * sz(n) * elem};
-        },
+    .shape = [](std::size_t bytes, std::size_t elem,
+                int n) { return blocks_shape(bytes, elem, n, 1); },
     .in_place = [](const Shape& s,
                    int rank) { return InPlace{.send = 0, .recv = s.count * sz(rank)}; },
     .run =
@@ -62,14 +66,8 @@ const CollectiveRegistration kReduce{Collective{
 const CollectiveRegistration kAlltoall{Collective{
     .name = "alltoall",
     .bus_factor = [](int n) { return (n - 1.0) / n; },
-    .shape =
-        [](std::size_t bytes, std::size_t elem, int n) {
-          const std::size_t count = bytes / elem / sz(n);
-          return Shape{.count = count,
-                       .send_count = count * sz(n),
-                       .recv_count = count * sz(n),
-                       .bytes = count * sz(n) * elem};
-        },
+    .shape = [](std::size_t bytes, std::size_t elem,
+                int n) { return blocks_shape(bytes, elem, n, sz(n)); },
     .in_place = same_buffer,
     .run = [](const Call& c) { c.comm.ialltoall(c.send, c.recv, c.count, c.dtype).wait(); },
     .expected = [](const Context& c, std::size_t i) -> std::optional<Expected> {

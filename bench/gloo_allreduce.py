@@ -21,16 +21,7 @@ import socket
 import sys
 import time
 
-
-def parse_size(text):
-    units = {"K": 10, "M": 20, "G": 30}
-    t = text.upper().rstrip("B")
-    shift = units.get(t[-1:], 0)
-    if shift:
-        t = t[:-1]
-    if not t.isdigit():
-        raise argparse.ArgumentTypeError(f"size '{text}' is not a size (e.g. 8, 64K, 256M)")
-    return int(t) << shift
+from bench_sizes import parse_size  # bench/bench_sizes.py, beside this file
 
 
 def sizes(lo, hi, factor):

@@ -33,16 +33,12 @@
 #include "comm/communicator.h"
 #include "core/error.h"
 
+namespace strait::bench {
 namespace {
 
-using strait::Error;
-using strait::ErrorCode;
-using strait::bench::BenchOptions;
-using strait::bench::Collective;
-using strait::comm::Communicator;
-using strait::kernels::DType;
-using strait::kernels::ReduceOp;
-namespace bench = strait::bench;
+using comm::Communicator;
+using kernels::DType;
+using kernels::ReduceOp;
 
 constexpr const char* kFooter = R"(
 Launch N ranks with `strait run -n N -- strait-bench ...` (or any launcher that sets torchrun's
@@ -135,14 +131,7 @@ bench::Measurement run_variant(Communicator& comm, const Collective& coll, const
   const auto fill = [&] {
     bench::fill_inputs(o.dtype, o.op, comm.rank(), 0, send, shape.send_count);
   };
-  const bench::Call call{.comm = comm,
-                         .send = send,
-                         .recv = recv,
-                         .count = shape.count,
-                         .dtype = o.dtype,
-                         .op = o.op,
-                         .root = o.root,
-                         .codec = o.codec};
+  const bench::Call call{comm, send, recv, shape.count, o.dtype, o.op, o.root, o.codec};
   fill();
   const double mine = time_calls(comm, coll, call, o);
   const double time_us = combine_time(comm, mine, o.time_stat);
@@ -165,6 +154,50 @@ bench::Measurement run_variant(Communicator& comm, const Collective& coll, const
     wrong = count_wrong(comm, coll, ctx, recv, shape.recv_count);
   }
   return bench::measure(shape.bytes, time_us, coll.bus_factor(comm.size()), wrong);
+}
+
+// The table's preamble, as nccl-tests prints it: what runs, on what host, timed how.
+void print_header(const Collective& coll, int n, const BenchOptions& o) {
+  fmt::print(
+      "# strait-bench {}: {} rank{}, {}{}{}{}, {} warm-up + {} timed calls per size, "
+      "check {}\n",
+      coll.name, n, n == 1 ? "" : "s", strait::kernels::dtype_name(o.dtype),
+      coll.reduces ? fmt::format(", {}", strait::kernels::reduce_op_name(o.op)) : "",
+      coll.rooted ? fmt::format(", root {}", o.root) : "",
+      o.codec.empty() ? "" : fmt::format(", codec {}", o.codec), o.warmup, o.iters,
+      o.check ? "on" : "off");
+  fmt::print("# host: {} CPUs, load average {}\n", std::thread::hardware_concurrency(),
+             load_average());
+  fmt::print("# time: {} mean time per call (-a {})\n#\n{}", bench::time_stat_name(o.time_stat),
+             static_cast<int>(o.time_stat), bench::table_header());
+  std::fflush(stdout);
+}
+
+// The --json record: the run's settings, its average busbw and every row.
+void write_json(std::ofstream& json, const Collective& coll, int n, const BenchOptions& o,
+                const std::vector<bench::Row>& rows, long long wrong) {
+  nlohmann::json j{{"collective", coll.name},
+                   {"ranks", n},
+                   {"dtype", strait::kernels::dtype_name(o.dtype)},
+                   {"op", coll.reduces ? strait::kernels::reduce_op_name(o.op) : "none"},
+                   {"root", coll.rooted ? o.root : -1},
+                   {"warmup", o.warmup},
+                   {"iters", o.iters},
+                   {"check", o.check},
+                   {"codec", o.codec},
+                   {"time", bench::time_stat_name(o.time_stat)},
+                   {"avg_busbw_gbs", bench::average_busbw(rows)},
+                   {"wrong", wrong},
+                   {"rows", nlohmann::json::array()}};
+  for (const auto& r : rows) j["rows"].push_back(bench::to_json(r));
+  json << j.dump(2) << '\n';
+  json.close();
+  if (!json) {
+    throw Error(ErrorCode::Io,
+                fmt::format("cannot write --json {}: check that its folder exists and is "
+                            "writable",
+                            o.json_path));
+  }
 }
 
 int run(const BenchOptions& o) {
@@ -200,21 +233,7 @@ int run(const BenchOptions& o) {
       .send = std::vector<std::byte>(coll.out_of_place ? largest.send_count * elem : 0),
       .recv = std::vector<std::byte>(std::max(largest.send_count, largest.recv_count) * elem)};
 
-  if (print) {
-    fmt::print(
-        "# strait-bench {}: {} rank{}, {}{}{}{}, {} warm-up + {} timed calls per size, "
-        "check {}\n",
-        coll.name, n, n == 1 ? "" : "s", strait::kernels::dtype_name(o.dtype),
-        coll.reduces ? fmt::format(", {}", strait::kernels::reduce_op_name(o.op)) : "",
-        coll.rooted ? fmt::format(", root {}", o.root) : "",
-        o.codec.empty() ? "" : fmt::format(", codec {}", o.codec), o.warmup, o.iters,
-        o.check ? "on" : "off");
-    fmt::print("# host: {} CPUs, load average {}\n", std::thread::hardware_concurrency(),
-               load_average());
-    fmt::print("# time: {} mean time per call (-a {})\n#\n{}", bench::time_stat_name(o.time_stat),
-               static_cast<int>(o.time_stat), bench::table_header());
-    std::fflush(stdout);
-  }
+  if (print) print_header(coll, n, o);
   // As nccl-tests does: warm up at the largest size, then the smallest, before any row is timed,
   // so the first row does not pay for first touches of buffers and the library's pools.
   for (const std::size_t bytes : {sizes.back(), sizes.front()}) {
@@ -258,30 +277,7 @@ int run(const BenchOptions& o) {
       fmt::print("# Out of bounds values : {} {}\n", wrong, wrong == 0 ? "OK" : "FAILED");
     fmt::print("# Avg bus bandwidth    : {:.3f}\n#\n", bench::average_busbw(rows));
     std::fflush(stdout);
-    if (json.is_open()) {
-      nlohmann::json j{{"collective", coll.name},
-                       {"ranks", n},
-                       {"dtype", strait::kernels::dtype_name(o.dtype)},
-                       {"op", coll.reduces ? strait::kernels::reduce_op_name(o.op) : "none"},
-                       {"root", coll.rooted ? o.root : -1},
-                       {"warmup", o.warmup},
-                       {"iters", o.iters},
-                       {"check", o.check},
-                       {"codec", o.codec},
-                       {"time", bench::time_stat_name(o.time_stat)},
-                       {"avg_busbw_gbs", bench::average_busbw(rows)},
-                       {"wrong", wrong},
-                       {"rows", nlohmann::json::array()}};
-      for (const auto& r : rows) j["rows"].push_back(bench::to_json(r));
-      json << j.dump(2) << '\n';
-      json.close();
-      if (!json) {
-        throw Error(ErrorCode::Io,
-                    fmt::format("cannot write --json {}: check that its folder exists and is "
-                                "writable",
-                                o.json_path));
-      }
-    }
+    if (json.is_open()) write_json(json, coll, n, o, rows, wrong);
   }
   if (wrong != 0) {
     if (print) fmt::print(stderr, "strait-bench: {} wrong elements (see #wrong)\n", wrong);
@@ -290,12 +286,8 @@ int run(const BenchOptions& o) {
   return 0;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  if (argc > 1 && std::strcmp(argv[1], "offload") == 0) {
-    return strait::bench::offload_main(argc - 1, argv + 1);
-  }
+int bench_main(int argc, char** argv) {
+  if (argc > 1 && std::strcmp(argv[1], "offload") == 0) return offload_main(argc - 1, argv + 1);
   CLI::App app{"strait-bench: nccl-tests-style benchmark of strait's collectives"};
   app.footer(kFooter);
   BenchOptions o;
@@ -352,4 +344,11 @@ int main(int argc, char** argv) {
     fmt::print(stderr, "{}{}\n", error_prefix(), e.what());
     return e.code() == ErrorCode::InvalidArgument ? 2 : 1;
   }
+}
+
+}  // namespace
+}  // namespace strait::bench
+
+int main(int argc, char** argv) {
+  return strait::bench::bench_main(argc, argv);
 }

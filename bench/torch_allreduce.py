@@ -33,15 +33,7 @@ import torch.distributed as dist
 
 import strait._capi as C
 import strait.torch  # noqa: F401 (registers the backend)
-
-
-def parse_size(text):
-    units = {"K": 10, "M": 20, "G": 30}
-    t = text.upper().rstrip("B")
-    shift = units.get(t[-1:], 0)
-    if shift:
-        t = t[:-1]
-    return int(t) << shift
+from bench_sizes import parse_size  # bench/bench_sizes.py, beside this file
 
 
 def timed(fn, iters):

@@ -422,8 +422,6 @@ class STRAIT_API Communicator {
   /// create(): agree on the sites (`mine`: this rank's reading, or nullopt to measure them;
   /// `error`: why it could not read them) and build the hierarchy. Collective over the world.
   void setup_sites(std::optional<Sites> mine, const std::string& error, int streams);
-  /// STRAIT_SITES=measure: pairwise bandwidth (bytes/s, world x world), the same on every rank.
-  std::vector<double> measure_bandwidth();
 
   std::shared_ptr<Shared> shared_;
   std::shared_ptr<const Group> group_;

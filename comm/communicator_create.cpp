@@ -24,6 +24,7 @@
 #include "comm/communicator.h"
 #include "comm/communicator_shared.h"
 #include "comm/compress/compression_state.h"
+#include "comm/links.h"
 #include "comm/nccl/device_collectives.h"
 #include "comm/progress_engine.h"
 #include "comm/transport/local_mailbox.h"
@@ -231,7 +232,12 @@ void Communicator::setup_sites(std::optional<Sites> mine, const std::string& err
                             rank(), mine ? mine->describe() : "STRAIT_SITES=measure",
                             fmt::join(differ, ", ")));
   }
-  Sites sites = measure ? cluster_by_bandwidth(measure_bandwidth(), size()) : std::move(*mine);
+  // Clustering needs bandwidth only: one timed 4 MiB transfer per pair after an untimed one (and
+  // the probe's few ping-pongs, for the latency it subtracts), as strait tune measures it.
+  constexpr LinkOptions kSitesProbe{.pings = 1, .bulk_bytes = 4 << 20, .bulk_reps = 1};
+  Sites sites = measure ? cluster_by_bandwidth(measure_links(*this, kSitesProbe).bandwidth_MBps)
+                        : std::move(*mine);
+  if (measure) sites.source = fmt::format("STRAIT_SITES=measure: {} MB/s", sites.source);
   if (measure && rank() == 0) spdlog::info("strait: sites {}", sites.describe());
   // Ids for the site groups (one: sites are disjoint) and for each shard's inter-site group.
   int shards = 1;
@@ -259,47 +265,6 @@ void Communicator::setup_sites(std::optional<Sites> mine, const std::string& err
   }
   const std::lock_guard lock(mutex_);
   seq_ = 0;
-}
-
-std::vector<double> Communicator::measure_bandwidth() {
-  // One pair at a time (a barrier between pairs), so that two transfers never share a link: a
-  // 64 KiB warm-up round trip (connection set-up), then 4 MiB one way and a 1-byte answer.
-  constexpr std::size_t kWarm = 64 << 10;
-  constexpr std::size_t kBytes = 4 << 20;
-  constexpr std::uint64_t kTag = kMaxUserTag;
-  const auto p = static_cast<std::size_t>(size());
-  const auto me = static_cast<std::size_t>(rank());
-  std::vector<std::byte> buf(kBytes);
-  std::byte ack{};
-  std::vector<double> row(p, 0.0);
-  for (std::size_t i = 0; i < p; ++i) {
-    for (std::size_t j = i + 1; j < p; ++j) {
-      const int pi = static_cast<int>(i);
-      const int pj = static_cast<int>(j);
-      if (me == i) {
-        send(buf.data(), kWarm, pj, kTag);
-        recv(&ack, 1, pj, kTag);
-        const auto t0 = std::chrono::steady_clock::now();
-        send(buf.data(), kBytes, pj, kTag);
-        recv(&ack, 1, pj, kTag);
-        const std::chrono::duration<double> took = std::chrono::steady_clock::now() - t0;
-        row[j] = static_cast<double>(kBytes) / std::max(took.count(), 1e-9);
-      } else if (me == j) {
-        recv(buf.data(), kWarm, pi, kTag);
-        send(&ack, 1, pi, kTag);
-        recv(buf.data(), kBytes, pi, kTag);
-        send(&ack, 1, pi, kTag);
-      }
-      barrier();
-    }
-  }
-  std::vector<double> all(p * p);
-  allgather(row.data(), all.data(), p, DType::F64);
-  // Row i holds what rank i measured to j > i; mirror it, so every rank has the same matrix.
-  for (std::size_t i = 0; i < p; ++i) {
-    for (std::size_t j = 0; j < i; ++j) all[i * p + j] = all[j * p + i];
-  }
-  return all;
 }
 
 std::unique_ptr<Communicator> Communicator::from_env(const CommOptions& options) {

@@ -194,17 +194,28 @@ std::string Sites::describe() const {
   return fmt::format("[{}] (from {})", fmt::join(parts, ", "), source);
 }
 
-Sites cluster_by_bandwidth(const std::vector<double>& bandwidth, int world, double factor) {
-  const auto n = static_cast<std::size_t>(world);
-  if (bandwidth.size() != n * n) {
-    throw Error(ErrorCode::Internal, fmt::format("cluster_by_bandwidth: {} entries for {} ranks",
-                                                 bandwidth.size(), world));
+Sites cluster_by_bandwidth(const std::vector<std::vector<double>>& bandwidth, double factor) {
+  const std::size_t n = bandwidth.size();
+  for (const auto& row : bandwidth) {
+    if (row.size() != n) {
+      throw Error(ErrorCode::InvalidArgument,
+                  fmt::format("cluster_by_bandwidth: the bandwidth matrix has {} rows but a row "
+                              "of {}",
+                              n, row.size()));
+    }
   }
+  if (!(factor >= 1.0)) {
+    throw Error(ErrorCode::InvalidArgument,
+                fmt::format("cluster_by_bandwidth: factor {} is below 1 (it is how much slower "
+                            "than the fastest link a link inside a site may be)",
+                            factor));
+  }
+  const auto link = [&](std::size_t i, std::size_t j) {
+    return std::min(bandwidth[i][j], bandwidth[j][i]);
+  };
   double fastest = 0;
   for (std::size_t i = 0; i < n; ++i) {
-    for (std::size_t j = 0; j < n; ++j) {
-      if (i != j) fastest = std::max(fastest, bandwidth[i * n + j]);
-    }
+    for (std::size_t j = i + 1; j < n; ++j) fastest = std::max(fastest, link(i, j));
   }
   // Union-find over the fast links; the root of a component is its lowest rank.
   std::vector<std::size_t> parent(n);
@@ -215,7 +226,7 @@ Sites cluster_by_bandwidth(const std::vector<double>& bandwidth, int world, doub
   };
   for (std::size_t i = 0; i < n; ++i) {
     for (std::size_t j = i + 1; j < n; ++j) {
-      if (fastest > 0 && bandwidth[i * n + j] >= fastest / factor) {
+      if (fastest > 0 && link(i, j) > 0 && link(i, j) * factor >= fastest) {
         const std::size_t a = find(i);
         const std::size_t b = find(j);
         parent[std::max(a, b)] = std::min(a, b);
@@ -224,12 +235,10 @@ Sites cluster_by_bandwidth(const std::vector<double>& bandwidth, int world, doub
   }
   // Components are numbered by their lowest rank, which comes first in rank order.
   Sites s;
-  s.source = fmt::format("STRAIT_SITES=measure (links within {}x of the fastest, {:.3g} MB/s)",
-                         factor, fastest / 1e6);
+  s.source = fmt::format("links within {}x of the fastest, {:.4g}", factor, fastest);
   std::map<std::size_t, int> index;
   for (std::size_t r = 0; r < n; ++r) {
-    const auto root = find(r);
-    const auto [it, added] = index.emplace(root, static_cast<int>(index.size()));
+    const auto [it, added] = index.emplace(find(r), static_cast<int>(index.size()));
     s.site_of.push_back(it->second);
   }
   return s;

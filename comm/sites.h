@@ -7,8 +7,8 @@
 ///   1. CommOptions::sites (site index of each world rank);
 ///   2. STRAIT_SITES="0,0,1,1": the site index of each world rank, comma-separated (any
 ///      non-negative integers; they are renumbered 0.. in increasing order);
-///      STRAIT_SITES=measure: measured at creation (Communicator::create, see
-///      cluster_by_bandwidth);
+///      STRAIT_SITES=measure: measured at creation (Communicator::create: comm/links.h's probe,
+///      then cluster_by_bandwidth);
 ///   3. STRAIT_TOPOLOGY_FILE=path: JSON {"sites": [[0, 1], [2, 3]]}, the world ranks of each site,
 ///      every rank exactly once (sites numbered in the order listed);
 ///   4. none of these: one site holding every rank.
@@ -58,13 +58,16 @@ struct STRAIT_API Sites {
   [[nodiscard]] std::string describe() const;
 };
 
-/// The rule of STRAIT_SITES=measure: `bandwidth` is a world x world matrix (row-major, bytes/s,
-/// symmetric; the diagonal is ignored). A link is fast when its bandwidth is at least
-/// fastest / factor, where fastest is the largest off-diagonal entry; sites are the connected
-/// components of the fast links (so a rank with no fast link is a site of its own), numbered by
-/// their lowest rank. Default factor 4: shared memory or a LAN next to a WAN differ by 10-1000x,
-/// while two ranks of one cluster rarely differ by more than 2x.
-STRAIT_API Sites cluster_by_bandwidth(const std::vector<double>& bandwidth, int world,
+/// Sites from measured links, the one rule of STRAIT_SITES=measure and of `strait tune`:
+/// bandwidth[i][j] is from rank i to j (any unit, e.g. comm/links.h's MB/s); the diagonal is
+/// ignored, as are links of 0 or below (not measured), and a link counts with the smaller of its
+/// two directions. A link is fast when link * factor >= fastest, the fastest link in the job; sites
+/// are the connected components of the fast links (so a rank with no fast link is a site of its
+/// own), numbered by their lowest rank. A job with one rank per site has only inter-site links,
+/// each of them "the fastest": it comes out as one site. Default factor 4: shared memory or a LAN
+/// next to a WAN differ by 10-1000x, while two ranks of one cluster rarely differ by more than 2x.
+/// Errors: InvalidArgument for a matrix that is not square or a factor below 1.
+STRAIT_API Sites cluster_by_bandwidth(const std::vector<std::vector<double>>& bandwidth,
                                       double factor = 4.0);
 
 }  // namespace strait::comm

@@ -26,15 +26,28 @@ std::size_t sz(int x) {
   return static_cast<std::size_t>(x);
 }
 
+// What both passes derive from a checked shape: the head size, the qkv row stride, the score
+// scale 1 / sqrt(hs) and the size of one head's T x T scores.
+template <class F>
+struct Dims {
+  int hs;
+  int C3;
+  F scale;
+  std::size_t tt;
+};
+
+template <class F>
+Dims<F> dims(const char* op, int B, int T, int C, int NH) {
+  check(op, B, T, C, NH);
+  const int hs = C / NH;
+  return {hs, 3 * C, F(1) / std::sqrt(static_cast<F>(hs)), sz(T) * sz(T)};
+}
+
 }  // namespace
 
 template <class F>
 void attention_forward(F* out, F* preatt, F* att, const F* qkv, int B, int T, int C, int NH) {
-  check("attention_forward", B, T, C, NH);
-  const int hs = C / NH;
-  const int C3 = 3 * C;
-  const F scale = F(1) / std::sqrt(static_cast<F>(hs));
-  const std::size_t tt = sz(T) * sz(T);
+  const auto [hs, C3, scale, tt] = dims<F>("attention_forward", B, T, C, NH);
   for (int b = 0; b < B; ++b) {
     for (int h = 0; h < NH; ++h) {
       const F* q = qkv + sz(b) * sz(T) * sz(C3) + sz(h) * sz(hs);
@@ -69,11 +82,7 @@ void attention_forward(F* out, F* preatt, F* att, const F* qkv, int B, int T, in
 template <class F>
 void attention_backward(F* dqkv, F* scratch, const F* dout, const F* qkv, const F* att, int B,
                         int T, int C, int NH) {
-  check("attention_backward", B, T, C, NH);
-  const int hs = C / NH;
-  const int C3 = 3 * C;
-  const F scale = F(1) / std::sqrt(static_cast<F>(hs));
-  const std::size_t tt = sz(T) * sz(T);
+  const auto [hs, C3, scale, tt] = dims<F>("attention_backward", B, T, C, NH);
   for (int b = 0; b < B; ++b) {
     for (int h = 0; h < NH; ++h) {
       const std::size_t qoff = sz(b) * sz(T) * sz(C3) + sz(h) * sz(hs);

@@ -28,6 +28,17 @@ void check(const char* op, const std::int32_t* tokens, int B, int T, int C, int 
   }
 }
 
+// Calls fn(row, t) for every position in batch order: row = b * T + t.
+template <class Fn>
+void for_each_position(int B, int T, Fn&& fn) {
+  for (int b = 0; b < B; ++b) {
+    for (int t = 0; t < T; ++t) {
+      fn(static_cast<std::size_t>(b) * static_cast<std::size_t>(T) + static_cast<std::size_t>(t),
+         static_cast<std::size_t>(t));
+    }
+  }
+}
+
 }  // namespace
 
 template <class F>
@@ -35,16 +46,12 @@ void encoder_forward(F* out, const std::int32_t* tokens, const F* wte, const F* 
                      int C, int V) {
   check("encoder_forward", tokens, B, T, C, V);
   const auto c = static_cast<std::size_t>(C);
-  for (int b = 0; b < B; ++b) {
-    for (int t = 0; t < T; ++t) {
-      const auto row =
-          static_cast<std::size_t>(b) * static_cast<std::size_t>(T) + static_cast<std::size_t>(t);
-      F* o = out + row * c;
-      const F* e = wte + static_cast<std::size_t>(tokens[row]) * c;
-      const F* p = wpe + static_cast<std::size_t>(t) * c;
-      for (std::size_t i = 0; i < c; ++i) o[i] = e[i] + p[i];
-    }
-  }
+  for_each_position(B, T, [&](std::size_t row, std::size_t t) {
+    F* o = out + row * c;
+    const F* e = wte + static_cast<std::size_t>(tokens[row]) * c;
+    const F* p = wpe + t * c;
+    for (std::size_t i = 0; i < c; ++i) o[i] = e[i] + p[i];
+  });
 }
 
 template <class F>
@@ -52,19 +59,15 @@ void encoder_backward(F* dwte, F* dwpe, const F* dout, const std::int32_t* token
                       int C, int V) {
   check("encoder_backward", tokens, B, T, C, V);
   const auto c = static_cast<std::size_t>(C);
-  for (int b = 0; b < B; ++b) {
-    for (int t = 0; t < T; ++t) {
-      const auto row =
-          static_cast<std::size_t>(b) * static_cast<std::size_t>(T) + static_cast<std::size_t>(t);
-      const F* d = dout + row * c;
-      F* e = dwte + static_cast<std::size_t>(tokens[row]) * c;
-      F* p = dwpe + static_cast<std::size_t>(t) * c;
-      for (std::size_t i = 0; i < c; ++i) {
-        e[i] += d[i];
-        p[i] += d[i];
-      }
+  for_each_position(B, T, [&](std::size_t row, std::size_t t) {
+    const F* d = dout + row * c;
+    F* e = dwte + static_cast<std::size_t>(tokens[row]) * c;
+    F* p = dwpe + t * c;
+    for (std::size_t i = 0; i < c; ++i) {
+      e[i] += d[i];
+      p[i] += d[i];
     }
-  }
+  });
 }
 
 template void encoder_forward<float>(float*, const std::int32_t*, const float*, const float*, int,

@@ -1,21 +1,14 @@
 #include "kernels/gelu.h"
 
-#include <fmt/format.h>
-
 #include <cmath>
 
-#include "core/error.h"
+#include "kernels/count_check.h"
 #include "kernels/fast_math.h"
 
 namespace strait::kernels {
 namespace {
 
-void check(const char* op, std::ptrdiff_t N) {
-  if (N < 0) {
-    throw Error(ErrorCode::InvalidArgument,
-                fmt::format("kernels::{}: element count {} is negative", op, N));
-  }
-}
+using detail::check_count;
 
 template <class F>
 constexpr F kGeluScale = static_cast<F>(0.7978845608028654);  // sqrt(2 / pi)
@@ -112,13 +105,13 @@ void backward(double* dinp, const double* inp, const double* dout, std::ptrdiff_
 
 template <class F>
 void gelu_forward(F* out, const F* inp, std::ptrdiff_t N) {
-  check("gelu_forward", N);
+  check_count("gelu_forward", N);
   forward(out, inp, N);
 }
 
 template <class F>
 void gelu_backward(F* dinp, const F* inp, const F* dout, std::ptrdiff_t N) {
-  check("gelu_backward", N);
+  check_count("gelu_backward", N);
   backward(dinp, inp, dout, N);
 }
 

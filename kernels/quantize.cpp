@@ -68,34 +68,21 @@ void s_unsigns(const std::byte* bits, std::size_t n, float scale, float* out, bo
   unsigns_tail(bits, i, n, scale, out, add);
 }
 
-std::uint32_t s_to_bf16(const float* x, std::size_t n, std::byte* out) {
+// The 16-bit casts, one loop for both formats (kNarrow / kWiden: the element conversion).
+template <std::uint16_t (*kNarrow)(float)>
+std::uint32_t s_to_half(const float* x, std::size_t n, std::byte* out) {
   std::uint32_t m = 0;
   for (std::size_t i = 0; i < n; ++i) {
     m = std::max(m, abs_bits(x[i]));
-    store_u16(out + 2 * i, bf16_clamped(x[i]));
+    store_u16(out + 2 * i, kNarrow(x[i]));
   }
   return m;
 }
 
-std::uint32_t s_to_f16(const float* x, std::size_t n, std::byte* out) {
-  std::uint32_t m = 0;
+template <float (*kWiden)(std::uint16_t)>
+void s_from_half(const std::byte* in, std::size_t n, float* out, bool add) {
   for (std::size_t i = 0; i < n; ++i) {
-    m = std::max(m, abs_bits(x[i]));
-    store_u16(out + 2 * i, f32_to_f16_clamped(x[i]));
-  }
-  return m;
-}
-
-void s_from_bf16(const std::byte* in, std::size_t n, float* out, bool add) {
-  for (std::size_t i = 0; i < n; ++i) {
-    const float v = bf16_to_f32(load_u16(in + 2 * i));
-    out[i] = add ? out[i] + v : v;
-  }
-}
-
-void s_from_f16(const std::byte* in, std::size_t n, float* out, bool add) {
-  for (std::size_t i = 0; i < n; ++i) {
-    const float v = f16_to_f32(load_u16(in + 2 * i));
+    const float v = kWiden(load_u16(in + 2 * i));
     out[i] = add ? out[i] + v : v;
   }
 }
@@ -103,9 +90,18 @@ void s_from_f16(const std::byte* in, std::size_t n, float* out, bool add) {
 }  // namespace
 
 const CodecKernels& scalar_codec_kernels() {
-  static constexpr CodecKernels k{s_max_abs_bits, s_quantize8, s_quantize4, s_dequantize8,
-                                  s_dequantize4,  s_abs_sum,   s_signs,     s_unsigns,
-                                  s_to_bf16,      s_to_f16,    s_from_bf16, s_from_f16};
+  static constexpr CodecKernels k{s_max_abs_bits,
+                                  s_quantize8,
+                                  s_quantize4,
+                                  s_dequantize8,
+                                  s_dequantize4,
+                                  s_abs_sum,
+                                  s_signs,
+                                  s_unsigns,
+                                  s_to_half<bf16_clamped>,
+                                  s_to_half<f32_to_f16_clamped>,
+                                  s_from_half<bf16_to_f32>,
+                                  s_from_half<f16_to_f32>};
   return k;
 }
 
@@ -222,16 +218,11 @@ std::optional<std::size_t> absmax_encode(const AbsmaxFormat& format, std::span<c
     const std::uint32_t max_bits = k.max_abs_bits(x, m);
     if (max_bits >= detail::kInfBits) return start + first_non_finite(in.subspan(start, m));
     const float absmax = std::bit_cast<float>(max_bits);
-    float scale = 0.0F;
-    float inv = 0.0F;  // x * 0 rounds to 0 even stochastically (u < 1): the block decodes to 0
-    if (absmax >= kAbsmaxFloor) {
-      scale = absmax / limit;
-      // absmax near FLT_MAX: keep limit * scale finite so no decoded value is Inf.
-      if (!std::isfinite(limit * scale)) scale = std::nextafter(scale, 0.0F);
-      inv = limit / absmax;
-    }
-    detail::store_f32(out.data() + 4 * b, scale);
-    quantize(x, m, inv, stochastic, key, start, payload + (format.bits == 8 ? start : start / 2));
+    // Below the floor inv is 0, and x * 0 rounds to 0 even stochastically (u < 1): the block
+    // decodes to 0.
+    const detail::AbsmaxScale s = detail::absmax_scale(absmax, limit, kAbsmaxFloor);
+    detail::store_f32(out.data() + 4 * b, s.scale);
+    quantize(x, m, s.inv, stochastic, key, start, payload + (format.bits == 8 ? start : start / 2));
   }
   return std::nullopt;
 }

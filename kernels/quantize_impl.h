@@ -1,9 +1,9 @@
 // Internal to kernels/quantize.cpp, kernels/simd_<isa>.cpp (and the host side of
 // kernels/cuda/quantize.h): the per-SIMD-level primitives the codec drivers call, the scalar
-// per-element operations every level's tail (and the scalar level) shares, so that the paths are
-// bit-identical by construction, and the one driver each instruction set's primitives are made
-// from. The files including this are built with -ffp-contract=off: a fused multiply-add in one
-// path and not another would break that.
+// tails every level (and the scalar level) shares, made of kernels/codec_math.h's per-element
+// operations (the CUDA kernels' too), so that the paths are bit-identical by construction, and the
+// one driver each instruction set's primitives are made from. The files including this are built
+// with -ffp-contract=off: a fused multiply-add in one path and not another would break that.
 #pragma once
 
 #include <algorithm>
@@ -13,20 +13,10 @@
 #include <cstring>
 #include <type_traits>
 
+#include "kernels/codec_math.h"
 #include "kernels/dtype.h"
 
 namespace strait::kernels::detail {
-
-inline constexpr std::uint32_t kAbsMask = 0x7fffffffU;
-inline constexpr std::uint32_t kInfBits = 0x7f800000U;  // |bits| >= this: Inf or NaN
-inline constexpr float kF16Max = 65504.0F;
-inline constexpr std::uint32_t kBf16MaxBelow = 0x7f7f7fffU;  // largest |bits| not rounding to Inf
-
-// The two 32-bit keys of a stochastic-rounding stream.
-struct StochasticKey {
-  std::uint32_t k0 = 0;
-  std::uint32_t k1 = 0;
-};
 
 struct SumMax {
   float sum = 0.0F;            // sum of |x| in the fixed 16-lane order
@@ -60,10 +50,6 @@ const CodecKernels& avx512_codec_kernels();
 
 // --- shared scalar element operations ---------------------------------------------------------
 
-inline std::uint32_t abs_bits(float x) {
-  return std::bit_cast<std::uint32_t>(x) & kAbsMask;
-}
-
 // The stream's key for a seed: splitmix64's output function, so nearby seeds give unrelated keys.
 // Shared with the CUDA codecs (kernels/cuda/), which must draw the same stream.
 inline StochasticKey stochastic_key(std::uint64_t seed) {
@@ -74,50 +60,8 @@ inline StochasticKey stochastic_key(std::uint64_t seed) {
   return {static_cast<std::uint32_t>(z), static_cast<std::uint32_t>(z >> 32)};
 }
 
-// Chris Wellons' "lowbias32" integer hash (a bijection on 32 bits with low avalanche bias).
-inline std::uint32_t lowbias32(std::uint32_t x) {
-  x ^= x >> 16;
-  x *= 0x7feb352dU;
-  x ^= x >> 15;
-  x *= 0x846ca68bU;
-  x ^= x >> 16;
-  return x;
-}
-
-inline std::uint32_t random_word(StochasticKey key, std::size_t index) {
-  return lowbias32(lowbias32(static_cast<std::uint32_t>(index) ^ key.k0) + key.k1);
-}
-
-// Top 24 bits of the word as a float in [0, 1): exact, so every path gets the same u.
-inline float uniform_from_word(std::uint32_t word) {
-  return static_cast<float>(word >> 8) * 0x1p-24F;
-}
-
-// Round to nearest even for |y| < 2^22 (adding and removing 1.5 * 2^23 leaves no fraction bits);
-// the SIMD paths use their round instruction, which gives the same result.
-inline float round_nearest(float y) {
-  constexpr float kMagic = 0x1.8p23F;
-  return (y + kMagic) - kMagic;
-}
-
-inline float floor_small(float y) {
-  const float r = round_nearest(y);
-  return r > y ? r - 1.0F : r;
-}
-
-inline float quantize_one(float x, float inv, float limit, bool stochastic, StochasticKey key,
-                          std::size_t index) {
-  const float y = x * inv;
-  const float r =
-      stochastic ? floor_small(y + uniform_from_word(random_word(key, index))) : round_nearest(y);
-  return std::min(std::max(r, -limit), limit);
-}
-
 inline std::uint16_t bf16_clamped(float x) {
-  const std::uint32_t bits = std::bit_cast<std::uint32_t>(x);
-  const std::uint32_t a = std::min(bits & kAbsMask, kBf16MaxBelow);
-  const std::uint32_t r = (a + 0x7fffU + ((a >> 16) & 1U)) >> 16;
-  return static_cast<std::uint16_t>(((bits >> 16) & 0x8000U) | r);
+  return bf16_from_bits(std::bit_cast<std::uint32_t>(x));
 }
 
 inline std::uint16_t f32_to_f16_clamped(float x) {
@@ -155,8 +99,7 @@ inline float reduce16(float* acc) {
 inline void quantize8_tail(const float* x, std::size_t from, std::size_t n, float inv,
                            bool stochastic, StochasticKey key, std::size_t index0, std::byte* q) {
   for (std::size_t i = from; i < n; ++i) {
-    const float r = quantize_one(x[i], inv, 127.0F, stochastic, key, index0 + i);
-    q[i] = static_cast<std::byte>(static_cast<std::int8_t>(r));
+    q[i] = int8_byte(quantize_one(x[i], inv, 127.0F, stochastic, key, index0 + i));
   }
 }
 
@@ -168,14 +111,12 @@ inline void quantize4_tail(const float* x, std::size_t from, std::size_t n, floa
         i + 1 < n
             ? static_cast<int>(quantize_one(x[i + 1], inv, 7.0F, stochastic, key, index0 + i + 1))
             : 0;
-    q[i / 2] = static_cast<std::byte>((static_cast<unsigned>(lo) & 0xfU) |
-                                      ((static_cast<unsigned>(hi) & 0xfU) << 4));
+    q[i / 2] = nibble_pair(lo, hi);
   }
 }
 
 inline float nibble_value(std::byte b, bool high) {
-  const unsigned v = (static_cast<unsigned>(b) >> (high ? 4 : 0)) & 0xfU;
-  return static_cast<float>(static_cast<int>(v ^ 8U) - 8);  // sign-extend 4 bits
+  return static_cast<float>(nibble_code(b, high));
 }
 
 inline void dequantize8_tail(const std::byte* q, std::size_t from, std::size_t n, float scale,
@@ -207,8 +148,7 @@ inline void signs_tail(const float* x, std::size_t from, std::size_t n, std::byt
 inline void unsigns_tail(const std::byte* bits, std::size_t from, std::size_t n, float scale,
                          float* out, bool add) {
   for (std::size_t i = from; i < n; ++i) {
-    const bool neg = ((static_cast<unsigned>(bits[i / 8]) >> (i % 8)) & 1U) != 0;
-    const float v = neg ? -scale : scale;
+    const float v = sign_value(bits, i, scale);
     out[i] = add ? out[i] + v : v;
   }
 }

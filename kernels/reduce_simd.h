@@ -43,6 +43,20 @@ std::size_t scale_avx512(DType dtype, void* inout, std::size_t count, double fac
 // loads and stores the first lanes under a mask (load(p, m), store(p, v, m)) and does head and
 // tail itself; one without leaves the head to the scalar path and the tail to the caller.
 #if defined(STRAIT_SIMD_TARGET)
+
+// An integer lane type, declared inside an ISA's lane struct: elements of TYPE over BASE (which
+// gives V, load and store), LANES of them, with the four named functions (intrinsics, or the
+// file's helpers where the ISA has no instruction) as add, mul, min and max.
+#define STRAIT_SIMD_INT_LANES(NAME, BASE, TYPE, LANES, ADD, MUL, MIN, MAX) \
+  struct NAME : BASE {                                                     \
+    using T = TYPE;                                                        \
+    static constexpr std::size_t kLanes = LANES;                           \
+    STRAIT_SIMD_TARGET static V add(V x, V y) { return ADD(x, y); }        \
+    STRAIT_SIMD_TARGET static V mul(V x, V y) { return MUL(x, y); }        \
+    STRAIT_SIMD_TARGET static V min(V x, V y) { return MIN(x, y); }        \
+    STRAIT_SIMD_TARGET static V max(V x, V y) { return MAX(x, y); }        \
+  }
+
 namespace strait::kernels::detail::simd {
 
 template <class L>

@@ -1,30 +1,20 @@
 #include "kernels/residual.h"
 
-#include <fmt/format.h>
-
-#include "core/error.h"
+#include "kernels/count_check.h"
 
 namespace strait::kernels {
-namespace {
 
-void check(const char* op, std::ptrdiff_t N) {
-  if (N < 0) {
-    throw Error(ErrorCode::InvalidArgument,
-                fmt::format("kernels::{}: element count {} is negative", op, N));
-  }
-}
-
-}  // namespace
+using detail::check_count;
 
 template <class F>
 void residual_forward(F* out, const F* a, const F* b, std::ptrdiff_t N) {
-  check("residual_forward", N);
+  check_count("residual_forward", N);
   for (std::ptrdiff_t i = 0; i < N; ++i) out[i] = a[i] + b[i];
 }
 
 template <class F>
 void residual_backward(F* da, F* db, const F* dout, std::ptrdiff_t N) {
-  check("residual_backward", N);
+  check_count("residual_backward", N);
   for (std::ptrdiff_t i = 0; i < N; ++i) {
     da[i] += dout[i];
     db[i] += dout[i];

@@ -137,32 +137,14 @@ struct Avx2 {
     }
   };
 
-  struct I8 : Int {
-    using T = std::int8_t;
-    static constexpr std::size_t kLanes = 32;
-    STRAIT_SIMD_TARGET static V add(V x, V y) { return _mm256_add_epi8(x, y); }
-    STRAIT_SIMD_TARGET static V mul(V x, V y) { return mul8(x, y); }
-    STRAIT_SIMD_TARGET static V min(V x, V y) { return _mm256_min_epi8(x, y); }
-    STRAIT_SIMD_TARGET static V max(V x, V y) { return _mm256_max_epi8(x, y); }
-  };
+  STRAIT_SIMD_INT_LANES(I8, Int, std::int8_t, 32, _mm256_add_epi8, mul8, _mm256_min_epi8,
+                        _mm256_max_epi8);
 
-  struct U8 : Int {
-    using T = std::uint8_t;
-    static constexpr std::size_t kLanes = 32;
-    STRAIT_SIMD_TARGET static V add(V x, V y) { return _mm256_add_epi8(x, y); }
-    STRAIT_SIMD_TARGET static V mul(V x, V y) { return mul8(x, y); }
-    STRAIT_SIMD_TARGET static V min(V x, V y) { return _mm256_min_epu8(x, y); }
-    STRAIT_SIMD_TARGET static V max(V x, V y) { return _mm256_max_epu8(x, y); }
-  };
+  STRAIT_SIMD_INT_LANES(U8, Int, std::uint8_t, 32, _mm256_add_epi8, mul8, _mm256_min_epu8,
+                        _mm256_max_epu8);
 
-  struct I32 : Int {
-    using T = std::int32_t;
-    static constexpr std::size_t kLanes = 8;
-    STRAIT_SIMD_TARGET static V add(V x, V y) { return _mm256_add_epi32(x, y); }
-    STRAIT_SIMD_TARGET static V mul(V x, V y) { return _mm256_mullo_epi32(x, y); }
-    STRAIT_SIMD_TARGET static V min(V x, V y) { return _mm256_min_epi32(x, y); }
-    STRAIT_SIMD_TARGET static V max(V x, V y) { return _mm256_max_epi32(x, y); }
-  };
+  STRAIT_SIMD_INT_LANES(I32, Int, std::int32_t, 8, _mm256_add_epi32, _mm256_mullo_epi32,
+                        _mm256_min_epi32, _mm256_max_epi32);
 
   // 64-bit products and min/max have no AVX2 instruction. Product modulo 2^64 from 32-bit halves:
   // x * y = xl * yl + ((xh * yl + xl * yh) << 32). Min/max: a signed compare and a blend.

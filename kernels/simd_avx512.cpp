@@ -67,6 +67,18 @@ STRAIT_SIMD_TARGET inline __m512i mul8(__m512i x, __m512i y) {
                          _mm512_slli_epi16(odd, 8));
 }
 
+// An integer base lane type of 512-bit registers: the mask type of its element width and the
+// masked load and store intrinsics of that width.
+#define STRAIT_AVX512_INT_BASE(NAME, MASK, LOAD_MASKED, STORE_MASKED)                  \
+  struct NAME {                                                                        \
+    using V = __m512i;                                                                 \
+    using M = MASK;                                                                    \
+    STRAIT_SIMD_TARGET static V load(const void* p) { return _mm512_loadu_si512(p); }  \
+    STRAIT_SIMD_TARGET static V load(const void* p, M m) { return LOAD_MASKED(m, p); } \
+    STRAIT_SIMD_TARGET static void store(void* p, V v) { _mm512_storeu_si512(p, v); }  \
+    STRAIT_SIMD_TARGET static void store(void* p, V v, M m) { STORE_MASKED(p, m, v); } \
+  }
+
 // The lane types (see the drivers' headers), each whole or under a mask M of the first lanes.
 // _mm512_min_ps(A, B) is A < B ? A : B (B when unordered or equal), hence min(y, x) for
 // std::min(x, y).
@@ -154,68 +166,21 @@ struct Avx512 {
   using BF16 = Halves<BF16Convert>;
 
   // Integers: whole-register loads and stores, masked per element width.
-  struct Int8 {
-    using V = __m512i;
-    using M = __mmask64;
-    STRAIT_SIMD_TARGET static V load(const void* p) { return _mm512_loadu_si512(p); }
-    STRAIT_SIMD_TARGET static V load(const void* p, M m) { return _mm512_maskz_loadu_epi8(m, p); }
-    STRAIT_SIMD_TARGET static void store(void* p, V v) { _mm512_storeu_si512(p, v); }
-    STRAIT_SIMD_TARGET static void store(void* p, V v, M m) { _mm512_mask_storeu_epi8(p, m, v); }
-  };
+  STRAIT_AVX512_INT_BASE(Int8, __mmask64, _mm512_maskz_loadu_epi8, _mm512_mask_storeu_epi8);
+  STRAIT_AVX512_INT_BASE(Int32, __mmask16, _mm512_maskz_loadu_epi32, _mm512_mask_storeu_epi32);
+  STRAIT_AVX512_INT_BASE(Int64, __mmask8, _mm512_maskz_loadu_epi64, _mm512_mask_storeu_epi64);
 
-  struct Int32 {
-    using V = __m512i;
-    using M = __mmask16;
-    STRAIT_SIMD_TARGET static V load(const void* p) { return _mm512_loadu_si512(p); }
-    STRAIT_SIMD_TARGET static V load(const void* p, M m) { return _mm512_maskz_loadu_epi32(m, p); }
-    STRAIT_SIMD_TARGET static void store(void* p, V v) { _mm512_storeu_si512(p, v); }
-    STRAIT_SIMD_TARGET static void store(void* p, V v, M m) { _mm512_mask_storeu_epi32(p, m, v); }
-  };
+  STRAIT_SIMD_INT_LANES(I8, Int8, std::int8_t, 64, _mm512_add_epi8, mul8, _mm512_min_epi8,
+                        _mm512_max_epi8);
 
-  struct Int64 {
-    using V = __m512i;
-    using M = __mmask8;
-    STRAIT_SIMD_TARGET static V load(const void* p) { return _mm512_loadu_si512(p); }
-    STRAIT_SIMD_TARGET static V load(const void* p, M m) { return _mm512_maskz_loadu_epi64(m, p); }
-    STRAIT_SIMD_TARGET static void store(void* p, V v) { _mm512_storeu_si512(p, v); }
-    STRAIT_SIMD_TARGET static void store(void* p, V v, M m) { _mm512_mask_storeu_epi64(p, m, v); }
-  };
+  STRAIT_SIMD_INT_LANES(U8, Int8, std::uint8_t, 64, _mm512_add_epi8, mul8, _mm512_min_epu8,
+                        _mm512_max_epu8);
 
-  struct I8 : Int8 {
-    using T = std::int8_t;
-    static constexpr std::size_t kLanes = 64;
-    STRAIT_SIMD_TARGET static V add(V x, V y) { return _mm512_add_epi8(x, y); }
-    STRAIT_SIMD_TARGET static V mul(V x, V y) { return mul8(x, y); }
-    STRAIT_SIMD_TARGET static V min(V x, V y) { return _mm512_min_epi8(x, y); }
-    STRAIT_SIMD_TARGET static V max(V x, V y) { return _mm512_max_epi8(x, y); }
-  };
+  STRAIT_SIMD_INT_LANES(I32, Int32, std::int32_t, 16, _mm512_add_epi32, _mm512_mullo_epi32,
+                        _mm512_min_epi32, _mm512_max_epi32);
 
-  struct U8 : Int8 {
-    using T = std::uint8_t;
-    static constexpr std::size_t kLanes = 64;
-    STRAIT_SIMD_TARGET static V add(V x, V y) { return _mm512_add_epi8(x, y); }
-    STRAIT_SIMD_TARGET static V mul(V x, V y) { return mul8(x, y); }
-    STRAIT_SIMD_TARGET static V min(V x, V y) { return _mm512_min_epu8(x, y); }
-    STRAIT_SIMD_TARGET static V max(V x, V y) { return _mm512_max_epu8(x, y); }
-  };
-
-  struct I32 : Int32 {
-    using T = std::int32_t;
-    static constexpr std::size_t kLanes = 16;
-    STRAIT_SIMD_TARGET static V add(V x, V y) { return _mm512_add_epi32(x, y); }
-    STRAIT_SIMD_TARGET static V mul(V x, V y) { return _mm512_mullo_epi32(x, y); }
-    STRAIT_SIMD_TARGET static V min(V x, V y) { return _mm512_min_epi32(x, y); }
-    STRAIT_SIMD_TARGET static V max(V x, V y) { return _mm512_max_epi32(x, y); }
-  };
-
-  struct I64 : Int64 {
-    using T = std::int64_t;
-    static constexpr std::size_t kLanes = 8;
-    STRAIT_SIMD_TARGET static V add(V x, V y) { return _mm512_add_epi64(x, y); }
-    STRAIT_SIMD_TARGET static V mul(V x, V y) { return _mm512_mullo_epi64(x, y); }  // AVX512DQ
-    STRAIT_SIMD_TARGET static V min(V x, V y) { return _mm512_min_epi64(x, y); }
-    STRAIT_SIMD_TARGET static V max(V x, V y) { return _mm512_max_epi64(x, y); }
-  };
+  STRAIT_SIMD_INT_LANES(I64, Int64, std::int64_t, 8, _mm512_add_epi64, _mm512_mullo_epi64,
+                        _mm512_min_epi64, _mm512_max_epi64);  // mul: AVX512DQ
 
   // The codec lane type: F32 with 32-bit integer lanes beside it (kernels/quantize_impl.h).
   struct Codec : F32 {

@@ -215,7 +215,14 @@ StageModel<F>::StageModel(const GptConfig& config, LayerRange layers, int max_ba
   std::fill(grads_.begin(), grads_.end(), F(0));
   init_params(seed);
 
-  // Activation layout of one slot, sized for max_batch x ctx: x0, the blocks, the head.
+  lay_out_activations(max_batch, slots);
+}
+
+// Activation layout of one slot, sized for max_batch x ctx: x0, the blocks, the head; then the
+// slots and the backward pass's scratch.
+template <class F>
+void StageModel<F>::lay_out_activations(int max_batch, int slots) {
+  const int V = config_.vocab, C = config_.dim, ctx = config_.ctx;
   const std::size_t bt = sz(max_batch) * sz(ctx);
   const std::size_t c = sz(C);
   std::size_t off = 0;

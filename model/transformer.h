@@ -257,6 +257,7 @@ class StageModel {
 
   std::size_t add_tensor(const std::string& name, std::vector<int> shape, bool decay);
   void init_params(std::uint64_t seed);
+  void lay_out_activations(int max_batch, int slots);
   void check_slot(int slot, const char* op) const;
   void check_batch(int B, int T, const char* op) const;
   void require_role(bool ok, const char* op, const char* what) const;

@@ -8,6 +8,7 @@
 #include <exception>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -23,6 +24,29 @@ std::future<void> failed(std::exception_ptr e) {
   std::promise<void> p;
   p.set_exception(std::move(e));
   return p.get_future();
+}
+
+// offload()'s argument check, the same for both stores: a key >= 0 that holds no stash (`taken`).
+void check_offload(int key, bool taken) {
+  if (key < 0) throw Error(ErrorCode::InvalidArgument, fmt::format("offload: key {} < 0", key));
+  if (taken) {
+    throw Error(ErrorCode::InvalidArgument,
+                fmt::format("offload: key {} already holds a stash; reload it first", key));
+  }
+}
+
+// reload()'s: the key holds a stash (of `held` bytes; nullopt: none) of the size asked for.
+void check_reload(int key, std::optional<std::size_t> held, std::size_t asked) {
+  if (!held) {
+    throw Error(
+        ErrorCode::InvalidArgument,
+        fmt::format("reload: key {} holds no stash (never offloaded, or reloaded already)", key));
+  }
+  if (*held != asked) {
+    throw Error(
+        ErrorCode::InvalidArgument,
+        fmt::format("reload: key {} holds {} bytes but {} were asked for", key, *held, asked));
+  }
 }
 
 // The copies run on one worker thread in submission order: a reload queued after its key's
@@ -47,11 +71,7 @@ class HostActivationStore final : public ActivationStore {
   }
 
   std::future<void> offload(int key, std::span<const std::byte> bytes) override {
-    if (key < 0) throw Error(ErrorCode::InvalidArgument, fmt::format("offload: key {} < 0", key));
-    if (held_.contains(key)) {
-      throw Error(ErrorCode::InvalidArgument,
-                  fmt::format("offload: key {} already holds a stash; reload it first", key));
-    }
+    check_offload(key, held_.contains(key));
     Held h;
     try {
       h.block = take_block(bytes.size());
@@ -66,17 +86,8 @@ class HostActivationStore final : public ActivationStore {
 
   std::future<void> reload(int key, std::span<std::byte> bytes) override {
     const auto it = held_.find(key);
-    if (it == held_.end()) {
-      throw Error(ErrorCode::InvalidArgument,
-                  fmt::format("reload: key {} holds no stash (never offloaded, or reloaded "
-                              "already)",
-                              key));
-    }
-    if (it->second.size != bytes.size()) {
-      throw Error(ErrorCode::InvalidArgument,
-                  fmt::format("reload: key {} holds {} bytes but {} were asked for", key,
-                              it->second.size, bytes.size()));
-    }
+    check_reload(key, it == held_.end() ? std::nullopt : std::optional(it->second.size),
+                 bytes.size());
     const std::byte* from = it->second.block.bytes.data();
     // The block is reused by later offloads; the FIFO worker reads it before they write it.
     free_.push_back(std::move(it->second.block));
@@ -155,27 +166,14 @@ class SwapActivationStore final : public ActivationStore {
   explicit SwapActivationStore(const SwapStoreOptions& options) : swap_(options) {}
 
   std::future<void> offload(int key, std::span<const std::byte> bytes) override {
-    if (key < 0) throw Error(ErrorCode::InvalidArgument, fmt::format("offload: key {} < 0", key));
-    if (!sizes_.emplace(key, bytes.size()).second) {
-      throw Error(ErrorCode::InvalidArgument,
-                  fmt::format("offload: key {} already holds a stash; reload it first", key));
-    }
+    check_offload(key, sizes_.contains(key));
+    sizes_.emplace(key, bytes.size());
     return swap_.swap_out(name(key), bytes);
   }
 
   std::future<void> reload(int key, std::span<std::byte> bytes) override {
     const auto it = sizes_.find(key);
-    if (it == sizes_.end()) {
-      throw Error(ErrorCode::InvalidArgument,
-                  fmt::format("reload: key {} holds no stash (never offloaded, or reloaded "
-                              "already)",
-                              key));
-    }
-    if (it->second != bytes.size()) {
-      throw Error(ErrorCode::InvalidArgument,
-                  fmt::format("reload: key {} holds {} bytes but {} were asked for", key,
-                              it->second, bytes.size()));
-    }
+    check_reload(key, it == sizes_.end() ? std::nullopt : std::optional(it->second), bytes.size());
     sizes_.erase(it);
     const std::string k = name(key);
     std::future<void> f = swap_.swap_in(k, bytes);

@@ -46,6 +46,21 @@ std::size_t piece_bytes(const IoFile& file, std::size_t block_size) noexcept {
   return piece;
 }
 
+std::vector<IoRequest> split_requests(std::span<const IoRequest> requests, std::size_t block_size) {
+  std::vector<IoRequest> pieces;
+  for (const IoRequest& r : requests) {
+    const std::size_t piece = piece_bytes(*r.file, block_size);
+    for (std::size_t done = 0; done < r.length; done += piece) {
+      IoRequest part = r;
+      part.offset += done;
+      part.data += done;
+      part.length = std::min(piece, r.length - done);
+      pieces.push_back(part);
+    }
+  }
+  return pieces;
+}
+
 std::string_view to_string(IoEngineKind kind) noexcept {
   switch (kind) {
     case IoEngineKind::Posix: return "posix";

@@ -29,6 +29,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "core/export.h"
 #include "offload/io_file.h"
@@ -80,6 +81,11 @@ inline constexpr std::size_t kMaxTransferBytes = std::size_t{1} << 30;
 /// capped at kMaxTransferBytes and rounded down to the file's O_DIRECT alignment (at least one
 /// alignment unit). Every piece but a request's last has this length.
 STRAIT_API std::size_t piece_bytes(const IoFile& file, std::size_t block_size) noexcept;
+
+/// The pieces the engines run for a batch: each request cut into piece_bytes(*file, block_size)
+/// long parts (the last part of a request shorter), in order; an empty request has none.
+STRAIT_API std::vector<IoRequest> split_requests(std::span<const IoRequest> requests,
+                                                 std::size_t block_size);
 
 /// How an engine queues and cuts requests (make_io_engine and the engines' constructors).
 struct IoEngineOptions {

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "offload/engine_errors.h"
 #include "offload/errno_text.h"
 
 namespace strait::offload {
@@ -124,24 +125,15 @@ IoFile PosixEngine::open(const std::filesystem::path& path, OpenMode mode) {
 IoEngine::Ticket PosixEngine::submit(std::span<const IoRequest> requests) {
   for (const IoRequest& r : requests) validate(r);  // all or nothing
   Impl& im = *impl_;
-  std::size_t queued = 0;
+  const std::vector<IoRequest> pieces = split_requests(requests, im.options.block_size);
+  const std::size_t queued = pieces.size();
   Ticket ticket = 0;
   {
     const std::lock_guard lock(im.mu);
     ticket = im.next_ticket++;
     Impl::Batch& batch = im.batches[ticket];
     batch.size = requests.size();
-    for (const IoRequest& r : requests) {
-      const std::size_t piece = piece_bytes(*r.file, im.options.block_size);
-      for (std::size_t done = 0; done < r.length; done += piece) {
-        IoRequest part = r;
-        part.offset += done;
-        part.data += done;
-        part.length = std::min(piece, r.length - done);
-        im.queue.push_back({ticket, part});
-        ++queued;
-      }
-    }
+    for (const IoRequest& part : pieces) im.queue.push_back({ticket, part});
     batch.remaining = queued;
   }
   if (queued == 1) {
@@ -157,18 +149,11 @@ void PosixEngine::wait(Ticket ticket) {
   std::unique_lock lock(im.mu);
   auto it = im.batches.find(ticket);
   if (it == im.batches.end()) {
-    throw Error(ErrorCode::InvalidArgument,
-                fmt::format("posix io: wait for unknown ticket {} (never submitted, or already "
-                            "waited for)",
-                            ticket));
+    throw unknown_ticket("posix io", ticket);
   }
   Impl::Batch& batch = it->second;
   if (!im.done_cv.wait_for(lock, im.options.timeout, [&] { return batch.remaining == 0; })) {
-    throw Error(ErrorCode::Timeout,
-                fmt::format("posix io: {} of {} requests of ticket {} not done after {} ms: the "
-                            "device is stalled or overloaded (see dmesg); wait again or raise the "
-                            "timeout",
-                            batch.remaining, batch.size, ticket, im.options.timeout.count()));
+    throw batch_timeout("posix io", batch.remaining, batch.size, ticket, im.options.timeout);
   }
   const std::string error = std::move(batch.error);
   im.batches.erase(it);

@@ -403,6 +403,29 @@ struct SwapStore::Impl {
     return std::bit_cast<std::uintptr_t>(p) % file.alignment().memory == 0;
   }
 
+  // The part of a transfer of `size` bytes that goes to or from the caller's buffer in place:
+  // all of it, or with O_DIRECT its whole units.
+  [[nodiscard]] std::size_t body_bytes(std::size_t size) const {
+    return direct ? size / unit * unit : size;
+  }
+
+  // A transfer the device can do from the caller's buffer (see body_bytes): the body in place,
+  // the tail (under one unit) through staging[0], padded to a unit.
+  std::vector<IoRequest> in_place_requests(IoOp op, const Extent& e, const std::byte* data,
+                                           std::size_t size) {
+    const auto request = [&](std::uint64_t offset, const std::byte* from, std::size_t n) {
+      // The engines never write through a write request's pointer (IoRequest::write).
+      auto* p = const_cast<std::byte*>(from);
+      return op == IoOp::Read ? IoRequest::read(file, offset, {p, n})
+                              : IoRequest::write(file, offset, {from, n});
+    };
+    const std::size_t body = body_bytes(size);
+    std::vector<IoRequest> requests;
+    if (body > 0) requests.push_back(request(e.offset, data, body));
+    if (body < size) requests.push_back(request(e.offset + body, staging[0].data(), unit));
+    return requests;
+  }
+
   // Writes size bytes from src into the extent (see the header's "Unaligned sizes and buffers");
   // `during` runs while the first transfer is in flight.
   void write_extent(const Extent& e, const std::byte* src, std::size_t size,
@@ -414,17 +437,14 @@ struct SwapStore::Impl {
     std::array<std::optional<IoEngine::Ticket>, 2> tickets;
     try {
       if (!direct || aligned(src)) {
-        const std::size_t body = direct ? size / unit * unit : size;
+        const std::size_t body = body_bytes(size);
         const std::size_t tail = size - body;
-        std::vector<IoRequest> requests;
-        if (body > 0) requests.push_back(IoRequest::write(file, e.offset, {src, body}));
         if (tail > 0) {
           std::byte* pad = staging[0].data();
           std::memcpy(pad, src + body, tail);
           std::memset(pad + tail, 0, unit - tail);
-          requests.push_back(IoRequest::write(file, e.offset + body, {pad, unit}));
         }
-        tickets[0] = engine->submit(requests);
+        tickets[0] = engine->submit(in_place_requests(IoOp::Write, e, src, size));
         during();
         settle(tickets[0]);
         return;
@@ -455,15 +475,9 @@ struct SwapStore::Impl {
     std::array<std::optional<IoEngine::Ticket>, 2> tickets;
     try {
       if (!direct || aligned(dst)) {
-        const std::size_t body = direct ? size / unit * unit : size;
+        const std::size_t body = body_bytes(size);
         const std::size_t tail = size - body;
-        std::vector<IoRequest> requests;
-        if (body > 0) requests.push_back(IoRequest::read(file, e.offset, {dst, body}));
-        if (tail > 0) {
-          requests.push_back(
-              IoRequest::read(file, e.offset + body, staging[0].bytes().first(unit)));
-        }
-        tickets[0] = engine->submit(requests);
+        tickets[0] = engine->submit(in_place_requests(IoOp::Read, e, dst, size));
         settle(tickets[0]);
         if (tail > 0) std::memcpy(dst + body, staging[0].data(), tail);
         return;

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "offload/engine_errors.h"
 #include "offload/errno_text.h"
 
 namespace strait::offload {
@@ -392,16 +393,9 @@ IoEngine::Ticket UringEngine::submit(std::span<const IoRequest> requests) {
   const Ticket ticket = im.next_ticket++;
   Impl::Batch& batch = im.batches[ticket];
   batch.size = requests.size();
-  for (const IoRequest& r : requests) {
-    const std::size_t piece = piece_bytes(*r.file, im.options.block_size);
-    for (std::size_t done = 0; done < r.length; done += piece) {
-      IoRequest part = r;
-      part.offset += done;
-      part.data += done;
-      part.length = std::min(piece, r.length - done);
-      im.pending.emplace_back(ticket, part);
-      ++batch.remaining;
-    }
+  for (const IoRequest& part : split_requests(requests, im.options.block_size)) {
+    im.pending.emplace_back(ticket, part);
+    ++batch.remaining;
   }
   im.fill();
   im.flush();
@@ -412,10 +406,7 @@ void UringEngine::wait(Ticket ticket) {
   Impl& im = *impl_;
   auto it = im.batches.find(ticket);
   if (it == im.batches.end()) {
-    throw Error(ErrorCode::InvalidArgument,
-                fmt::format("io_uring: wait for unknown ticket {} (never submitted, or already "
-                            "waited for)",
-                            ticket));
+    throw unknown_ticket("io_uring", ticket);
   }
   const auto deadline = Clock::now() + im.options.timeout;
   while (it->second.remaining > 0) {
@@ -427,12 +418,8 @@ void UringEngine::wait(Ticket ticket) {
                               it->second.remaining));
     }
     if (!im.reap(deadline)) {
-      throw Error(
-          ErrorCode::Timeout,
-          fmt::format("io_uring: {} of {} requests of ticket {} not done after {} ms: the "
-                      "device is stalled or overloaded (see dmesg); wait again or raise "
-                      "the timeout",
-                      it->second.remaining, it->second.size, ticket, im.options.timeout.count()));
+      throw batch_timeout("io_uring", it->second.remaining, it->second.size, ticket,
+                          im.options.timeout);
     }
   }
   const std::string error = std::move(it->second.error);

@@ -10,6 +10,7 @@
 #include <span>
 
 #include "comm/communicator.h"
+#include "scheduler/interface.h"
 
 namespace strait::sched {
 
@@ -20,15 +21,8 @@ struct PipelineComms {
   comm::Communicator* tied = nullptr;      // first and last stage of this replica (P > 1)
 };
 
-class GradientSync {
+class GradientSync : public Interface {
  public:
-  GradientSync() = default;
-  GradientSync(const GradientSync&) = delete;
-  GradientSync& operator=(const GradientSync&) = delete;
-  GradientSync(GradientSync&&) = delete;
-  GradientSync& operator=(GradientSync&&) = delete;
-  virtual ~GradientSync() = default;
-
   // ALLREDUCE_GRAD: every backward of step `step` is done and its sends have left; leaves in grads
   // what the optimizer should see, before clipping.
   virtual void reduce_grads(std::int64_t step, std::span<float> grads) = 0;

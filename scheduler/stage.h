@@ -13,6 +13,8 @@
 #include <cstdint>
 #include <span>
 
+#include "scheduler/interface.h"
+
 namespace strait::sched {
 
 // What a released stash's bytes do not say: the microbatch's shape and whether it has a loss.
@@ -22,15 +24,8 @@ struct StashInfo {
   bool has_loss = false;
 };
 
-class PipelineStage {
+class PipelineStage : public Interface {
  public:
-  PipelineStage() = default;
-  PipelineStage(const PipelineStage&) = delete;
-  PipelineStage& operator=(const PipelineStage&) = delete;
-  PipelineStage(PipelineStage&&) = delete;
-  PipelineStage& operator=(PipelineStage&&) = delete;
-  virtual ~PipelineStage() = default;
-
   // Floats per position of the activations this stage receives and sends.
   [[nodiscard]] virtual int width() const = 0;
   // Activation slots: microbatches whose forward can wait for their backward at once.

@@ -22,6 +22,9 @@
 namespace strait::tools {
 namespace {
 
+using namespace strait::train;  // NOLINT(google-build-using-namespace): the library this command
+                                // drives
+
 constexpr const char* kFooter = R"(
 Without RANK in the environment, `strait train` checks its settings and starts
 stages x replicas ranks of itself on this machine (as `strait run` does); under torchrun, Slurm or

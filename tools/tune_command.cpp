@@ -15,16 +15,16 @@
 #include "comm/bootstrap/launch_env.h"
 #include "comm/bootstrap/prefix_store.h"
 #include "comm/communicator.h"
+#include "comm/links.h"
+#include "comm/sites.h"
 #include "core/error.h"
 #include "tools/launcher.h"
 #include "tools/tune/budget.h"
 #include "tools/tune/candidates.h"
 #include "tools/tune/config.h"
 #include "tools/tune/decide.h"
-#include "tools/tune/links.h"
 #include "tools/tune/measure.h"
 #include "tools/tune/report.h"
-#include "tools/tune/sites.h"
 
 namespace strait::tools {
 namespace {
@@ -116,13 +116,13 @@ void run_rank(const TuneOptions& o) {
                       o.quick ? "quick" : fmt::format("up to {} timed calls per point", o.iters)));
   }
 
-  tune::LinkOptions lo;
-  if (o.quick) lo = tune::LinkOptions{.pings = 20, .bulk_bytes = 1 << 20, .bulk_reps = 2};
+  comm::LinkOptions lo;
+  if (o.quick) lo = comm::LinkOptions{.pings = 20, .bulk_bytes = 1 << 20, .bulk_reps = 2};
   tune::TuneResult result;
   result.max_codec = o.max_codec;
   result.site_factor = o.site_factor;
-  result.links = tune::measure_links(*world, lo);
-  result.sites = tune::derive_sites(result.links.bandwidth_MBps, o.site_factor);
+  result.links = comm::measure_links(*world, lo);
+  result.sites = comm::cluster_by_bandwidth(result.links.bandwidth_MBps, o.site_factor).members();
   if (leader) print(tune::format_links(result.links, result.sites, o.site_factor));
 
   const std::vector<std::uint64_t> segments =

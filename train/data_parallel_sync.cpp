@@ -8,12 +8,12 @@
 
 #include "core/error.h"
 
-namespace strait::sched {
+namespace strait::train {
 
 using kernels::DType;
 using kernels::ReduceOp;
 
-DataParallelSync::DataParallelSync(PipelineComms comms, int stage, int stages,
+DataParallelSync::DataParallelSync(sched::PipelineComms comms, int stage, int stages,
                                    GradientLayout layout, GradientCompression compression,
                                    double max_norm, offload::AdamWState* optimizer)
     : comms_(comms),
@@ -130,4 +130,4 @@ double DataParallelSync::clip(std::span<float> grads) const {
   return norm;
 }
 
-}  // namespace strait::sched
+}  // namespace strait::train

@@ -1,7 +1,7 @@
 // DataParallelSync, the gradient policy of `strait train` behind scheduler/grad_sync.h's
-// GradientSync: at ALLREDUCE_GRAD it first sums the gradient of weights tied between the first and
-// the last stage (Megatron-LM's embedding group: their two copies stay identical), then averages
-// every gradient over the replicas of this stage: plain, or compressed through a codec
+// sched::GradientSync: at ALLREDUCE_GRAD it first sums the gradient of weights tied between the
+// first and the last stage (Megatron-LM's embedding group: their two copies stay identical), then
+// averages every gradient over the replicas of this stage: plain, or compressed through a codec
 // (comm/communicator.h's allreduce_compressed) after warm-up steps, or the momentum compressed
 // instead of the gradient (1-bit Adam). At OPTIM it clips the global gradient norm (over all
 // stages, the tied copy counted once).
@@ -21,7 +21,7 @@
 #include "offload/adamw_state.h"
 #include "scheduler/grad_sync.h"
 
-namespace strait::sched {
+namespace strait::train {
 
 // Where a stage's gradient buffer holds what the sync treats specially.
 struct GradientLayout {
@@ -64,13 +64,13 @@ struct GradientCompression {
   double beta1 = 0.9;     // the optimizer's beta1 (momentum mode)
 };
 
-class DataParallelSync final : public GradientSync {
+class DataParallelSync final : public sched::GradientSync {
  public:
   // stage / stages: this rank's place in its pipeline; max_norm <= 0 disables clipping. Every
   // replica of a stage must use the same compression (a different codec is a Mismatch error
   // naming both ranks). optimizer: the AdamW state whose m momentum mode compresses (borrowed:
   // it must outlive the sync; unused, and may be null, otherwise).
-  DataParallelSync(PipelineComms comms, int stage, int stages, GradientLayout layout,
+  DataParallelSync(sched::PipelineComms comms, int stage, int stages, GradientLayout layout,
                    GradientCompression compression, double max_norm,
                    offload::AdamWState* optimizer = nullptr);
 
@@ -84,7 +84,7 @@ class DataParallelSync final : public GradientSync {
   void average_momentum(std::span<float> grads, const comm::Compression& c);
   double clip(std::span<float> grads) const;
 
-  PipelineComms comms_;
+  sched::PipelineComms comms_;
   int stage_;
   int stages_;
   GradientLayout layout_;
@@ -96,4 +96,4 @@ class DataParallelSync final : public GradientSync {
   std::uint64_t bytes_sent_ = 0;
 };
 
-}  // namespace strait::sched
+}  // namespace strait::train

@@ -20,7 +20,7 @@
 #include "model/checkpoint.h"
 #include "train/train_checkpoint.h"
 
-namespace strait::tools {
+namespace strait::train {
 // The reference model and the scheduler are this application's vocabulary.
 using namespace strait::sched;  // NOLINT(google-build-using-namespace)
 
@@ -490,4 +490,4 @@ OuterStepStats Membership::round_end(int step, bool last) {
   return stats;
 }
 
-}  // namespace strait::tools
+}  // namespace strait::train

@@ -28,7 +28,7 @@
 #include "train/rank_state.h"
 #include "train/train_report.h"
 
-namespace strait::tools {
+namespace strait::train {
 
 class Membership {
  public:
@@ -47,7 +47,7 @@ class Membership {
   bool compute(const std::function<void()>& step);
   // At a round's end (--elastic): the outer step, and when the world lost ranks or processes
   // wait to join, the re-formation.
-  sched::OuterStepStats round_end(int step, bool last);
+  OuterStepStats round_end(int step, bool last);
   // A joiner: receives a survivor's state; returns the step to go on from.
   int receive_state();
   // Test hooks. STRAIT_TRAIN_AWAIT_JOINER=STEP: the round boundary at step STEP waits (up to
@@ -67,15 +67,15 @@ class Membership {
   // it; the outer sync is left for the caller to rebuild. Returns the lost replicas' ids.
   std::vector<int> adopt_reformed(bool admit);
   // The outer sync rebuilt over the current groups with `state`.
-  void rebuild_outer(const sched::OuterSync::State& state, std::int64_t steps_done, bool ended);
+  void rebuild_outer(const OuterSync::State& state, std::int64_t steps_done, bool ended);
   // In the re-formed world, each stage's first rank (a survivor) sends its state to the ranks of
   // its stage (the joiners keep it). Returns the bytes sent, all stages together (on every rank).
   std::int64_t send_state(std::int64_t steps_done);
   // Below --min-replicas: a checkpoint (with --save), then an error.
   [[noreturn]] void stop_below_min(std::int64_t steps_done);
   // round_end's re-formation after a broken world; false when it broke again (try once more).
-  bool settle_lost(int step, bool last, bool& done, const sched::OuterSync::State& before,
-                   const std::vector<float>& at_end, sched::OuterStepStats& stats);
+  bool settle_lost(int step, bool last, bool& done, const OuterSync::State& before,
+                   const std::vector<float>& at_end, OuterStepStats& stats);
   // Processes waiting to join, as rank 0 sees them (0 elsewhere), in whole replicas.
   std::int64_t joiners_waiting(int step);
   // round_end's admission of waiting joiners; false when the world broke meanwhile.
@@ -102,4 +102,4 @@ class Membership {
   int await_joiner_ = -1;  // test hook STRAIT_TRAIN_AWAIT_JOINER=STEP (see round_end)
 };
 
-}  // namespace strait::tools
+}  // namespace strait::train

@@ -13,7 +13,7 @@
 #include "comm/compress/codec.h"
 #include "core/error.h"
 
-namespace strait::sched {
+namespace strait::train {
 
 using kernels::DType;
 using kernels::ReduceOp;
@@ -67,7 +67,7 @@ void validate(const OuterOptions& o) {
 
 class OuterSync::Fragment {
  public:
-  Fragment(PipelineComms comms, int stage, std::string name, int offset,
+  Fragment(sched::PipelineComms comms, int stage, std::string name, int offset,
            std::span<const float> initial, std::optional<GradientLayout::Range> tied,
            const OuterOptions& options, std::string codec,
            std::shared_ptr<offload::PinnedPool> pool, std::shared_ptr<offload::SwapStore> store);
@@ -104,7 +104,7 @@ class OuterSync::Fragment {
   void load_state();  // from the store into RAM (no-op without a store)
   void save_state();  // from RAM to the store, and the RAM back to the pool (idem)
 
-  PipelineComms comms_;
+  sched::PipelineComms comms_;
   int stage_;
   std::string name_;  // "" or "/part<i>": error feedback and store keys
   int offset_;        // rounds end when step + 1 + offset_ is a multiple of H
@@ -123,7 +123,7 @@ class OuterSync::Fragment {
   std::int64_t applied_ = 0;
 };
 
-OuterSync::Fragment::Fragment(PipelineComms comms, int stage, std::string name, int offset,
+OuterSync::Fragment::Fragment(sched::PipelineComms comms, int stage, std::string name, int offset,
                               std::span<const float> initial,
                               std::optional<GradientLayout::Range> tied,
                               const OuterOptions& options, std::string codec,
@@ -348,7 +348,7 @@ OuterStepStats OuterSync::Fragment::end_step(std::int64_t step, std::span<float>
   return stats;
 }
 
-OuterSync::OuterSync(PipelineComms comms, int stage, std::span<const float> initial,
+OuterSync::OuterSync(sched::PipelineComms comms, int stage, std::span<const float> initial,
                      std::optional<GradientLayout::Range> tied, OuterOptions options,
                      std::shared_ptr<offload::PinnedPool> pool,
                      std::shared_ptr<offload::SwapStore> store)
@@ -398,7 +398,7 @@ OuterSync::OuterSync(PipelineComms comms, int stage, std::span<const float> init
   for (std::size_t i = 0; i < pieces.size(); ++i) {
     const Piece& p = pieces[i];
     // Only the tied part talks over the tied group; the others have nothing tied in them.
-    PipelineComms c = comms_;
+    sched::PipelineComms c = comms_;
     if (!p.is_tied) c.tied = nullptr;
     std::optional<GradientLayout::Range> t;
     if (p.is_tied) t = GradientLayout::Range{0, p.count};
@@ -513,4 +513,4 @@ std::vector<OuterSync::Part> OuterSync::parts() const {
   return parts_;
 }
 
-}  // namespace strait::sched
+}  // namespace strait::train

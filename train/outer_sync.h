@@ -60,7 +60,7 @@
 #include "offload/swap_store.h"
 #include "train/data_parallel_sync.h"
 
-namespace strait::sched {
+namespace strait::train {
 
 struct OuterOptions {
   int outer_steps = 50;        // H: inner steps per round
@@ -98,7 +98,7 @@ class OuterSync {
   // pool: where the RAM comes from (null: a pool of its own). store: keep the outer state
   // (global weights, momentum, with overlap the round's start) in this SwapStore (NVMe) between
   // rounds, in RAM only during the outer step; null: in RAM throughout.
-  OuterSync(PipelineComms comms, int stage, std::span<const float> initial,
+  OuterSync(sched::PipelineComms comms, int stage, std::span<const float> initial,
             std::optional<GradientLayout::Range> tied, OuterOptions options,
             std::shared_ptr<offload::PinnedPool> pool = nullptr,
             std::shared_ptr<offload::SwapStore> store = nullptr);
@@ -160,7 +160,7 @@ class OuterSync {
   // (rounds end when step + 1 + offset is a multiple of H); defined in outer_sync.cpp.
   class Fragment;
 
-  PipelineComms comms_;
+  sched::PipelineComms comms_;
   OuterOptions options_;
   std::string codec_;
   std::shared_ptr<offload::SwapStore> store_;
@@ -175,4 +175,4 @@ class OuterSync {
   [[nodiscard]] std::uint64_t data_bytes_now() const;
 };
 
-}  // namespace strait::sched
+}  // namespace strait::train

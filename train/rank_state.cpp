@@ -17,7 +17,7 @@
 #include "scheduler/schedule_validate.h"
 #include "train/data_parallel_sync.h"
 
-namespace strait::tools {
+namespace strait::train {
 // The reference model and the scheduler are this application's vocabulary.
 using namespace strait::sched;  // NOLINT(google-build-using-namespace)
 
@@ -302,4 +302,4 @@ std::vector<std::int32_t> RankState::generate() {
   return text;
 }
 
-}  // namespace strait::tools
+}  // namespace strait::train

@@ -20,7 +20,7 @@
 #include "train/outer_sync.h"
 #include "train/train_config.h"
 
-namespace strait::tools {
+namespace strait::train {
 
 struct RankState {
   explicit RankState(const TrainConfig& config) : cfg(config) {}
@@ -54,9 +54,9 @@ struct RankState {
   std::unique_ptr<sched::RankModel> model;  // this rank's model chunks
   std::unique_ptr<offload::AdamWState> moments;
   std::unique_ptr<sched::PipelineExecutor> executor;
-  std::unique_ptr<sched::OuterSync> outer;  // DiLoCo (--outer-steps); destroyed before its comms
+  std::unique_ptr<OuterSync> outer;  // DiLoCo (--outer-steps); destroyed before its comms
   std::vector<offload::DecayGroup> groups;
   unsigned threads = 1;  // GEMM and AdamW threads of this rank
 };
 
-}  // namespace strait::tools
+}  // namespace strait::train

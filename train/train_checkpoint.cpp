@@ -13,7 +13,7 @@
 #include "core/error.h"
 #include "scheduler/schedule.h"
 
-namespace strait::tools {
+namespace strait::train {
 namespace {
 
 using nlohmann::json;
@@ -102,9 +102,9 @@ json outer_meta(const TrainConfig& c, bool ended, int replicas) {
 
 void save_diloco(comm::Communicator& world, const TrainConfig& c, int replica,
                  const sched::RankModel& model, offload::AdamWState& moments, std::int64_t step,
-                 sched::OuterSync& outer) {
+                 OuterSync& outer) {
   // Collective over the data-parallel and tied groups: before anything else, on every rank.
-  const sched::OuterSync::State state = outer.export_state();
+  const OuterSync::State state = outer.export_state();
   if (world.rank() == 0) sched::begin_checkpoint(c.save, step);
   world.barrier();
   const std::size_t n = model.params().size();
@@ -145,7 +145,7 @@ void save_diloco(comm::Communicator& world, const TrainConfig& c, int replica,
 // Loads replica `replica`'s part of a DiLoCo checkpoint (see save_diloco) into model, moments
 // and outer.
 void load_diloco(const sched::CheckpointReader& reader, const TrainConfig& c,
-                 sched::RankModel& model, offload::AdamWState& moments, sched::OuterSync& outer,
+                 sched::RankModel& model, offload::AdamWState& moments, OuterSync& outer,
                  int replica) {
   const json& meta = reader.meta();
   if (!meta.contains("outer")) {
@@ -177,7 +177,7 @@ void load_diloco(const sched::CheckpointReader& reader, const TrainConfig& c,
   }
   const std::size_t n = model.params().size();
   std::vector<float> m(n), v(n);
-  sched::OuterSync::State state;
+  OuterSync::State state;
   state.global.resize(n);
   state.momentum.resize(n);
   if (c.outer_overlap) state.start.resize(n);
@@ -207,7 +207,7 @@ void load_diloco(const sched::CheckpointReader& reader, const TrainConfig& c,
 
 void save_checkpoint(comm::Communicator& world, const TrainConfig& c, int stage, int replica,
                      const sched::RankModel& model, offload::AdamWState& moments, std::int64_t step,
-                     sched::OuterSync* outer) {
+                     OuterSync* outer) {
   if (outer != nullptr) {
     save_diloco(world, c, replica, model, moments, step, *outer);
     return;
@@ -289,9 +289,9 @@ void check_model(const json& meta, const TrainConfig& c, const std::string& wher
 }  // namespace
 
 std::vector<std::byte> pack_replica_state(const TrainConfig& c, const sched::RankModel& model,
-                                          offload::AdamWState& moments, sched::OuterSync& outer,
+                                          offload::AdamWState& moments, OuterSync& outer,
                                           std::int64_t step, const json& extra) {
-  const sched::OuterSync::State state = outer.export_state();
+  const OuterSync::State state = outer.export_state();
   if (!state.start.empty() || !state.pending.empty()) {
     throw Error(ErrorCode::InvalidArgument,
                 "the state of a replica with --outer-overlap cannot be sent to a joiner: drop "
@@ -320,13 +320,12 @@ std::vector<std::byte> pack_replica_state(const TrainConfig& c, const sched::Ran
 }
 
 json unpack_replica_state(std::span<const std::byte> bytes, const TrainConfig& c,
-                          sched::RankModel& model, offload::AdamWState& moments,
-                          sched::OuterSync& outer) {
+                          sched::RankModel& model, offload::AdamWState& moments, OuterSync& outer) {
   const sched::CheckpointContents in = sched::unpack_checkpoint(bytes, "the joiner's state");
   check_model(in.meta, c, "--join");
   const std::size_t n = model.params().size();
   std::vector<float> m(n), v(n);
-  sched::OuterSync::State state;
+  OuterSync::State state;
   state.global.resize(n);
   state.momentum.resize(n);
   const auto part = [](std::vector<float>& a, const sched::TensorInfo& t) {
@@ -347,7 +346,7 @@ json unpack_replica_state(std::span<const std::byte> bytes, const TrainConfig& c
 }
 
 Resumed load_checkpoint(const TrainConfig& c, sched::RankModel& model, offload::AdamWState& moments,
-                        sched::OuterSync* outer, int replica) {
+                        OuterSync* outer, int replica) {
   const sched::CheckpointReader reader(c.resume);
   const json& meta = reader.meta();
   check_model(meta, c, fmt::format("--resume {}", reader.dir().string()));
@@ -412,4 +411,4 @@ Resumed load_checkpoint(const TrainConfig& c, sched::RankModel& model, offload::
   return out;
 }
 
-}  // namespace strait::tools
+}  // namespace strait::train

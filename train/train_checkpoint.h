@@ -47,17 +47,17 @@
 #include "train/outer_sync.h"
 #include "train/train_config.h"
 
-namespace strait::tools {
+namespace strait::train {
 
 // The meta a checkpoint of `config` at `step` (completed optimizer steps) carries.
 nlohmann::json train_checkpoint_meta(const TrainConfig& config, std::int64_t step);
 
 // Writes the checkpoint of step `step` under config.save (collective over `world`).
 // `outer`: DiLoCo's outer sync (null without --outer-steps); its in-flight average is completed
-// first (sched::OuterSync::export_state).
+// first (OuterSync::export_state).
 void save_checkpoint(comm::Communicator& world, const TrainConfig& config, int stage, int replica,
                      const sched::RankModel& model, offload::AdamWState& moments, std::int64_t step,
-                     sched::OuterSync* outer = nullptr);
+                     OuterSync* outer = nullptr);
 
 // Creates the --save directory if needed and checks that it takes a new file (InvalidArgument
 // naming --save otherwise).
@@ -74,8 +74,7 @@ struct Resumed {
 // differ: each is listed in `notes`, as the resumed run is then not the one that saved. With
 // `outer` (DiLoCo), loads replica `replica`'s weights and moments and the outer state.
 Resumed load_checkpoint(const TrainConfig& config, sched::RankModel& model,
-                        offload::AdamWState& moments, sched::OuterSync* outer = nullptr,
-                        int replica = 0);
+                        offload::AdamWState& moments, OuterSync* outer = nullptr, int replica = 0);
 
 // --- Elastic DiLoCo (--elastic): the state a replica that joins receives ---
 // One replica's whole state after `step` completed steps, as one checkpoint container
@@ -84,13 +83,13 @@ Resumed load_checkpoint(const TrainConfig& config, sched::RankModel& model,
 // `extra` (the elastic membership) added. No overlap (elastic refuses it), so nothing is in
 // flight. The caller sends the bytes over the communicator.
 std::vector<std::byte> pack_replica_state(const TrainConfig& config, const sched::RankModel& model,
-                                          offload::AdamWState& moments, sched::OuterSync& outer,
+                                          offload::AdamWState& moments, OuterSync& outer,
                                           std::int64_t step, const nlohmann::json& extra);
 // Loads what pack_replica_state packed into this process's model, moments and outer sync, after
 // checking that its model and seed are this run's (InvalidArgument naming each field otherwise).
 // Returns the meta (its "step" is where training goes on).
 nlohmann::json unpack_replica_state(std::span<const std::byte> bytes, const TrainConfig& config,
                                     sched::RankModel& model, offload::AdamWState& moments,
-                                    sched::OuterSync& outer);
+                                    OuterSync& outer);
 
-}  // namespace strait::tools
+}  // namespace strait::train

@@ -19,7 +19,7 @@
 #include "scheduler/schedule_validate.h"
 #include "train/train_checkpoint.h"
 
-namespace strait::tools {
+namespace strait::train {
 namespace {
 
 using sched::Action;
@@ -274,11 +274,11 @@ void DilocoConfig::validate() const {
         "--outer-overlap, --outer-codec, --outer-fragments and --outer-state are DiLoCo's: pass "
         "--outer-steps H (inner steps per round) to turn it on");
   }
-  if (outer_steps > 0) sched::validate(outer());
+  if (outer_steps > 0) train::validate(outer());
 }
 
-sched::OuterOptions DilocoConfig::outer() const {
-  sched::OuterOptions o;
+OuterOptions DilocoConfig::outer() const {
+  OuterOptions o;
   o.outer_steps = outer_steps;
   o.lr = outer_lr;
   o.momentum = outer_momentum;
@@ -431,4 +431,4 @@ std::string_view to_string(CompressTarget target) noexcept {
   return "?";
 }
 
-}  // namespace strait::tools
+}  // namespace strait::train

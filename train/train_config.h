@@ -19,7 +19,7 @@
 #include "scheduler/schedule.h"
 #include "train/outer_sync.h"
 
-namespace strait::tools {
+namespace strait::train {
 
 // Where stashed activations go between a microbatch's forward and backward.
 enum class ActivationOffload : std::uint8_t { None, Cpu, Nvme };
@@ -116,7 +116,7 @@ struct DilocoConfig {
 
   void validate() const;
   // DiLoCo's settings (train/outer_sync.h); meaningful when outer_steps > 0.
-  [[nodiscard]] sched::OuterOptions outer() const;
+  [[nodiscard]] OuterOptions outer() const;
 };
 
 // Data and offload.
@@ -226,4 +226,4 @@ struct TrainConfig : ParallelConfig,
 // Learning rate at `step` (0-based): linear warm-up, then cosine decay to min_lr_ratio * lr.
 double learning_rate(const TrainConfig& config, std::int64_t step);
 
-}  // namespace strait::tools
+}  // namespace strait::train

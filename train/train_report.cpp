@@ -11,7 +11,7 @@
 #include "model/transformer.h"
 #include "scheduler/schedule.h"
 
-namespace strait::tools {
+namespace strait::train {
 // The reference model and the scheduler are this application's vocabulary.
 using namespace strait::sched;  // NOLINT(google-build-using-namespace)
 
@@ -315,4 +315,4 @@ void Reporter::finish(const RankState& state, const RunTotals& totals, double ev
         {"sample", printable(sample)}});
 }
 
-}  // namespace strait::tools
+}  // namespace strait::train

@@ -20,7 +20,7 @@
 #include "train/rank_state.h"
 #include "train/train_config.h"
 
-namespace strait::tools {
+namespace strait::train {
 
 // "1 replica", "2 replicas" (many: the plural when it is not one + "s").
 std::string plural(std::int64_t n, std::string_view one, std::string_view many = {});
@@ -68,8 +68,8 @@ class Reporter {
   void step(const StepFigures& f, const offload::AdamWStepStats& optimizer);
   // A DiLoCo round ended at `last_step` (0-based), which began at first_step; `who`: the
   // replicas in (replicas_in of them); round_bytes: the outer bytes since the last round.
-  void round(const sched::OuterStepStats& outer, int first_step, int last_step,
-             const std::string& who, int replicas_in, double round_bytes);
+  void round(const OuterStepStats& outer, int first_step, int last_step, const std::string& who,
+             int replicas_in, double round_bytes);
   void eval(int steps_done, double eval_loss);
   // done, DiLoCo's totals, the held-out table next to the byte n-gram baselines of rank 0's
   // corpus (and its metrics record); returns those baselines (empty on other ranks).
@@ -88,4 +88,4 @@ class Reporter {
   std::ofstream metrics_;
 };
 
-}  // namespace strait::tools
+}  // namespace strait::train

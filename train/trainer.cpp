@@ -18,7 +18,7 @@
 #include "train/train_checkpoint.h"
 #include "train/train_report.h"
 
-namespace strait::tools {
+namespace strait::train {
 // The reference model and the scheduler are this application's vocabulary.
 using namespace strait::sched;  // NOLINT(google-build-using-namespace)
 
@@ -68,10 +68,10 @@ class Job {
   // job-wide figures): it takes part from there on, in that step's figures (contributing none).
   int joined_after_ = -1;
   std::int64_t saved_step_ = -1;
-  RunTotals totals_;                  // train_s: steps only, evaluations are timed apart
-  double outer_round_bytes_ = 0;      // DiLoCo: the outer bytes of the round so far
-  int round_first_ = 0;               // the round's first step
-  sched::OuterStepStats last_outer_;  // the last step's outer step
+  RunTotals totals_;              // train_s: steps only, evaluations are timed apart
+  double outer_round_bytes_ = 0;  // DiLoCo: the outer bytes of the round so far
+  int round_first_ = 0;           // the round's first step
+  OuterStepStats last_outer_;     // the last step's outer step
 };
 
 void Job::setup() {
@@ -271,4 +271,4 @@ void run_training_rank(const TrainConfig& config) {
   job.run();
 }
 
-}  // namespace strait::tools
+}  // namespace strait::train

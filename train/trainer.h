@@ -36,11 +36,11 @@
 
 #include "train/train_config.h"
 
-namespace strait::tools {
+namespace strait::train {
 
 // Runs this process's rank of the job (torchrun-style environment: RANK, WORLD_SIZE, ...; or,
 // with config.join, a joiner of a running elastic job). Returns normally when training finished
 // on every rank.
 void run_training_rank(const TrainConfig& config);
 
-}  // namespace strait::tools
+}  // namespace strait::train

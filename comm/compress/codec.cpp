@@ -2,12 +2,10 @@
 
 #include <fmt/format.h>
 
-#include "comm/compress/bf16_codec.h"
+#include "comm/compress/cast_codec.h"
 #include "comm/compress/codec_args.h"
-#include "comm/compress/fp16_codec.h"
 #include "comm/compress/int4_codec.h"
 #include "comm/compress/int8_codec.h"
-#include "comm/compress/none_codec.h"
 #include "comm/compress/onebit_codec.h"
 #include "comm/compress/powersgd.h"
 #include "comm/compress/topk_codec.h"
@@ -69,9 +67,9 @@ std::unique_ptr<Codec> make_codec(std::string_view name, std::string_view args) 
   using detail::CodecArgs;
   if (name == "none" || name == "bf16" || name == "fp16") {
     const CodecArgs parsed(name, args, {});  // rejects any argument
-    if (name == "none") return std::make_unique<NoneCodec>();
-    if (name == "bf16") return std::make_unique<Bf16Codec>();
-    return std::make_unique<Fp16Codec>();
+    if (name == "none") return std::make_unique<CastCodec>(Cast::None);
+    if (name == "bf16") return std::make_unique<CastCodec>(Cast::Bf16);
+    return std::make_unique<CastCodec>(Cast::Fp16);
   }
   if (name == "int8" || name == "int4") {
     const CodecArgs parsed(name, args, {"block", "stochastic", "seed"});

@@ -5,9 +5,9 @@
 // kernels/topk.h) give bit-identical bytes on every SIMD path and CPU.
 //
 // Codecs (name: wire bytes per element; see each header for the paper and the error bound):
-//   none    4                        identity (the only summable one)        none_codec.h
-//   bf16    2                        round to nearest even, clamped          bf16_codec.h
-//   fp16    2                        round to nearest even, clamped +-65504  fp16_codec.h
+//   none    4                        identity (the only summable one)        cast_codec.h
+//   bf16    2                        round to nearest even, clamped          cast_codec.h
+//   fp16    2                        round to nearest even, clamped +-65504  cast_codec.h
 //   int8    1 + 4/block              blockwise absmax, block=256             int8_codec.h
 //   int4    1/2 + 4/block            blockwise absmax, block=64              int4_codec.h
 //   topk    8 * fraction             k largest |x|, fraction=0.01, with EF   topk_codec.h

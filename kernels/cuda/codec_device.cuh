@@ -7,11 +7,11 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/codec_math.h"
+
 namespace strait::kernels::detail {
 
-inline constexpr std::uint32_t kDevAbsMask = 0x7fffffffU;
-inline constexpr std::uint32_t kDevInfBits = 0x7f800000U;  // |bits| >= this: Inf or NaN
-inline constexpr unsigned long long kNoIndex = ~0ULL;      // kDeviceStatusOk
+inline constexpr unsigned long long kNoIndex = ~0ULL;  // kDeviceStatusOk
 inline constexpr unsigned kFullMask = 0xffffffffU;
 
 // min / max for any one integer type (CUDA's overloads differ between long and long long).
@@ -22,10 +22,6 @@ __device__ __forceinline__ T dmin(T a, T b) {
 template <class T>
 __device__ __forceinline__ T dmax(T a, T b) {
   return a < b ? b : a;
-}
-
-__device__ __forceinline__ std::uint32_t dev_abs_bits(float x) {
-  return __float_as_uint(x) & kDevAbsMask;
 }
 
 __device__ __forceinline__ std::size_t global_thread() {

@@ -1,22 +1,21 @@
 // Codec kernels of kernels/cuda/quantize.h: 16-bit casts, blockwise absmax int8 / int4, 1-bit sign.
-// Each mirrors the scalar CPU path of kernels/quantize_impl.h operation for operation; every
-// rounding step is an explicit _rn intrinsic and the file is built with -fmad=false, so nothing
-// is fused or reordered behind our back.
+// The per-element arithmetic is the CPU's own (kernels/codec_math.h); the rest mirrors the scalar
+// CPU path of kernels/quantize_impl.h operation for operation with explicit _rn intrinsics, and the
+// file is built with -fmad=false, so nothing is fused or reordered behind our back.
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdint>
 
+#include "kernels/codec_math.h"
 #include "kernels/cuda/codec_device.cuh"
 #include "kernels/cuda/codec_launch.h"
+#include "kernels/quantize.h"
 
 namespace strait::kernels::detail {
 namespace {
 
-constexpr std::uint32_t kBf16MaxBelow = 0x7f7f7fffU;  // largest |bits| not rounding to Inf
-constexpr float kF16Max = 65504.0F;
-constexpr float kAbsmaxFloorDev = 0x1p-100F;  // kernels::kAbsmaxFloor
 constexpr unsigned kWarpsPerBlock = kCodecThreads / 32;
 
 unsigned grid_for(std::size_t work_items, unsigned max_blocks) {
@@ -26,13 +25,6 @@ unsigned grid_for(std::size_t work_items, unsigned max_blocks) {
 
 // --- casts ---------------------------------------------------------------------------------------
 
-// quantize_impl.h's bf16_clamped: the integer rounding, so no hardware conversion is trusted.
-__device__ __forceinline__ std::uint16_t bf16_clamped(std::uint32_t bits) {
-  const std::uint32_t a = dmin(bits & kDevAbsMask, kBf16MaxBelow);
-  const std::uint32_t r = (a + 0x7fffU + ((a >> 16) & 1U)) >> 16;
-  return static_cast<std::uint16_t>(((bits >> 16) & 0x8000U) | r);
-}
-
 // cvt.rn.f16.f32 is IEEE nearest even, subnormals included: kernels::f32_to_f16 for finite input.
 __device__ __forceinline__ std::uint16_t f16_clamped(float x) {
   return __half_as_ushort(__float2half_rn(fminf(fmaxf(x, -kF16Max), kF16Max)));
@@ -41,7 +33,7 @@ __device__ __forceinline__ std::uint16_t f16_clamped(float x) {
 __global__ void __launch_bounds__(kCodecThreads)
     find_non_finite_kernel(const float* __restrict__ in, std::size_t n, std::uint64_t* status) {
   for (std::size_t i = global_thread(); i < n; i += grid_threads()) {
-    if (dev_abs_bits(in[i]) >= kDevInfBits) {
+    if (abs_bits(in[i]) >= kInfBits) {
       report_index(status, i);  // this thread's first; later ones are larger
       return;
     }
@@ -55,9 +47,9 @@ __global__ void __launch_bounds__(kCodecThreads)
   unsigned long long first_bad = kNoIndex;  // this thread's first: indices only grow
   for (std::size_t i = global_thread(); i < n; i += grid_threads()) {
     const float x = in[i];
-    if (dev_abs_bits(x) >= kDevInfBits && first_bad == kNoIndex) first_bad = i;
-    store_wire_u16(out + 2 * i,
-                   kFormat == HalfFormat::Bf16 ? bf16_clamped(__float_as_uint(x)) : f16_clamped(x));
+    if (abs_bits(x) >= kInfBits && first_bad == kNoIndex) first_bad = i;
+    store_wire_u16(out + 2 * i, kFormat == HalfFormat::Bf16 ? bf16_from_bits(__float_as_uint(x))
+                                                            : f16_clamped(x));
   }
   if (first_bad != kNoIndex) report_index(status, first_bad);
 }
@@ -85,38 +77,6 @@ __global__ void __launch_bounds__(kCodecThreads)
 
 // --- absmax --------------------------------------------------------------------------------------
 
-// quantize_impl.h's lowbias32 / random_word / uniform_from_word: the CPU's counter-based stream.
-__device__ __forceinline__ std::uint32_t lowbias32(std::uint32_t x) {
-  x ^= x >> 16;
-  x *= 0x7feb352dU;
-  x ^= x >> 15;
-  x *= 0x846ca68bU;
-  x ^= x >> 16;
-  return x;
-}
-
-__device__ __forceinline__ float uniform_at(std::uint32_t key0, std::uint32_t key1,
-                                            std::size_t index) {
-  const std::uint32_t word = lowbias32(lowbias32(static_cast<std::uint32_t>(index) ^ key0) + key1);
-  return __fmul_rn(__uint2float_rn(word >> 8), 0x1p-24F);  // exact: 24 bits times a power of 2
-}
-
-struct Quantizer {
-  float inv;
-  float limit;
-  bool stochastic;
-  std::uint32_t key0;
-  std::uint32_t key1;
-
-  // quantize_one(): rintf is round_nearest's nearest even and floorf floor_small's floor (both
-  // exact for |y| < 2^22, where the CPU's magic-number forms are exact too).
-  __device__ __forceinline__ int operator()(float x, std::size_t index) const {
-    const float y = __fmul_rn(x, inv);
-    const float r = stochastic ? floorf(__fadd_rn(y, uniform_at(key0, key1, index))) : rintf(y);
-    return static_cast<int>(fminf(fmaxf(r, -limit), limit));
-  }
-};
-
 // One warp per block of the format: the max of |bits| (which also finds NaN/Inf), the scale as the
 // CPU driver computes it, then the elements.
 template <int kBits>
@@ -133,43 +93,48 @@ __global__ void __launch_bounds__(kCodecThreads)
     const std::size_t m = dmin(block, n - start);
     const float* x = in + start;
     std::uint32_t max_bits = 0;
-    for (std::size_t i = lane; i < m; i += 32) max_bits = dmax(max_bits, dev_abs_bits(x[i]));
+    for (std::size_t i = lane; i < m; i += 32) max_bits = dmax(max_bits, abs_bits(x[i]));
     max_bits = __reduce_max_sync(kFullMask, max_bits);
-    if (max_bits >= kDevInfBits) {
+    if (max_bits >= kInfBits) {
       for (std::size_t i = lane; i < m; i += 32) {
-        if (dev_abs_bits(x[i]) >= kDevInfBits) {
+        if (abs_bits(x[i]) >= kInfBits) {
           report_index(status, start + i);
           break;
         }
       }
       continue;
     }
-    const float absmax = __uint_as_float(max_bits);
-    float scale = 0.0F;
-    float inv = 0.0F;
-    if (absmax >= kAbsmaxFloorDev) {
-      scale = __fdiv_rn(absmax, kLimit);
-      // nextafter(scale, 0) for a positive scale whose limit * scale overflows.
-      if (dev_abs_bits(__fmul_rn(kLimit, scale)) >= kDevInfBits) {
-        scale = __uint_as_float(__float_as_uint(scale) - 1U);
-      }
-      inv = __fdiv_rn(kLimit, absmax);
-    }
-    if (lane == 0) store_wire_f32(out + 4 * b, scale);
-    const Quantizer q{inv, kLimit, stochastic, key0, key1};
+    const AbsmaxScale s = absmax_scale(__uint_as_float(max_bits), kLimit, kAbsmaxFloor);
+    if (lane == 0) store_wire_f32(out + 4 * b, s.scale);
+    const StochasticKey key{key0, key1};
+    const auto q = [&](std::size_t i) {
+      return quantize_one(x[i], s.inv, kLimit, stochastic, key, start + i);
+    };
     if constexpr (kBits == 8) {
-      for (std::size_t i = lane; i < m; i += 32) {
-        payload[start + i] = static_cast<std::byte>(static_cast<std::int8_t>(q(x[i], start + i)));
-      }
+      for (std::size_t i = lane; i < m; i += 32) payload[start + i] = int8_byte(q(i));
     } else {
       // Byte j holds elements 2j (low nibble) and 2j + 1 (high; 0 past the end).
       for (std::size_t i = 2 * lane; i < m; i += 64) {
-        const int lo = q(x[i], start + i);
-        const int hi = i + 1 < m ? q(x[i + 1], start + i + 1) : 0;
-        payload[(start + i) / 2] = static_cast<std::byte>(
-            (static_cast<unsigned>(lo) & 0xfU) | ((static_cast<unsigned>(hi) & 0xfU) << 4));
+        const auto lo = static_cast<int>(q(i));
+        const int hi = i + 1 < m ? static_cast<int>(q(i + 1)) : 0;
+        payload[(start + i) / 2] = nibble_pair(lo, hi);
       }
     }
+  }
+}
+
+// The decoders' loop: a warp per block (its scale in the first 4 * nblocks bytes of the wire), the
+// lanes striding over the block's elements; fn(e, scale) decodes element e.
+template <class Fn>
+__device__ __forceinline__ void for_each_scaled(const std::byte* in, std::size_t n,
+                                                std::size_t block, std::size_t nblocks, Fn fn) {
+  const unsigned lane = threadIdx.x % 32;
+  const std::size_t warps = grid_threads() / 32;
+  for (std::size_t b = global_thread() / 32; b < nblocks; b += warps) {
+    const std::size_t start = b * block;
+    const std::size_t m = dmin(block, n - start);
+    const float scale = load_wire_f32(in + 4 * b);
+    for (std::size_t i = lane; i < m; i += 32) fn(start + i, scale);
   }
 }
 
@@ -177,24 +142,12 @@ template <int kBits>
 __global__ void __launch_bounds__(kCodecThreads)
     absmax_decode_kernel(const std::byte* __restrict__ in, std::size_t n, std::size_t block,
                          std::size_t nblocks, float* __restrict__ out, bool add) {
-  const unsigned lane = threadIdx.x % 32;
-  const std::size_t warps = grid_threads() / 32;
   const std::byte* payload = in + 4 * nblocks;
-  for (std::size_t b = global_thread() / 32; b < nblocks; b += warps) {
-    const std::size_t start = b * block;
-    const std::size_t m = dmin(block, n - start);
-    const float scale = load_wire_f32(in + 4 * b);
-    for (std::size_t i = lane; i < m; i += 32) {
-      const auto byte = static_cast<unsigned>(payload[kBits == 8 ? start + i : (start + i) / 2]);
-      int q = 0;
-      if constexpr (kBits == 8) {
-        q = static_cast<std::int8_t>(byte);
-      } else {
-        q = static_cast<int>(((byte >> (((start + i) & 1U) * 4)) & 0xfU) ^ 8U) - 8;
-      }
-      put(out + start, i, __fmul_rn(static_cast<float>(q), scale), add);
-    }
-  }
+  for_each_scaled(in, n, block, nblocks, [&](std::size_t e, float scale) {
+    const std::byte byte = payload[kBits == 8 ? e : e / 2];
+    const int q = kBits == 8 ? static_cast<std::int8_t>(byte) : nibble_code(byte, (e & 1U) != 0);
+    put(out, e, __fmul_rn(static_cast<float>(q), scale), add);
+  });
 }
 
 // --- sign ----------------------------------------------------------------------------------------
@@ -228,9 +181,9 @@ __global__ void __launch_bounds__(kCodecThreads)
       const float v = in_block ? x[i] : 0.0F;
       if (in_block) {
         sum = __fadd_rn(sum, fabsf(v));
-        const std::uint32_t a = dev_abs_bits(v);
+        const std::uint32_t a = abs_bits(v);
         max_bits = dmax(max_bits, a);
-        if (a >= kDevInfBits && first_bad == kNoIndex) first_bad = start + i;
+        if (a >= kInfBits && first_bad == kNoIndex) first_bad = start + i;
       }
       const unsigned ballot = __ballot_sync(kFullMask, in_block && (__float_as_uint(v) >> 31) != 0);
       // Lanes 0 and 1 of a half write its 16 elements' two bytes, where they lie in the block
@@ -246,12 +199,12 @@ __global__ void __launch_bounds__(kCodecThreads)
       first_bad = dmin(first_bad, __shfl_xor_sync(kFullMask, first_bad, width, 16));
     }
     if (l16 != 0 || m == 0) continue;
-    if (max_bits >= kDevInfBits) {
+    if (max_bits >= kInfBits) {
       report_index(status, first_bad);
       continue;
     }
     float scale = __fdiv_rn(sum, __ull2float_rn(m));
-    if (dev_abs_bits(scale) >= kDevInfBits) {
+    if (abs_bits(scale) >= kInfBits) {
       // The CPU's fallback for a sum beyond fp32: double, in index order.
       double total = 0.0;
       for (std::size_t i = 0; i < m; ++i) total = __dadd_rn(total, fabs(static_cast<double>(x[i])));
@@ -264,19 +217,10 @@ __global__ void __launch_bounds__(kCodecThreads)
 __global__ void __launch_bounds__(kCodecThreads)
     sign_decode_kernel(const std::byte* __restrict__ in, std::size_t n, std::size_t block,
                        std::size_t nblocks, float* __restrict__ out, bool add) {
-  const unsigned lane = threadIdx.x % 32;
-  const std::size_t warps = grid_threads() / 32;
   const std::byte* bits = in + 4 * nblocks;
-  for (std::size_t b = global_thread() / 32; b < nblocks; b += warps) {
-    const std::size_t start = b * block;
-    const std::size_t m = dmin(block, n - start);
-    const float scale = load_wire_f32(in + 4 * b);
-    for (std::size_t i = lane; i < m; i += 32) {
-      const std::size_t e = start + i;
-      const bool neg = ((static_cast<unsigned>(bits[e / 8]) >> (e % 8)) & 1U) != 0;
-      put(out, e, neg ? -scale : scale, add);
-    }
-  }
+  for_each_scaled(in, n, block, nblocks, [&](std::size_t e, float scale) {
+    put(out, e, sign_value(bits, e, scale), add);
+  });
 }
 
 unsigned warp_grid(std::size_t warps_needed, unsigned max_blocks) {

@@ -54,8 +54,8 @@ __global__ void __launch_bounds__(kCodecThreads)
   const std::uint32_t prefix = state->prefix;
   unsigned long long first_bad = kNoIndex;
   for (std::size_t i = global_thread(); i < n; i += grid_threads()) {
-    const std::uint32_t mag = dev_abs_bits(in[i]);
-    if (pass == 0 && mag >= kDevInfBits && first_bad == kNoIndex) first_bad = i;
+    const std::uint32_t mag = abs_bits(in[i]);
+    if (pass == 0 && mag >= kInfBits && first_bad == kNoIndex) first_bad = i;
     if ((mag & mask) == prefix) atomicAdd(&hist[(mag >> shift) & 0xffU], 1U);
   }
   if (first_bad != kNoIndex) report_index(status, first_bad);
@@ -106,7 +106,7 @@ __global__ void __launch_bounds__(kCodecThreads)
   const std::size_t end = dmin(base + kTile, n);
   unsigned long long c = 0;
   for (std::size_t i = base + threadIdx.x; i < end; i += kCodecThreads) {
-    c += classify(dev_abs_bits(in[i]), threshold);
+    c += classify(abs_bits(in[i]), threshold);
   }
   c = Reduce(temp).Sum(c);
   if (threadIdx.x == 0) tile_counts[blockIdx.x] = c;
@@ -133,8 +133,7 @@ __global__ void __launch_bounds__(kCodecThreads)
   unsigned long long mine = 0;
 #pragma unroll
   for (int j = 0; j < kItemsPerThread; ++j) {
-    if (first + j < static_cast<std::size_t>(valid))
-      mine += classify(dev_abs_bits(x[j]), threshold);
+    if (first + j < static_cast<std::size_t>(valid)) mine += classify(abs_bits(x[j]), threshold);
   }
   unsigned long long before = 0;
   Scan(temp.scan).ExclusiveSum(mine, before);
@@ -142,7 +141,7 @@ __global__ void __launch_bounds__(kCodecThreads)
 #pragma unroll
   for (int j = 0; j < kItemsPerThread; ++j) {
     if (first + j >= static_cast<std::size_t>(valid)) break;
-    const std::uint32_t mag = dev_abs_bits(x[j]);
+    const std::uint32_t mag = abs_bits(x[j]);
     const auto above_before = static_cast<std::uint32_t>(before >> 32);
     const auto equal_before = static_cast<std::uint32_t>(before);
     bool keep = false;

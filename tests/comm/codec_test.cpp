@@ -256,7 +256,7 @@ TEST(CodecNonFinite, EncodeThrowsNamingTheCodecTheFirstIndexAndTheValue) {
   for_each_simd_level([&](kernels::SimdLevel) {
     for (const char* spec : kSpecs) {
       auto c = make_codec_from_spec(spec);
-      if (c->name() == "none") continue;  // passes values through unchecked (none_codec.h)
+      if (c->name() == "none") continue;  // passes values through unchecked (cast_codec.h)
       std::vector<std::byte> wire(c->encoded_bytes(n));
       // First element, a vector body, a later block, the scalar tail.
       for (const std::size_t at : {0UL, 37UL, 300UL, n - 1}) {

@@ -452,16 +452,16 @@ TEST(SitesEnvironment, OptionsThenStraitSitesThenTheFileThenOneSite) {
 
 TEST(SitesMeasure, LinksWithinFactorFourOfTheFastestFormSites) {
   // Ranks 0-1 and 2-3 at 10 GB/s, across at 12 MB/s, and rank 4 slow to everyone.
-  constexpr int n = 5;
-  std::vector<double> bw(n * n, 12e6);
-  const auto set = [&](int a, int b, double v) { bw[a * n + b] = bw[b * n + a] = v; };
+  constexpr std::size_t n = 5;
+  std::vector<std::vector<double>> bw(n, std::vector<double>(n, 12e6));
+  const auto set = [&](std::size_t a, std::size_t b, double v) { bw[a][b] = bw[b][a] = v; };
   set(0, 1, 10e9);
   set(2, 3, 4e9);
-  for (int r = 0; r < 4; ++r) set(r, 4, 1e6);
-  const Sites s = cluster_by_bandwidth(bw, n);
+  for (std::size_t r = 0; r < 4; ++r) set(r, 4, 1e6);
+  const Sites s = cluster_by_bandwidth(bw);
   EXPECT_EQ(s.site_of, (std::vector<int>{0, 0, 1, 1, 2}));
   set(2, 3, 2e9);  // below 10 GB/s / 4: 2 and 3 become sites of their own
-  EXPECT_EQ(cluster_by_bandwidth(bw, n).site_of, (std::vector<int>{0, 0, 1, 2, 3}));
+  EXPECT_EQ(cluster_by_bandwidth(bw).site_of, (std::vector<int>{0, 0, 1, 2, 3}));
 }
 
 // STRAIT_SITES=measure between threads of one host: every link is shared memory, all within 4x of

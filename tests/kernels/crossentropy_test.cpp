@@ -13,11 +13,7 @@
 namespace strait::kernels {
 namespace {
 
-using testing::accumulated;
-using testing::numeric_gradient;
-using testing::random_tokens;
-using testing::random_vector;
-using testing::relative_error;
+using namespace strait::testing;  // tests/kernels/gradcheck.h
 
 TEST(CrossEntropy, ForwardMatchesNaiveSoftmax) {
   std::mt19937_64 rng(2);
@@ -61,11 +57,7 @@ TEST(CrossEntropy, StableForHugeLogitsAndInPlace) {
 }
 
 TEST(CrossEntropy, BackwardMatchesFiniteDifferences) {
-  for (const auto& shape : {std::pair{1, 2}, std::pair{1, 5}, std::pair{6, 3}, std::pair{4, 17}}) {
-    // Plain locals, not structured bindings: the loss lambda captures them (clang 14 cannot
-    // capture bindings).
-    const int N = shape.first;
-    const int V = shape.second;
+  for_each_shape({{1, 2}, {1, 5}, {6, 3}, {4, 17}}, [](int N, int V) {
     std::mt19937_64 rng(N * 7 + V);
     auto logits = random_vector(rng, N * V, -3.0, 3.0);
     const auto targets = random_tokens(rng, N, V);
@@ -82,7 +74,7 @@ TEST(CrossEntropy, BackwardMatchesFiniteDifferences) {
     crossentropy_backward(d.data(), saved_probs.data(), targets.data(), scale, N, V);
     EXPECT_LT(relative_error(accumulated(d, d0), numeric_gradient(logits, loss)), 1e-6)
         << "N=" << N << " V=" << V;
-  }
+  });
 }
 
 TEST(CrossEntropy, SingleClassHasZeroLossAndGradient) {

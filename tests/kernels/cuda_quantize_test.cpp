@@ -31,6 +31,7 @@
 
 #include "kernels/cuda/cuda_error.h"
 #include "kernels/cuda/device_buffer.h"
+#include "tests/common/cuda_test_stream.h"
 #endif
 
 namespace strait::kernels {
@@ -119,23 +120,7 @@ TEST(DeviceCodecArgs, RejectsWhatTheCpuRejects) {
   });
 }
 
-// RAII CUDA stream: the kernels run on a real non-default stream, as a collective's would.
-class Stream {
- public:
-  Stream() {
-    cudaStream_t s = nullptr;
-    cuda_check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
-    s_.reset(s);
-  }
-  [[nodiscard]] cudaStream_t get() const { return s_.get(); }
-  void sync() const { cuda_check(cudaStreamSynchronize(get()), "cudaStreamSynchronize"); }
-
- private:
-  struct Destroy {
-    void operator()(cudaStream_t s) const noexcept { static_cast<void>(cudaStreamDestroy(s)); }
-  };
-  std::unique_ptr<CUstream_st, Destroy> s_;
-};
+using Stream = strait::test::TestStream;
 
 // Device copies of host data at a byte offset from a 256-byte-aligned allocation (offset 1 or 3
 // exercises the unaligned wire stores and loads).

@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "kernels/device_reduce.h"
 #include "kernels/dtype.h"
+#include "kernels/dtype_limits.h"
 #include "tests/common/expect_error.h"
 #include "tests/common/gpu.h"
 
@@ -23,6 +24,7 @@
 
 #include "kernels/cuda/cuda_error.h"
 #include "kernels/cuda/device_buffer.h"
+#include "tests/common/cuda_test_stream.h"
 #endif
 
 namespace strait::kernels {
@@ -152,43 +154,17 @@ HostArray random_array(DType dtype, std::size_t n, std::uint32_t seed) {
 // half its smallest subnormal (absolute) below; the f32 steps before it (sum, factor, product)
 // add a few f32 half-ulps. Anything looser would hide a truncation or a double rounding.
 double rel_tol(DType dtype) {
-  constexpr double kF32Steps = 4.0 * 0x1p-24;
-  switch (dtype) {
-    case DType::F32: return kF32Steps;
-    case DType::F64: return 4.0 * 0x1p-53;
-    case DType::F16: return 0x1p-11 + kF32Steps;
-    case DType::BF16: return 0x1p-8 + kF32Steps;
-    default: return 0.0;
-  }
+  constexpr double kF32Steps = 4.0 * unit_roundoff(DType::F32);
+  if (dtype == DType::F64) return 4.0 * unit_roundoff(DType::F64);
+  return dtype == DType::F32 ? kF32Steps : unit_roundoff(dtype) + kF32Steps;
 }
 
+// Half the smallest subnormal (f64's has no half).
 double abs_tol(DType dtype) {
-  switch (dtype) {
-    case DType::F32: return 0x1p-150;
-    case DType::F64: return 0x1p-1074;
-    case DType::F16: return 0x1p-25;
-    case DType::BF16: return 0x1p-134;
-    default: return 0.0;
-  }
+  return dtype == DType::F64 ? smallest_subnormal(dtype) : smallest_subnormal(dtype) / 2;
 }
 
-// RAII CUDA stream: the tests launch on a real non-default stream, as the collectives will.
-class Stream {
- public:
-  Stream() {
-    cudaStream_t s = nullptr;
-    cuda_check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
-    s_.reset(s);
-  }
-  [[nodiscard]] cudaStream_t get() const { return s_.get(); }
-  void sync() const { cuda_check(cudaStreamSynchronize(get()), "cudaStreamSynchronize"); }
-
- private:
-  struct Destroy {
-    void operator()(cudaStream_t s) const noexcept { static_cast<void>(cudaStreamDestroy(s)); }
-  };
-  std::unique_ptr<CUstream_st, Destroy> s_;
-};
+using Stream = strait::test::TestStream;
 
 // Offsets (in elements) of inout and in from 256-byte-aligned allocations: equal offsets take the
 // vector path with a peeled head, unequal ones the elementwise path.

@@ -12,12 +12,7 @@
 namespace strait::kernels {
 namespace {
 
-using testing::accumulated;
-using testing::dot;
-using testing::numeric_gradient;
-using testing::random_tokens;
-using testing::random_vector;
-using testing::relative_error;
+using namespace strait::testing;  // tests/kernels/gradcheck.h
 
 struct Shape {
   int B, T, C, V;

@@ -7,8 +7,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <random>
 #include <span>
+#include <utility>
 #include <vector>
 
 namespace strait::testing {
@@ -75,5 +77,23 @@ inline std::vector<double> accumulated(const std::vector<double>& after,
   for (std::size_t i = 0; i < after.size(); ++i) d[i] = after[i] - before[i];
   return d;
 }
+
+// Calls check(rows, cols) for each (rows, cols) shape: plain ints, which check's lambdas may
+// capture (clang 14 cannot capture structured bindings).
+inline void for_each_shape(std::initializer_list<std::pair<int, int>> shapes,
+                           const std::function<void(int, int)>& check) {
+  for (const auto& shape : shapes) check(shape.first, shape.second);
+}
+
+// A gradient buffer for a backward pass that adds into it, seeded with random values so that a
+// test also sees that it adds: added() takes the seed back off.
+struct SeededGrad {
+  std::vector<double> seed;
+  std::vector<double> grad;
+
+  SeededGrad(std::mt19937_64& rng, std::size_t n) : seed(random_vector(rng, n)), grad(seed) {}
+  [[nodiscard]] double* data() { return grad.data(); }
+  [[nodiscard]] std::vector<double> added() const { return accumulated(grad, seed); }
+};
 
 }  // namespace strait::testing

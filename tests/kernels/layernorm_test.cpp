@@ -12,18 +12,26 @@
 namespace strait::kernels {
 namespace {
 
-using testing::accumulated;
-using testing::dot;
-using testing::numeric_gradient;
-using testing::random_vector;
-using testing::relative_error;
+using namespace strait::testing;  // tests/kernels/gradcheck.h
+
+// A LayerNorm's input (N rows of C values in [lo, hi)) and its weight and bias, drawn in that
+// order.
+struct Problem {
+  std::vector<double> x, w, b;
+};
+
+Problem draw(std::mt19937_64& rng, int N, int C, double lo, double hi) {
+  Problem p;
+  p.x = random_vector(rng, N * C, lo, hi);
+  p.w = random_vector(rng, C);
+  p.b = random_vector(rng, C);
+  return p;
+}
 
 TEST(LayerNorm, ForwardMatchesNaiveReference) {
   std::mt19937_64 rng(3);
   const int N = 7, C = 13;
-  const auto x = random_vector(rng, N * C, -3.0, 5.0);
-  const auto w = random_vector(rng, C);
-  const auto b = random_vector(rng, C);
+  const auto [x, w, b] = draw(rng, N, C, -3.0, 5.0);
   std::vector<double> out(N * C), mean(N), rstd(N);
   layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C);
   for (int n = 0; n < N; ++n) {
@@ -43,11 +51,7 @@ TEST(LayerNorm, ForwardMatchesNaiveReference) {
 }
 
 TEST(LayerNorm, BackwardMatchesFiniteDifferences) {
-  for (const auto& shape : {std::pair{1, 3}, std::pair{6, 8}, std::pair{5, 17}, std::pair{2, 1}}) {
-    // Plain locals, not structured bindings: the loss lambda captures them (clang 14 cannot
-    // capture bindings).
-    const int N = shape.first;
-    const int C = shape.second;
+  for_each_shape({{1, 3}, {6, 8}, {5, 17}, {2, 1}}, [](int N, int C) {
     std::mt19937_64 rng(N * 31 + C);
     auto x = random_vector(rng, N * C, -2.0, 2.0);
     auto w = random_vector(rng, C);
@@ -61,19 +65,16 @@ TEST(LayerNorm, BackwardMatchesFiniteDifferences) {
     loss();  // mean and rstd at the unperturbed point, for backward
     const auto saved_mean = mean;
     const auto saved_rstd = rstd;
-    const auto dx0 = random_vector(rng, x.size());
-    const auto dw0 = random_vector(rng, w.size());
-    const auto db0 = random_vector(rng, b.size());
-    auto dx = dx0;
-    auto dw = dw0;
-    auto db = db0;
+    SeededGrad dx(rng, x.size());  // drawn in this order: dx, dw, db
+    SeededGrad dw(rng, w.size());
+    SeededGrad db(rng, b.size());
     layernorm_backward(dx.data(), dw.data(), db.data(), r.data(), x.data(), w.data(),
                        saved_mean.data(), saved_rstd.data(), N, C);
-    EXPECT_LT(relative_error(accumulated(dx, dx0), numeric_gradient(x, loss)), 1e-6)
+    EXPECT_LT(relative_error(dx.added(), numeric_gradient(x, loss)), 1e-6)
         << "N=" << N << " C=" << C;
-    EXPECT_LT(relative_error(accumulated(dw, dw0), numeric_gradient(w, loss)), 1e-6);
-    EXPECT_LT(relative_error(accumulated(db, db0), numeric_gradient(b, loss)), 1e-6);
-  }
+    EXPECT_LT(relative_error(dw.added(), numeric_gradient(w, loss)), 1e-6);
+    EXPECT_LT(relative_error(db.added(), numeric_gradient(b, loss)), 1e-6);
+  });
 }
 
 TEST(LayerNorm, BackwardWithoutParameterGradientsGivesTheSameBits) {
@@ -113,9 +114,7 @@ TEST(LayerNorm, BackwardWithoutParameterGradientsGivesTheSameBits) {
 TEST(LayerNorm, FloatMatchesDouble) {
   std::mt19937_64 rng(9);
   const int N = 16, C = 128;
-  const auto x = random_vector(rng, N * C, -4.0, 4.0);
-  const auto w = random_vector(rng, C);
-  const auto b = random_vector(rng, C);
+  const auto [x, w, b] = draw(rng, N, C, -4.0, 4.0);
   const auto r = random_vector(rng, N * C);
   std::vector<double> out(N * C), mean(N), rstd(N), dx(N * C), dw(C), db(C);
   layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C);

@@ -11,11 +11,7 @@
 namespace strait::kernels {
 namespace {
 
-using testing::accumulated;
-using testing::dot;
-using testing::numeric_gradient;
-using testing::random_vector;
-using testing::relative_error;
+using namespace strait::testing;  // tests/kernels/gradcheck.h
 
 struct Shape {
   int N, C, OC;
@@ -68,22 +64,19 @@ TEST(Matmul, BackwardMatchesFiniteDifferences) {
       matmul_forward(out.data(), x.data(), w.data(), bias.data(), s.N, s.C, s.OC);
       return dot(out, r);
     };
-    const auto dx0 = random_vector(rng, x.size());
-    const auto dw0 = random_vector(rng, w.size());
-    const auto db0 = random_vector(rng, bias.size());
-    auto dx = dx0;
-    auto dw = dw0;
-    auto db = db0;
+    SeededGrad dx(rng, x.size());  // drawn in this order: dx, dw, db
+    SeededGrad dw(rng, w.size());
+    SeededGrad db(rng, bias.size());
     matmul_backward(dx.data(), dw.data(), db.data(), r.data(), x.data(), w.data(), s.N, s.C, s.OC);
-    EXPECT_LT(relative_error(accumulated(dx, dx0), numeric_gradient(x, loss)), 1e-6);
-    EXPECT_LT(relative_error(accumulated(dw, dw0), numeric_gradient(w, loss)), 1e-6);
-    EXPECT_LT(relative_error(accumulated(db, db0), numeric_gradient(bias, loss)), 1e-6);
+    EXPECT_LT(relative_error(dx.added(), numeric_gradient(x, loss)), 1e-6);
+    EXPECT_LT(relative_error(dw.added(), numeric_gradient(w, loss)), 1e-6);
+    EXPECT_LT(relative_error(db.added(), numeric_gradient(bias, loss)), 1e-6);
 
     // Null gradients are skipped; the others are still computed.
-    auto dw_only = dw0;
+    auto dw_only = dw.seed;
     matmul_backward<double>(nullptr, dw_only.data(), nullptr, r.data(), x.data(), w.data(), s.N,
                             s.C, s.OC);
-    EXPECT_LT(relative_error(dw_only, dw), 1e-14);
+    EXPECT_LT(relative_error(dw_only, dw.grad), 1e-14);
   }
 }
 

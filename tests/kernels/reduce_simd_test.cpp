@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <initializer_list>
 #include <limits>
 #include <random>
 #include <string>
@@ -469,6 +470,24 @@ std::uint32_t f32b(float f) {
   return std::bit_cast<std::uint32_t>(f);
 }
 
+// A 16-bit float case: inout op in at every level, whose bits must be `want`.
+struct HalfCase {
+  DType dtype;
+  ReduceOp op;
+  std::uint16_t inout;
+  std::uint16_t in;
+  std::uint16_t want;
+};
+
+void expect_halves(std::initializer_list<HalfCase> cases) {
+  for (const HalfCase& c : cases) {
+    const auto name = std::string(dtype_name(c.dtype));
+    EXPECT_EQ(reduce_at_every_level<std::uint16_t>(c.dtype, c.op, c.inout, c.in, name.c_str()),
+              c.want)
+        << name << " " << reduce_op_name(c.op) << " " << std::hex << c.inout << ", " << c.in;
+  }
+}
+
 TEST(ReduceLiterals, IntegersWrap) {
   EXPECT_EQ(reduce_at_every_level<std::int8_t>(DType::I8, ReduceOp::Sum, 127, 1, "i8 127+1"), -128);
   EXPECT_EQ(reduce_at_every_level<std::int8_t>(DType::I8, ReduceOp::Prod, -128, -1, "i8 -128*-1"),
@@ -504,37 +523,30 @@ TEST(ReduceLiterals, MinMaxKeepTheInoutSideOnNaNAndZeros) {
   EXPECT_EQ(f32b(reduce_at_every_level(DType::F32, ReduceOp::Min, 0.0F, -0.0F, "min(0, -0)")), 0U);
   EXPECT_EQ(f32b(reduce_at_every_level(DType::F32, ReduceOp::Max, 0.0F, -0.0F, "max(0, -0)")), 0U);
   EXPECT_EQ(reduce_at_every_level(DType::F64, ReduceOp::Max, 1.0, -std::nan(""), "f64"), 1.0);
-  // f16: a NaN result is sign | 0x7e00, the sign taken from the side min/max keeps.
-  EXPECT_EQ(reduce_at_every_level<std::uint16_t>(DType::F16, ReduceOp::Min, 0xfd55, 0x3c00, "f16"),
-            0xfe00);
-  EXPECT_EQ(reduce_at_every_level<std::uint16_t>(DType::F16, ReduceOp::Max, 0x3c00, 0xfd55, "f16"),
-            0x3c00);
-  // bf16: a NaN keeps its bits, with the quiet bit set.
-  EXPECT_EQ(reduce_at_every_level<std::uint16_t>(DType::BF16, ReduceOp::Max, 0xff95, 0x3f80, "bf"),
-            0xffd5);
+  expect_halves({
+      // f16: a NaN result is sign | 0x7e00, the sign taken from the side min/max keeps.
+      {DType::F16, ReduceOp::Min, 0xfd55, 0x3c00, 0xfe00},
+      {DType::F16, ReduceOp::Max, 0x3c00, 0xfd55, 0x3c00},
+      // bf16: a NaN keeps its bits, with the quiet bit set.
+      {DType::BF16, ReduceOp::Max, 0xff95, 0x3f80, 0xffd5},
+  });
 }
 
 TEST(ReduceLiterals, HalfRoundingAndOverflow) {
   // f16: 65504 + 8 = 65512 rounds back down to 65504; 65504 + 16 = 65520 is the tie with 65536,
   // which goes to the even side: Inf. 2^-24 * 0.5 = 2^-25 ties to even zero; 3 * 2^-25 rounds to
   // 2 * 2^-24.
-  EXPECT_EQ(reduce_at_every_level<std::uint16_t>(DType::F16, ReduceOp::Sum, 0x7bff, 0x4800, "f16"),
-            0x7bff);
-  EXPECT_EQ(reduce_at_every_level<std::uint16_t>(DType::F16, ReduceOp::Sum, 0x7bff, 0x4c00, "f16"),
-            0x7c00);
-  EXPECT_EQ(reduce_at_every_level<std::uint16_t>(DType::F16, ReduceOp::Prod, 0x0001, 0x3800, "f16"),
-            0x0000);
-  EXPECT_EQ(reduce_at_every_level<std::uint16_t>(DType::F16, ReduceOp::Prod, 0x0001, 0x3e00, "f16"),
-            0x0002);
-  EXPECT_EQ(reduce_at_every_level<std::uint16_t>(DType::F16, ReduceOp::Prod, 0xd800, 0x5800, "f16"),
-            0xf400);  // -128 * 128 = -16384 fits
-  EXPECT_EQ(reduce_at_every_level<std::uint16_t>(DType::F16, ReduceOp::Prod, 0xdc00, 0x5c00, "f16"),
-            0xfc00);  // -256 * 256 = -65536: -Inf
-  // bf16: 1 + 2^-8 ties to even 1; 1 + 3 * 2^-8 ties to even 1 + 2^-6.
-  EXPECT_EQ(reduce_at_every_level<std::uint16_t>(DType::BF16, ReduceOp::Sum, 0x3f80, 0x3b80, "bf"),
-            0x3f80);
-  EXPECT_EQ(reduce_at_every_level<std::uint16_t>(DType::BF16, ReduceOp::Sum, 0x3f81, 0x3b80, "bf"),
-            0x3f82);
+  expect_halves({
+      {DType::F16, ReduceOp::Sum, 0x7bff, 0x4800, 0x7bff},
+      {DType::F16, ReduceOp::Sum, 0x7bff, 0x4c00, 0x7c00},
+      {DType::F16, ReduceOp::Prod, 0x0001, 0x3800, 0x0000},
+      {DType::F16, ReduceOp::Prod, 0x0001, 0x3e00, 0x0002},
+      {DType::F16, ReduceOp::Prod, 0xd800, 0x5800, 0xf400},  // -128 * 128 = -16384 fits
+      {DType::F16, ReduceOp::Prod, 0xdc00, 0x5c00, 0xfc00},  // -256 * 256 = -65536: -Inf
+      // bf16: 1 + 2^-8 ties to even 1; 1 + 3 * 2^-8 ties to even 1 + 2^-6.
+      {DType::BF16, ReduceOp::Sum, 0x3f80, 0x3b80, 0x3f80},
+      {DType::BF16, ReduceOp::Sum, 0x3f81, 0x3b80, 0x3f82},
+  });
   // Inf - Inf is the default NaN; Inf * 0 too.
   EXPECT_TRUE(std::isnan(f16_to_f32(
       reduce_at_every_level<std::uint16_t>(DType::F16, ReduceOp::Sum, 0x7c00, 0xfc00, "f16"))));

@@ -32,10 +32,7 @@ using kernels::AdamWHyper;
 using strait::test::contains;
 using strait::test::TempDir;
 
-using testing::InMemory;
-using testing::random_vector;
-using testing::same_bits;
-using testing::three_groups;
+using namespace strait::offload::testing;  // tests/offload/adamw_reference.h, test_util.h
 
 // Naive AdamW in double precision (torch.optim.AdamW's formula), as an independent check that the
 // groups' decay and the bias correction are applied at all.

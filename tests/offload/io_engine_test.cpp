@@ -22,6 +22,7 @@
 #include "offload/pinned_buffer.h"
 #include "offload/posix_engine.h"
 #include "offload/uring_engine.h"
+#include "tests/common/expect_error.h"
 #include "tests/common/scratch_mount.h"
 #include "tests/common/temp_dir.h"
 #include "tests/common/text.h"
@@ -31,6 +32,7 @@ namespace strait::offload {
 namespace {
 
 using strait::test::contains;
+using strait::test::error_of;
 using strait::test::ScratchMount;
 using strait::test::TempDir;
 
@@ -154,17 +156,12 @@ TEST_P(IoEngineTest, ReadingPastEndOfFileIsAnErrorNotZeros) {
   const IoRequest write = IoRequest::write(file, 0, buffer.bytes().first(3 * block));
   engine->run({&write, 1});
   const IoRequest read = IoRequest::read(file, 0, buffer.bytes().first(4 * block));
-  try {
-    engine->run({&read, 1});
-    FAIL() << "a read past the end of the file must throw";
-  } catch (const Error& e) {
-    const std::string what = e.what();
-    EXPECT_EQ(e.code(), ErrorCode::Io);
-    EXPECT_TRUE(contains(what, "end of the file")) << what;
-    EXPECT_TRUE(contains(what, file.path().string())) << what;
-    // The first 3 blocks arrived (a short read), the remainder found the end.
-    EXPECT_TRUE(contains(what, "after " + std::to_string(3 * block) + " bytes")) << what;
-  }
+  // A read past the end of the file throws.
+  const std::string what = error_of([&] { engine->run({&read, 1}); }, ErrorCode::Io);
+  EXPECT_TRUE(contains(what, "end of the file")) << what;
+  EXPECT_TRUE(contains(what, file.path().string())) << what;
+  // The first 3 blocks arrived (a short read), the remainder found the end.
+  EXPECT_TRUE(contains(what, "after " + std::to_string(3 * block) + " bytes")) << what;
   // The engine stays usable after a failed batch.
   const IoRequest ok = IoRequest::read(file, block, buffer.bytes().first(2 * block));
   engine->run({&ok, 1});

@@ -1,8 +1,6 @@
 #include "offload/pinned_buffer.h"
 
 #include <gtest/gtest.h>
-#include <spdlog/sinks/ostream_sink.h>
-#include <spdlog/spdlog.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -16,36 +14,13 @@
 #include <utility>
 
 #include "tests/common/text.h"
+#include "tests/offload/mlock_check.h"
 #include "tests/offload/test_util.h"
 
 namespace strait::offload {
 namespace {
 
 using strait::test::contains;
-
-// Locked memory of this process in KiB, as the kernel accounts it (/proc/self/status VmLck).
-long locked_kib() {
-  std::ifstream status("/proc/self/status");
-  std::string line;
-  while (std::getline(status, line)) {
-    if (line.rfind("VmLck:", 0) == 0) return std::stol(line.substr(6));
-  }
-  return -1;
-}
-
-// AddressSanitizer replaces mlock with a no-op that reports success.
-#if defined(__SANITIZE_ADDRESS__)  // GCC
-#define STRAIT_ASAN 1
-#elif defined(__has_feature)  // clang
-#if __has_feature(address_sanitizer)
-#define STRAIT_ASAN 1
-#endif
-#endif
-#if defined(STRAIT_ASAN)
-#define STRAIT_SKIP_IF_MLOCK_INTERCEPTED() GTEST_SKIP() << "AddressSanitizer intercepts mlock"
-#else
-#define STRAIT_SKIP_IF_MLOCK_INTERCEPTED() static_cast<void>(0)
-#endif
 
 TEST(PinnedBuffer, PageAlignedRoundedUpAndZeroed) {
   const std::size_t page = page_size();
@@ -83,15 +58,15 @@ TEST(PinnedBuffer, HugePageSizedBuffersStartOnAHugePageBoundary) {
 
 TEST(PinnedBuffer, LockStateMatchesKernelAccounting) {
   STRAIT_SKIP_IF_MLOCK_INTERCEPTED();
-  const long before = locked_kib();
+  const long before = testing::locked_kib();
   ASSERT_GE(before, 0) << "no VmLck in /proc/self/status";
   const std::size_t bytes = 64 * page_size();
   {
     const PinnedBuffer b(bytes);
     const long expect = before + (b.locked() ? static_cast<long>(bytes / 1024) : 0);
-    EXPECT_EQ(locked_kib(), expect) << "locked()=" << b.locked();
+    EXPECT_EQ(testing::locked_kib(), expect) << "locked()=" << b.locked();
   }
-  EXPECT_EQ(locked_kib(), before) << "destruction must unlock and unmap";
+  EXPECT_EQ(testing::locked_kib(), before) << "destruction must unlock and unmap";
 }
 
 TEST(PinnedBuffer, MoveTransfersOwnership) {
@@ -115,21 +90,13 @@ TEST(PinnedBuffer, FallsBackToUnlockedMemoryWithOneWarning) {
   const int code = testing::run_in_child([] {
     if (!testing::forbid_mlock()) return 77;
 
-    auto log = std::make_shared<std::ostringstream>();
-    auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(*log);
-    spdlog::set_default_logger(std::make_shared<spdlog::logger>("test", sink));
+    const testing::CapturedLog log;
     const PinnedBuffer a(5 * page_size());
     const PinnedBuffer b(page_size());
     if (a.locked() || b.locked()) return 1;
     std::fill(a.data(), a.data() + a.size(), std::byte{1});  // usable all the same
-    spdlog::default_logger()->flush();
-    const std::string text = log->str();
-    std::size_t warnings = 0;
-    for (std::size_t at = text.find("could not lock"); at != std::string::npos;
-         at = text.find("could not lock", at + 1)) {
-      ++warnings;
-    }
-    if (warnings != 1) return 2;
+    const std::string text = log.text();
+    if (log.count("could not lock") != 1) return 2;
     if (!contains(text, "RLIMIT_MEMLOCK")) return 3;
     return 0;
   });

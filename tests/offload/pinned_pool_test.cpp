@@ -3,8 +3,6 @@
 #include <gtest/gtest.h>
 #include <hwloc.h>
 #include <sched.h>
-#include <spdlog/sinks/ostream_sink.h>
-#include <spdlog/spdlog.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -33,6 +31,7 @@
 #include "tests/common/expect_error.h"
 #include "tests/common/gpu.h"
 #include "tests/common/text.h"
+#include "tests/offload/mlock_check.h"
 #include "tests/offload/test_util.h"
 
 #if STRAIT_HAVE_CUDA
@@ -48,20 +47,6 @@ namespace fs = std::filesystem;
 using strait::test::contains;
 using strait::test::expect_error;
 
-// AddressSanitizer replaces mlock with a no-op that reports success.
-#if defined(__SANITIZE_ADDRESS__)  // GCC
-#define STRAIT_ASAN 1
-#elif defined(__has_feature)  // clang
-#if __has_feature(address_sanitizer)
-#define STRAIT_ASAN 1
-#endif
-#endif
-#if defined(STRAIT_ASAN)
-#define STRAIT_SKIP_IF_MLOCK_INTERCEPTED() GTEST_SKIP() << "AddressSanitizer intercepts mlock"
-#else
-#define STRAIT_SKIP_IF_MLOCK_INTERCEPTED() static_cast<void>(0)
-#endif
-
 const std::size_t kPage = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
 
 PinnedPoolOptions small_classes() {
@@ -72,16 +57,6 @@ PinnedPoolOptions small_classes() {
 
 bool all_equal(const PinnedPool::Lease& l, std::byte value) {
   return std::all_of(l.data(), l.data() + l.size(), [&](std::byte x) { return x == value; });
-}
-
-// Locked memory of this process in KiB, as the kernel accounts it (/proc/self/status VmLck).
-long locked_kib() {
-  std::ifstream status("/proc/self/status");
-  std::string line;
-  while (std::getline(status, line)) {
-    if (line.rfind("VmLck:", 0) == 0) return std::stol(line.substr(6));
-  }
-  return -1;
 }
 
 // NUMA nodes as sysfs lists them (independent of hwloc), ascending.
@@ -372,19 +347,19 @@ TEST(PinnedPool, ConcurrentAcquireAndReleaseKeepTotalsConsistent) {
 
 TEST(PinnedPool, LockedBytesMatchTheKernelsAccounting) {
   STRAIT_SKIP_IF_MLOCK_INTERCEPTED();
-  const long before = locked_kib();
+  const long before = testing::locked_kib();
   ASSERT_GE(before, 0) << "no VmLck in /proc/self/status";
   PinnedPool pool(small_classes());
   {
     const PinnedPool::Lease l = pool.acquire(9 * kPage);  // 16 pages
     const std::size_t locked = l.locked() ? 16 * kPage : 0;
     EXPECT_EQ(pool.stats().bytes_locked, locked);
-    EXPECT_EQ(locked_kib(), before + static_cast<long>(locked / 1024));
+    EXPECT_EQ(testing::locked_kib(), before + static_cast<long>(locked / 1024));
   }
   // Still cached, so still locked when it was.
-  EXPECT_EQ(locked_kib(), before + static_cast<long>(pool.stats().bytes_locked / 1024));
+  EXPECT_EQ(testing::locked_kib(), before + static_cast<long>(pool.stats().bytes_locked / 1024));
   pool.trim();
-  EXPECT_EQ(locked_kib(), before) << "trim must unlock and unmap";
+  EXPECT_EQ(testing::locked_kib(), before) << "trim must unlock and unmap";
   EXPECT_EQ(pool.stats().bytes_locked, 0U);
 }
 
@@ -394,9 +369,7 @@ TEST(PinnedPool, UnlockedBuffersWhenRlimitMemlockRefuses) {
   const int code = testing::run_in_child([] {
     if (!testing::forbid_mlock()) return 77;
 
-    auto log = std::make_shared<std::ostringstream>();
-    auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(*log);
-    spdlog::set_default_logger(std::make_shared<spdlog::logger>("test", sink));
+    const testing::CapturedLog log;
     PinnedPool pool(small_classes());
     const PinnedPool::Lease a = pool.acquire(kPage);
     PinnedPool::Lease b = pool.acquire(3 * kPage);
@@ -408,14 +381,8 @@ TEST(PinnedPool, UnlockedBuffersWhenRlimitMemlockRefuses) {
         s.misses != 2) {
       return 2;
     }
-    spdlog::default_logger()->flush();
-    const std::string text = log->str();
-    std::size_t warnings = 0;
-    for (std::size_t at = text.find("could not lock"); at != std::string::npos;
-         at = text.find("could not lock", at + 1)) {
-      ++warnings;
-    }
-    if (warnings != 1) return 3;
+    const std::string text = log.text();
+    if (log.count("could not lock") != 1) return 3;
     for (const char* hint :
          {"RLIMIT_MEMLOCK is 0 KiB", "ulimit -l", "limits.conf", "CAP_IPC_LOCK"}) {
       if (!contains(text, hint)) return 4;

@@ -67,6 +67,13 @@ class TestBuffer {
   bool aligned_;
 };
 
+// An aligned buffer of `size` bytes holding fill()'s pattern for `seed`.
+TestBuffer patterned(std::size_t size, std::size_t seed) {
+  TestBuffer b(size, true);
+  fill(b.bytes(), seed);
+  return b;
+}
+
 // Waits for an operation's future with a deadline, so a hang fails the test instead of the run.
 void get(std::future<void>& f) {
   ASSERT_EQ(f.wait_for(std::chrono::seconds(120)), std::future_status::ready) << "hung";
@@ -236,8 +243,7 @@ TEST_P(SwapStoreTest, FlippedByteIsReportedByTheChecksum) {
     o.checksum = checksum;
     SwapStore store(o);
     const std::size_t size = 3 * kMiB + 12345;
-    TestBuffer data(size, true);
-    fill(data.bytes(), 4);
+    TestBuffer data = patterned(size, 4);
     get(store.swap_out("weights", data.bytes()));
     // The only extent starts at offset 0; flip one bit in its third checksum block.
     const std::size_t at = 2 * kMiB + 77;
@@ -275,8 +281,7 @@ TEST_P(SwapStoreTest, PrefetchReadsAheadSoSwapInIsACopy) {
   o.keep_name = true;
   SwapStore store(o);
   const std::size_t size = 2 * kMiB + 3;
-  TestBuffer data(size, true);
-  fill(data.bytes(), 5);
+  TestBuffer data = patterned(size, 5);
   get(store.swap_out("act", data.bytes()));
   get(store.prefetch("act"));
   get(store.prefetch("act"));  // already staged: nothing more
@@ -335,8 +340,7 @@ TEST_P(SwapStoreTest, ManyThreadsUseOneStore) {
 }
 
 TEST_P(SwapStoreTest, DestroyingTheStoreFinishesOrAbortsEveryOperation) {
-  TestBuffer data(kMiB + 1, true);
-  fill(data.bytes(), 30);
+  TestBuffer data = patterned(kMiB + 1, 30);
   std::vector<std::future<void>> futures;
   {
     SwapStore store(options());

@@ -27,6 +27,10 @@
 namespace strait::sched {
 namespace {
 
+using train::DataParallelSync;
+using train::GradientCompression;
+using train::GradientLayout;
+
 constexpr int kB = 2, kT = 8, kM = 6;
 
 GptConfig tiny() {

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <functional>
 #include <limits>
 #include <ostream>
 #include <string>
@@ -75,6 +76,20 @@ std::string validation_error(const Schedule& s) {
   return {};
 }
 
+// Calls check(kind, P, M) for GPipe and 1F1B over P = 1..4 stages and M = 1..8 microbatches, with
+// the point in the failure trace.
+void for_each_grid_point(const std::function<void(ScheduleKind, int, int)>& check) {
+  for (ScheduleKind kind : {ScheduleKind::GPipe, ScheduleKind::OneFOneB}) {
+    for (int P = 1; P <= 4; ++P) {
+      for (int M = 1; M <= 8; ++M) {
+        SCOPED_TRACE(std::string(schedule_kind_name(kind)) + " P=" + std::to_string(P) +
+                     " M=" + std::to_string(M));
+        check(kind, P, M);
+      }
+    }
+  }
+}
+
 TEST(Schedule, GPipeTwoStagesThreeMicrobatchesExactly) {
   const Schedule got = make_gpipe(2, 3);
   const Schedule want = from_text(
@@ -109,41 +124,29 @@ TEST(Schedule, OneFOneBWarmupIsCappedByMicrobatches) {
 }
 
 TEST(Schedule, GeneratorsAreValidOverAGrid) {
-  for (ScheduleKind kind : {ScheduleKind::GPipe, ScheduleKind::OneFOneB}) {
-    for (int P = 1; P <= 4; ++P) {
-      for (int M = 1; M <= 8; ++M) {
-        SCOPED_TRACE(std::string(schedule_kind_name(kind)) + " P=" + std::to_string(P) +
-                     " M=" + std::to_string(M));
-        const Schedule s = make_schedule(kind, P, M);
-        EXPECT_NO_THROW(validate_schedule(s));
-        for (int st = 0; st < P; ++st) {
-          const auto& list = s.ranks[static_cast<std::size_t>(st)];
-          ASSERT_GE(list.size(), 2U);
-          EXPECT_EQ(list[list.size() - 2].kind, K::AllreduceGrad);
-          EXPECT_EQ(list.back().kind, K::Optim);
-          const int want = kind == ScheduleKind::GPipe ? M : std::min(P - st, M);
-          EXPECT_EQ(peak_stashed_microbatches(s, st), want) << "stage " << st;
-        }
-      }
+  for_each_grid_point([](ScheduleKind kind, int P, int M) {
+    const Schedule s = make_schedule(kind, P, M);
+    EXPECT_NO_THROW(validate_schedule(s));
+    for (int st = 0; st < P; ++st) {
+      const auto& list = s.ranks[static_cast<std::size_t>(st)];
+      ASSERT_GE(list.size(), 2U);
+      EXPECT_EQ(list[list.size() - 2].kind, K::AllreduceGrad);
+      EXPECT_EQ(list.back().kind, K::Optim);
+      const int want = kind == ScheduleKind::GPipe ? M : std::min(P - st, M);
+      EXPECT_EQ(peak_stashed_microbatches(s, st), want) << "stage " << st;
     }
-  }
+  });
 }
 
 TEST(Schedule, BubbleFractionMatchesClosedForm) {
-  for (ScheduleKind kind : {ScheduleKind::GPipe, ScheduleKind::OneFOneB}) {
-    for (int P = 1; P <= 4; ++P) {
-      for (int M = 1; M <= 8; ++M) {
-        SCOPED_TRACE(std::string(schedule_kind_name(kind)) + " P=" + std::to_string(P) +
-                     " M=" + std::to_string(M));
-        const Schedule s = make_schedule(kind, P, M);
-        const double want = static_cast<double>(P - 1) / static_cast<double>(M + P - 1);
-        EXPECT_NEAR(bubble_fraction(s, 1.0, 1.0), want, 1e-12);
-        for (double f : stage_bubble_fractions(s, 1.0, 1.0)) EXPECT_NEAR(f, want, 1e-12);
-        // The makespan (M+P-1)(t_f+t_b) holds for any t_f, t_b (Narayanan et al. 2021, sec. 2.2).
-        EXPECT_NEAR(simulate(s, 1.0, 2.0).makespan, (M + P - 1) * 3.0, 1e-12);
-      }
-    }
-  }
+  for_each_grid_point([](ScheduleKind kind, int P, int M) {
+    const Schedule s = make_schedule(kind, P, M);
+    const double want = static_cast<double>(P - 1) / static_cast<double>(M + P - 1);
+    EXPECT_NEAR(bubble_fraction(s, 1.0, 1.0), want, 1e-12);
+    for (double f : stage_bubble_fractions(s, 1.0, 1.0)) EXPECT_NEAR(f, want, 1e-12);
+    // The makespan (M+P-1)(t_f+t_b) holds for any t_f, t_b (Narayanan et al. 2021, sec. 2.2).
+    EXPECT_NEAR(simulate(s, 1.0, 2.0).makespan, (M + P - 1) * 3.0, 1e-12);
+  });
 }
 
 TEST(Schedule, GPipeStartTimesFollowTheDiagonal) {

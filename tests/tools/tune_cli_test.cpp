@@ -13,20 +13,19 @@
 #include "tests/common/process.h"
 #include "tests/common/strait_process.h"
 
+namespace strait::test {
 namespace {
 
 using namespace std::chrono_literals;
 namespace fs = std::filesystem;
 using nlohmann::json;
-using strait::test::contains;
-using strait::test::read_file;
-using strait::test::TempDir;
 
-// STRAIT_TUNE_FILE cleared: a tuning file in the caller's environment must not steer these runs.
-class Strait : public strait::test::Strait {
+// `strait` with STRAIT_TUNE_FILE cleared: a tuning file in the caller's environment must not steer
+// these runs.
+class TuneProcess : public Strait {
  public:
-  Strait(const std::vector<std::string>& args, const fs::path& output)
-      : strait::test::Strait(args, output, {"STRAIT_TUNE_FILE="}) {}
+  TuneProcess(const std::vector<std::string>& args, const fs::path& output)
+      : Strait(args, output, {"STRAIT_TUNE_FILE="}) {}
 };
 
 // Runs `strait tune ARGS` without RANK (so it launches its own ranks); returns the exit code.
@@ -34,7 +33,7 @@ int tune(const TempDir& dir, const std::vector<std::string>& args, std::string& 
          std::chrono::seconds limit = 60s) {
   std::vector<std::string> all = {"tune"};
   all.insert(all.end(), args.begin(), args.end());
-  Strait p(all, dir.path() / "out.txt");
+  TuneProcess p(all, dir.path() / "out.txt");
   const int code = p.exit_code(limit);
   output = p.output();
   return code;
@@ -87,7 +86,7 @@ TEST(TuneCli, AQuickLoopbackRunWritesAConfigTheCommunicatorReads) {
 
   const json doc = json::parse(read_file(file));
   // The Communicator's parser accepts the whole file.
-  const auto table = strait::comm::AlgorithmTable::parse_json(doc.dump(), file.string());
+  const auto table = comm::AlgorithmTable::parse_json(doc.dump(), file.string());
   const auto& rules = table.rules();
   ASSERT_FALSE(rules.empty());
   EXPECT_EQ(rules.front().min_bytes, 0U);
@@ -119,3 +118,4 @@ TEST(TuneCli, AQuickLoopbackRunWritesAConfigTheCommunicatorReads) {
 }
 
 }  // namespace
+}  // namespace strait::test

@@ -16,6 +16,8 @@
 
 #include "comm/algorithms/selection.h"
 #include "comm/compress/codec.h"
+#include "comm/links.h"
+#include "comm/sites.h"
 #include "core/error.h"
 #include "tests/comm/comm_test_ranks.h"
 #include "tests/common/temp_dir.h"
@@ -24,9 +26,7 @@
 #include "tools/tune/candidates.h"
 #include "tools/tune/config.h"
 #include "tools/tune/decide.h"
-#include "tools/tune/links.h"
 #include "tools/tune/report.h"
-#include "tools/tune/sites.h"
 
 namespace strait::tools::tune {
 namespace {
@@ -261,6 +261,12 @@ TEST(TuneDecide, BadTablesAndUnmeasuredAlgorithmsAreErrors) {
   EXPECT_FALSE(decide(partly, kLossiest).sizes[0].codec);
 }
 
+// The sites `strait tune` writes: comm/sites.h's clustering, as lists of ranks.
+std::vector<std::vector<int>> sites_of(const std::vector<std::vector<double>>& bandwidth,
+                                       double factor) {
+  return comm::cluster_by_bandwidth(bandwidth, factor).members();
+}
+
 TEST(TuneSites, RanksJoinedByFastLinksFormSites) {
   const double fast = 5000;
   const double slow = 12;
@@ -269,31 +275,31 @@ TEST(TuneSites, RanksJoinedByFastLinksFormSites) {
                                                 {fast, 0, slow, slow},
                                                 {slow, slow, 0, fast * 0.5},
                                                 {slow, slow, fast * 0.5, 0}};
-  EXPECT_EQ(derive_sites(two, 4), (std::vector<std::vector<int>>{{0, 1}, {2, 3}}));
+  EXPECT_EQ(sites_of(two, 4), (std::vector<std::vector<int>>{{0, 1}, {2, 3}}));
   // Interleaved ranks: sites are ordered by their lowest rank, ranks ascending.
   const std::vector<std::vector<double>> interleaved = {
       {0, slow, fast, slow}, {slow, 0, slow, fast}, {fast, slow, 0, slow}, {slow, fast, slow, 0}};
-  EXPECT_EQ(derive_sites(interleaved, 4), (std::vector<std::vector<int>>{{0, 2}, {1, 3}}));
+  EXPECT_EQ(sites_of(interleaved, 4), (std::vector<std::vector<int>>{{0, 2}, {1, 3}}));
   // A link a bit more than 4x slower than the fastest splits; within 4x joins.
   const std::vector<std::vector<double>> edge = {{0, 100, 24}, {100, 0, 24}, {24, 24, 0}};
-  EXPECT_EQ(derive_sites(edge, 4), (std::vector<std::vector<int>>{{0, 1}, {2}}));
-  EXPECT_EQ(derive_sites(edge, 5), (std::vector<std::vector<int>>{{0, 1, 2}}));
+  EXPECT_EQ(sites_of(edge, 4), (std::vector<std::vector<int>>{{0, 1}, {2}}));
+  EXPECT_EQ(sites_of(edge, 5), (std::vector<std::vector<int>>{{0, 1, 2}}));
   // One link only: it is the fastest, so one site (sites need two ranks in one to be seen).
-  EXPECT_EQ(derive_sites({{0, slow}, {slow, 0}}, 4), (std::vector<std::vector<int>>{{0, 1}}));
-  EXPECT_THROW((void)derive_sites({{0, 1}, {1}}, 4), Error);
-  EXPECT_THROW((void)derive_sites(two, 0.5), Error);
+  EXPECT_EQ(sites_of({{0, slow}, {slow, 0}}, 4), (std::vector<std::vector<int>>{{0, 1}}));
+  EXPECT_THROW((void)sites_of({{0, 1}, {1}}, 4), Error);
+  EXPECT_THROW((void)sites_of(two, 0.5), Error);
 }
 
 TEST(TuneLinks, TheTournamentPairsEveryTwoRanksOnceAndNoRankTwiceInARound) {
   for (int world = 2; world <= 9; ++world) {
     std::set<std::pair<int, int>> met;
-    for (int round = 0; round < tournament_rounds(world); ++round) {
+    for (int round = 0; round < comm::tournament_rounds(world); ++round) {
       for (int r = 0; r < world; ++r) {
-        const int p = tournament_partner(r, round, world);
+        const int p = comm::tournament_partner(r, round, world);
         if (p < 0) continue;
         ASSERT_NE(p, r) << world;
         ASSERT_LT(p, world);
-        ASSERT_EQ(tournament_partner(p, round, world), r)
+        ASSERT_EQ(comm::tournament_partner(p, round, world), r)
             << "world " << world << " round " << round;
         if (r < p) {
           EXPECT_TRUE(met.insert({r, p}).second) << r << "-" << p << " met twice";

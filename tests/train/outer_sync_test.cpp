@@ -30,10 +30,11 @@
 #include "tests/comm/comm_test_ranks.h"
 #include "tests/common/temp_dir.h"
 
-namespace strait::sched {
+namespace strait::train {
 namespace {
 
 using comm::testing::run_ranks;
+using sched::PipelineComms;
 
 // Replica r's local objective: f_r(w) = 1/2 sum_i a_ri (w_i - c_ri)^2, different per replica.
 double curvature(int r, std::size_t i) {
@@ -562,4 +563,4 @@ TEST(OuterSync, BadOptionsAreErrorsNamingTheOption) {
 }
 
 }  // namespace
-}  // namespace strait::sched
+}  // namespace strait::train

@@ -7,9 +7,9 @@
 //             contiguous byte ranges from 0 to inf for the measured world size; "algorithm"/"seg"
 //             is what plain allreduce runs, "codec" what allreduce_compressed with codec "auto"
 //             runs (the fastest within --max-codec; "none": uncompressed).
-//   "sites":  [[0, 1], [2, 3]]  ranks grouped by link bandwidth (sites.h); the format of
+//   "sites":  [[0, 1], [2, 3]]  ranks grouped by link bandwidth (comm/sites.h); the format of
 //             STRAIT_TOPOLOGY_FILE, so the file can serve as that too.
-//   "links":  {"latency_us": [[...]], "bandwidth_MBps": [[...]]}  per pair (links.h), 0 on the
+//   "links":  {"latency_us": [[...]], "bandwidth_MBps": [[...]]}  per pair (comm/links.h), 0 on the
 //             diagonal; MB = 10^6 bytes.
 //   "tuner":  {"world_size", "max_codec", "site_factor", "tolerance", "sizes_bytes": [...],
 //              "time_us": {"<candidate>": [per size, slowest rank's median]}}
@@ -21,15 +21,15 @@
 #include <string>
 #include <vector>
 
+#include "comm/links.h"
 #include "tools/tune/decide.h"
-#include "tools/tune/links.h"
 
 namespace strait::tools::tune {
 
 struct TuneResult {
   Measurements measurements{};
   Decision decision{};
-  Links links{};
+  comm::Links links{};
   std::vector<std::vector<int>> sites{};
   std::string max_codec{};
   double site_factor = 0;

@@ -24,7 +24,7 @@ std::string matrix(const std::vector<std::vector<double>>& v, std::string_view t
 
 }  // namespace
 
-std::string format_links(const Links& links, const std::vector<std::vector<int>>& sites,
+std::string format_links(const comm::Links& links, const std::vector<std::vector<int>>& sites,
                          double site_factor) {
   return matrix(links.latency_us, "latency (us, one way, median of 8-byte ping-pongs / 2)") +
          matrix(links.bandwidth_MBps, "bandwidth (MB/s, one way, best of the bulk transfers)") +

@@ -7,12 +7,12 @@
 #include <string_view>
 #include <vector>
 
+#include "comm/links.h"
 #include "tools/tune/decide.h"
-#include "tools/tune/links.h"
 
 namespace strait::tools::tune {
 
-std::string format_links(const Links& links, const std::vector<std::vector<int>>& sites,
+std::string format_links(const comm::Links& links, const std::vector<std::vector<int>>& sites,
                          double site_factor);
 
 // Times in microseconds; busbw in GB/s (10^9 bytes) with nccl-tests' allreduce factor 2(n-1)/n.

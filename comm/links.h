@@ -1,5 +1,6 @@
-// Step 1 of `strait tune`: latency and bandwidth of every pair of ranks, measured over the
-// Communicator's point-to-point path (what the collectives use).
+// The link probe: latency and bandwidth of every pair of ranks, measured over the Communicator's
+// point-to-point path (what the collectives use). Step 1 of `strait tune`, and what
+// STRAIT_SITES=measure runs at creation (comm/sites.h clusters the result).
 //
 // Pairs are scheduled as a round-robin tournament (the circle method: world - 1 rounds for an even
 // world, world for an odd one, each rank in at most one pair per round, a barrier between rounds),
@@ -7,15 +8,17 @@
 //   latency:   8-byte ping-pongs; one-way latency = median round trip / 2;
 //   bandwidth: `bulk_bytes` sent one way, answered by an 8-byte ack; bytes / (time - one-way
 //              latency), the best of `bulk_reps` (after one unmeasured transfer).
-// Collective: every rank calls it with the same options. Errors: those of the Communicator.
+// Collective: every rank calls it with the same options, and every rank returns the same matrices.
+// Tags 0x7e0001..3 of the point-to-point tag space: nothing else may send meanwhile.
+// Errors: those of the Communicator. Internal to the static layers (not in libstrait.so's API).
 #pragma once
 
 #include <cstddef>
 #include <vector>
 
-#include "comm/communicator.h"
+namespace strait::comm {
 
-namespace strait::tools::tune {
+class Communicator;
 
 struct Links {
   std::vector<std::vector<double>> latency_us{};      // one way, microseconds; 0 on the diagonal
@@ -33,6 +36,6 @@ struct LinkOptions {
 int tournament_rounds(int world);
 int tournament_partner(int rank, int round, int world);
 
-Links measure_links(comm::Communicator& comm, const LinkOptions& options);
+Links measure_links(Communicator& comm, const LinkOptions& options = {});
 
-}  // namespace strait::tools::tune
+}  // namespace strait::comm

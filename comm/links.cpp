@@ -1,14 +1,15 @@
-#include "tools/tune/links.h"
+#include "comm/links.h"
 
 #include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstdint>
 
+#include "comm/communicator.h"
 #include "kernels/dtype.h"
 #include "kernels/reduce.h"
 
-namespace strait::tools::tune {
+namespace strait::comm {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -50,7 +51,7 @@ int tournament_partner(int rank, int round, int world) {
   return partner >= world ? -1 : partner;
 }
 
-Links measure_links(comm::Communicator& comm, const LinkOptions& options) {
+Links measure_links(Communicator& comm, const LinkOptions& options) {
   const int n = comm.size();
   const int me = comm.rank();
   const auto at = [n](int i, int j) {
@@ -109,4 +110,4 @@ Links measure_links(comm::Communicator& comm, const LinkOptions& options) {
   return links;
 }
 
-}  // namespace strait::tools::tune
+}  // namespace strait::comm
