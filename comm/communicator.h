@@ -366,6 +366,10 @@ class STRAIT_API Communicator {
   // algorithm, the vector is longer than a slot, earlier mailbox calls are still in flight, the
   // buffers are GPU memory, or the communicator has failed (post() then says why).
   bool run_in_mailbox(const CollectiveArgs& args);
+  // An operation on host buffers, checked, its algorithm (and codec) chosen, described, then
+  // numbered: the one preparation of post() and run_in_mailbox() (defined in communicator.cpp).
+  struct Prepared;
+  [[nodiscard]] Prepared prepare(const CollectiveArgs& args) const;
   // Whether a `bytes`-byte vector can take the mailbox: the ranks share memory and it fits a slot
   // (otherwise rules naming the mailbox are passed over).
   [[nodiscard]] bool mailbox_fits(std::size_t bytes) const noexcept;
