@@ -59,29 +59,10 @@ std::size_t first_non_finite(const float* x, std::size_t count) {
   return count;
 }
 
-// The fingerprint's kind of each operation kind (point-to-point operations have none).
-Fingerprint::Kind fingerprint_kind(Kind kind) {
-  switch (kind) {
-    case Kind::Allreduce: return Fingerprint::Kind::Allreduce;
-    case Kind::AllreduceCompressed: return Fingerprint::Kind::CompressedAllreduce;
-    case Kind::Broadcast: return Fingerprint::Kind::Broadcast;
-    case Kind::Allgather: return Fingerprint::Kind::Allgather;
-    case Kind::AllgatherV: return Fingerprint::Kind::AllgatherV;
-    case Kind::ReduceScatter: return Fingerprint::Kind::ReduceScatter;
-    case Kind::ReduceScatterV: return Fingerprint::Kind::ReduceScatterV;
-    case Kind::Reduce: return Fingerprint::Kind::Reduce;
-    case Kind::Gather: return Fingerprint::Kind::Gather;
-    case Kind::Scatter: return Fingerprint::Kind::Scatter;
-    case Kind::Alltoall: return Fingerprint::Kind::Alltoall;
-    case Kind::AlltoallV: return Fingerprint::Kind::AlltoallV;
-    default: return Fingerprint::Kind::Barrier;
-  }
-}
-
 // What every rank must agree on (comm/algorithms/fingerprint.h says how each kind uses the fields).
 Fingerprint fingerprint_of(const CollectiveArgs& a, std::uint64_t seq, const Selection& chosen,
                            const CodecChoice* codec) {
-  const bool v = a.kind == Kind::AllgatherV || a.kind == Kind::ReduceScatterV;
+  const bool v = kind_info(a.kind).per_rank_counts && a.kind != Kind::AlltoallV;
   std::uint64_t count = a.count;
   if (v) count = std::accumulate(a.counts.begin(), a.counts.end(), std::uint64_t{0});
   if (a.kind == Kind::AlltoallV) count = 0;
@@ -89,11 +70,11 @@ Fingerprint fingerprint_of(const CollectiveArgs& a, std::uint64_t seq, const Sel
                 .count = count,
                 .counts = v ? counts_hash(a.counts) : 0,
                 .root = a.rooted() ? a.root : -1,
-                .kind = fingerprint_kind(a.kind),
+                .kind = a.kind,
                 .dtype = static_cast<std::uint8_t>(a.dtype),
                 .op = a.reduces() ? static_cast<std::uint8_t>(a.op) : std::uint8_t{0}};
   if (codec != nullptr) f.counts = codec->spec_hash;
-  if (a.kind == Kind::Barrier) f = Fingerprint{.seq = seq, .kind = Fingerprint::Kind::Barrier};
+  if (a.kind == Kind::Barrier) f = Fingerprint{.seq = seq, .kind = Kind::Barrier};
   if (chosen.algorithm->fingerprinted) {
     f.algorithm = chosen.algorithm->id;
     if (a.kind == Kind::Allreduce) f.segment_bytes = chosen.params.segment_bytes;
@@ -109,24 +90,8 @@ const AlgorithmInfo* mailbox_algorithm() {
 }  // namespace
 
 std::atomic<std::uint64_t>* Communicator::counter_for(Kind kind) noexcept {
-  switch (kind) {
-    case Kind::Send: return &counters_.send;
-    case Kind::Recv:
-    case Kind::Barrier: return nullptr;
-    case Kind::Broadcast: return &counters_.broadcast;
-    case Kind::Allreduce:
-    case Kind::AllreduceCompressed: return &counters_.allreduce;
-    case Kind::Allgather:
-    case Kind::AllgatherV: return &counters_.allgather;
-    case Kind::ReduceScatter:
-    case Kind::ReduceScatterV: return &counters_.reduce_scatter;
-    case Kind::Reduce: return &counters_.reduce;
-    case Kind::Gather: return &counters_.gather;
-    case Kind::Scatter: return &counters_.scatter;
-    case Kind::Alltoall:
-    case Kind::AlltoallV: return &counters_.alltoall;
-  }
-  return nullptr;
+  const StatSlot slot = kind_info(kind).stat;
+  return slot == StatSlot::None ? nullptr : &counters_[static_cast<std::size_t>(slot)];
 }
 
 std::uint64_t Communicator::next_seq(std::uint64_t n) {
@@ -323,7 +288,7 @@ bool Communicator::run_in_mailbox(const CollectiveArgs& args) {
     shared_->engine->fail_stream(stream, e);
     throw;
   }
-  counters_.allreduce.fetch_add(bytes, std::memory_order_relaxed);
+  counter_for(Kind::Allreduce)->fetch_add(bytes, std::memory_order_relaxed);
   return true;
 }
 

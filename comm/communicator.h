@@ -39,6 +39,7 @@
 // must still be the same on all ranks, so most callers use it from one thread.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstddef>
@@ -355,10 +356,8 @@ class STRAIT_API Communicator {
   [[nodiscard]] CommStats stats() const noexcept;
 
  private:
-  struct Counters {
-    std::atomic<std::uint64_t> allreduce{0}, broadcast{0}, allgather{0}, send{0};
-    std::atomic<std::uint64_t> reduce_scatter{0}, reduce{0}, gather{0}, scatter{0}, alltoall{0};
-  };
+  // Bytes sent, by CommStats' counter (StatSlot, comm/algorithms/collective_kind.h).
+  using Counters = std::array<std::atomic<std::uint64_t>, kStatSlots>;
   // The first of n consecutive sequence numbers (an operation made of several takes more than one).
   // run()'s fast path for a short allreduce whose ranks are all on this host: the mailbox
   // protocol on the caller's thread (comm/algorithms/mailbox_allreduce.h), with no operation, work
@@ -402,7 +401,7 @@ class STRAIT_API Communicator {
   std::mutex mutex_;  // guards seq_ and splits_
   std::uint64_t seq_ = 0;
   std::uint64_t splits_ = 0;
-  Counters counters_;
+  Counters counters_{};
   std::unique_ptr<DeviceComm> device_;
   // Codecs and error-feedback residuals of this communicator's compressed collectives; used only
   // by its operations, which run one at a time under the progress engine's lock.

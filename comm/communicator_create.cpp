@@ -174,7 +174,7 @@ std::unique_ptr<Communicator> Communicator::create_world(std::shared_ptr<Store> 
   // sequence number, so the caller's operations are numbered from 0 (its messages are all
   // consumed long before the sequence numbers wrap around to it).
   auto op = std::make_unique<DisseminationBarrier>(world->group_, kSeqMask);
-  op->set_fingerprint(Fingerprint{.seq = kSeqMask, .kind = Fingerprint::Kind::Barrier});
+  op->set_fingerprint(Fingerprint{.seq = kSeqMask, .kind = CollectiveKind::Barrier});
   OpSummary what = OpSummary::of(CollectiveArgs::barrier(), 0, rank, size);
   what.name = "connection barrier";
   what.seq = kSeqMask;
@@ -248,11 +248,7 @@ void Communicator::setup_sites(std::optional<Sites> mine, const std::string& err
   // The caller's operations are numbered from 0, and its statistics start at 0. Safe to reuse
   // the numbers: each of the operations above has consumed every message sent to this rank under
   // its number before it completed.
-  for (auto* c : {&counters_.allreduce, &counters_.broadcast, &counters_.allgather, &counters_.send,
-                  &counters_.reduce_scatter, &counters_.reduce, &counters_.gather,
-                  &counters_.scatter, &counters_.alltoall}) {
-    c->store(0, std::memory_order_relaxed);
-  }
+  for (auto& c : counters_) c.store(0, std::memory_order_relaxed);
   const std::lock_guard lock(mutex_);
   seq_ = 0;
 }
@@ -395,15 +391,18 @@ void Communicator::set_stream(kernels::CudaStream stream) noexcept {
 }
 CommStats Communicator::stats() const noexcept {
   CommStats s;
-  s.allreduce_bytes = counters_.allreduce.load(std::memory_order_relaxed);
-  s.broadcast_bytes = counters_.broadcast.load(std::memory_order_relaxed);
-  s.allgather_bytes = counters_.allgather.load(std::memory_order_relaxed);
-  s.send_bytes = counters_.send.load(std::memory_order_relaxed);
-  s.reduce_scatter_bytes = counters_.reduce_scatter.load(std::memory_order_relaxed);
-  s.reduce_bytes = counters_.reduce.load(std::memory_order_relaxed);
-  s.gather_bytes = counters_.gather.load(std::memory_order_relaxed);
-  s.scatter_bytes = counters_.scatter.load(std::memory_order_relaxed);
-  s.alltoall_bytes = counters_.alltoall.load(std::memory_order_relaxed);
+  const auto bytes = [this](StatSlot slot) {
+    return counters_[static_cast<std::size_t>(slot)].load(std::memory_order_relaxed);
+  };
+  s.allreduce_bytes = bytes(StatSlot::Allreduce);
+  s.broadcast_bytes = bytes(StatSlot::Broadcast);
+  s.allgather_bytes = bytes(StatSlot::Allgather);
+  s.send_bytes = bytes(StatSlot::Send);
+  s.reduce_scatter_bytes = bytes(StatSlot::ReduceScatter);
+  s.reduce_bytes = bytes(StatSlot::Reduce);
+  s.gather_bytes = bytes(StatSlot::Gather);
+  s.scatter_bytes = bytes(StatSlot::Scatter);
+  s.alltoall_bytes = bytes(StatSlot::Alltoall);
   s.single_copy_bytes = shared_->engine->transport().single_copy_bytes();
   return s;
 }

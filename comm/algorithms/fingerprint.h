@@ -12,6 +12,8 @@
 #include <string_view>
 #include <type_traits>
 
+#include "comm/algorithms/collective_kind.h"
+
 namespace strait::comm {
 
 // FNV-1a (64-bit) over the values of `counts`: ranks that pass different counts to a v-collective
@@ -36,21 +38,7 @@ std::uint64_t fingerprint_hash(const Fingerprint& f) noexcept;
 // scatter's, op also reduce_scatter's and reduce's; a compressed allreduce's counts is the
 // codec_spec_hash() of its codec spec (PowerSGD's: PowerSgdPlan::hash(), spec and layout).
 struct Fingerprint {
-  enum class Kind : std::uint8_t {
-    Allreduce = 1,
-    Broadcast,
-    Allgather,
-    Barrier,
-    ReduceScatter,
-    ReduceScatterV,
-    AllgatherV,
-    Reduce,
-    Gather,
-    Scatter,
-    Alltoall,
-    AlltoallV,
-    CompressedAllreduce,
-  };
+  using Kind = CollectiveKind;  // collectives only (not Send and Recv)
   std::uint64_t seq = 0;
   std::uint64_t count = 0;   // elements
   std::uint64_t counts = 0;  // v-forms: FNV-1a hash of the per-rank counts (alltoall_v: per pair)
