@@ -32,10 +32,12 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 
 #include "comm/algorithms/collective_kind.h"
 #include "comm/work.h"
+#include "kernels/cuda_stream.h"
 #include "kernels/dtype.h"
 #include "kernels/reduce.h"
 
@@ -60,6 +62,9 @@ struct CollectiveArgs {
   std::span<const std::size_t> recv_counts{};     // AlltoallV
   const Compression* compression = nullptr;       // AllreduceCompressed
   DeadlineStart start = DeadlineStart::AtSubmit;
+  // Device buffers: the CUDA stream to enqueue on (nullptr: the legacy default stream); unset:
+  // the communicator's (Communicator::set_stream). Host buffers ignore it.
+  std::optional<kernels::CudaStream> stream{};
 
   // One per entry point, with the Communicator's argument order (Send and Recv count bytes).
   static CollectiveArgs send_to(const void* buf, std::size_t bytes, int peer, std::uint64_t tag,

@@ -321,7 +321,9 @@ class STRAIT_API Communicator {
   // routes it to NCCL when its buffers are device memory, else chooses the algorithm
   // (comm/algorithms/registry.h), builds and fingerprints it and submits it to the progress
   // engine. For callers that hold operations as data (the C API, language bindings); the entry
-  // points above are the same call with their record filled in. run() posts and waits.
+  // points above are the same call with their record filled in. run() is every blocking call's
+  // path (the C API's too): the mailbox on the caller's thread when it applies, else post() and
+  // wait, driving the engine from the caller's thread.
   Work post(const CollectiveArgs& args);
   void run(const CollectiveArgs& args);
 
