@@ -216,15 +216,14 @@ Work Communicator::post(const CollectiveArgs& args) {
   const bool p2p = a.point_to_point();
   p.number(p2p ? 0 : next_seq(sequence_numbers(*p.chosen.algorithm)));
   const CodecChoice* codec = p.codec ? &*p.codec : nullptr;
-  auto op = build_algorithm(*p.chosen.algorithm, BuildContext{.args = a,
-                                                              .group = group_,
-                                                              .hierarchy = hierarchy_,
-                                                              .seq = p.seq,
-                                                              .bytes_sent = counter_for(a.kind),
-                                                              .params = p.chosen.params,
-                                                              .fingerprint = p.fingerprint,
-                                                              .codec = codec,
-                                                              .compression = compression_});
+  auto op = build_algorithm(*p.chosen.algorithm,
+                            BuildContext{.args = a,
+                                         .context = {group_, p.seq, counter_for(a.kind)},
+                                         .hierarchy = hierarchy_,
+                                         .params = p.chosen.params,
+                                         .fingerprint = p.fingerprint,
+                                         .codec = codec,
+                                         .compression = compression_});
   if (!p2p) {
     op->set_fingerprint(p.fingerprint);
     if (group_->mailbox) {

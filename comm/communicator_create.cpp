@@ -173,7 +173,7 @@ std::unique_ptr<Communicator> Communicator::create_world(std::shared_ptr<Store> 
   // connected to it: a peer still connecting would otherwise find it gone. It takes the last
   // sequence number, so the caller's operations are numbered from 0 (its messages are all
   // consumed long before the sequence numbers wrap around to it).
-  auto op = std::make_unique<DisseminationBarrier>(world->group_, kSeqMask);
+  auto op = std::make_unique<DisseminationBarrier>(OpContext{world->group_, kSeqMask});
   op->set_fingerprint(Fingerprint{.seq = kSeqMask, .kind = CollectiveKind::Barrier});
   OpSummary what = OpSummary::of(CollectiveArgs::barrier(), 0, rank, size);
   what.name = "connection barrier";

@@ -33,9 +33,8 @@ std::string Group::describe_rank(int group_rank) const {
   return fmt::format("rank {} (world rank {})", group_rank, world);
 }
 
-CollectiveOp::CollectiveOp(std::shared_ptr<const Group> group, std::uint64_t seq,
-                           std::atomic<std::uint64_t>* bytes_sent)
-    : group_(std::move(group)), seq_(seq), bytes_sent_(bytes_sent) {}
+CollectiveOp::CollectiveOp(OpContext ctx)
+    : group_(std::move(ctx.group)), seq_(ctx.seq), bytes_sent_(ctx.bytes_sent) {}
 
 RequestPtr CollectiveOp::send_to(Transport& t, int peer, int step, const void* buf,
                                  std::size_t len) {

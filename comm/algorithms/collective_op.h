@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "comm/algorithms/fingerprint.h"
+#include "comm/algorithms/op_context.h"
 #include "comm/algorithms/scratch.h"
 #include "comm/progress_engine.h"
 #include "comm/tag.h"
@@ -48,9 +49,8 @@ class CollectiveOp : public Op {
   friend class RingEngine;  // posts the ring's messages with this op's tags and fingerprints
 
  public:
-  // `bytes_sent` (may be null) is incremented by the size of every message this op sends.
-  CollectiveOp(std::shared_ptr<const Group> group, std::uint64_t seq,
-               std::atomic<std::uint64_t>* bytes_sent);
+  // ctx.bytes_sent (may be null) is incremented by the size of every message this op sends.
+  explicit CollectiveOp(OpContext ctx);
   void cancel(Transport& transport) override;
   [[nodiscard]] std::string waiting_for() const override;
   // Before submission: send_to / recv_from then exchange `fingerprint` with each peer, once per
@@ -133,6 +133,8 @@ class CollectiveOp : public Op {
 
   [[nodiscard]] const Group& group() const noexcept { return *group_; }
   [[nodiscard]] std::uint64_t seq() const noexcept { return seq_; }
+  // What this op was built from (its parts are built from it too).
+  [[nodiscard]] OpContext context() const { return {group_, seq_, bytes_sent_}; }
   [[nodiscard]] std::optional<std::uint64_t> announcement() const noexcept { return announcement_; }
   // set_fingerprint()'s, or null (tests of bare algorithms).
   [[nodiscard]] const Fingerprint* fingerprint() const noexcept { return fingerprint_.get(); }

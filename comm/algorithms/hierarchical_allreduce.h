@@ -83,11 +83,8 @@ class HierarchicalAllreduce final : public CollectiveOp {
   // `world` is the communicator's group (its fingerprint exchange around the ring); `count`
   // elements of `dtype`; compressed stages require F32 and Sum or Avg. `fingerprint` goes to
   // every stage.
-  HierarchicalAllreduce(std::shared_ptr<const Group> world,
-                        std::shared_ptr<const Hierarchy> hierarchy, std::uint64_t seq,
-                        std::atomic<std::uint64_t>* bytes_sent, const void* send, void* recv,
-                        std::size_t count, kernels::DType dtype, kernels::ReduceOp op,
-                        InterSite inter, const Fingerprint& fingerprint);
+  HierarchicalAllreduce(OpContext world, std::shared_ptr<const Hierarchy> hierarchy,
+                        const ReduceBuffers& b, InterSite inter, const Fingerprint& fingerprint);
   ~HierarchicalAllreduce() override;
   HierarchicalAllreduce(const HierarchicalAllreduce&) = delete;
   HierarchicalAllreduce& operator=(const HierarchicalAllreduce&) = delete;
@@ -101,7 +98,6 @@ class HierarchicalAllreduce final : public CollectiveOp {
   void start_inter();
 
   std::shared_ptr<const Hierarchy> h_;
-  std::atomic<std::uint64_t>* bytes_sent_;
   std::byte* out_;
   std::size_t count_;
   kernels::DType dtype_;

@@ -112,12 +112,9 @@ Error MailboxCall::lost_error(const std::string& lost) const {
                fmt::format("{}; this rank was still waiting for {}", lost, waiting_for()));
 }
 
-MailboxAllreduce::MailboxAllreduce(std::shared_ptr<const Group> group, std::uint64_t seq,
-                                   std::atomic<std::uint64_t>* bytes_sent, const void* send,
-                                   void* recv, std::size_t count, kernels::DType dtype,
-                                   kernels::ReduceOp op)
-    : AllreduceOp(group, seq, bytes_sent, send, recv, count, dtype, op),
-      call_(*group->mailbox, *group, send, recv, count, dtype, op) {}
+MailboxAllreduce::MailboxAllreduce(OpContext ctx, const ReduceBuffers& b)
+    : AllreduceOp(std::move(ctx), b),
+      call_(*group().mailbox, group(), b.send, b.recv, b.count, b.dtype, b.op) {}
 
 bool MailboxAllreduce::advance(Transport& t) {
   if (!call_.try_post(fingerprint() != nullptr ? *fingerprint() : Fingerprint{}, announcement())) {

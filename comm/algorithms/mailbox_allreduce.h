@@ -82,9 +82,7 @@ class MailboxCall {
 class MailboxAllreduce final : public AllreduceOp {
  public:
   // Needs group->mailbox. Buffers are caller-owned and must outlive the operation.
-  MailboxAllreduce(std::shared_ptr<const Group> group, std::uint64_t seq,
-                   std::atomic<std::uint64_t>* bytes_sent, const void* send, void* recv,
-                   std::size_t count, kernels::DType dtype, kernels::ReduceOp op);
+  MailboxAllreduce(OpContext ctx, const ReduceBuffers& b);
   bool advance(Transport& t) override;
   [[nodiscard]] std::string waiting_for() const override;
   [[nodiscard]] bool needs_polling() const noexcept override { return true; }

@@ -14,8 +14,7 @@ namespace strait::comm {
 class PointToPoint final : public CollectiveOp {
  public:
   enum class Kind { Send, Recv };
-  PointToPoint(std::shared_ptr<const Group> group, std::atomic<std::uint64_t>* bytes_sent,
-               Kind kind, int peer, std::uint64_t tag, void* buf, std::size_t bytes);
+  PointToPoint(OpContext ctx, Kind kind, int peer, std::uint64_t tag, void* buf, std::size_t bytes);
   bool advance(Transport& t) override;
 
  private:

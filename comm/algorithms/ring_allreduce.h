@@ -36,10 +36,7 @@ class RingAllreduce final : public AllreduceOp, private RingEngine::Policy {
 
   // `send` may equal `recv` (in place). Buffers are caller-owned and must outlive the operation.
   // segment_bytes: 0 sends each chunk as one message; else the pipeline's segment size.
-  RingAllreduce(std::shared_ptr<const Group> group, std::uint64_t seq,
-                std::atomic<std::uint64_t>* bytes_sent, const void* send, void* recv,
-                std::size_t count, kernels::DType dtype, kernels::ReduceOp op,
-                std::size_t segment_bytes = 0);
+  RingAllreduce(OpContext ctx, const ReduceBuffers& b, std::size_t segment_bytes = 0);
   bool advance(Transport& t) override;
 
  private:
