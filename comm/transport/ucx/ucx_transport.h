@@ -134,6 +134,12 @@ class UcxTransport final : public Transport {
   static void on_recv(void* request, ucs_status_t status, const ucp_tag_recv_info_t* info,
                       void* user_data);
   static void on_ep_error(void* arg, ucp_ep_h ep, ucs_status_t status);
+  // The constructor's steps: UCX's context, worker and event fd; the peers' endpoints (returns
+  // their probe addresses).
+  void start_ucx(bool shm_only);
+  std::vector<std::uint64_t> connect_peers(Store& store, const std::string& prefix,
+                                           const std::string& host, bool force_peer_mode,
+                                           std::chrono::milliseconds timeout);
   void connect(Peer& peer);
   void close_endpoints();
   // Force-closes the endpoint to `peer` (UCX then fails every send queued on it) and, for a live
