@@ -2,10 +2,10 @@
 // Every entry point of comm/communicator.h fills one and posts it (Communicator::post), where it
 // is checked once (comm/collective_check.h), routed to the host algorithms or to NCCL by the
 // memory its buffers live in (resolved once), built from the selection table's row
-// (comm/algorithms/registry.h), fingerprinted and submitted. The C API and the torch backend go
+// (comm/algorithm_registry.h), fingerprinted and submitted. The C API and the torch backend go
 // through the same entry points, so a new collective is a row of the kind table
 // (comm/algorithms/collective_kind.h), its record here, its check and one registry row (its name
-// in selection.cpp, its constructor in registry.cpp).
+// in selection.cpp, its constructor in comm/algorithm_registry.cpp).
 //
 // Buffers and counts follow NCCL's conventions, per kind (counts in elements of dtype):
 //   Send        send: count bytes                to rank `root` (the peer), tag `tag`

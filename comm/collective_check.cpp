@@ -8,7 +8,7 @@
 #include <numeric>
 #include <string>
 
-#include "comm/tag.h"
+#include "comm/transport/tag.h"
 #include "core/error.h"
 #include "kernels/device_memory.h"
 

@@ -14,18 +14,18 @@
 #include <string>
 #include <vector>
 
+#include "comm/algorithm_registry.h"
 #include "comm/algorithms/codec_rules.h"
 #include "comm/algorithms/collective_op.h"
 #include "comm/algorithms/hierarchical_allreduce.h"
 #include "comm/algorithms/mailbox_allreduce.h"
-#include "comm/algorithms/registry.h"
 #include "comm/algorithms/selection.h"
 #include "comm/collective_check.h"
 #include "comm/collective_describe.h"
 #include "comm/communicator_shared.h"
 #include "comm/compress/codec.h"
 #include "comm/compress/compression_state.h"
-#include "comm/nccl/device_collectives.h"
+#include "comm/device_collectives.h"
 #include "comm/progress_engine.h"
 #include "comm/transport/local_mailbox.h"
 #include "core/error.h"

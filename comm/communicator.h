@@ -24,7 +24,7 @@
 //
 // Device buffers (CUDA builds with NCCL): when an operation's buffers are GPU memory
 // (cudaMalloc; see kernels/device_memory.h), the same call goes to NCCL instead
-// (comm/nccl/device_collectives.h): it is enqueued on the communicator's CUDA stream (set_stream)
+// (comm/device_collectives.h): it is enqueued on the communicator's CUDA stream (set_stream)
 // in program order, and its Work completes once the GPU has finished it, with the same deadlines,
 // ordering and abort() (which calls ncclCommAbort). The first device operation creates the NCCL
 // communicator, on the buffers' GPU (one rank per GPU), and must be a collective. Mixing host and
@@ -200,7 +200,7 @@ class STRAIT_API Communicator {
 
   // MPI_Comm_split: ranks with the same color form a new communicator, ordered by (key, rank).
   // Collective over this communicator; returns null for color < 0. Each split draws a job-wide id
-  // that is not reused, so a job can create at most 4095 communicators (comm/tag.h).
+  // that is not reused, so a job can create at most 4095 communicators (comm/transport/tag.h).
   std::unique_ptr<Communicator> split(int color, int key);
 
   // Point to point. The receive must be for exactly `bytes` bytes. `tag` < 2^37. Messages between
@@ -319,7 +319,7 @@ class STRAIT_API Communicator {
 
   // The one path every operation above takes (comm/collective_args.h): checks the record once,
   // routes it to NCCL when its buffers are device memory, else chooses the algorithm
-  // (comm/algorithms/registry.h), builds and fingerprints it and submits it to the progress
+  // (comm/algorithm_registry.h), builds and fingerprints it and submits it to the progress
   // engine. For callers that hold operations as data (the C API, language bindings); the entry
   // points above are the same call with their record filled in. run() is every blocking call's
   // path (the C API's too): the mailbox on the caller's thread when it applies, else post() and

@@ -24,7 +24,7 @@
 #include "comm/communicator.h"
 #include "comm/communicator_shared.h"
 #include "comm/compress/compression_state.h"
-#include "comm/nccl/device_collectives.h"
+#include "comm/device_collectives.h"
 #include "comm/progress_engine.h"
 #include "comm/transport/local_mailbox.h"
 #include "comm/transport/sealed_transport.h"
@@ -240,7 +240,7 @@ void Communicator::setup_sites(std::optional<Sites> mine, const std::string& err
   if (base + needed > kMaxComms) {
     throw Error(ErrorCode::InvalidArgument,
                 fmt::format("the hierarchical allreduce of {} needs {} communicator ids, but "
-                            "only {} of {} are left (comm/tag.h)",
+                            "only {} of {} are left (comm/transport/tag.h)",
                             sites.describe(), needed, kMaxComms - base, kMaxComms));
   }
   hierarchy_ = Hierarchy::build(sites, rank(), static_cast<int>(base), static_cast<int>(base) + 1);
@@ -368,7 +368,7 @@ std::unique_ptr<Communicator> Communicator::split(int color, int key) {
   if (id >= kMaxComms) {
     throw Error(ErrorCode::InvalidArgument,
                 fmt::format("split: this job has created {} communicators; at most {} can exist "
-                            "(comm/tag.h)",
+                            "(comm/transport/tag.h)",
                             id, kMaxComms - 1));
   }
   group->comm_id = static_cast<int>(id);

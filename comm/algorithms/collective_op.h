@@ -16,8 +16,8 @@
 #include "comm/algorithms/fingerprint.h"
 #include "comm/algorithms/op_context.h"
 #include "comm/algorithms/scratch.h"
-#include "comm/progress_engine.h"
-#include "comm/tag.h"
+#include "comm/transport/op.h"
+#include "comm/transport/tag.h"
 #include "comm/transport/transport.h"
 #include "core/error.h"
 
@@ -86,7 +86,8 @@ class CollectiveOp : public Op {
   static constexpr std::size_t kMaxFramedPayload = kFramedBytes - sizeof(Fingerprint);
 
  protected:
-  // Post a message of step `step` to / from group rank `peer` (collective tags, see comm/tag.h).
+  // Post a message of step `step` to / from group rank `peer` (collective tags, see
+  // comm/transport/tag.h).
   RequestPtr send_to(Transport& t, int peer, int step, const void* buf, std::size_t len);
   RequestPtr recv_from(Transport& t, int peer, int step, void* buf, std::size_t len);
   // A receive the transport may reduce on arrival (Transport::irecv_reduce); a framed receive

@@ -5,7 +5,7 @@
 #include <utility>
 
 #include "comm/algorithms/partition.h"
-#include "comm/tag.h"
+#include "comm/transport/tag.h"
 #include "kernels/dtype.h"
 #include "kernels/reduce.h"
 

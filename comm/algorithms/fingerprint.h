@@ -28,8 +28,8 @@ struct Fingerprint;
 std::uint64_t fingerprint_hash(const Fingerprint& f) noexcept;
 
 // What a collective is, as every rank must agree: kind, sequence number, dtype, count, op, root.
-// Ranks exchange it (comm/tag.h's header step) ahead of the operation's first message to each
-// peer, so ranks that disagree fail with Mismatch naming both sides rather than hang or reduce
+// Ranks exchange it (comm/transport/tag.h's header step) ahead of the operation's first message to
+// each peer, so ranks that disagree fail with Mismatch naming both sides rather than hang or reduce
 // data of the wrong size or type. Sent as raw bytes: all ranks run the same build.
 // The newer collectives use the fields so: count is per rank for reduce_scatter, gather, scatter
 // and alltoall, the total for the v-forms, and for alltoall_v what the header's sender sends its

@@ -7,7 +7,7 @@
 #include <cstring>
 #include <thread>
 
-#include "comm/progress_engine.h"
+#include "comm/transport/op.h"
 #include "core/error.h"
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -179,7 +179,7 @@ void run_inline(MailboxCall& call, const Fingerprint& fingerprint, const InlineW
     const auto now = std::chrono::steady_clock::now();
     if (start == std::chrono::steady_clock::time_point{}) start = now;
     if (now - start >= wait.timeout) {
-      throw ProgressEngine::timeout_error(wait.describe(), wait.timeout, call.waiting_for());
+      throw timeout_error(wait.describe(), wait.timeout, call.waiting_for());
     }
     if (sleep.count() == 0 && now - start > kSpinBudget) sleep = kFirstSleep;
   }

@@ -1,7 +1,7 @@
 // What every algorithm is built from, one object each instead of 8 to 11 constructor arguments:
 // OpContext (its group, its sequence number, where it counts the bytes it sends), ReduceBuffers
 // (a reduction's buffers, count, dtype and op) and CompressedBuffers (a compressed allreduce's,
-// with its codec and error-feedback state). comm/algorithms/registry.cpp fills them from an
+// with its codec and error-feedback state). comm/algorithm_registry.cpp fills them from an
 // operation record; algorithms that run others (hierarchical, PowerSGD) fill them for their parts.
 // Buffers are the caller's and must outlive the operation; send may equal recv (in place).
 // Thread-safety: values.
@@ -24,7 +24,8 @@ class CompressionState;
 
 struct OpContext {
   std::shared_ptr<const Group> group;
-  std::uint64_t seq = 0;  // the operation's sequence number (comm/tag.h); 0 for point to point
+  std::uint64_t seq =
+      0;  // the operation's sequence number (comm/transport/tag.h); 0 for point to point
   std::atomic<std::uint64_t>* bytes_sent = nullptr;  // incremented per message sent; may be null
 
   // The same group and counter at sequence number `s` (an algorithm's parts).

@@ -1,7 +1,8 @@
 // Point-to-point send and receive as operations of the progress engine. The tag carries the
-// communicator, the sender's rank and the user's tag (comm/tag.h), so a receive matches exactly
-// one peer and tag; messages between the same pair with the same tag arrive in the order sent.
-// A receive must get exactly the number of bytes posted (a different size is a Mismatch error).
+// communicator, the sender's rank and the user's tag (comm/transport/tag.h), so a receive matches
+// exactly one peer and tag; messages between the same pair with the same tag arrive in the order
+// sent. A receive must get exactly the number of bytes posted (a different size is a Mismatch
+// error).
 #pragma once
 
 #include <cstddef>

@@ -1,4 +1,4 @@
-#include "comm/algorithms/registry.h"
+#include "comm/algorithm_registry.h"
 
 #include <fmt/format.h>
 

@@ -29,7 +29,7 @@
 // Thread-safety: enqueue() calls are serialised (NCCL allows one issuing thread per communicator);
 // set_stream(), stream() and abort() may be called from any thread at any time.
 // Build: with NCCL (STRAIT_HAVE_NCCL) the real path; without it, enqueue() throws Unavailable
-// saying what to install (comm/nccl/device_collectives_unavailable.cpp).
+// saying what to install (comm/device_collectives_unavailable.cpp).
 #pragma once
 
 #include <chrono>
@@ -38,7 +38,7 @@
 
 #include "comm/bootstrap/store.h"
 #include "comm/collective_args.h"
-#include "comm/progress_engine.h"
+#include "comm/transport/op.h"
 #include "kernels/cuda_stream.h"
 
 namespace strait::comm {

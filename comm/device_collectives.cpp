@@ -1,4 +1,4 @@
-#include "comm/nccl/device_collectives.h"
+#include "comm/device_collectives.h"
 
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
