@@ -18,6 +18,7 @@
 #include "comm/algorithms/codec_rules.h"
 #include "comm/algorithms/collective_op.h"
 #include "comm/algorithms/hierarchical_allreduce.h"
+#include "comm/algorithms/local_mailbox.h"
 #include "comm/algorithms/mailbox_allreduce.h"
 #include "comm/algorithms/selection.h"
 #include "comm/collective_check.h"
@@ -27,7 +28,6 @@
 #include "comm/compress/compression_state.h"
 #include "comm/device_collectives.h"
 #include "comm/progress_engine.h"
-#include "comm/transport/local_mailbox.h"
 #include "core/error.h"
 
 namespace strait::comm {

@@ -314,7 +314,7 @@ class STRAIT_API Communicator {
 
   // True when this communicator's short allreduces go through shared memory: all its ranks run
   // on this host (same network namespace) and its links are not sealed
-  // (comm/transport/local_mailbox.h, comm/algorithms/mailbox_allreduce.h).
+  // (comm/algorithms/local_mailbox.h, comm/algorithms/mailbox_allreduce.h).
   [[nodiscard]] bool shares_memory() const noexcept;
 
   // The one path every operation above takes (comm/collective_args.h): checks the record once,

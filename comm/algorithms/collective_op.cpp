@@ -6,7 +6,7 @@
 #include <chrono>
 #include <cstring>
 
-#include "comm/transport/local_mailbox.h"
+#include "comm/algorithms/local_mailbox.h"
 #include "core/error.h"
 
 namespace strait::comm {
@@ -267,7 +267,7 @@ bool CollectiveOp::all_done(Transport& t) {
     }
     if (r.state == TransportRequest::State::Pending) {
       // A peer in the shared-memory mailbox with another operation never sends: its
-      // announcement says so (comm/transport/local_mailbox.h).
+      // announcement says so (comm/algorithms/local_mailbox.h).
       if (group_->mailbox && fingerprint_ && announcement_) {
         if (auto d = group_->mailbox->disagreeing(p.peer, *fingerprint_, *announcement_)) {
           throw mismatch_error(*group_, p.peer, *d, *fingerprint_);

@@ -31,7 +31,7 @@ struct Group {
   int rank = 0;
   std::vector<int> world_ranks;
   // Shared-memory slots for short vectors when every rank is on this host (null otherwise):
-  // comm/transport/local_mailbox.h, used by comm/algorithms/mailbox_allreduce.h.
+  // comm/algorithms/local_mailbox.h, used by comm/algorithms/mailbox_allreduce.h.
   std::shared_ptr<LocalMailbox> mailbox;
   [[nodiscard]] int size() const noexcept { return static_cast<int>(world_ranks.size()); }
   // "rank 2" in the world communicator, "rank 2 (world rank 5)" in a sub-communicator.

@@ -4,7 +4,7 @@
 #include <cstring>
 #include <utility>
 
-#include "comm/algorithms/partition.h"
+#include "comm/transport/partition.h"
 #include "comm/transport/tag.h"
 #include "kernels/dtype.h"
 #include "kernels/reduce.h"

@@ -4,8 +4,8 @@
 #include <cstring>
 #include <utility>
 
-#include "comm/algorithms/partition.h"
 #include "comm/algorithms/scratch.h"
+#include "comm/transport/partition.h"
 
 namespace strait::comm {
 

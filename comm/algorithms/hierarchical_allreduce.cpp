@@ -7,9 +7,9 @@
 
 #include "comm/algorithms/compressed_allgather_allreduce.h"
 #include "comm/algorithms/compressed_ring_allreduce.h"
-#include "comm/algorithms/partition.h"
 #include "comm/algorithms/ring_allreduce.h"
 #include "comm/algorithms/ring_phases.h"
+#include "comm/transport/partition.h"
 #include "core/error.h"
 
 namespace strait::comm {

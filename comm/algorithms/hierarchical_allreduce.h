@@ -6,7 +6,7 @@
 // BlueConnect (Cho et al. 2019), with the inter-site stage made lossy as in the compressed
 // allreduce (compressed_ring_allreduce.h).
 //
-// Shards. The vector is cut into M shards (comm/algorithms/partition.h), M = the largest site's
+// Shards. The vector is cut into M shards (comm/transport/partition.h), M = the largest site's
 // size. Rank l of a site of L ranks owns the contiguous shards [l*M/L, (l+1)*M/L) (every shard has
 // exactly one owner per site; in the largest sites every rank owns one shard, in smaller ones
 // some own several), so sites of unequal sizes line up shard by shard.

@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <utility>
 
-#include "comm/algorithms/partition.h"
 #include "comm/algorithms/scratch.h"
+#include "comm/transport/partition.h"
 
 namespace strait::comm {
 

@@ -2,7 +2,7 @@
 // (Patarasuk & Yuan, "Bandwidth optimal all-reduce algorithms for clusters of workstations", 2009;
 // the algorithm of Baidu's ring allreduce, Horovod and NCCL's ring), optionally pipelined.
 //
-// The buffer is cut into P chunks (comm/algorithms/partition.h: any count works, 0 included).
+// The buffer is cut into P chunks (comm/transport/partition.h: any count works, 0 included).
 // Steps: P-1 reduce-scatter steps (step k: send chunk r-k to the right, receive chunk r-k-1 from
 // the left and reduce it into place), after which rank r owns the reduced chunk r+1; then P-1
 // allgather steps (send chunk r+1-k, receive chunk r-k). Bytes sent per rank:

@@ -8,9 +8,8 @@
 #include <cstring>
 #include <optional>
 
-#include "comm/algorithms/partition.h"
+#include "comm/transport/partition.h"
 #include "comm/transport/peer_memory.h"
-#include "comm/transport/ucx/ucx_in_flight.h"
 #include "comm/transport/ucx/ucx_transport.h"
 #include "core/error.h"
 #include "kernels/reduce.h"

@@ -20,9 +20,7 @@
 #include <optional>
 #include <random>
 
-#include "comm/algorithms/partition.h"
 #include "comm/transport/peer_memory.h"
-#include "comm/transport/ucx/ucx_in_flight.h"
 #include "comm/transport/ucx/ucx_log.h"
 #include "core/error.h"
 #include "kernels/reduce.h"
