@@ -205,8 +205,8 @@ struct GreedyPolicy {
   bool reserve_for_chunk1 = false;  // chunk-0 forwards leave one slot free for chunk 1's
 };
 
-Schedule greedy_zero_bubble(Schedule sched, const GreedyPolicy& policy, const ActionCosts& costs,
-                            std::string_view what) {
+// The planning costs are finite, F and B take time and W none or some (InvalidArgument otherwise).
+void check_plan_costs(const ActionCosts& costs, std::string_view what) {
   if (!(costs.f > 0.0) || !(costs.b > 0.0) || !(costs.w >= 0.0) || !std::isfinite(costs.f) ||
       !std::isfinite(costs.b) || !std::isfinite(costs.w)) {
     throw Error(ErrorCode::InvalidArgument,
@@ -214,6 +214,28 @@ Schedule greedy_zero_bubble(Schedule sched, const GreedyPolicy& policy, const Ac
                             "and B > 0, W >= 0",
                             what, costs.f, costs.b, costs.w));
   }
+}
+
+// Per rank, 1F1B's order of its M forwards and backwards (true = B): P - r - 1 warm-up forwards
+// (at most M), then F B pairs, then the remaining backwards.
+std::vector<std::vector<bool>> one_f_one_b_orders(int P, int M) {
+  std::vector<std::vector<bool>> order(static_cast<std::size_t>(P));
+  for (int r = 0; r < P; ++r) {
+    auto& o = order[static_cast<std::size_t>(r)];
+    const int warmup = std::min(P - r - 1, M);
+    o.assign(static_cast<std::size_t>(warmup), false);
+    for (int k = warmup; k < M; ++k) {
+      o.push_back(false);
+      o.push_back(true);
+    }
+    o.resize(2 * static_cast<std::size_t>(M), true);
+  }
+  return order;
+}
+
+Schedule greedy_zero_bubble(Schedule sched, const GreedyPolicy& policy, const ActionCosts& costs,
+                            std::string_view what) {
+  check_plan_costs(costs, what);
   const int P = sched.stages;
   const int M = sched.microbatches;
   const int S = stage_count(sched);
@@ -232,18 +254,10 @@ Schedule greedy_zero_bubble(Schedule sched, const GreedyPolicy& policy, const Ac
   std::vector<bool> waiting(static_cast<std::size_t>(P), false);  // stalled until an action ends
   std::vector<std::size_t> left_on(static_cast<std::size_t>(P), 3 * idx(sched.chunks, 0));
   // 1F1B's F / B order per rank (true = B), for one_f_one_b_order; pos = the next one.
-  std::vector<std::vector<bool>> order(static_cast<std::size_t>(P));
+  const std::vector<std::vector<bool>> order =
+      policy.one_f_one_b_order ? one_f_one_b_orders(P, M)
+                               : std::vector<std::vector<bool>>(static_cast<std::size_t>(P));
   std::vector<std::size_t> pos(static_cast<std::size_t>(P), 0);
-  for (int r = 0; r < P && policy.one_f_one_b_order; ++r) {
-    auto& o = order[static_cast<std::size_t>(r)];
-    const int warmup = std::min(P - r - 1, M);
-    o.assign(static_cast<std::size_t>(warmup), false);
-    for (int k = warmup; k < M; ++k) {
-      o.push_back(false);
-      o.push_back(true);
-    }
-    o.resize(2 * static_cast<std::size_t>(M), true);
-  }
   std::vector<RankBuilder> builders;
   builders.reserve(static_cast<std::size_t>(P));
   for (int r = 0; r < P; ++r) builders.emplace_back(sched, r);
