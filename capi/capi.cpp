@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 #include <string>
+#include <utility>
 
 #include "capi/arguments.h"
 #include "capi/callback_store.h"
@@ -65,6 +66,18 @@ straitResult_t record_failure(const char* function, CommHandle* comm, straitResu
 
 const std::string& thread_last_error() noexcept {
   return t_last_error;
+}
+
+// The accessors' one shape: the communicator looked up, the out pointer checked, the value read.
+template <class T, class Read>
+straitResult_t read_comm(const char* function, straitComm_t comm, T* out, const char* name,
+                         Read&& read) noexcept {
+  return guard(function, [&](std::shared_ptr<CommHandle>& handle) {
+    handle = Registry::instance().comm(comm, function);
+    require_out(out, function, name);
+    *out = read(std::as_const(handle->comm()));
+    return straitSuccess;
+  });
 }
 
 }  // namespace strait::capi
@@ -197,23 +210,13 @@ straitResult_t straitCommDestroy(straitComm_t comm) {
 }
 
 straitResult_t straitCommCount(straitComm_t comm, int* count) {
-  constexpr const char* kFunction = "straitCommCount";
-  return guard(kFunction, [&](std::shared_ptr<CommHandle>& handle) {
-    handle = Registry::instance().comm(comm, kFunction);
-    require_out(count, kFunction, "count");
-    *count = handle->comm().size();
-    return straitSuccess;
-  });
+  return strait::capi::read_comm("straitCommCount", comm, count, "count",
+                                 [](const Communicator& c) { return c.size(); });
 }
 
 straitResult_t straitCommUserRank(straitComm_t comm, int* rank) {
-  constexpr const char* kFunction = "straitCommUserRank";
-  return guard(kFunction, [&](std::shared_ptr<CommHandle>& handle) {
-    handle = Registry::instance().comm(comm, kFunction);
-    require_out(rank, kFunction, "rank");
-    *rank = handle->comm().rank();
-    return straitSuccess;
-  });
+  return strait::capi::read_comm("straitCommUserRank", comm, rank, "rank",
+                                 [](const Communicator& c) { return c.rank(); });
 }
 
 straitResult_t straitCommSetTimeout(straitComm_t comm, int64_t timeoutMs) {
@@ -227,13 +230,8 @@ straitResult_t straitCommSetTimeout(straitComm_t comm, int64_t timeoutMs) {
 }
 
 straitResult_t straitCommGetTimeout(straitComm_t comm, int64_t* timeoutMs) {
-  constexpr const char* kFunction = "straitCommGetTimeout";
-  return guard(kFunction, [&](std::shared_ptr<CommHandle>& handle) {
-    handle = Registry::instance().comm(comm, kFunction);
-    require_out(timeoutMs, kFunction, "timeoutMs");
-    *timeoutMs = handle->comm().timeout().count();
-    return straitSuccess;
-  });
+  return strait::capi::read_comm("straitCommGetTimeout", comm, timeoutMs, "timeoutMs",
+                                 [](const Communicator& c) { return c.timeout().count(); });
 }
 
 straitResult_t straitCommGetStats(straitComm_t comm, straitStats_t* stats) {

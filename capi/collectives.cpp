@@ -1,11 +1,13 @@
-// The C API's operations (capi/strait.h): each entry point converts its C arguments and
-// hands one submission to post(), the single path that looks the communicator up, sets the
-// stream, submits, and then waits (blocking forms) or hands out a request (Async forms).
+// The C API's operations (capi/strait.h): each entry point converts its C arguments into one
+// operation record (comm/collective_args.h) and hands it to post(), the single path that looks the
+// communicator up and runs the record through Communicator::run() (blocking forms) or post()
+// (Async forms, which hand out a request).
 #include <fmt/format.h>
 
 #include <array>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "capi/arguments.h"
@@ -13,7 +15,6 @@
 #include "capi/handles.h"
 #include "capi/strait.h"
 #include "comm/communicator.h"
-#include "comm/progress_engine.h"
 #include "core/error.h"
 #include "kernels/cuda_stream.h"
 
@@ -27,32 +28,31 @@ using kernels::DType;
 
 enum class Form : std::uint8_t { Blocking, Async };
 
-// The one path of every operation. `submit(communicator)` converts and checks the operation's own
-// arguments and returns its Work; it runs with the communicator's stream set to `stream`, under the
-// handle's submit lock (so concurrent calls cannot swap streams), and never waits.
-template <class Submit>
+// The one path of every operation. `build(communicator, go)` converts and checks the operation's
+// own arguments and hands its record to `go`, which runs it on the communicator's own paths: the
+// blocking forms through Communicator::run() (as the C++ blocking calls: the caller drives the
+// operation, and a short allreduce of ranks on one host takes the mailbox), the Async forms
+// through post(), whose Work becomes the request. The stream travels in the record, so
+// concurrent calls cannot swap each other's streams.
+template <class Build>
 straitResult_t post(const char* function, Form form, straitComm_t comm_handle,
-                    straitStream_t stream, straitRequest_t* request, Submit&& submit) noexcept {
+                    straitStream_t stream, straitRequest_t* request, Build&& build) noexcept {
   return guard(function, [&](std::shared_ptr<CommHandle>& handle) {
     handle = Registry::instance().comm(comm_handle, function);
     if (form == Form::Async) {
       require_out(request, function, "request");
       *request = nullptr;
     }
-    // A blocking call drives its operation itself, as the C++ blocking forms do.
-    std::optional<comm::ProgressEngine::CallerWillWait> caller_waits;
-    if (form == Form::Blocking) caller_waits.emplace();
-    Work work;
-    {
-      const std::lock_guard lock(handle->submit_mutex());
-      handle->comm().set_stream(static_cast<kernels::CudaStream>(stream));
-      work = submit(handle->comm());
-    }
-    if (form == Form::Blocking) {
-      work.wait();
-    } else {
-      *request = Registry::instance().add(std::make_shared<RequestHandle>(std::move(work), handle));
-    }
+    Communicator& comm = handle->comm();
+    build(std::as_const(comm), [&](comm::CollectiveArgs args) {
+      args.stream = static_cast<kernels::CudaStream>(stream);
+      if (form == Form::Blocking) {
+        comm.run(args);
+      } else {
+        *request =
+            Registry::instance().add(std::make_shared<RequestHandle>(comm.post(args), handle));
+      }
+    });
     return straitSuccess;
   });
 }
@@ -117,6 +117,7 @@ using strait::capi::require_host;
 using strait::capi::to_counts;
 using strait::capi::to_dtype;
 using strait::capi::to_op;
+using strait::comm::CollectiveArgs;
 using strait::comm::Communicator;
 
 namespace {
@@ -127,9 +128,9 @@ namespace {
 straitResult_t all_reduce(const char* f, Form form, const void* send, void* recv, int64_t count,
                           straitDataType_t datatype, straitRedOp_t op, straitComm_t comm,
                           straitStream_t stream, straitRequest_t* request) {
-  return post(f, form, comm, stream, request, [&](Communicator& c) {
+  return post(f, form, comm, stream, request, [&](const Communicator&, const auto& go) {
     const auto dtype = to_dtype(datatype, f);
-    return c.iallreduce(send, recv, count_of(count, dtype, f), dtype, to_op(op, f));
+    go(CollectiveArgs::allreduce(send, recv, count_of(count, dtype, f), dtype, to_op(op, f)));
   });
 }
 
@@ -137,7 +138,7 @@ straitResult_t all_reduce_compressed(const char* f, Form form, const void* send,
                                      int64_t count, straitDataType_t datatype, straitRedOp_t op,
                                      const straitCompression_t* compression, straitComm_t comm,
                                      straitRequest_t* request) {
-  return post(f, form, comm, nullptr, request, [&](Communicator& c) {
+  return post(f, form, comm, nullptr, request, [&](const Communicator&, const auto& go) {
     const auto dtype = to_dtype(datatype, f);
     if (dtype != strait::kernels::DType::F32) {
       throw strait::Error(strait::ErrorCode::InvalidArgument,
@@ -148,116 +149,118 @@ straitResult_t all_reduce_compressed(const char* f, Form form, const void* send,
     const std::size_t n = count_of(count, dtype, f);
     const auto options = strait::capi::compression_of(compression, f);
     require_host(std::array<const void*, 2>{send, recv}, f);
-    return c.iallreduce_compressed(static_cast<const float*>(send), static_cast<float*>(recv), n,
-                                   to_op(op, f), options);
+    go(CollectiveArgs::allreduce_compressed(static_cast<const float*>(send),
+                                            static_cast<float*>(recv), n, to_op(op, f), options));
   });
 }
 
 straitResult_t broadcast(const char* f, Form form, void* buff, int64_t count,
                          straitDataType_t datatype, int root, straitComm_t comm,
                          straitStream_t stream, straitRequest_t* request) {
-  return post(f, form, comm, stream, request, [&](Communicator& c) {
+  return post(f, form, comm, stream, request, [&](const Communicator& c, const auto& go) {
     const auto dtype = to_dtype(datatype, f);
     check_root(root, c, f);
-    return c.ibroadcast(buff, count_of(count, dtype, f), dtype, root);
+    go(CollectiveArgs::broadcast(buff, count_of(count, dtype, f), dtype, root));
   });
 }
 
 straitResult_t reduce(const char* f, Form form, const void* send, void* recv, int64_t count,
                       straitDataType_t datatype, straitRedOp_t op, int root, straitComm_t comm,
                       straitStream_t stream, straitRequest_t* request) {
-  return post(f, form, comm, stream, request, [&](Communicator& c) {
+  return post(f, form, comm, stream, request, [&](const Communicator& c, const auto& go) {
     const auto dtype = to_dtype(datatype, f);
     check_root(root, c, f);
-    return c.ireduce(send, recv, count_of(count, dtype, f), dtype, to_op(op, f), root);
+    go(CollectiveArgs::reduce(send, recv, count_of(count, dtype, f), dtype, to_op(op, f), root));
   });
 }
 
 straitResult_t all_gather(const char* f, Form form, const void* send, void* recv, int64_t sendcount,
                           straitDataType_t datatype, straitComm_t comm, straitStream_t stream,
                           straitRequest_t* request) {
-  return post(f, form, comm, stream, request, [&](Communicator& c) {
+  return post(f, form, comm, stream, request, [&](const Communicator&, const auto& go) {
     const auto dtype = to_dtype(datatype, f);
-    return c.iallgather(send, recv, count_of(sendcount, dtype, f, "sendcount"), dtype);
+    go(CollectiveArgs::allgather(send, recv, count_of(sendcount, dtype, f, "sendcount"), dtype));
   });
 }
 
 straitResult_t all_gather_v(const char* f, Form form, const void* send, void* recv,
                             const int64_t* recvcounts, straitDataType_t datatype, straitComm_t comm,
                             straitRequest_t* request) {
-  return post(f, form, comm, nullptr, request, [&](Communicator& c) {
+  return post(f, form, comm, nullptr, request, [&](const Communicator& c, const auto& go) {
     const auto dtype = to_dtype(datatype, f);
     const auto counts = to_counts(recvcounts, c.size(), dtype, f, "recvcounts");
     require_host(std::array<const void*, 2>{send, recv}, f);
-    return c.iallgather_v(send, recv, counts, dtype);
+    go(CollectiveArgs::allgather_v(send, recv, counts, dtype));
   });
 }
 
 straitResult_t reduce_scatter(const char* f, Form form, const void* send, void* recv,
                               int64_t recvcount, straitDataType_t datatype, straitRedOp_t op,
                               straitComm_t comm, straitStream_t stream, straitRequest_t* request) {
-  return post(f, form, comm, stream, request, [&](Communicator& c) {
+  return post(f, form, comm, stream, request, [&](const Communicator&, const auto& go) {
     const auto dtype = to_dtype(datatype, f);
-    return c.ireduce_scatter(send, recv, count_of(recvcount, dtype, f, "recvcount"), dtype,
-                             to_op(op, f));
+    go(CollectiveArgs::reduce_scatter(send, recv, count_of(recvcount, dtype, f, "recvcount"), dtype,
+                                      to_op(op, f)));
   });
 }
 
 straitResult_t reduce_scatter_v(const char* f, Form form, const void* send, void* recv,
                                 const int64_t* recvcounts, straitDataType_t datatype,
                                 straitRedOp_t op, straitComm_t comm, straitRequest_t* request) {
-  return post(f, form, comm, nullptr, request, [&](Communicator& c) {
+  return post(f, form, comm, nullptr, request, [&](const Communicator& c, const auto& go) {
     const auto dtype = to_dtype(datatype, f);
     const auto counts = to_counts(recvcounts, c.size(), dtype, f, "recvcounts");
     const auto reduce_op = to_op(op, f);
     require_host(std::array<const void*, 2>{send, recv}, f);
-    return c.ireduce_scatter_v(send, recv, counts, dtype, reduce_op);
+    go(CollectiveArgs::reduce_scatter_v(send, recv, counts, dtype, reduce_op));
   });
 }
 
 straitResult_t gather(const char* f, Form form, const void* send, void* recv, int64_t sendcount,
                       straitDataType_t datatype, int root, straitComm_t comm, straitStream_t stream,
                       straitRequest_t* request) {
-  return post(f, form, comm, stream, request, [&](Communicator& c) {
+  return post(f, form, comm, stream, request, [&](const Communicator& c, const auto& go) {
     const auto dtype = to_dtype(datatype, f);
     check_root(root, c, f);
-    return c.igather(send, recv, count_of(sendcount, dtype, f, "sendcount"), dtype, root);
+    go(CollectiveArgs::gather(send, recv, count_of(sendcount, dtype, f, "sendcount"), dtype, root));
   });
 }
 
 straitResult_t scatter(const char* f, Form form, const void* send, void* recv, int64_t recvcount,
                        straitDataType_t datatype, int root, straitComm_t comm,
                        straitStream_t stream, straitRequest_t* request) {
-  return post(f, form, comm, stream, request, [&](Communicator& c) {
+  return post(f, form, comm, stream, request, [&](const Communicator& c, const auto& go) {
     const auto dtype = to_dtype(datatype, f);
     check_root(root, c, f);
-    return c.iscatter(send, recv, count_of(recvcount, dtype, f, "recvcount"), dtype, root);
+    go(CollectiveArgs::scatter(send, recv, count_of(recvcount, dtype, f, "recvcount"), dtype,
+                               root));
   });
 }
 
 straitResult_t all_to_all(const char* f, Form form, const void* send, void* recv, int64_t count,
                           straitDataType_t datatype, straitComm_t comm, straitStream_t stream,
                           straitRequest_t* request) {
-  return post(f, form, comm, stream, request, [&](Communicator& c) {
+  return post(f, form, comm, stream, request, [&](const Communicator&, const auto& go) {
     const auto dtype = to_dtype(datatype, f);
-    return c.ialltoall(send, recv, count_of(count, dtype, f), dtype);
+    go(CollectiveArgs::alltoall(send, recv, count_of(count, dtype, f), dtype));
   });
 }
 
 straitResult_t all_to_all_v(const char* f, Form form, const void* send, const int64_t* sendcounts,
                             void* recv, const int64_t* recvcounts, straitDataType_t datatype,
                             straitComm_t comm, straitRequest_t* request) {
-  return post(f, form, comm, nullptr, request, [&](Communicator& c) {
+  return post(f, form, comm, nullptr, request, [&](const Communicator& c, const auto& go) {
     const auto dtype = to_dtype(datatype, f);
     const auto send_counts = to_counts(sendcounts, c.size(), dtype, f, "sendcounts");
     const auto recv_counts = to_counts(recvcounts, c.size(), dtype, f, "recvcounts");
     require_host(std::array<const void*, 2>{send, recv}, f);
-    return c.ialltoall_v(send, send_counts, recv, recv_counts, dtype);
+    go(CollectiveArgs::alltoall_v(send, send_counts, recv, recv_counts, dtype));
   });
 }
 
 straitResult_t barrier(const char* f, Form form, straitComm_t comm, straitRequest_t* request) {
-  return post(f, form, comm, nullptr, request, [&](Communicator& c) { return c.ibarrier(); });
+  return post(f, form, comm, nullptr, request,
+              [&](const Communicator&, const auto& go) { go(CollectiveArgs::barrier()); });
 }
 
 // Point to point: the C++ API counts bytes.
@@ -269,20 +272,20 @@ std::size_t bytes_of(int64_t count, straitDataType_t datatype, const char* f) {
 straitResult_t point_send(const char* f, Form form, const void* buff, int64_t count,
                           straitDataType_t datatype, int peer, uint64_t tag, straitComm_t comm,
                           straitStream_t stream, straitRequest_t* request) {
-  return post(f, form, comm, stream, request, [&](Communicator& c) {
+  return post(f, form, comm, stream, request, [&](const Communicator& c, const auto& go) {
     const std::size_t bytes = bytes_of(count, datatype, f);
     check_root(peer, c, f, "peer");
-    return c.isend(buff, bytes, peer, tag);
+    go(CollectiveArgs::send_to(buff, bytes, peer, tag));
   });
 }
 
 straitResult_t point_recv(const char* f, Form form, void* buff, int64_t count,
                           straitDataType_t datatype, int peer, uint64_t tag, straitComm_t comm,
                           straitStream_t stream, straitRequest_t* request) {
-  return post(f, form, comm, stream, request, [&](Communicator& c) {
+  return post(f, form, comm, stream, request, [&](const Communicator& c, const auto& go) {
     const std::size_t bytes = bytes_of(count, datatype, f);
     check_root(peer, c, f, "peer");
-    return c.irecv(buff, bytes, peer, tag);
+    go(CollectiveArgs::recv_from(buff, bytes, peer, tag));
   });
 }
 

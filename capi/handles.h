@@ -27,15 +27,12 @@ class CommHandle {
   explicit CommHandle(std::unique_ptr<comm::Communicator> comm) : comm_(std::move(comm)) {}
 
   [[nodiscard]] comm::Communicator& comm() const noexcept { return *comm_; }
-  // Held from set_stream() to the submission, so that concurrent calls do not swap streams.
-  [[nodiscard]] std::mutex& submit_mutex() noexcept { return submit_mutex_; }
 
   void set_last_error(const std::string& message);
   [[nodiscard]] std::string last_error() const;
 
  private:
   std::unique_ptr<comm::Communicator> comm_;
-  std::mutex submit_mutex_;
   mutable std::mutex error_mutex_;
   std::string last_error_;
 };

@@ -3,9 +3,10 @@
 /// Every entry point of comm/communicator.h fills one and posts it (Communicator::post), where it
 /// is checked once (comm/collective_check.h), routed to the host algorithms or to NCCL by the
 /// memory its buffers live in (resolved once), built from the selection table's row
-/// (comm/algorithms/registry.h), fingerprinted and submitted. The C API and the torch backend go
-/// through the same entry points, so a new collective is added here, in the check, the describe and
-/// one registry row (its name in selection.cpp, its constructor in registry.cpp).
+/// (comm/algorithm_registry.h), fingerprinted and submitted. The C API and the torch backend go
+/// through the same entry points, so a new collective is a row of the kind table
+/// (comm/algorithms/collective_kind.h), its record here, its check and one registry row (its name
+/// in selection.cpp, its constructor in comm/algorithm_registry.cpp).
 ///
 /// Buffers and counts follow NCCL's conventions, per kind (counts in elements of dtype):
 ///   Send        send: count bytes                to rank `root` (the peer), tag `tag`
@@ -32,11 +33,12 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
-#include <string_view>
 
+#include "comm/algorithms/collective_kind.h"
 #include "comm/work.h"
-#include "core/export.h"
+#include "kernels/cuda_stream.h"
 #include "kernels/dtype.h"
 #include "kernels/reduce.h"
 
@@ -49,25 +51,7 @@ enum class MemoryKind : std::uint8_t { Host, Device };
 
 /// One operation's arguments, filled by an entry point and checked once by Communicator::post.
 struct CollectiveArgs {
-  /// Which operation; the first ten kinds also run on device buffers (NCCL).
-  enum class Kind : std::uint8_t {
-    Send,
-    Recv,
-    Broadcast,
-    Allreduce,
-    Allgather,
-    ReduceScatter,
-    Reduce,
-    Gather,
-    Scatter,
-    Alltoall,
-    /// Host memory only (NCCL has no equivalent):
-    Barrier,
-    AllreduceCompressed,
-    AllgatherV,
-    ReduceScatterV,
-    AlltoallV,
-  };
+  using Kind = CollectiveKind;  ///< comm/algorithms/collective_kind.h: what each kind is
   /// Which operation.
   Kind kind = Kind::Allreduce;
   /// Input buffer (see the table above for its length per kind).
@@ -86,6 +70,9 @@ struct CollectiveArgs {
   const Compression* compression = nullptr;       ///< AllreduceCompressed
   /// When the operation's deadline starts (AtWait for receives posted early).
   DeadlineStart start = DeadlineStart::AtSubmit;
+  /// Device buffers: the CUDA stream to enqueue on (nullptr: the legacy default stream); unset:
+  /// the communicator's (Communicator::set_stream). Host buffers ignore it.
+  std::optional<kernels::CudaStream> stream{};
 
   /// One per entry point, with the Communicator's argument order (Send and Recv count bytes).
   static CollectiveArgs send_to(const void* buf, std::size_t bytes, int peer, std::uint64_t tag,
@@ -206,24 +193,13 @@ struct CollectiveArgs {
   }
 
   /// True for Send and Recv.
-  [[nodiscard]] bool point_to_point() const noexcept {
-    return kind == Kind::Send || kind == Kind::Recv;
-  }
+  [[nodiscard]] bool point_to_point() const noexcept { return kind_info(kind).point_to_point; }
   /// True for the kinds that apply `op`.
-  [[nodiscard]] bool reduces() const noexcept {
-    return kind == Kind::Allreduce || kind == Kind::ReduceScatter || kind == Kind::Reduce ||
-           kind == Kind::AllreduceCompressed || kind == Kind::ReduceScatterV;
-  }
+  [[nodiscard]] bool reduces() const noexcept { return kind_info(kind).reduces; }
   /// True for the kinds that have a root (Broadcast, Reduce, Gather, Scatter).
-  [[nodiscard]] bool rooted() const noexcept {
-    return kind == Kind::Broadcast || kind == Kind::Reduce || kind == Kind::Gather ||
-           kind == Kind::Scatter;
-  }
+  [[nodiscard]] bool rooted() const noexcept { return kind_info(kind).rooted; }
   /// The kinds NCCL runs when the buffers are device memory.
-  [[nodiscard]] bool device_capable() const noexcept { return kind <= Kind::Alltoall; }
+  [[nodiscard]] bool device_capable() const noexcept { return comm::device_capable(kind); }
 };
-
-/// "allreduce", "reduce_scatter_v", ... (the Communicator's names).
-[[nodiscard]] STRAIT_API std::string_view collective_name(CollectiveArgs::Kind kind) noexcept;
 
 }  // namespace strait::comm

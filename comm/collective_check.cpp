@@ -8,34 +8,13 @@
 #include <numeric>
 #include <string>
 
-#include "comm/tag.h"
+#include "comm/transport/tag.h"
 #include "core/error.h"
 #include "kernels/device_memory.h"
 
 namespace strait::comm {
 
 using Kind = CollectiveArgs::Kind;
-
-std::string_view collective_name(Kind kind) noexcept {
-  switch (kind) {
-    case Kind::Send: return "send";
-    case Kind::Recv: return "recv";
-    case Kind::Barrier: return "barrier";
-    case Kind::Broadcast: return "broadcast";
-    case Kind::Allreduce: return "allreduce";
-    case Kind::AllreduceCompressed: return "allreduce_compressed";
-    case Kind::Allgather: return "allgather";
-    case Kind::AllgatherV: return "allgather_v";
-    case Kind::ReduceScatter: return "reduce_scatter";
-    case Kind::ReduceScatterV: return "reduce_scatter_v";
-    case Kind::Reduce: return "reduce";
-    case Kind::Gather: return "gather";
-    case Kind::Scatter: return "scatter";
-    case Kind::Alltoall: return "alltoall";
-    case Kind::AlltoallV: return "alltoall_v";
-  }
-  return "operation";
-}
 
 namespace {
 
@@ -104,6 +83,11 @@ Blocks blocks(const CollectiveArgs& a, int rank, int size) {
   const auto r = static_cast<std::size_t>(rank);
   if (a.counts.empty()) return {a.count * static_cast<std::size_t>(size), a.count, a.count * r};
   return {sum(a.counts), a.counts[r], sum(a.counts.first(r))};
+}
+
+// Whether rank (the root when `root`) uses a buffer used so.
+bool uses(BufferUse use, bool root) {
+  return use == BufferUse::All || (use == BufferUse::Root && root);
 }
 
 }  // namespace
@@ -251,12 +235,10 @@ void validate_device(const CollectiveArgs& a, int rank, int size) {
                      kernels::dtype_name(a.dtype)));
   }
   if (a.count == 0) return;
+  const CollectiveKindInfo& info = kind_info(a.kind);
   const bool root = rank == a.root;
-  const bool needs_send =
-      a.kind != Kind::Recv && a.kind != Kind::Broadcast && (a.kind != Kind::Scatter || root);
-  const bool needs_recv =
-      a.kind != Kind::Send && ((a.kind != Kind::Reduce && a.kind != Kind::Gather) || root);
-  if ((needs_send && a.send == nullptr) || (needs_recv && a.recv == nullptr)) {
+  if ((uses(info.send, root) && a.send == nullptr) ||
+      (uses(info.recv, root) && a.recv == nullptr)) {
     fail("null buffer with a non-zero count");
   }
   if (a.kind == Kind::Alltoall && a.send == a.recv) {
@@ -272,28 +254,12 @@ MemoryKind memory_of(const CollectiveArgs& a, int rank, int* device) {
   };
   std::array<Used, 2> used{};
   std::size_t n = 0;
-  const auto use = [&](const char* name, const void* p) {
-    if (p != nullptr) used[n++] = Used{name, p};
+  const auto use = [&](BufferUse u, const char* name, const void* p) {
+    if (uses(u, root) && p != nullptr) used[n++] = Used{name, p};
   };
-  switch (a.kind) {
-    case Kind::Barrier: return MemoryKind::Host;
-    case Kind::Send: use("send", a.send); break;
-    case Kind::Recv: use("recv", a.recv); break;
-    case Kind::Broadcast: use("buffer", a.recv); break;
-    case Kind::Reduce:
-    case Kind::Gather:
-      use("send", a.send);
-      if (root) use("recv", a.recv);
-      break;
-    case Kind::Scatter:
-      if (root) use("send", a.send);
-      use("recv", a.recv);
-      break;
-    default:
-      use("send", a.send);
-      use("recv", a.recv);
-      break;
-  }
+  const CollectiveKindInfo& info = kind_info(a.kind);
+  use(info.send, "send", a.send);
+  use(info.recv, "recv", a.recv);
   std::array<std::optional<int>, 2> on{};
   bool any = false;
   for (std::size_t i = 0; i < n; ++i) {

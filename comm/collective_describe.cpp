@@ -22,19 +22,11 @@ std::string list(std::span<const std::size_t> counts) {
 // "(f32 x 5, sum) on GPU 0 via NCCL".
 std::string device_detail(Kind kind, kernels::DType dtype, std::size_t count, kernels::ReduceOp op,
                           int root, int device) {
+  const CollectiveKindInfo& info = kind_info(kind);
   std::string detail = fmt::format("({} x {}", kernels::dtype_name(dtype), count);
-  if (kind == Kind::Allreduce || kind == Kind::ReduceScatter || kind == Kind::Reduce) {
-    detail += fmt::format(", {}", kernels::reduce_op_name(op));
-  }
-  switch (kind) {
-    case Kind::Send: detail += fmt::format(", to rank {}", root); break;
-    case Kind::Recv: detail += fmt::format(", from rank {}", root); break;
-    case Kind::Broadcast:
-    case Kind::Reduce:
-    case Kind::Gather:
-    case Kind::Scatter: detail += fmt::format(", root {}", root); break;
-    default: break;
-  }
+  if (info.reduces) detail += fmt::format(", {}", kernels::reduce_op_name(op));
+  if (info.point_to_point) detail += fmt::format(", {} rank {}", info.direction, root);
+  if (info.rooted) detail += fmt::format(", root {}", root);
   return detail + fmt::format(") on GPU {} via NCCL", device);
 }
 
@@ -50,7 +42,7 @@ OpSummary OpSummary::of(const CollectiveArgs& a, int comm_id, int rank, int size
               .op = a.op,
               .root = a.root,
               .tag = a.tag};
-  if (a.kind == Kind::AllgatherV || a.kind == Kind::ReduceScatterV || a.kind == Kind::AlltoallV) {
+  if (kind_info(a.kind).per_rank_counts) {
     s.counts.assign(a.counts.begin(), a.counts.end());
     s.recv_counts.assign(a.recv_counts.begin(), a.recv_counts.end());
   }
@@ -62,60 +54,46 @@ std::string OpSummary::describe() const {
   const std::string_view what = name != nullptr ? name : collective_name(kind);
   const auto dtype_name = kernels::dtype_name(dtype);
   const auto op_name = kernels::reduce_op_name(op);
+  const CollectiveKindInfo& info = kind_info(kind);
   if (device >= 0) {
     const std::string detail = device_detail(kind, dtype, count, op, root, device);
-    if (kind == Kind::Send || kind == Kind::Recv) {
-      return fmt::format("device {} {} {}", what, detail, where);
-    }
+    if (info.point_to_point) return fmt::format("device {} {} {}", what, detail, where);
     return fmt::format("{} #{} {} {}", what, seq, detail, where);
   }
-  std::string detail;
-  switch (kind) {
-    case Kind::Send:
-      return fmt::format("send of {} bytes to rank {} (tag {}) {}", count, root, tag, where);
-    case Kind::Recv:
-      return fmt::format("recv of {} bytes from rank {} (tag {}) {}", count, root, tag, where);
-    case Kind::Barrier: return fmt::format("{} #{} {}", what, seq, where);
-    case Kind::Broadcast:
-      detail = fmt::format("({} x {}, root {})", dtype_name, count, root);
-      break;
-    case Kind::Allreduce:
-      detail = fmt::format("({} x {}, {}, {})", dtype_name, count, op_name, selection.describe());
-      break;
-    case Kind::AllreduceCompressed:
-      detail = fmt::format("(f32 x {}, {}, {}", count, op_name, codec);
-      if (plan) {
-        detail += fmt::format(
-            ", {} of {} matrices compressed, {} elements plain", plan->compressed.size(),
-            plan->layout_matrices == 0 ? std::size_t{1} : plan->layout_matrices, plan->plain_count);
-      }
-      if (error_feedback) detail += ", error feedback";
-      if (selection.algorithm != nullptr && selection.algorithm->name == "hierarchical") {
-        detail += ", hierarchical";
-      }
-      detail += ")";
-      break;
-    case Kind::Allgather: detail = fmt::format("({} x {})", dtype_name, count); break;
-    case Kind::AllgatherV: detail = fmt::format("({} x {})", dtype_name, list(counts)); break;
-    case Kind::ReduceScatter:
-      detail = fmt::format("({} x {} per rank, {})", dtype_name, count, op_name);
-      break;
-    case Kind::ReduceScatterV:
-      detail = fmt::format("({} x {}, {})", dtype_name, list(counts), op_name);
-      break;
-    case Kind::Reduce:
-      detail = fmt::format("({} x {}, {}, root {})", dtype_name, count, op_name, root);
-      break;
-    case Kind::Gather:
-    case Kind::Scatter:
-      detail = fmt::format("({} x {} per rank, root {})", dtype_name, count, root);
-      break;
-    case Kind::Alltoall: detail = fmt::format("({} x {} per pair)", dtype_name, count); break;
-    case Kind::AlltoallV:
-      detail = fmt::format("({}, send {} recv {})", dtype_name, list(counts), list(recv_counts));
-      break;
+  if (info.point_to_point) {
+    return fmt::format("{} of {} bytes {} rank {} (tag {}) {}", info.name, count, info.direction,
+                       root, tag, where);
   }
-  return fmt::format("{} #{} {} {}", what, seq, detail, where);
+  if (info.send == BufferUse::None && info.recv == BufferUse::None) {
+    return fmt::format("{} #{} {}", what, seq, where);
+  }
+  std::string detail;
+  if (kind == Kind::AlltoallV) {  // a count per pair each way
+    detail = fmt::format("{}, send {} recv {}", dtype_name, list(counts), list(recv_counts));
+  } else {
+    detail =
+        fmt::format("{} x {}", dtype_name,
+                    info.per_rank_counts ? list(counts) : fmt::format("{}{}", count, info.per));
+  }
+  if (info.reduces) detail += fmt::format(", {}", op_name);
+  if (info.rooted) detail += fmt::format(", root {}", root);
+  if (info.tuned) detail += fmt::format(", {}", selection.describe());
+  if (kind == Kind::AllreduceCompressed) detail += compression_detail();
+  return fmt::format("{} #{} ({}) {}", what, seq, detail, where);
+}
+
+std::string OpSummary::compression_detail() const {
+  std::string detail = fmt::format(", {}", codec);
+  if (plan) {
+    detail += fmt::format(
+        ", {} of {} matrices compressed, {} elements plain", plan->compressed.size(),
+        plan->layout_matrices == 0 ? std::size_t{1} : plan->layout_matrices, plan->plain_count);
+  }
+  if (error_feedback) detail += ", error feedback";
+  if (selection.algorithm != nullptr && selection.algorithm->name == "hierarchical") {
+    detail += ", hierarchical";
+  }
+  return detail;
 }
 
 std::string describe_device(const CollectiveArgs& args, int device) {

@@ -41,6 +41,10 @@ struct OpSummary {
   // What the arguments say; the caller fills seq, selection, the codec's fields and device.
   static OpSummary of(const CollectiveArgs& args, int comm_id, int rank, int size);
   [[nodiscard]] std::string describe() const;
+
+ private:
+  // allreduce_compressed's part: ", int8, error feedback, hierarchical".
+  [[nodiscard]] std::string compression_detail() const;
 };
 
 [[nodiscard]] std::string describe_device(const CollectiveArgs& args, int device);

@@ -14,20 +14,20 @@
 #include <string>
 #include <vector>
 
+#include "comm/algorithm_registry.h"
 #include "comm/algorithms/codec_rules.h"
 #include "comm/algorithms/collective_op.h"
 #include "comm/algorithms/hierarchical_allreduce.h"
+#include "comm/algorithms/local_mailbox.h"
 #include "comm/algorithms/mailbox_allreduce.h"
-#include "comm/algorithms/registry.h"
 #include "comm/algorithms/selection.h"
 #include "comm/collective_check.h"
 #include "comm/collective_describe.h"
 #include "comm/communicator_shared.h"
 #include "comm/compress/codec.h"
 #include "comm/compress/compression_state.h"
-#include "comm/nccl/device_collectives.h"
+#include "comm/device_collectives.h"
 #include "comm/progress_engine.h"
-#include "comm/transport/local_mailbox.h"
 #include "core/error.h"
 
 namespace strait::comm {
@@ -59,29 +59,10 @@ std::size_t first_non_finite(const float* x, std::size_t count) {
   return count;
 }
 
-// The fingerprint's kind of each operation kind (point-to-point operations have none).
-Fingerprint::Kind fingerprint_kind(Kind kind) {
-  switch (kind) {
-    case Kind::Allreduce: return Fingerprint::Kind::Allreduce;
-    case Kind::AllreduceCompressed: return Fingerprint::Kind::CompressedAllreduce;
-    case Kind::Broadcast: return Fingerprint::Kind::Broadcast;
-    case Kind::Allgather: return Fingerprint::Kind::Allgather;
-    case Kind::AllgatherV: return Fingerprint::Kind::AllgatherV;
-    case Kind::ReduceScatter: return Fingerprint::Kind::ReduceScatter;
-    case Kind::ReduceScatterV: return Fingerprint::Kind::ReduceScatterV;
-    case Kind::Reduce: return Fingerprint::Kind::Reduce;
-    case Kind::Gather: return Fingerprint::Kind::Gather;
-    case Kind::Scatter: return Fingerprint::Kind::Scatter;
-    case Kind::Alltoall: return Fingerprint::Kind::Alltoall;
-    case Kind::AlltoallV: return Fingerprint::Kind::AlltoallV;
-    default: return Fingerprint::Kind::Barrier;
-  }
-}
-
 // What every rank must agree on (comm/algorithms/fingerprint.h says how each kind uses the fields).
 Fingerprint fingerprint_of(const CollectiveArgs& a, std::uint64_t seq, const Selection& chosen,
                            const CodecChoice* codec) {
-  const bool v = a.kind == Kind::AllgatherV || a.kind == Kind::ReduceScatterV;
+  const bool v = kind_info(a.kind).per_rank_counts && a.kind != Kind::AlltoallV;
   std::uint64_t count = a.count;
   if (v) count = std::accumulate(a.counts.begin(), a.counts.end(), std::uint64_t{0});
   if (a.kind == Kind::AlltoallV) count = 0;
@@ -89,11 +70,11 @@ Fingerprint fingerprint_of(const CollectiveArgs& a, std::uint64_t seq, const Sel
                 .count = count,
                 .counts = v ? counts_hash(a.counts) : 0,
                 .root = a.rooted() ? a.root : -1,
-                .kind = fingerprint_kind(a.kind),
+                .kind = a.kind,
                 .dtype = static_cast<std::uint8_t>(a.dtype),
                 .op = a.reduces() ? static_cast<std::uint8_t>(a.op) : std::uint8_t{0}};
   if (codec != nullptr) f.counts = codec->spec_hash;
-  if (a.kind == Kind::Barrier) f = Fingerprint{.seq = seq, .kind = Fingerprint::Kind::Barrier};
+  if (a.kind == Kind::Barrier) f = Fingerprint{.seq = seq, .kind = Kind::Barrier};
   if (chosen.algorithm->fingerprinted) {
     f.algorithm = chosen.algorithm->id;
     if (a.kind == Kind::Allreduce) f.segment_bytes = chosen.params.segment_bytes;
@@ -109,24 +90,8 @@ const AlgorithmInfo* mailbox_algorithm() {
 }  // namespace
 
 std::atomic<std::uint64_t>* Communicator::counter_for(Kind kind) noexcept {
-  switch (kind) {
-    case Kind::Send: return &counters_.send;
-    case Kind::Recv:
-    case Kind::Barrier: return nullptr;
-    case Kind::Broadcast: return &counters_.broadcast;
-    case Kind::Allreduce:
-    case Kind::AllreduceCompressed: return &counters_.allreduce;
-    case Kind::Allgather:
-    case Kind::AllgatherV: return &counters_.allgather;
-    case Kind::ReduceScatter:
-    case Kind::ReduceScatterV: return &counters_.reduce_scatter;
-    case Kind::Reduce: return &counters_.reduce;
-    case Kind::Gather: return &counters_.gather;
-    case Kind::Scatter: return &counters_.scatter;
-    case Kind::Alltoall:
-    case Kind::AlltoallV: return &counters_.alltoall;
-  }
-  return nullptr;
+  const StatSlot slot = kind_info(kind).stat;
+  return slot == StatSlot::None ? nullptr : &counters_[static_cast<std::size_t>(slot)];
 }
 
 std::uint64_t Communicator::next_seq(std::uint64_t n) {
@@ -179,6 +144,59 @@ std::optional<CodecChoice> Communicator::resolve_codec(const CollectiveArgs& arg
   return choice;
 }
 
+// What post() and run_in_mailbox() share: an operation on host buffers, checked, its algorithm
+// (and codec) chosen and described; number() then gives it its sequence number and fingerprint.
+struct Communicator::Prepared {
+  CollectiveArgs args;  // what runs: "auto" compression that comes to "none" is the plain allreduce
+  std::optional<CodecChoice> codec{};
+  Selection chosen{};
+  OpSummary what{};
+  std::uint64_t seq = 0;
+  Fingerprint fingerprint{};
+
+  void number(std::uint64_t first_seq) {
+    seq = first_seq;
+    what.seq = seq;
+    fingerprint = fingerprint_of(args, seq, chosen, codec ? &*codec : nullptr);
+  }
+};
+
+Communicator::Prepared Communicator::prepare(const CollectiveArgs& args) const {
+  Prepared p{.args = args};
+  check_host(p.args, rank(), size());
+  if (args.kind == Kind::AllreduceCompressed) {
+    p.codec = resolve_codec(args);
+    if (!p.codec) {
+      p.args = CollectiveArgs::allreduce(args.send, args.recv, args.count, DType::F32, args.op);
+      check_host(p.args, rank(), size());
+    }
+  }
+  // The row: chosen by the rules (a pure function of what every rank agrees on; the fingerprint
+  // then checks the table too), by the codec, or the collective's only one.
+  const bool multi_site = hierarchy_ && hierarchy_->multi_site();
+  if (p.codec) {
+    p.chosen.algorithm = &choose_compressed(*p.codec, multi_site);
+  } else {
+    const std::size_t bytes = p.args.count * kernels::dtype_size(p.args.dtype);
+    p.chosen =
+        shared_->algorithms->choose(collective_name(p.args.kind), size(), bytes, sites_.count(),
+                                    mailbox_fits(bytes) ? nullptr : mailbox_algorithm());
+  }
+  // Without a hierarchy (a split communicator: one site), hierarchical is the ring.
+  static const AlgorithmInfo* const kHierarchical = find_algorithm("allreduce", "hierarchical");
+  static const AlgorithmInfo* const kRing = find_algorithm("allreduce", "ring");
+  if (p.chosen.algorithm == kHierarchical && !hierarchy_) p.chosen.algorithm = kRing;
+
+  p.what = OpSummary::of(p.args, group_->comm_id, rank(), size());
+  p.what.selection = p.chosen;
+  if (p.codec) {
+    p.what.codec = p.codec->spec;
+    p.what.plan = p.codec->plan;
+    p.what.error_feedback = !p.codec->key.empty();
+  }
+  return p;
+}
+
 Work Communicator::post(const CollectiveArgs& args) {
   // Memory kind, resolved once: device buffers go to the NCCL backend, a sibling of the host
   // algorithms.
@@ -193,65 +211,32 @@ Work Communicator::post(const CollectiveArgs& args) {
         std::move(op), [what = std::move(what)] { return what.describe(); }, !args.point_to_point(),
         args.start);
   }
-  check_host(args, rank(), size());
-  std::optional<CodecChoice> codec;
-  if (args.kind == Kind::AllreduceCompressed) {
-    codec = resolve_codec(args);
-    if (!codec) {
-      return post(CollectiveArgs::allreduce(args.send, args.recv, args.count, DType::F32, args.op));
-    }
-  }
-  // The row: chosen by the rules (a pure function of what every rank agrees on; the fingerprint
-  // then checks the table too), by the codec, or the collective's only one.
-  const std::string_view name = collective_name(args.kind);
-  Selection chosen;
-  const bool multi_site = hierarchy_ && hierarchy_->multi_site();
-  if (codec) {
-    chosen.algorithm = &choose_compressed(*codec, multi_site);
-  } else {
-    const std::size_t bytes = args.count * kernels::dtype_size(args.dtype);
-    chosen = shared_->algorithms->choose(name, size(), bytes, sites_.count(),
-                                         mailbox_fits(bytes) ? nullptr : mailbox_algorithm());
-  }
-  // Without a hierarchy (a split communicator: one site), hierarchical is the ring.
-  static const AlgorithmInfo* const kHierarchical = find_algorithm("allreduce", "hierarchical");
-  static const AlgorithmInfo* const kRing = find_algorithm("allreduce", "ring");
-  if (chosen.algorithm == kHierarchical && !hierarchy_) chosen.algorithm = kRing;
-
-  OpSummary what = OpSummary::of(args, group_->comm_id, rank(), size());
-  what.selection = chosen;
-  if (codec) {
-    what.codec = codec->spec;
-    what.plan = codec->plan;
-    what.error_feedback = !codec->key.empty();
-  }
-  const bool p2p = args.point_to_point();
-  const std::uint64_t seq = p2p ? 0 : next_seq(sequence_numbers(*chosen.algorithm));
-  what.seq = seq;
-  const Fingerprint fingerprint = fingerprint_of(args, seq, chosen, codec ? &*codec : nullptr);
-  auto op = build_algorithm(*chosen.algorithm, BuildContext{.args = args,
-                                                            .group = group_,
-                                                            .hierarchy = hierarchy_,
-                                                            .seq = seq,
-                                                            .bytes_sent = counter_for(args.kind),
-                                                            .params = chosen.params,
-                                                            .fingerprint = fingerprint,
-                                                            .codec = codec ? &*codec : nullptr,
-                                                            .compression = compression_});
+  Prepared p = prepare(args);
+  const CollectiveArgs& a = p.args;
+  const bool p2p = a.point_to_point();
+  p.number(p2p ? 0 : next_seq(sequence_numbers(*p.chosen.algorithm)));
+  const CodecChoice* codec = p.codec ? &*p.codec : nullptr;
+  auto op = build_algorithm(*p.chosen.algorithm,
+                            BuildContext{.args = a,
+                                         .context = {group_, p.seq, counter_for(a.kind)},
+                                         .hierarchy = hierarchy_,
+                                         .params = p.chosen.params,
+                                         .fingerprint = p.fingerprint,
+                                         .codec = codec,
+                                         .compression = compression_});
   if (!p2p) {
-    op->set_fingerprint(fingerprint);
+    op->set_fingerprint(p.fingerprint);
     if (group_->mailbox) {
       const std::lock_guard lock(mutex_);  // announcements in the order of the calls
-      op->set_announcement(group_->mailbox->announce(fingerprint));
+      op->set_announcement(group_->mailbox->announce(p.fingerprint));
     }
-    if (args.kind == Kind::AlltoallV) {
-      op->set_pair_counts(
-          std::vector<std::uint64_t>(args.counts.begin(), args.counts.end()),
-          std::vector<std::uint64_t>(args.recv_counts.begin(), args.recv_counts.end()));
+    if (a.kind == Kind::AlltoallV) {
+      op->set_pair_counts(std::vector<std::uint64_t>(a.counts.begin(), a.counts.end()),
+                          std::vector<std::uint64_t>(a.recv_counts.begin(), a.recv_counts.end()));
     }
   }
   return submit(
-      std::move(op), [what = std::move(what)] { return what.describe(); }, !p2p, args.start);
+      std::move(op), [what = std::move(p.what)] { return what.describe(); }, !p2p, a.start);
 }
 
 void Communicator::run(const CollectiveArgs& args) {
@@ -272,54 +257,37 @@ bool Communicator::run_in_mailbox(const CollectiveArgs& args) {
   int device = -1;
   if (memory_of(args, rank(), &device) == MemoryKind::Device) return false;
   if (shared_->engine->broken(stream)) return false;
-  check_host(args, rank(), size());
-  // The same selection as post()'s, and the same fingerprint: a peer whose call went through the
-  // engine (a non-blocking one) runs the same protocol.
-  const Selection chosen = shared_->algorithms->choose("allreduce", size(), bytes, sites_.count());
-  if (chosen.algorithm != mailbox_algorithm()) return false;
+  // post()'s preparation: a peer whose call went through the engine (a non-blocking one) runs
+  // the same protocol with the same fingerprint.
+  Prepared p = prepare(args);
+  if (p.chosen.algorithm != mailbox_algorithm()) return false;
   // One lock for the sequence number, the announcement and the slot's ticket.
   std::unique_lock lock(mutex_);
-  const std::uint64_t seq = seq_++;
-  const Fingerprint fingerprint = fingerprint_of(args, seq, chosen, nullptr);
-  const std::uint64_t announcement = box.announce(fingerprint);
+  p.number(seq_++);
+  const std::uint64_t announcement = box.announce(p.fingerprint);
   MailboxCall call(box, *group_, args.send, args.recv, args.count, args.dtype, args.op);
   lock.unlock();
-  // What errors need, formatted only for them; one pointer, so that std::function keeps it
-  // without allocating.
-  struct Context {
-    const Communicator* comm;
-    const CollectiveArgs* args;
-    std::uint64_t seq;
-    Selection chosen;
-    std::uint64_t stream;
-  } ctx{this, &args, seq, chosen, stream};
+  // What errors need; one pointer each, so that std::function keeps them without allocating.
   const InlineWait wait{
       .timeout = timeout(),
       .yield = !shared_->engine->transport().core_per_local_rank(),
       .announcement = announcement,
-      .broken = [c = &ctx]() -> std::optional<Error> {
-        auto cause = c->comm->shared_->engine->broken(c->stream);
+      .broken = [engine = shared_->engine.get(), stream]() -> std::optional<Error> {
+        auto cause = engine->broken(stream);
         if (!cause) return std::nullopt;
         return Error(cause->code(), fmt::format("aborted: {}", cause->message()));
       },
-      .describe =
-          [c = &ctx] {
-            OpSummary what =
-                OpSummary::of(*c->args, c->comm->group_->comm_id, c->comm->rank(), c->comm->size());
-            what.selection = c->chosen;
-            what.seq = c->seq;
-            return what.describe();
-          },
+      .describe = [what = &p.what] { return what->describe(); },
   };
   try {
-    run_inline(call, fingerprint, wait);
+    run_inline(call, p.fingerprint, wait);
   } catch (const Error& e) {
     // As the engine does with a failed operation: later calls fail at once (their peers may be
     // gone or out of step).
     shared_->engine->fail_stream(stream, e);
     throw;
   }
-  counters_.allreduce.fetch_add(bytes, std::memory_order_relaxed);
+  counter_for(Kind::Allreduce)->fetch_add(bytes, std::memory_order_relaxed);
   return true;
 }
 

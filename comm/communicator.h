@@ -25,7 +25,7 @@
 ///
 /// Device buffers (CUDA builds with NCCL): when an operation's buffers are GPU memory
 /// (cudaMalloc; see kernels/device_memory.h), the same call goes to NCCL instead
-/// (comm/nccl/device_collectives.h): it is enqueued on the communicator's CUDA stream (set_stream)
+/// (comm/device_collectives.h): it is enqueued on the communicator's CUDA stream (set_stream)
 /// in program order, and its Work completes once the GPU has finished it, with the same deadlines,
 /// ordering and abort() (which calls ncclCommAbort). The first device operation creates the NCCL
 /// communicator, on the buffers' GPU (one rank per GPU), and must be a collective. Mixing host and
@@ -40,6 +40,7 @@
 /// must still be the same on all ranks, so most callers use it from one thread.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstddef>
@@ -213,7 +214,7 @@ class STRAIT_API Communicator {
 
   /// MPI_Comm_split: ranks with the same color form a new communicator, ordered by (key, rank).
   /// Collective over this communicator; returns null for color < 0. Each split draws a job-wide id
-  /// that is not reused, so a job can create at most 4095 communicators (comm/tag.h).
+  /// that is not reused, so a job can create at most 4095 communicators (comm/transport/tag.h).
   std::unique_ptr<Communicator> split(int color, int key);
 
   /// Point to point. The receive must be for exactly `bytes` bytes. `tag` < 2^37. Messages between
@@ -344,14 +345,16 @@ class STRAIT_API Communicator {
 
   /// True when this communicator's short allreduces go through shared memory: all its ranks run
   /// on this host (same network namespace) and its links are not sealed
-  /// (comm/transport/local_mailbox.h, comm/algorithms/mailbox_allreduce.h).
+  /// (comm/algorithms/local_mailbox.h, comm/algorithms/mailbox_allreduce.h).
   [[nodiscard]] bool shares_memory() const noexcept;
 
   /// The one path every operation above takes (comm/collective_args.h): checks the record once,
   /// routes it to NCCL when its buffers are device memory, else chooses the algorithm
-  /// (comm/algorithms/registry.h), builds and fingerprints it and submits it to the progress
+  /// (comm/algorithm_registry.h), builds and fingerprints it and submits it to the progress
   /// engine. For callers that hold operations as data (the C API, language bindings); the entry
-  /// points above are the same call with their record filled in. run() posts and waits.
+  /// points above are the same call with their record filled in. run() is every blocking call's
+  /// path (the C API's too): the mailbox on the caller's thread when it applies, else post() and
+  /// wait, driving the engine from the caller's thread.
   Work post(const CollectiveArgs& args);
   /// post() and wait: the blocking form of every operation; throws its error.
   void run(const CollectiveArgs& args);
@@ -388,10 +391,8 @@ class STRAIT_API Communicator {
   [[nodiscard]] CommStats stats() const noexcept;
 
  private:
-  struct Counters {
-    std::atomic<std::uint64_t> allreduce{0}, broadcast{0}, allgather{0}, send{0};
-    std::atomic<std::uint64_t> reduce_scatter{0}, reduce{0}, gather{0}, scatter{0}, alltoall{0};
-  };
+  /// Bytes sent, by CommStats' counter (StatSlot, comm/algorithms/collective_kind.h).
+  using Counters = std::array<std::atomic<std::uint64_t>, kStatSlots>;
   /// The first of n consecutive sequence numbers (an operation made of several takes more than
   /// one). run()'s fast path for a short allreduce whose ranks are all on this host: the mailbox
   /// protocol on the caller's thread (comm/algorithms/mailbox_allreduce.h), with no operation, work
@@ -399,6 +400,10 @@ class STRAIT_API Communicator {
   /// algorithm, the vector is longer than a slot, earlier mailbox calls are still in flight, the
   /// buffers are GPU memory, or the communicator has failed (post() then says why).
   bool run_in_mailbox(const CollectiveArgs& args);
+  /// An operation on host buffers, checked, its algorithm (and codec) chosen, described, then
+  /// numbered: the one preparation of post() and run_in_mailbox() (defined in communicator.cpp).
+  struct Prepared;
+  [[nodiscard]] Prepared prepare(const CollectiveArgs& args) const;
   /// Whether a `bytes`-byte vector can take the mailbox: the ranks share memory and it fits a slot
   /// (otherwise rules naming the mailbox are passed over).
   [[nodiscard]] bool mailbox_fits(std::size_t bytes) const noexcept;
@@ -429,7 +434,7 @@ class STRAIT_API Communicator {
   std::mutex mutex_;  ///< guards seq_ and splits_
   std::uint64_t seq_ = 0;
   std::uint64_t splits_ = 0;
-  Counters counters_;
+  Counters counters_{};
   std::unique_ptr<DeviceComm> device_;
   /// Codecs and error-feedback residuals of this communicator's compressed collectives; used only
   /// by its operations, which run one at a time under the progress engine's lock.

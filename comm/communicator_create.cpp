@@ -18,16 +18,16 @@
 #include "comm/algorithms/collective_op.h"
 #include "comm/algorithms/dissemination_barrier.h"
 #include "comm/algorithms/hierarchical_allreduce.h"
+#include "comm/algorithms/local_mailbox.h"
 #include "comm/algorithms/selection.h"
 #include "comm/bootstrap/launch_env.h"
 #include "comm/collective_describe.h"
 #include "comm/communicator.h"
 #include "comm/communicator_shared.h"
 #include "comm/compress/compression_state.h"
+#include "comm/device_collectives.h"
 #include "comm/links.h"
-#include "comm/nccl/device_collectives.h"
 #include "comm/progress_engine.h"
-#include "comm/transport/local_mailbox.h"
 #include "comm/transport/sealed_transport.h"
 #include "comm/transport/ucx/ucx_transport.h"
 #include "core/error.h"
@@ -178,8 +178,8 @@ std::unique_ptr<Communicator> Communicator::create_world(std::shared_ptr<Store> 
   // connected to it: a peer still connecting would otherwise find it gone. It takes the last
   // sequence number, so the caller's operations are numbered from 0 (its messages are all
   // consumed long before the sequence numbers wrap around to it).
-  auto op = std::make_unique<DisseminationBarrier>(world->group_, kSeqMask);
-  op->set_fingerprint(Fingerprint{.seq = kSeqMask, .kind = Fingerprint::Kind::Barrier});
+  auto op = std::make_unique<DisseminationBarrier>(OpContext{world->group_, kSeqMask});
+  op->set_fingerprint(Fingerprint{.seq = kSeqMask, .kind = CollectiveKind::Barrier});
   OpSummary what = OpSummary::of(CollectiveArgs::barrier(), 0, rank, size);
   what.name = "connection barrier";
   what.seq = kSeqMask;
@@ -250,7 +250,7 @@ void Communicator::setup_sites(std::optional<Sites> mine, const std::string& err
   if (base + needed > kMaxComms) {
     throw Error(ErrorCode::InvalidArgument,
                 fmt::format("the hierarchical allreduce of {} needs {} communicator ids, but "
-                            "only {} of {} are left (comm/tag.h)",
+                            "only {} of {} are left (comm/transport/tag.h)",
                             sites.describe(), needed, kMaxComms - base, kMaxComms));
   }
   hierarchy_ = Hierarchy::build(sites, rank(), static_cast<int>(base), static_cast<int>(base) + 1);
@@ -258,11 +258,7 @@ void Communicator::setup_sites(std::optional<Sites> mine, const std::string& err
   // The caller's operations are numbered from 0, and its statistics start at 0. Safe to reuse
   // the numbers: each of the operations above has consumed every message sent to this rank under
   // its number before it completed.
-  for (auto* c : {&counters_.allreduce, &counters_.broadcast, &counters_.allgather, &counters_.send,
-                  &counters_.reduce_scatter, &counters_.reduce, &counters_.gather,
-                  &counters_.scatter, &counters_.alltoall}) {
-    c->store(0, std::memory_order_relaxed);
-  }
+  for (auto& c : counters_) c.store(0, std::memory_order_relaxed);
   const std::lock_guard lock(mutex_);
   seq_ = 0;
 }
@@ -341,7 +337,7 @@ std::unique_ptr<Communicator> Communicator::split(int color, int key) {
   if (id >= kMaxComms) {
     throw Error(ErrorCode::InvalidArgument,
                 fmt::format("split: this job has created {} communicators; at most {} can exist "
-                            "(comm/tag.h)",
+                            "(comm/transport/tag.h)",
                             id, kMaxComms - 1));
   }
   group->comm_id = static_cast<int>(id);
@@ -364,15 +360,18 @@ void Communicator::set_stream(kernels::CudaStream stream) noexcept {
 }
 CommStats Communicator::stats() const noexcept {
   CommStats s;
-  s.allreduce_bytes = counters_.allreduce.load(std::memory_order_relaxed);
-  s.broadcast_bytes = counters_.broadcast.load(std::memory_order_relaxed);
-  s.allgather_bytes = counters_.allgather.load(std::memory_order_relaxed);
-  s.send_bytes = counters_.send.load(std::memory_order_relaxed);
-  s.reduce_scatter_bytes = counters_.reduce_scatter.load(std::memory_order_relaxed);
-  s.reduce_bytes = counters_.reduce.load(std::memory_order_relaxed);
-  s.gather_bytes = counters_.gather.load(std::memory_order_relaxed);
-  s.scatter_bytes = counters_.scatter.load(std::memory_order_relaxed);
-  s.alltoall_bytes = counters_.alltoall.load(std::memory_order_relaxed);
+  const auto bytes = [this](StatSlot slot) {
+    return counters_[static_cast<std::size_t>(slot)].load(std::memory_order_relaxed);
+  };
+  s.allreduce_bytes = bytes(StatSlot::Allreduce);
+  s.broadcast_bytes = bytes(StatSlot::Broadcast);
+  s.allgather_bytes = bytes(StatSlot::Allgather);
+  s.send_bytes = bytes(StatSlot::Send);
+  s.reduce_scatter_bytes = bytes(StatSlot::ReduceScatter);
+  s.reduce_bytes = bytes(StatSlot::Reduce);
+  s.gather_bytes = bytes(StatSlot::Gather);
+  s.scatter_bytes = bytes(StatSlot::Scatter);
+  s.alltoall_bytes = bytes(StatSlot::Alltoall);
   s.single_copy_bytes = shared_->engine->transport().single_copy_bytes();
   return s;
 }

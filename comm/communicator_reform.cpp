@@ -117,6 +117,49 @@ CommOptions reformed_options(const CommOptions& base, const Decision& d, int siz
   return o;
 }
 
+// reform(): InvalidArgument for options no communicator of `size` ranks can follow.
+void check_reform_options(const ReformOptions& options, int size) {
+  if (options.joiners_multiple < 1) {
+    throw Error(ErrorCode::InvalidArgument,
+                fmt::format("reform: ReformOptions::joiners_multiple is {}; it must be at least 1",
+                            options.joiners_multiple));
+  }
+  for (const int r : options.exclude) {
+    if (r < 0 || r >= size) {
+      throw Error(ErrorCode::InvalidArgument,
+                  fmt::format("reform: ReformOptions::exclude names rank {}, but this communicator "
+                              "has ranks 0..{}",
+                              r, size - 1));
+    }
+  }
+}
+
+// reform(): the decision of generation `next`, waiting for it until `deadline` plus
+// `deadline_ms` (the decider may itself wait until `deadline`).
+Decision read_decision(Store& root, std::uint64_t next, Clock::time_point deadline,
+                       std::chrono::milliseconds deadline_ms) {
+  Bytes bytes;
+  try {
+    const auto left =
+        std::max(std::chrono::milliseconds(1),
+                 std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()) +
+                     deadline_ms);
+    bytes = root.get(reform_key(next, "decision"), left);
+  } catch (const Error& e) {
+    if (e.code() != ErrorCode::Timeout) throw;
+    std::string decider = "unknown";
+    try {
+      decider = "rank " + root.get_string(reform_key(next, "decider_rank"), kPoll);
+    } catch (const Error&) {
+    }
+    throw Error(ErrorCode::Timeout,
+                fmt::format("reform: generation {} was not decided in time: the decider ({}) did "
+                            "not write the member list (it may have died)",
+                            next, decider));
+  }
+  return parse_decision(bytes);
+}
+
 }  // namespace
 
 std::uint64_t Communicator::generation() const noexcept {
@@ -186,19 +229,7 @@ std::unique_ptr<Communicator> Communicator::reform(const ReformOptions& options)
                 "reform: only a world communicator (from create(), from_env(), reform() or "
                 "join()) can be re-formed, not one from split(); re-form the world, then split it");
   }
-  if (options.joiners_multiple < 1) {
-    throw Error(ErrorCode::InvalidArgument,
-                fmt::format("reform: ReformOptions::joiners_multiple is {}; it must be at least 1",
-                            options.joiners_multiple));
-  }
-  for (const int r : options.exclude) {
-    if (r < 0 || r >= size()) {
-      throw Error(ErrorCode::InvalidArgument,
-                  fmt::format("reform: ReformOptions::exclude names rank {}, but this communicator "
-                              "has ranks 0..{}",
-                              r, size() - 1));
-    }
-  }
+  check_reform_options(options, size());
   const std::chrono::milliseconds deadline_ms =
       options.deadline.count() > 0 ? options.deadline : timeout();
   const auto deadline = Clock::now() + deadline_ms;
@@ -269,26 +300,7 @@ std::unique_ptr<Communicator> Communicator::reform(const ReformOptions& options)
   }
 
   // 3. Read the decision; create the new world.
-  Bytes bytes;
-  try {
-    const auto left =
-        std::max(std::chrono::milliseconds(1),
-                 std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()) +
-                     deadline_ms);
-    bytes = root.get(decision_key, left);
-  } catch (const Error& e) {
-    if (e.code() != ErrorCode::Timeout) throw;
-    std::string decider = "unknown";
-    try {
-      decider = "rank " + root.get_string(reform_key(next, "decider_rank"), kPoll);
-    } catch (const Error&) {
-    }
-    throw Error(ErrorCode::Timeout,
-                fmt::format("reform: generation {} was not decided in time: the decider ({}) did "
-                            "not write the member list (it may have died)",
-                            next, decider));
-  }
-  const Decision d = parse_decision(bytes);
+  const Decision d = read_decision(root, next, deadline, deadline_ms);
   const auto at = std::find(d.members.begin(), d.members.end(), me);
   if (at == d.members.end()) {
     const auto why = d.left_out.find(me);

@@ -292,16 +292,6 @@ void ProgressEngine::check_deadlines(Clock::time_point now) {
   }
 }
 
-Error ProgressEngine::timeout_error(const std::string& description,
-                                    std::chrono::milliseconds timeout,
-                                    const std::string& waiting_for) {
-  return Error(ErrorCode::Timeout,
-               fmt::format("{} did not finish within {} ms; still waiting for {}. A rank may be "
-                           "stuck, dead or calling a different operation; raise the timeout "
-                           "(STRAIT_TIMEOUT_S) if it is only slow",
-                           description, timeout.count(), waiting_for));
-}
-
 std::optional<Error> ProgressEngine::broken(std::uint64_t stream) {
   if (!any_broken_.load(std::memory_order_acquire)) return std::nullopt;
   const std::lock_guard lock(mutex_);

@@ -29,33 +29,13 @@
 #include <utility>
 #include <vector>
 
+#include "comm/transport/op.h"
 #include "comm/transport/transport.h"
 #include "comm/work.h"
 #include "core/error.h"
 #include "core/fd.h"
 
 namespace strait::comm {
-
-class Op {
- public:
-  Op() = default;
-  Op(const Op&) = delete;
-  Op& operator=(const Op&) = delete;
-  virtual ~Op() = default;
-
-  // Post what can be posted and check completions without blocking; true when finished.
-  // Throws strait::Error when the operation fails (a lost peer, a size mismatch, ...).
-  virtual bool advance(Transport& transport) = 0;
-  // After a failure: let go of the caller's buffers (Transport::withdraw), so that the caller may
-  // free them once the error is reported.
-  virtual void cancel(Transport& transport) = 0;
-  // What the operation is still waiting for, for Timeout messages ("receive from rank 2 ...").
-  [[nodiscard]] virtual std::string waiting_for() const = 0;
-  // True for operations whose progress no transport event announces (GPU work, seen through
-  // cudaEventQuery): while one is pending the engine polls every kPollInterval instead of
-  // sleeping on the transport's event fd.
-  [[nodiscard]] virtual bool needs_polling() const noexcept { return false; }
-};
 
 class ProgressEngine : public std::enable_shared_from_this<ProgressEngine> {
  public:
@@ -114,10 +94,6 @@ class ProgressEngine : public std::enable_shared_from_this<ProgressEngine> {
   // Why `stream` can no longer be used (one of its operations failed, or it was aborted: a
   // heartbeat's PeerLost), or nullopt. One atomic load while no stream is broken. Any thread.
   [[nodiscard]] std::optional<Error> broken(std::uint64_t stream);
-  // The Timeout of an operation that did not finish within `timeout` (check_deadlines' words; the
-  // blocking mailbox path says the same).
-  static Error timeout_error(const std::string& description, std::chrono::milliseconds timeout,
-                             const std::string& waiting_for);
   // Fails one pending operation (no-op when already finished).
   void fail(const std::shared_ptr<WorkState>& work, const Error& error);
   // Fails every pending operation of `stream` (0: all streams) with Aborted.

@@ -158,11 +158,241 @@ std::size_t PipelineExecutor::chunk_index(int stage) const {
   return static_cast<std::size_t>(chunk_of(schedule_, stage));
 }
 
+// One run_step: the receives it posted, its sends in flight, which activation slot holds each
+// microbatch, the offload copies and the loss so far. Its members are destroyed in reverse order,
+// so the copies in flight are waited for before the sends and receives go (as before the split).
+// Keys are chunk * M + microbatch.
+class PipelineExecutor::Step {
+ public:
+  Step(PipelineExecutor& ex, std::int64_t step, std::span<const std::int32_t> tokens,
+       std::span<const std::int32_t> targets)
+      : ex_(ex),
+        step_(step),
+        tokens_(tokens),
+        targets_(targets),
+        m_(ex.schedule_.microbatches),
+        mm_(static_cast<std::size_t>(m_)),
+        seq_elems_(static_cast<std::size_t>(ex.batch_) * static_cast<std::size_t>(ex.context_)),
+        bytes_(ex.act_elems_ * sizeof(float)),
+        nchunks_(ex.chunks_.size()),
+        loss_scale_(1.0F / static_cast<float>(m_)),
+        recv_f_(nchunks_ * mm_),
+        recv_b_(nchunks_ * mm_),
+        slot_of_(nchunks_ * mm_, -1),
+        free_slots_(nchunks_),
+        copies_(nchunks_ * mm_),
+        stash_info_(nchunks_ * mm_),
+        draining_(nchunks_) {
+    for (Chunk& ch : ex_.chunks_) ch.model->zero_grads();
+    post_receives();
+    for (std::size_t c = 0; c < nchunks_; ++c) {
+      for (int s = ex_.chunks_[c].slots - 1; s >= 0; --s) free_slots_[c].push_back(s);
+    }
+  }
+
+  // Runs one action of the rank's list.
+  void run(const Action& a, const OptimizerStep& optimizer);
+
+  // Waits for the sends still in flight; the step's stats.
+  StepStats finish() {
+    for (const auto& w : sends_) w.wait();
+    stats_.loss = ex_.holds_last_ ? loss_sum_ / m_ : std::numeric_limits<double>::quiet_NaN();
+    return stats_;
+  }
+
+ private:
+  void post_receives();
+  void drain_one(std::size_t c);
+  int take_slot(std::size_t c, const Action& a);
+  void forward(const Action& a, std::size_t c, std::size_t i, std::size_t k);
+  void offload(const Action& a, std::size_t c, std::size_t k);
+  void reload(const Action& a, std::size_t c, std::size_t k);
+  void backward(const Action& a, std::size_t c, std::size_t i, std::size_t k);
+  void free_slot(std::size_t c, std::size_t k) {
+    free_slots_[c].push_back(slot_of_[k]);
+    slot_of_[k] = -1;
+  }
+
+  PipelineExecutor& ex_;
+  std::int64_t step_;
+  std::span<const std::int32_t> tokens_, targets_;
+  int m_;
+  std::size_t mm_;
+  std::size_t seq_elems_;  // B * T
+  std::size_t bytes_;      // of one activation transfer
+  std::size_t nchunks_;
+  float loss_scale_;
+  std::vector<comm::Work> recv_f_, recv_b_;
+  std::vector<comm::Work> sends_;
+  // Activation slots and offload state per key. `draining_[c]`: chunk c's offloaded microbatches
+  // whose copy out may still read their old slot (oldest first); the slot is free once it is done.
+  std::vector<int> slot_of_;
+  std::vector<std::vector<int>> free_slots_;
+  StepCopies copies_;
+  std::vector<StashInfo> stash_info_;
+  std::vector<std::deque<int>> draining_;
+  StepStats stats_;
+  double loss_sum_ = 0;
+};
+
+// Every receive of the step is posted now; the schedule's RECV actions wait for them. Their
+// deadline runs from that wait, not from now: a receive posted early may rightly wait a whole step.
+void PipelineExecutor::Step::post_receives() {
+  comm::Communicator* pipe = ex_.comms_.pipeline;
+  for (std::size_t c = 0; c < nchunks_; ++c) {
+    Chunk& ch = ex_.chunks_[c];
+    for (int mb = 0; mb < m_; ++mb) {
+      const auto i = static_cast<std::size_t>(mb);
+      if (!ch.first && !ch.prev_local) {
+        recv_f_[c * mm_ + i] =
+            pipe->irecv(ch.in_acts[i].data(), bytes_, ch.prev_rank,
+                        step_tag(step_, ch.stage, mb, false), comm::DeadlineStart::AtWait);
+      }
+      if (!ch.last && !ch.next_local) {
+        recv_b_[c * mm_ + i] =
+            pipe->irecv(ch.grad_out[i].data(), bytes_, ch.next_rank,
+                        step_tag(step_, ch.stage, mb, true), comm::DeadlineStart::AtWait);
+      }
+    }
+  }
+}
+
+// The slot of chunk c's oldest offload still copying becomes free once its copy is done.
+void PipelineExecutor::Step::drain_one(std::size_t c) {
+  const int mb = draining_[c].front();
+  draining_[c].pop_front();
+  const std::size_t k = c * mm_ + static_cast<std::size_t>(mb);
+  ex_.wait_copy(copies_.offloading[k], "offload", mb, ex_.chunks_[c].stage, stats_);
+  free_slot(c, k);
+}
+
+int PipelineExecutor::Step::take_slot(std::size_t c, const Action& a) {
+  if (free_slots_[c].empty() && !draining_[c].empty()) drain_one(c);
+  if (free_slots_[c].empty()) {
+    throw Error(ErrorCode::Internal,
+                fmt::format("executor: stage {} on rank {} ran out of activation slots at {}",
+                            ex_.chunks_[c].stage, ex_.rank_, action_string(a)));
+  }
+  const int slot = free_slots_[c].back();
+  free_slots_[c].pop_back();
+  return slot;
+}
+
+void PipelineExecutor::Step::forward(const Action& a, std::size_t c, std::size_t i, std::size_t k) {
+  Chunk& ch = ex_.chunks_[c];
+  const int slot = take_slot(c, a);
+  slot_of_[k] = slot;
+  const std::int32_t* tok = ch.first ? tokens_.data() + i * seq_elems_ : nullptr;
+  const std::int32_t* tgt = ch.last ? targets_.data() + i * seq_elems_ : nullptr;
+  const float* in = nullptr;
+  if (ch.prev_local) {
+    in = ex_.chunks_[ex_.chunk_index(ch.stage - 1)].out_acts[i].data();  // handed over in memory
+  } else if (!ch.first) {
+    in = ch.in_acts[i].data();
+  }
+  const double loss = ch.model->forward(slot, tok, in, tgt, ex_.batch_, ex_.context_,
+                                        ch.last ? nullptr : ch.out_acts[i].data());
+  if (ch.last) loss_sum_ += loss;
+}
+
+// The slot stays taken until the copy out is done (drain_one).
+void PipelineExecutor::Step::offload(const Action& a, std::size_t c, std::size_t k) {
+  Chunk& ch = ex_.chunks_[c];
+  stash_info_[k] = ch.model->release_stash(slot_of_[k]);
+  try {
+    copies_.offloading[k] = ex_.store_->offload(static_cast<int>(k), ch.model->stash(slot_of_[k]));
+  } catch (const std::exception&) {
+    ex_.copy_failed("offload", a.microbatch, ch.stage);
+  }
+  draining_[c].push_back(a.microbatch);
+}
+
+void PipelineExecutor::Step::reload(const Action& a, std::size_t c, std::size_t k) {
+  Chunk& ch = ex_.chunks_[c];
+  if (const auto it = std::find(draining_[c].begin(), draining_[c].end(), a.microbatch);
+      it != draining_[c].end()) {
+    // Its copy out is still pending: finish it (and free its old slot) first.
+    draining_[c].erase(it);
+    draining_[c].push_front(a.microbatch);
+    drain_one(c);
+  }
+  const int slot = take_slot(c, a);
+  slot_of_[k] = slot;
+  try {
+    copies_.reloading[k] = ex_.store_->reload(static_cast<int>(k), ch.model->stash(slot));
+  } catch (const std::exception&) {
+    ex_.copy_failed("reload", a.microbatch, ch.stage);
+  }
+}
+
+void PipelineExecutor::Step::backward(const Action& a, std::size_t c, std::size_t i,
+                                      std::size_t k) {
+  Chunk& ch = ex_.chunks_[c];
+  if (copies_.reloading[k].valid()) {
+    ex_.wait_copy(copies_.reloading[k], "reload", a.microbatch, ch.stage, stats_);
+    ch.model->restore_stash(slot_of_[k], stash_info_[k]);
+  }
+  const float* dout = nullptr;
+  if (ch.next_local) {
+    dout = ex_.chunks_[ex_.chunk_index(ch.stage + 1)].grad_in[i].data();  // handed over in memory
+  } else if (!ch.last) {
+    dout = ch.grad_out[i].data();
+  }
+  float* din = ch.first ? nullptr : ch.grad_in[i].data();
+  if (ch.split_backward[i]) {
+    // Zero bubble: the input gradient now, the weight gradients at W (the slot stays).
+    ch.model->backward_input(slot_of_[k], dout, loss_scale_, din);
+    return;
+  }
+  ch.model->backward(slot_of_[k], dout, loss_scale_, din);
+  free_slot(c, k);
+}
+
+void PipelineExecutor::Step::run(const Action& a, const OptimizerStep& optimizer) {
+  const auto i = static_cast<std::size_t>(a.microbatch < 0 ? 0 : a.microbatch);
+  const std::size_t c = ex_.chunk_index(a.stage);
+  Chunk& ch = ex_.chunks_[c];
+  const std::size_t k = c * mm_ + i;
+  comm::Communicator* pipe = ex_.comms_.pipeline;
+  switch (a.kind) {
+    case ActionKind::RecvF: recv_f_[k].wait(); break;
+    case ActionKind::RecvB: recv_b_[k].wait(); break;
+    case ActionKind::F: forward(a, c, i, k); break;
+    case ActionKind::SendF:
+      sends_.push_back(pipe->isend(ch.out_acts[i].data(), bytes_, ch.next_rank,
+                                   step_tag(step_, ch.stage + 1, a.microbatch, false)));
+      break;
+    case ActionKind::Offload: offload(a, c, k); break;
+    case ActionKind::Reload: reload(a, c, k); break;
+    case ActionKind::B: backward(a, c, i, k); break;
+    case ActionKind::W:
+      ch.model->backward_weight(slot_of_[k]);
+      free_slot(c, k);
+      break;
+    case ActionKind::SendB:
+      sends_.push_back(pipe->isend(ch.grad_in[i].data(), bytes_, ch.prev_rank,
+                                   step_tag(step_, ch.stage - 1, a.microbatch, true)));
+      break;
+    case ActionKind::AllreduceGrad:
+      for (const auto& w : sends_) w.wait();
+      sends_.clear();
+      if (ex_.sync_) {
+        ex_.sync_->reduce_grads(step_, ex_.grads_);
+        stats_.allreduce_bytes = ex_.sync_->bytes_sent();
+      }
+      break;
+    case ActionKind::Optim:
+      stats_.grad_norm =
+          ex_.sync_ ? ex_.sync_->clip_grads(ex_.grads_) : std::numeric_limits<double>::quiet_NaN();
+      optimizer(ex_.params_, ex_.grads_);
+      break;
+  }
+}
+
 StepStats PipelineExecutor::run_step(std::int64_t step, std::span<const std::int32_t> tokens,
                                      std::span<const std::int32_t> targets,
                                      const OptimizerStep& optimizer) {
-  const int m = schedule_.microbatches;
-  const auto mm = static_cast<std::size_t>(m);
+  const auto mm = static_cast<std::size_t>(schedule_.microbatches);
   const std::size_t seq_elems =
       static_cast<std::size_t>(batch_) * static_cast<std::size_t>(context_);
   if ((holds_first_ && tokens.size() != seq_elems * mm) ||
@@ -172,44 +402,8 @@ StepStats PipelineExecutor::run_step(std::int64_t step, std::span<const std::int
                             "stage need microbatches x B x T = {} each",
                             step, tokens.size(), targets.size(), seq_elems * mm));
   }
-  const std::size_t bytes = act_elems_ * sizeof(float);
-  comm::Communicator* pipe = comms_.pipeline;
-  const std::size_t nchunks = chunks_.size();
-
-  for (Chunk& ch : chunks_) ch.model->zero_grads();
-  // Post every receive of the step now; the schedule's RECV actions wait for them. Their deadline
-  // runs from that wait, not from now: a receive posted early may rightly wait a whole step.
-  // Indexed by key = chunk * M + microbatch.
-  std::vector<comm::Work> recv_f(nchunks * mm), recv_b(nchunks * mm);
-  for (std::size_t c = 0; c < nchunks; ++c) {
-    Chunk& ch = chunks_[c];
-    for (int mb = 0; mb < m; ++mb) {
-      const auto i = static_cast<std::size_t>(mb);
-      if (!ch.first && !ch.prev_local) {
-        recv_f[c * mm + i] =
-            pipe->irecv(ch.in_acts[i].data(), bytes, ch.prev_rank,
-                        step_tag(step, ch.stage, mb, false), comm::DeadlineStart::AtWait);
-      }
-      if (!ch.last && !ch.next_local) {
-        recv_b[c * mm + i] =
-            pipe->irecv(ch.grad_out[i].data(), bytes, ch.next_rank,
-                        step_tag(step, ch.stage, mb, true), comm::DeadlineStart::AtWait);
-      }
-    }
-  }
-  std::vector<comm::Work> sends;
-  // Activation slots and offload state per key. `draining[c]`: chunk c's offloaded microbatches
-  // whose copy out may still read their old slot (oldest first); the slot is free once it is done.
-  std::vector<int> slot_of(nchunks * mm, -1);
-  std::vector<std::vector<int>> free_slots(nchunks);
-  for (std::size_t c = 0; c < nchunks; ++c) {
-    for (int s = chunks_[c].slots - 1; s >= 0; --s) free_slots[c].push_back(s);
-  }
-  StepCopies copies(nchunks * mm);
-  auto& offloading = copies.offloading;
-  auto& reloading = copies.reloading;
-  std::vector<StashInfo> stash_info(nchunks * mm);
-  std::vector<std::deque<int>> draining(nchunks);
+  // Zeroes the gradients and posts the step's receives (before the store check, as it always was).
+  Step st(*this, step, tokens, targets);
   const auto& actions = schedule_.ranks[static_cast<std::size_t>(rank_)];
   if (store_ == nullptr && std::any_of(actions.begin(), actions.end(), [](const Action& a) {
         return a.kind == ActionKind::Offload;
@@ -219,143 +413,17 @@ StepStats PipelineExecutor::run_step(std::int64_t step, std::span<const std::int
                             "store was set (set_activation_store)",
                             rank_));
   }
-
-  StepStats stats;
-  // The slot of chunk c's oldest offload still copying becomes free once its copy is done.
-  auto drain_one = [&](std::size_t c) {
-    const int mb = draining[c].front();
-    draining[c].pop_front();
-    const std::size_t k = c * mm + static_cast<std::size_t>(mb);
-    wait_copy(offloading[k], "offload", mb, chunks_[c].stage, stats);
-    free_slots[c].push_back(slot_of[k]);
-    slot_of[k] = -1;
-  };
-  auto take_slot = [&](std::size_t c, const Action& a) {
-    if (free_slots[c].empty() && !draining[c].empty()) drain_one(c);
-    if (free_slots[c].empty()) {
-      throw Error(ErrorCode::Internal,
-                  fmt::format("executor: stage {} on rank {} ran out of activation slots at {}",
-                              chunks_[c].stage, rank_, action_string(a)));
-    }
-    const int slot = free_slots[c].back();
-    free_slots[c].pop_back();
-    return slot;
-  };
-
-  double loss_sum = 0;
   const auto now_us = [] {
     return std::chrono::duration<double, std::micro>(
                std::chrono::steady_clock::now().time_since_epoch())
         .count();
   };
-  const float loss_scale = 1.0F / static_cast<float>(m);
   for (const Action& a : actions) {
-    const auto i = static_cast<std::size_t>(a.microbatch < 0 ? 0 : a.microbatch);
-    const std::size_t c = chunk_index(a.stage);
-    Chunk& ch = chunks_[c];
-    const std::size_t k = c * mm + i;
     const double start_us = tracing_ ? now_us() : 0.0;
-    switch (a.kind) {
-      case ActionKind::RecvF: recv_f[k].wait(); break;
-      case ActionKind::RecvB: recv_b[k].wait(); break;
-      case ActionKind::F: {
-        const int slot = take_slot(c, a);
-        slot_of[k] = slot;
-        const std::int32_t* tok = ch.first ? tokens.data() + i * seq_elems : nullptr;
-        const std::int32_t* tgt = ch.last ? targets.data() + i * seq_elems : nullptr;
-        const float* in = nullptr;
-        if (ch.prev_local) {
-          in = chunks_[chunk_index(ch.stage - 1)].out_acts[i].data();  // handed over in memory
-        } else if (!ch.first) {
-          in = ch.in_acts[i].data();
-        }
-        const double loss = ch.model->forward(slot, tok, in, tgt, batch_, context_,
-                                              ch.last ? nullptr : ch.out_acts[i].data());
-        if (ch.last) loss_sum += loss;
-        break;
-      }
-      case ActionKind::SendF:
-        sends.push_back(pipe->isend(ch.out_acts[i].data(), bytes, ch.next_rank,
-                                    step_tag(step, ch.stage + 1, a.microbatch, false)));
-        break;
-      case ActionKind::Offload: {
-        // The slot stays taken until the copy out is done (drain_one).
-        stash_info[k] = ch.model->release_stash(slot_of[k]);
-        try {
-          offloading[k] = store_->offload(static_cast<int>(k), ch.model->stash(slot_of[k]));
-        } catch (const std::exception&) {
-          copy_failed("offload", a.microbatch, ch.stage);
-        }
-        draining[c].push_back(a.microbatch);
-        break;
-      }
-      case ActionKind::Reload: {
-        if (const auto it = std::find(draining[c].begin(), draining[c].end(), a.microbatch);
-            it != draining[c].end()) {
-          // Its copy out is still pending: finish it (and free its old slot) first.
-          draining[c].erase(it);
-          draining[c].push_front(a.microbatch);
-          drain_one(c);
-        }
-        const int slot = take_slot(c, a);
-        slot_of[k] = slot;
-        try {
-          reloading[k] = store_->reload(static_cast<int>(k), ch.model->stash(slot));
-        } catch (const std::exception&) {
-          copy_failed("reload", a.microbatch, ch.stage);
-        }
-        break;
-      }
-      case ActionKind::B: {
-        if (reloading[k].valid()) {
-          wait_copy(reloading[k], "reload", a.microbatch, ch.stage, stats);
-          ch.model->restore_stash(slot_of[k], stash_info[k]);
-        }
-        const float* dout = nullptr;
-        if (ch.next_local) {
-          dout = chunks_[chunk_index(ch.stage + 1)].grad_in[i].data();  // handed over in memory
-        } else if (!ch.last) {
-          dout = ch.grad_out[i].data();
-        }
-        float* din = ch.first ? nullptr : ch.grad_in[i].data();
-        if (ch.split_backward[i]) {
-          // Zero bubble: the input gradient now, the weight gradients at W (the slot stays).
-          ch.model->backward_input(slot_of[k], dout, loss_scale, din);
-          break;
-        }
-        ch.model->backward(slot_of[k], dout, loss_scale, din);
-        free_slots[c].push_back(slot_of[k]);
-        slot_of[k] = -1;
-        break;
-      }
-      case ActionKind::W:
-        ch.model->backward_weight(slot_of[k]);
-        free_slots[c].push_back(slot_of[k]);
-        slot_of[k] = -1;
-        break;
-      case ActionKind::SendB:
-        sends.push_back(pipe->isend(ch.grad_in[i].data(), bytes, ch.prev_rank,
-                                    step_tag(step, ch.stage - 1, a.microbatch, true)));
-        break;
-      case ActionKind::AllreduceGrad:
-        for (const auto& w : sends) w.wait();
-        sends.clear();
-        if (sync_) {
-          sync_->reduce_grads(step, grads_);
-          stats.allreduce_bytes = sync_->bytes_sent();
-        }
-        break;
-      case ActionKind::Optim:
-        stats.grad_norm =
-            sync_ ? sync_->clip_grads(grads_) : std::numeric_limits<double>::quiet_NaN();
-        optimizer(params_, grads_);
-        break;
-    }
+    st.run(a, optimizer);
     if (tracing_) trace_.push_back(TraceRecord{rank_, step, a, start_us, now_us()});
   }
-  for (const auto& w : sends) w.wait();
-  stats.loss = holds_last_ ? loss_sum / m : std::numeric_limits<double>::quiet_NaN();
-  return stats;
+  return st.finish();
 }
 
 void PipelineExecutor::wait_copy(std::future<void>& copy, const char* what, int microbatch,

@@ -131,6 +131,9 @@ class PipelineExecutor {
     std::vector<bool> split_backward;  // per microbatch: B then a later W
     std::vector<std::vector<float>> in_acts, out_acts, grad_out, grad_in;
   };
+  // One run_step's state (posted receives, sends, activation slots, offload copies) and its
+  // actions; defined in executor.cpp.
+  class Step;
   // The chunk that runs `stage` (which is on this rank).
   [[nodiscard]] std::size_t chunk_index(int stage) const;
   // Waits for an activation copy; a failure becomes an Error naming `what`, the microbatch, stage.

@@ -216,6 +216,7 @@ STRAIT_API Schedule make_schedule(ScheduleKind kind, int stages, int microbatche
 /// for them plus those stashes (peak_stashed_weight_inputs). Offloading them between B and W too
 /// would need the model to release a slot whose W is pending, which it does not.
 /// Errors: InvalidArgument for prefetch < 0, an invalid schedule, or one that already offloads.
+/// Defined in schedule_offload.cpp.
 STRAIT_API Schedule add_activation_offload(const Schedule& schedule, int prefetch);
 
 /// OFFLOAD actions on rank `stage` (the stashes that leave the model during a step).

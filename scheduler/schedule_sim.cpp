@@ -44,6 +44,57 @@ void check_rank(const Schedule& sched, int rank, const char* what) {
   }
 }
 
+// Every cost of a stage is a finite time >= 0; F and B take some.
+void check_stage_costs(const StageCosts& costs) {
+  check_cost("f", costs.compute.f, false);
+  check_cost("b", costs.compute.b, false);
+  check_cost("w", costs.compute.w, true);
+  check_cost("send", costs.send, true);
+  check_cost("recv", costs.recv, true);
+  check_cost("link latency", costs.link.latency, true);
+  check_cost("link bytes", costs.link.bytes, true);
+  check_cost("link bandwidth", costs.link.bandwidth, true);
+  check_cost("offload", costs.offload, true);
+  check_cost("reload", costs.reload, true);
+  check_cost("allreduce", costs.allreduce, true);
+  check_cost("optim", costs.optim, true);
+}
+
+// [0][r]: the index of rank r's ALLREDUCE_GRAD group (-1: none); [1]: OPTIM's. A rank outside
+// [0, P) or in two groups of a kind is an InvalidArgument.
+std::array<std::vector<int>, 2> group_index(const SyncGroups& groups, std::size_t P) {
+  std::array<std::vector<int>, 2> group_of = {std::vector<int>(P, -1), std::vector<int>(P, -1)};
+  for (std::size_t k = 0; k < 2; ++k) {
+    const auto& list = k == 0 ? groups.allreduce_grad : groups.optim;
+    for (std::size_t g = 0; g < list.size(); ++g) {
+      for (const int r : list[g]) {
+        if (r < 0 || static_cast<std::size_t>(r) >= P ||
+            group_of[k][static_cast<std::size_t>(r)] >= 0) {
+          throw Error(ErrorCode::InvalidArgument,
+                      fmt::format("schedule simulation: {} group {} names rank {}, which is "
+                                  "outside [0, {}) or already in a group",
+                                  k == 0 ? "ALLREDUCE_GRAD" : "OPTIM", g, r, P));
+        }
+        group_of[k][static_cast<std::size_t>(r)] = static_cast<int>(g);
+      }
+    }
+  }
+  return group_of;
+}
+
+// The walk stops when no rank can move; a rank with actions left waits for a collective forever.
+void check_complete(const Schedule& sched, const Timeline& tl) {
+  for (std::size_t r = 0; r < tl.stages.size(); ++r) {
+    if (tl.stages[r].size() != sched.ranks[r].size()) {
+      throw Error(
+          ErrorCode::InvalidArgument,
+          fmt::format("schedule simulation: rank {} cannot run action {} ({}): a "
+                      "collective's group waits for a rank that never reaches it",
+                      r, tl.stages[r].size(), action_string(sched.ranks[r][tl.stages[r].size()])));
+    }
+  }
+}
+
 }  // namespace
 
 SyncGroups data_parallel_sync_groups(int ranks, bool clip_norm) {
@@ -75,42 +126,13 @@ Timeline simulate(const Schedule& sched, const std::vector<StageCosts>& per_stag
                 fmt::format("schedule simulation: {} per-stage costs for {} stages",
                             per_stage.size(), stage_count(sched)));
   }
-  for (const StageCosts& costs : per_stage) {
-    check_cost("f", costs.compute.f, false);
-    check_cost("b", costs.compute.b, false);
-    check_cost("w", costs.compute.w, true);
-    check_cost("send", costs.send, true);
-    check_cost("recv", costs.recv, true);
-    check_cost("link latency", costs.link.latency, true);
-    check_cost("link bytes", costs.link.bytes, true);
-    check_cost("link bandwidth", costs.link.bandwidth, true);
-    check_cost("offload", costs.offload, true);
-    check_cost("reload", costs.reload, true);
-    check_cost("allreduce", costs.allreduce, true);
-    check_cost("optim", costs.optim, true);
-  }
+  for (const StageCosts& costs : per_stage) check_stage_costs(costs);
   validate_schedule(sched);  // afterwards every RECV has one SEND and the walk below terminates
 
   const auto P = static_cast<std::size_t>(sched.stages);
   const auto M = static_cast<std::size_t>(sched.microbatches);
   const auto S = static_cast<std::size_t>(stage_count(sched));
-  // group_of[0][r]: the index of rank r's ALLREDUCE_GRAD group (-1: none); [1]: OPTIM's.
-  std::array<std::vector<int>, 2> group_of = {std::vector<int>(P, -1), std::vector<int>(P, -1)};
-  for (std::size_t k = 0; k < 2; ++k) {
-    const auto& list = k == 0 ? groups.allreduce_grad : groups.optim;
-    for (std::size_t g = 0; g < list.size(); ++g) {
-      for (const int r : list[g]) {
-        if (r < 0 || static_cast<std::size_t>(r) >= P ||
-            group_of[k][static_cast<std::size_t>(r)] >= 0) {
-          throw Error(ErrorCode::InvalidArgument,
-                      fmt::format("schedule simulation: {} group {} names rank {}, which is "
-                                  "outside [0, {}) or already in a group",
-                                  k == 0 ? "ALLREDUCE_GRAD" : "OPTIM", g, r, P));
-        }
-        group_of[k][static_cast<std::size_t>(r)] = static_cast<int>(g);
-      }
-    }
-  }
+  const std::array<std::vector<int>, 2> group_of = group_index(groups, P);
   // When each rank reached its collective (negative = not yet), by [kind][rank].
   std::array<std::vector<double>, 2> arrived = {std::vector<double>(P, -1.0),
                                                 std::vector<double>(P, -1.0)};
@@ -206,15 +228,7 @@ Timeline simulate(const Schedule& sched, const std::vector<StageCosts>& per_stag
       }
     }
   }
-  for (std::size_t r = 0; r < P; ++r) {
-    if (tl.stages[r].size() != sched.ranks[r].size()) {
-      throw Error(
-          ErrorCode::InvalidArgument,
-          fmt::format("schedule simulation: rank {} cannot run action {} ({}): a "
-                      "collective's group waits for a rank that never reaches it",
-                      r, tl.stages[r].size(), action_string(sched.ranks[r][tl.stages[r].size()])));
-    }
-  }
+  check_complete(sched, tl);
   return tl;
 }
 
@@ -262,86 +276,66 @@ double bubble_fraction(const Schedule& sched, double time_f, double time_b) {
   return bubble_fraction(sched, ActionCosts{time_f, time_b, 0.0});
 }
 
-std::vector<StageCosts> measured_stage_costs(const Schedule& sched, const Timeline& measured,
-                                             const SyncGroups& groups) {
-  const auto P = static_cast<std::size_t>(sched.stages);
-  const auto S = static_cast<std::size_t>(std::max(0, stage_count(sched)));
-  const auto M = static_cast<std::size_t>(sched.microbatches);
-  if (measured.stages.size() != P) {
-    throw Error(ErrorCode::InvalidArgument,
-                fmt::format("measured_stage_costs: the timeline has {} ranks, the schedule {}",
-                            measured.stages.size(), P));
+namespace {
+
+// A mean of measured durations (0 when there are none).
+struct Mean {
+  double sum = 0;
+  int n = 0;
+  void add(double x) {
+    sum += x;
+    ++n;
   }
-  struct Mean {
-    double sum = 0;
-    int n = 0;
-    void add(double x) {
-      sum += x;
-      ++n;
-    }
-    [[nodiscard]] double get() const { return n > 0 ? sum / n : 0.0; }
-  };
-  enum Kind : std::size_t { kF, kB, kW, kSend, kRecv, kLatency, kOffload, kReload, kAll, kOpt, kN };
-  std::vector<std::array<Mean, kN>> mean(S);
-  // The SENDs by direction and (sender stage, microbatch), to pair with their RECVs.
-  std::array<std::vector<const TimedAction*>, 2> sends = {
-      std::vector<const TimedAction*>(S * M, nullptr),
-      std::vector<const TimedAction*>(S * M, nullptr)};
-  std::array<std::vector<double>, 2> arrival_max = {std::vector<double>(P, -1.0),
-                                                    std::vector<double>(P, -1.0)};
-  std::array<std::vector<double>, 2> arrival = arrival_max;
-  const auto in_range = [&](const Action& a) {
-    return a.stage >= 0 && static_cast<std::size_t>(a.stage) < S &&
-           (a.microbatch == kNoMicrobatch || static_cast<std::size_t>(a.microbatch) < M);
-  };
-  for (std::size_t r = 0; r < P; ++r) {
-    for (const TimedAction& t : measured.stages[r]) {
-      const Action& a = t.action;
-      if (!in_range(a)) continue;
-      const auto v = static_cast<std::size_t>(a.stage);
-      const double d = t.end - t.start;
-      switch (a.kind) {
-        case ActionKind::F: mean[v][kF].add(d); break;
-        case ActionKind::B: mean[v][kB].add(d); break;
-        case ActionKind::W: mean[v][kW].add(d); break;
-        case ActionKind::SendF:
-        case ActionKind::SendB:
-          mean[v][kSend].add(d);
-          sends[a.kind == ActionKind::SendF ? 0 : 1]
-               [v * M + static_cast<std::size_t>(a.microbatch)] = &t;
-          break;
-        case ActionKind::Offload: mean[v][kOffload].add(d); break;
-        case ActionKind::Reload: mean[v][kReload].add(d); break;
-        case ActionKind::AllreduceGrad:
-        case ActionKind::Optim:
-          arrival[a.kind == ActionKind::AllreduceGrad ? 0 : 1][r] = t.start;
-          break;
-        case ActionKind::RecvF:
-        case ActionKind::RecvB: break;
-      }
-    }
-  }
-  for (std::size_t v = 0; v < S; ++v) {
-    if (mean[v][kF].n == 0 || mean[v][kB].n == 0) {
+  [[nodiscard]] double get() const { return n > 0 ? sum / n : 0.0; }
+};
+
+// measured_stage_costs in its passes, one member each, run in this order: the compute and copy
+// actions and the SENDs, then the transfers (which need the SENDs), then the collectives (which
+// need every rank's arrival). Each stage's costs are means over its actions.
+class CostTally {
+ public:
+  CostTally(const Schedule& sched, const Timeline& measured)
+      : P_(checked_ranks(sched, measured)),
+        S_(static_cast<std::size_t>(std::max(0, stage_count(sched)))),
+        M_(static_cast<std::size_t>(sched.microbatches)),
+        measured_(measured),
+        mean_(S_),
+        sends_{std::vector<const TimedAction*>(S_ * M_, nullptr),
+               std::vector<const TimedAction*>(S_ * M_, nullptr)},
+        arrival_{std::vector<double>(P_, -1.0), std::vector<double>(P_, -1.0)} {}
+  void tally_actions();
+  void tally_transfers();
+  void tally_collectives(const SyncGroups& groups);
+  [[nodiscard]] std::vector<StageCosts> costs() const;
+
+ private:
+  // The schedule's ranks, checked against the timeline's before anything is allocated.
+  static std::size_t checked_ranks(const Schedule& sched, const Timeline& measured) {
+    const auto P = static_cast<std::size_t>(sched.stages);
+    if (measured.stages.size() != P) {
       throw Error(ErrorCode::InvalidArgument,
-                  fmt::format("measured_stage_costs: the timeline has no F or no B of stage {}: "
-                              "give it a complete step",
-                              v));
+                  fmt::format("measured_stage_costs: the timeline has {} ranks, the schedule {}",
+                              measured.stages.size(), P));
     }
+    return P;
+  }
+  enum Kind : std::size_t { kF, kB, kW, kSend, kRecv, kLatency, kOffload, kReload, kAll, kOpt, kN };
+  [[nodiscard]] bool in_range(const Action& a) const {
+    return a.stage >= 0 && static_cast<std::size_t>(a.stage) < S_ &&
+           (a.microbatch == kNoMicrobatch || static_cast<std::size_t>(a.microbatch) < M_);
   }
   // A RECV and the SEND it pairs with: [0] the sender stage's message, or null.
-  const auto matching_send = [&](const Action& a) -> const TimedAction* {
+  [[nodiscard]] const TimedAction* matching_send(const Action& a) const {
     const bool fwd = a.kind == ActionKind::RecvF;
     const int from = fwd ? a.stage - 1 : a.stage + 1;
-    if (from < 0 || static_cast<std::size_t>(from) >= S) return nullptr;
-    return sends[fwd ? 0 : 1]
-                [static_cast<std::size_t>(from) * M + static_cast<std::size_t>(a.microbatch)];
-  };
-  // Transfers seen whole (the receiver was waiting before the send began) give an upper bound
-  // of each sender stage's transfer time; RECVs that began after it found their data there and
-  // show what a receive costs by itself; the latency is then the whole-seen transfers less that.
-  const auto for_each_recv = [&](const auto& fn) {
-    for (const auto& list : measured.stages) {
+    if (from < 0 || static_cast<std::size_t>(from) >= S_) return nullptr;
+    return sends_[fwd ? 0 : 1]
+                 [static_cast<std::size_t>(from) * M_ + static_cast<std::size_t>(a.microbatch)];
+  }
+  // fn(recv, send) for every RECV in range whose SEND was measured.
+  template <typename Fn>
+  void for_each_recv(const Fn& fn) const {
+    for (const auto& list : measured_.stages) {
       for (const TimedAction& t : list) {
         if ((t.action.kind != ActionKind::RecvF && t.action.kind != ActionKind::RecvB) ||
             !in_range(t.action)) {
@@ -350,8 +344,60 @@ std::vector<StageCosts> measured_stage_costs(const Schedule& sched, const Timeli
         if (const TimedAction* send = matching_send(t.action); send != nullptr) fn(t, *send);
       }
     }
-  };
-  std::vector<Mean> whole(S);
+  }
+
+  std::size_t P_, S_, M_;
+  const Timeline& measured_;
+  std::vector<std::array<Mean, kN>> mean_;
+  // The SENDs by direction and (sender stage, microbatch), to pair with their RECVs.
+  std::array<std::vector<const TimedAction*>, 2> sends_;
+  // When each rank began its ALLREDUCE_GRAD [0] / OPTIM [1] (-1: none).
+  std::array<std::vector<double>, 2> arrival_;
+};
+
+void CostTally::tally_actions() {
+  for (std::size_t r = 0; r < P_; ++r) {
+    for (const TimedAction& t : measured_.stages[r]) {
+      const Action& a = t.action;
+      if (!in_range(a)) continue;
+      const auto v = static_cast<std::size_t>(a.stage);
+      const double d = t.end - t.start;
+      switch (a.kind) {
+        case ActionKind::F: mean_[v][kF].add(d); break;
+        case ActionKind::B: mean_[v][kB].add(d); break;
+        case ActionKind::W: mean_[v][kW].add(d); break;
+        case ActionKind::SendF:
+        case ActionKind::SendB:
+          mean_[v][kSend].add(d);
+          sends_[a.kind == ActionKind::SendF ? 0 : 1]
+                [v * M_ + static_cast<std::size_t>(a.microbatch)] = &t;
+          break;
+        case ActionKind::Offload: mean_[v][kOffload].add(d); break;
+        case ActionKind::Reload: mean_[v][kReload].add(d); break;
+        case ActionKind::AllreduceGrad:
+        case ActionKind::Optim:
+          arrival_[a.kind == ActionKind::AllreduceGrad ? 0 : 1][r] = t.start;
+          break;
+        case ActionKind::RecvF:
+        case ActionKind::RecvB: break;
+      }
+    }
+  }
+  for (std::size_t v = 0; v < S_; ++v) {
+    if (mean_[v][kF].n == 0 || mean_[v][kB].n == 0) {
+      throw Error(ErrorCode::InvalidArgument,
+                  fmt::format("measured_stage_costs: the timeline has no F or no B of stage {}: "
+                              "give it a complete step",
+                              v));
+    }
+  }
+}
+
+// Transfers seen whole (the receiver was waiting before the send began) give an upper bound
+// of each sender stage's transfer time; RECVs that began after it found their data there and
+// show what a receive costs by itself; the latency is then the whole-seen transfers less that.
+void CostTally::tally_transfers() {
+  std::vector<Mean> whole(S_);
   for_each_recv([&](const TimedAction& t, const TimedAction& send) {
     if (t.start <= send.start) {
       whole[static_cast<std::size_t>(send.action.stage)].add(t.end - send.end);
@@ -360,56 +406,62 @@ std::vector<StageCosts> measured_stage_costs(const Schedule& sched, const Timeli
   for_each_recv([&](const TimedAction& t, const TimedAction& send) {
     if (t.start >=
         send.end + std::max(0.0, whole[static_cast<std::size_t>(send.action.stage)].get())) {
-      mean[static_cast<std::size_t>(t.action.stage)][kRecv].add(t.end - t.start);
+      mean_[static_cast<std::size_t>(t.action.stage)][kRecv].add(t.end - t.start);
     }
   });
   // A stage whose receives all waited borrows the other stages' figure (the same code path).
   Mean pooled;
-  for (std::size_t v = 0; v < S; ++v) {
-    pooled.sum += mean[v][kRecv].sum;
-    pooled.n += mean[v][kRecv].n;
+  for (std::size_t v = 0; v < S_; ++v) {
+    pooled.sum += mean_[v][kRecv].sum;
+    pooled.n += mean_[v][kRecv].n;
   }
-  for (std::size_t v = 0; v < S; ++v) {
-    if (mean[v][kRecv].n == 0 && pooled.n > 0) mean[v][kRecv].add(pooled.get());
+  for (std::size_t v = 0; v < S_; ++v) {
+    if (mean_[v][kRecv].n == 0 && pooled.n > 0) mean_[v][kRecv].add(pooled.get());
   }
   for_each_recv([&](const TimedAction& t, const TimedAction& send) {
     if (t.start <= send.start) {
-      mean[static_cast<std::size_t>(send.action.stage)][kLatency].add(std::max(
-          0.0, t.end - send.end - mean[static_cast<std::size_t>(t.action.stage)][kRecv].get()));
+      mean_[static_cast<std::size_t>(send.action.stage)][kLatency].add(std::max(
+          0.0, t.end - send.end - mean_[static_cast<std::size_t>(t.action.stage)][kRecv].get()));
     }
   });
-  // Collectives: each member's end past the group's last arrival.
+}
+
+// Collectives: each member's end past the group's last arrival.
+void CostTally::tally_collectives(const SyncGroups& groups) {
+  std::array<std::vector<double>, 2> arrival_max = arrival_;
   for (std::size_t k = 0; k < 2; ++k) {
     const auto& list = k == 0 ? groups.allreduce_grad : groups.optim;
-    arrival_max[k] = arrival[k];
     for (const auto& group : list) {
       double last = -1.0;
       for (const int m : group) {
-        if (m >= 0 && static_cast<std::size_t>(m) < P) {
-          last = std::max(last, arrival[k][static_cast<std::size_t>(m)]);
+        if (m >= 0 && static_cast<std::size_t>(m) < P_) {
+          last = std::max(last, arrival_[k][static_cast<std::size_t>(m)]);
         }
       }
       for (const int m : group) {
-        if (m >= 0 && static_cast<std::size_t>(m) < P) {
+        if (m >= 0 && static_cast<std::size_t>(m) < P_) {
           arrival_max[k][static_cast<std::size_t>(m)] = last;
         }
       }
     }
   }
-  for (std::size_t r = 0; r < P; ++r) {
-    for (const TimedAction& t : measured.stages[r]) {
+  for (std::size_t r = 0; r < P_; ++r) {
+    for (const TimedAction& t : measured_.stages[r]) {
       const Action& a = t.action;
       if ((a.kind != ActionKind::AllreduceGrad && a.kind != ActionKind::Optim) || !in_range(a)) {
         continue;
       }
       const std::size_t k = a.kind == ActionKind::AllreduceGrad ? 0 : 1;
-      mean[static_cast<std::size_t>(a.stage)][k == 0 ? kAll : kOpt].add(
+      mean_[static_cast<std::size_t>(a.stage)][k == 0 ? kAll : kOpt].add(
           std::max(0.0, t.end - std::max(t.start, arrival_max[k][r])));
     }
   }
-  std::vector<StageCosts> out(S);
-  for (std::size_t v = 0; v < S; ++v) {
-    const auto& m = mean[v];
+}
+
+std::vector<StageCosts> CostTally::costs() const {
+  std::vector<StageCosts> out(S_);
+  for (std::size_t v = 0; v < S_; ++v) {
+    const auto& m = mean_[v];
     out[v].compute = ActionCosts{m[kF].get(), m[kB].get(), m[kW].get()};
     out[v].send = m[kSend].get();
     out[v].recv = m[kRecv].get();
@@ -420,6 +472,17 @@ std::vector<StageCosts> measured_stage_costs(const Schedule& sched, const Timeli
     out[v].optim = m[kOpt].get();
   }
   return out;
+}
+
+}  // namespace
+
+std::vector<StageCosts> measured_stage_costs(const Schedule& sched, const Timeline& measured,
+                                             const SyncGroups& groups) {
+  CostTally tally(sched, measured);
+  tally.tally_actions();
+  tally.tally_transfers();
+  tally.tally_collectives(groups);
+  return tally.costs();
 }
 
 namespace {

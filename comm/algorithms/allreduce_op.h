@@ -16,16 +16,14 @@ namespace strait::comm {
 class AllreduceOp : public CollectiveOp {
  protected:
   // `send` may equal `recv` (in place). Buffers are caller-owned and must outlive the operation.
-  AllreduceOp(std::shared_ptr<const Group> group, std::uint64_t seq,
-              std::atomic<std::uint64_t>* bytes_sent, const void* send, void* recv,
-              std::size_t count, kernels::DType dtype, kernels::ReduceOp op)
-      : CollectiveOp(std::move(group), seq, bytes_sent),
-        send_(send),
-        out_(static_cast<std::byte*>(recv)),
-        count_(count),
-        dtype_(dtype),
-        op_(op),
-        elem_(kernels::dtype_size(dtype)) {}
+  AllreduceOp(OpContext ctx, const ReduceBuffers& b)
+      : CollectiveOp(std::move(ctx)),
+        send_(b.send),
+        out_(static_cast<std::byte*>(b.recv)),
+        count_(b.count),
+        dtype_(b.dtype),
+        op_(b.op),
+        elem_(kernels::dtype_size(b.dtype)) {}
 
   // The output starts as this rank's input.
   void copy_input() {

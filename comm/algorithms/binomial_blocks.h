@@ -15,10 +15,8 @@ namespace strait::comm {
 
 class BinomialBlocksOp : public CollectiveOp {
  protected:
-  BinomialBlocksOp(std::shared_ptr<const Group> group, std::uint64_t seq,
-                   std::atomic<std::uint64_t>* bytes_sent, const void* send, void* recv,
-                   std::size_t bytes, int root)
-      : CollectiveOp(std::move(group), seq, bytes_sent),
+  BinomialBlocksOp(OpContext ctx, const void* send, void* recv, std::size_t bytes, int root)
+      : CollectiveOp(std::move(ctx)),
         send_(static_cast<const std::byte*>(send)),
         recv_(static_cast<std::byte*>(recv)),
         bytes_(bytes),

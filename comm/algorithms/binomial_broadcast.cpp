@@ -4,10 +4,8 @@
 
 namespace strait::comm {
 
-BinomialBroadcast::BinomialBroadcast(std::shared_ptr<const Group> group, std::uint64_t seq,
-                                     std::atomic<std::uint64_t>* bytes_sent, void* buf,
-                                     std::size_t bytes, int root)
-    : CollectiveOp(std::move(group), seq, bytes_sent), buf_(buf), bytes_(bytes), root_(root) {}
+BinomialBroadcast::BinomialBroadcast(OpContext ctx, void* buf, std::size_t bytes, int root)
+    : CollectiveOp(std::move(ctx)), buf_(buf), bytes_(bytes), root_(root) {}
 
 bool BinomialBroadcast::advance(Transport& t) {
   const BinomialTree tree(group().size(), group().rank, root_);

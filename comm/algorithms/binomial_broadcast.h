@@ -13,8 +13,7 @@ namespace strait::comm {
 
 class BinomialBroadcast final : public CollectiveOp {
  public:
-  BinomialBroadcast(std::shared_ptr<const Group> group, std::uint64_t seq,
-                    std::atomic<std::uint64_t>* bytes_sent, void* buf, std::size_t bytes, int root);
+  BinomialBroadcast(OpContext ctx, void* buf, std::size_t bytes, int root);
   bool advance(Transport& t) override;
 
  private:

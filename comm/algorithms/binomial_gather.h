@@ -18,9 +18,7 @@ class BinomialGather final : public BinomialBlocksOp {
  public:
   // Each rank's `send` holds `bytes`; the root's `recv` gets size() * bytes, rank-major (null
   // elsewhere is fine). The root's send may be recv + root * bytes (in place).
-  BinomialGather(std::shared_ptr<const Group> group, std::uint64_t seq,
-                 std::atomic<std::uint64_t>* bytes_sent, const void* send, void* recv,
-                 std::size_t bytes, int root);
+  BinomialGather(OpContext ctx, const void* send, void* recv, std::size_t bytes, int root);
   bool advance(Transport& t) override;
 
  private:

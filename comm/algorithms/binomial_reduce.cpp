@@ -8,16 +8,13 @@
 
 namespace strait::comm {
 
-BinomialReduce::BinomialReduce(std::shared_ptr<const Group> group, std::uint64_t seq,
-                               std::atomic<std::uint64_t>* bytes_sent, const void* send, void* recv,
-                               std::size_t count, kernels::DType dtype, kernels::ReduceOp op,
-                               int root)
-    : CollectiveOp(std::move(group), seq, bytes_sent),
-      send_(static_cast<const std::byte*>(send)),
-      recv_(static_cast<std::byte*>(recv)),
-      count_(count),
-      dtype_(dtype),
-      op_(op),
+BinomialReduce::BinomialReduce(OpContext ctx, const ReduceBuffers& b, int root)
+    : CollectiveOp(std::move(ctx)),
+      send_(static_cast<const std::byte*>(b.send)),
+      recv_(static_cast<std::byte*>(b.recv)),
+      count_(b.count),
+      dtype_(b.dtype),
+      op_(b.op),
       root_(root) {}
 
 bool BinomialReduce::advance(Transport& t) {

@@ -23,9 +23,7 @@ class BinomialReduce final : public CollectiveOp {
  public:
   // `recv` (count elements) is written on the root only (null elsewhere is fine); on the root it
   // may equal `send` (in place).
-  BinomialReduce(std::shared_ptr<const Group> group, std::uint64_t seq,
-                 std::atomic<std::uint64_t>* bytes_sent, const void* send, void* recv,
-                 std::size_t count, kernels::DType dtype, kernels::ReduceOp op, int root);
+  BinomialReduce(OpContext ctx, const ReduceBuffers& b, int root);
   bool advance(Transport& t) override;
 
  private:

@@ -6,10 +6,9 @@
 
 namespace strait::comm {
 
-BinomialScatter::BinomialScatter(std::shared_ptr<const Group> group, std::uint64_t seq,
-                                 std::atomic<std::uint64_t>* bytes_sent, const void* send,
-                                 void* recv, std::size_t bytes, int root)
-    : BinomialBlocksOp(std::move(group), seq, bytes_sent, send, recv, bytes, root) {}
+BinomialScatter::BinomialScatter(OpContext ctx, const void* send, void* recv, std::size_t bytes,
+                                 int root)
+    : BinomialBlocksOp(std::move(ctx), send, recv, bytes, root) {}
 
 bool BinomialScatter::advance(Transport& t) {
   const BinomialTree tree = this->tree();

@@ -17,9 +17,7 @@ class BinomialScatter final : public BinomialBlocksOp {
  public:
   // The root's `send` holds size() * bytes, rank-major (ignored elsewhere); every rank's `recv`
   // gets its block of `bytes`. The root's recv may be send + root * bytes (in place).
-  BinomialScatter(std::shared_ptr<const Group> group, std::uint64_t seq,
-                  std::atomic<std::uint64_t>* bytes_sent, const void* send, void* recv,
-                  std::size_t bytes, int root);
+  BinomialScatter(OpContext ctx, const void* send, void* recv, std::size_t bytes, int root);
   bool advance(Transport& t) override;
 
  private:

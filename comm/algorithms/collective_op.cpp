@@ -6,7 +6,7 @@
 #include <chrono>
 #include <cstring>
 
-#include "comm/transport/local_mailbox.h"
+#include "comm/algorithms/local_mailbox.h"
 #include "core/error.h"
 
 namespace strait::comm {
@@ -33,9 +33,8 @@ std::string Group::describe_rank(int group_rank) const {
   return fmt::format("rank {} (world rank {})", group_rank, world);
 }
 
-CollectiveOp::CollectiveOp(std::shared_ptr<const Group> group, std::uint64_t seq,
-                           std::atomic<std::uint64_t>* bytes_sent)
-    : group_(std::move(group)), seq_(seq), bytes_sent_(bytes_sent) {}
+CollectiveOp::CollectiveOp(OpContext ctx)
+    : group_(std::move(ctx.group)), seq_(ctx.seq), bytes_sent_(ctx.bytes_sent) {}
 
 RequestPtr CollectiveOp::send_to(Transport& t, int peer, int step, const void* buf,
                                  std::size_t len) {
@@ -268,7 +267,7 @@ bool CollectiveOp::all_done(Transport& t) {
     }
     if (r.state == TransportRequest::State::Pending) {
       // A peer in the shared-memory mailbox with another operation never sends: its
-      // announcement says so (comm/transport/local_mailbox.h).
+      // announcement says so (comm/algorithms/local_mailbox.h).
       if (group_->mailbox && fingerprint_ && announcement_) {
         if (auto d = group_->mailbox->disagreeing(p.peer, *fingerprint_, *announcement_)) {
           throw mismatch_error(*group_, p.peer, *d, *fingerprint_);

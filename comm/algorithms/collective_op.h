@@ -14,9 +14,10 @@
 #include <vector>
 
 #include "comm/algorithms/fingerprint.h"
+#include "comm/algorithms/op_context.h"
 #include "comm/algorithms/scratch.h"
-#include "comm/progress_engine.h"
-#include "comm/tag.h"
+#include "comm/transport/op.h"
+#include "comm/transport/tag.h"
 #include "comm/transport/transport.h"
 #include "core/error.h"
 
@@ -30,7 +31,7 @@ struct Group {
   int rank = 0;
   std::vector<int> world_ranks;
   // Shared-memory slots for short vectors when every rank is on this host (null otherwise):
-  // comm/transport/local_mailbox.h, used by comm/algorithms/mailbox_allreduce.h.
+  // comm/algorithms/local_mailbox.h, used by comm/algorithms/mailbox_allreduce.h.
   std::shared_ptr<LocalMailbox> mailbox;
   [[nodiscard]] int size() const noexcept { return static_cast<int>(world_ranks.size()); }
   // "rank 2" in the world communicator, "rank 2 (world rank 5)" in a sub-communicator.
@@ -48,9 +49,8 @@ class CollectiveOp : public Op {
   friend class RingEngine;  // posts the ring's messages with this op's tags and fingerprints
 
  public:
-  // `bytes_sent` (may be null) is incremented by the size of every message this op sends.
-  CollectiveOp(std::shared_ptr<const Group> group, std::uint64_t seq,
-               std::atomic<std::uint64_t>* bytes_sent);
+  // ctx.bytes_sent (may be null) is incremented by the size of every message this op sends.
+  explicit CollectiveOp(OpContext ctx);
   void cancel(Transport& transport) override;
   [[nodiscard]] std::string waiting_for() const override;
   // Before submission: send_to / recv_from then exchange `fingerprint` with each peer, once per
@@ -86,7 +86,8 @@ class CollectiveOp : public Op {
   static constexpr std::size_t kMaxFramedPayload = kFramedBytes - sizeof(Fingerprint);
 
  protected:
-  // Post a message of step `step` to / from group rank `peer` (collective tags, see comm/tag.h).
+  // Post a message of step `step` to / from group rank `peer` (collective tags, see
+  // comm/transport/tag.h).
   RequestPtr send_to(Transport& t, int peer, int step, const void* buf, std::size_t len);
   RequestPtr recv_from(Transport& t, int peer, int step, void* buf, std::size_t len);
   // A receive the transport may reduce on arrival (Transport::irecv_reduce); a framed receive
@@ -133,6 +134,8 @@ class CollectiveOp : public Op {
 
   [[nodiscard]] const Group& group() const noexcept { return *group_; }
   [[nodiscard]] std::uint64_t seq() const noexcept { return seq_; }
+  // What this op was built from (its parts are built from it too).
+  [[nodiscard]] OpContext context() const { return {group_, seq_, bytes_sent_}; }
   [[nodiscard]] std::optional<std::uint64_t> announcement() const noexcept { return announcement_; }
   // set_fingerprint()'s, or null (tests of bare algorithms).
   [[nodiscard]] const Fingerprint* fingerprint() const noexcept { return fingerprint_.get(); }

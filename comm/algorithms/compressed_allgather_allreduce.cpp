@@ -9,12 +9,8 @@
 
 namespace strait::comm {
 
-CompressedAllgatherAllreduce::CompressedAllgatherAllreduce(
-    std::shared_ptr<const Group> group, std::uint64_t seq, std::atomic<std::uint64_t>* bytes_sent,
-    const float* send, float* recv, std::size_t count, bool average,
-    std::shared_ptr<CompressionState> state, std::string codec_spec, std::string key)
-    : CompressedAllreduceOp(std::move(group), seq, bytes_sent, send, recv, count, average,
-                            std::move(state), std::move(codec_spec), std::move(key)),
+CompressedAllgatherAllreduce::CompressedAllgatherAllreduce(OpContext ctx, CompressedBuffers b)
+    : CompressedAllreduceOp(std::move(ctx), std::move(b)),
       blobs_(std::make_shared<std::vector<std::byte>>()) {}
 
 void CompressedAllgatherAllreduce::start() {

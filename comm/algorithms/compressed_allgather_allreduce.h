@@ -23,11 +23,7 @@ namespace strait::comm {
 class CompressedAllgatherAllreduce final : public CompressedAllreduceOp {
  public:
   // `key` empty: no error feedback. `average`: Avg instead of Sum.
-  CompressedAllgatherAllreduce(std::shared_ptr<const Group> group, std::uint64_t seq,
-                               std::atomic<std::uint64_t>* bytes_sent, const float* send,
-                               float* recv, std::size_t count, bool average,
-                               std::shared_ptr<CompressionState> state, std::string codec_spec,
-                               std::string key);
+  CompressedAllgatherAllreduce(OpContext ctx, CompressedBuffers b);
   bool advance(Transport& t) override;
 
  private:

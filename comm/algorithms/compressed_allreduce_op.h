@@ -17,18 +17,15 @@ namespace strait::comm {
 
 class CompressedAllreduceOp : public CollectiveOp {
  protected:
-  CompressedAllreduceOp(std::shared_ptr<const Group> group, std::uint64_t seq,
-                        std::atomic<std::uint64_t>* bytes_sent, const float* send, float* recv,
-                        std::size_t count, bool average, std::shared_ptr<CompressionState> state,
-                        std::string codec_spec, std::string key)
-      : CollectiveOp(std::move(group), seq, bytes_sent),
-        send_(send),
-        out_(recv),
-        count_(count),
-        average_(average),
-        state_(std::move(state)),
-        spec_(std::move(codec_spec)),
-        key_(std::move(key)) {}
+  CompressedAllreduceOp(OpContext ctx, CompressedBuffers b)
+      : CollectiveOp(std::move(ctx)),
+        send_(b.send),
+        out_(b.recv),
+        count_(b.count),
+        average_(b.average),
+        state_(std::move(b.state)),
+        spec_(std::move(b.codec_spec)),
+        key_(std::move(b.key)) {}
 
   // Avg: the decoded sum scaled by 1/P, alike on every rank.
   void scale_if_average() {

@@ -4,19 +4,15 @@
 #include <cstring>
 #include <utility>
 
-#include "comm/algorithms/partition.h"
-#include "comm/tag.h"
+#include "comm/transport/partition.h"
+#include "comm/transport/tag.h"
 #include "kernels/dtype.h"
 #include "kernels/reduce.h"
 
 namespace strait::comm {
 
-CompressedRingAllreduce::CompressedRingAllreduce(
-    std::shared_ptr<const Group> group, std::uint64_t seq, std::atomic<std::uint64_t>* bytes_sent,
-    const float* send, float* recv, std::size_t count, bool average,
-    std::shared_ptr<CompressionState> state, std::string codec_spec, std::string key)
-    : CompressedAllreduceOp(std::move(group), seq, bytes_sent, send, recv, count, average,
-                            std::move(state), std::move(codec_spec), std::move(key)) {}
+CompressedRingAllreduce::CompressedRingAllreduce(OpContext ctx, CompressedBuffers b)
+    : CompressedAllreduceOp(std::move(ctx), std::move(b)) {}
 
 CompressedRingAllreduce::Piece CompressedRingAllreduce::piece(std::size_t unit,
                                                               bool outgoing) const {

@@ -50,10 +50,7 @@ class CompressedRingAllreduce final : public CompressedAllreduceOp, private Ring
   static constexpr std::size_t kWindow = 4;
 
   // `key` empty: no error feedback. `average`: Avg instead of Sum.
-  CompressedRingAllreduce(std::shared_ptr<const Group> group, std::uint64_t seq,
-                          std::atomic<std::uint64_t>* bytes_sent, const float* send, float* recv,
-                          std::size_t count, bool average, std::shared_ptr<CompressionState> state,
-                          std::string codec_spec, std::string key);
+  CompressedRingAllreduce(OpContext ctx, CompressedBuffers b);
   bool advance(Transport& t) override;
 
  private:

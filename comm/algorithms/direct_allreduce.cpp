@@ -4,16 +4,13 @@
 #include <cstring>
 #include <utility>
 
-#include "comm/algorithms/partition.h"
 #include "comm/algorithms/scratch.h"
+#include "comm/transport/partition.h"
 
 namespace strait::comm {
 
-DirectAllreduce::DirectAllreduce(std::shared_ptr<const Group> group, std::uint64_t seq,
-                                 std::atomic<std::uint64_t>* bytes_sent, const void* send,
-                                 void* recv, std::size_t count, kernels::DType dtype,
-                                 kernels::ReduceOp op)
-    : AllreduceOp(std::move(group), seq, bytes_sent, send, recv, count, dtype, op) {}
+DirectAllreduce::DirectAllreduce(OpContext ctx, const ReduceBuffers& b)
+    : AllreduceOp(std::move(ctx), b) {}
 
 DirectAllreduce::Chunk DirectAllreduce::chunk(int c) const {
   const auto p = static_cast<std::size_t>(group().size());

@@ -6,7 +6,7 @@
 // reduce-scatter and allgather done by direct reads in shared-memory MPI (e.g. Open MPI's
 // coll/xhc, MVAPICH2's CMA-based collectives).
 //
-// The vector is cut into P chunks (comm/algorithms/partition.h); rank r owns chunk r.
+// The vector is cut into P chunks (comm/transport/partition.h); rank r owns chunk r.
 //   1. Reduce-scatter: rank r sends chunk q of its input to every rank q != r at once, and reduces
 //      chunk r of every peer's input into its output in a fixed order, rank r+1 first, then r+2,
 //      ... (the first from its own input: the output is not first a copy of the input). Each is
@@ -35,9 +35,7 @@ namespace strait::comm {
 class DirectAllreduce final : public AllreduceOp {
  public:
   // `send` may equal `recv` (in place). Buffers are caller-owned and must outlive the operation.
-  DirectAllreduce(std::shared_ptr<const Group> group, std::uint64_t seq,
-                  std::atomic<std::uint64_t>* bytes_sent, const void* send, void* recv,
-                  std::size_t count, kernels::DType dtype, kernels::ReduceOp op);
+  DirectAllreduce(OpContext ctx, const ReduceBuffers& b);
   bool advance(Transport& t) override;
 
  private:

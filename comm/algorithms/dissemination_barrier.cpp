@@ -2,8 +2,7 @@
 
 namespace strait::comm {
 
-DisseminationBarrier::DisseminationBarrier(std::shared_ptr<const Group> group, std::uint64_t seq)
-    : CollectiveOp(std::move(group), seq, nullptr) {}
+DisseminationBarrier::DisseminationBarrier(OpContext ctx) : CollectiveOp(std::move(ctx)) {}
 
 bool DisseminationBarrier::advance(Transport& t) {
   const int p = group().size();

@@ -10,7 +10,7 @@ namespace strait::comm {
 
 class DisseminationBarrier final : public CollectiveOp {
  public:
-  DisseminationBarrier(std::shared_ptr<const Group> group, std::uint64_t seq);
+  explicit DisseminationBarrier(OpContext ctx);
   bool advance(Transport& t) override;
 
  private:

@@ -19,43 +19,29 @@ std::string Fingerprint::algorithm_suffix() const {
 }
 
 std::string Fingerprint::describe() const {
-  const auto t = kernels::dtype_name(static_cast<kernels::DType>(dtype));
-  switch (kind) {
-    case Kind::Allreduce:
-      return fmt::format("allreduce #{} ({} x {}, {}{})", seq, t, count,
-                         kernels::reduce_op_name(static_cast<kernels::ReduceOp>(op)),
-                         algorithm_suffix());
-    case Kind::Broadcast:
-      return fmt::format("broadcast #{} ({} x {}, root {})", seq, t, count, root);
-    case Kind::Allgather: return fmt::format("allgather #{} ({} x {})", seq, t, count);
-    case Kind::Barrier: return fmt::format("barrier #{}", seq);
-    case Kind::ReduceScatter:
-      return fmt::format("reduce_scatter #{} ({} x {} per rank, {})", seq, t, count,
-                         kernels::reduce_op_name(static_cast<kernels::ReduceOp>(op)));
-    case Kind::ReduceScatterV:
-      return fmt::format("reduce_scatter_v #{} ({} x {} in all, {}, counts hash {:#018x})", seq, t,
-                         count, kernels::reduce_op_name(static_cast<kernels::ReduceOp>(op)),
-                         counts);
-    case Kind::AllgatherV:
-      return fmt::format("allgather_v #{} ({} x {} in all, counts hash {:#018x})", seq, t, count,
-                         counts);
-    case Kind::Reduce:
-      return fmt::format("reduce #{} ({} x {}, {}, root {})", seq, t, count,
-                         kernels::reduce_op_name(static_cast<kernels::ReduceOp>(op)), root);
-    case Kind::Gather:
-      return fmt::format("gather #{} ({} x {} per rank, root {})", seq, t, count, root);
-    case Kind::Scatter:
-      return fmt::format("scatter #{} ({} x {} per rank, root {})", seq, t, count, root);
-    case Kind::Alltoall: return fmt::format("alltoall #{} ({} x {} per pair)", seq, t, count);
-    case Kind::AlltoallV:
-      return fmt::format("alltoall_v #{} ({}, {} elements to the peer and {} back)", seq, t, count,
-                         counts);
-    case Kind::CompressedAllreduce:
-      return fmt::format("allreduce_compressed #{} ({} x {}, {}, codec spec hash {:#018x})", seq, t,
-                         count, kernels::reduce_op_name(static_cast<kernels::ReduceOp>(op)),
-                         counts);
+  if (!known_kind(kind)) {
+    return fmt::format("an unknown operation (kind {}) #{}", static_cast<int>(kind), seq);
   }
-  return fmt::format("an unknown operation (kind {}) #{}", static_cast<int>(kind), seq);
+  const CollectiveKindInfo& info = kind_info(kind);
+  if (info.send == BufferUse::None && info.recv == BufferUse::None) {
+    return fmt::format("{} #{}", info.name, seq);
+  }
+  const auto t = kernels::dtype_name(static_cast<kernels::DType>(dtype));
+  if (kind == Kind::AlltoallV) {
+    return fmt::format("{} #{} ({}, {} elements to the peer and {} back)", info.name, seq, t, count,
+                       counts);
+  }
+  std::string detail =
+      fmt::format("{} x {}{}", t, count, info.per_rank_counts ? " in all" : info.per);
+  if (info.reduces) {
+    detail += fmt::format(", {}", kernels::reduce_op_name(static_cast<kernels::ReduceOp>(op)));
+  }
+  if (info.rooted) detail += fmt::format(", root {}", root);
+  if (info.per_rank_counts) detail += fmt::format(", counts hash {:#018x}", counts);
+  if (kind == Kind::AllreduceCompressed)
+    detail += fmt::format(", codec spec hash {:#018x}", counts);
+  if (info.tuned) detail += algorithm_suffix();
+  return fmt::format("{} #{} ({})", info.name, seq, detail);
 }
 
 // Sent as raw bytes and compared with ==: nothing but plain fields, no padding (whose bytes would

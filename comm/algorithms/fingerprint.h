@@ -12,6 +12,8 @@
 #include <string_view>
 #include <type_traits>
 
+#include "comm/algorithms/collective_kind.h"
+
 namespace strait::comm {
 
 // FNV-1a (64-bit) over the values of `counts`: ranks that pass different counts to a v-collective
@@ -26,8 +28,8 @@ struct Fingerprint;
 std::uint64_t fingerprint_hash(const Fingerprint& f) noexcept;
 
 // What a collective is, as every rank must agree: kind, sequence number, dtype, count, op, root.
-// Ranks exchange it (comm/tag.h's header step) ahead of the operation's first message to each
-// peer, so ranks that disagree fail with Mismatch naming both sides rather than hang or reduce
+// Ranks exchange it (comm/transport/tag.h's header step) ahead of the operation's first message to
+// each peer, so ranks that disagree fail with Mismatch naming both sides rather than hang or reduce
 // data of the wrong size or type. Sent as raw bytes: all ranks run the same build.
 // The newer collectives use the fields so: count is per rank for reduce_scatter, gather, scatter
 // and alltoall, the total for the v-forms, and for alltoall_v what the header's sender sends its
@@ -36,21 +38,7 @@ std::uint64_t fingerprint_hash(const Fingerprint& f) noexcept;
 // scatter's, op also reduce_scatter's and reduce's; a compressed allreduce's counts is the
 // codec_spec_hash() of its codec spec (PowerSGD's: PowerSgdPlan::hash(), spec and layout).
 struct Fingerprint {
-  enum class Kind : std::uint8_t {
-    Allreduce = 1,
-    Broadcast,
-    Allgather,
-    Barrier,
-    ReduceScatter,
-    ReduceScatterV,
-    AllgatherV,
-    Reduce,
-    Gather,
-    Scatter,
-    Alltoall,
-    AlltoallV,
-    CompressedAllreduce,
-  };
+  using Kind = CollectiveKind;  // collectives only (not Send and Recv)
   std::uint64_t seq = 0;
   std::uint64_t count = 0;   // elements
   std::uint64_t counts = 0;  // v-forms: FNV-1a hash of the per-rank counts (alltoall_v: per pair)

@@ -7,9 +7,9 @@
 
 #include "comm/algorithms/compressed_allgather_allreduce.h"
 #include "comm/algorithms/compressed_ring_allreduce.h"
-#include "comm/algorithms/partition.h"
 #include "comm/algorithms/ring_allreduce.h"
 #include "comm/algorithms/ring_phases.h"
+#include "comm/transport/partition.h"
 #include "core/error.h"
 
 namespace strait::comm {
@@ -64,20 +64,20 @@ std::shared_ptr<const Hierarchy> Hierarchy::build(Sites sites, int world_rank, i
 // operation so that the fingerprint is exchanged once with each neighbour.
 class HierarchicalAllreduce::SiteRing final : public RingOp {
  public:
-  SiteRing(std::shared_ptr<const Group> site, std::uint64_t seq,
-           std::atomic<std::uint64_t>* bytes_sent, const std::byte* send, std::byte* out,
-           const std::vector<std::size_t>& counts, kernels::DType dtype, kernels::ReduceOp op)
-      : RingOp(std::move(site), seq, bytes_sent) {
-    const std::size_t elem = kernels::dtype_size(dtype);
+  // `site`: the site's group; b.count: the site's blocks, `counts`.
+  SiteRing(OpContext site, const ReduceBuffers& b, const std::vector<std::size_t>& counts)
+      : RingOp(std::move(site)) {
+    const std::size_t elem = kernels::dtype_size(b.dtype);
+    auto* out = static_cast<std::byte*>(b.recv);
     rs_.blocks = Blocks::packed(counts);
     const auto r = static_cast<std::size_t>(group().rank);
-    rs_.send = send;
+    rs_.send = static_cast<const std::byte*>(b.send);
     rs_.own = out + rs_.blocks.offset[r] * elem;
-    rs_.dtype = dtype;
+    rs_.dtype = b.dtype;
     // Avg: summed here and between sites, scaled once by the shard's owner.
-    rs_.op = op == kernels::ReduceOp::Avg ? kernels::ReduceOp::Sum : op;
+    rs_.op = b.op == kernels::ReduceOp::Avg ? kernels::ReduceOp::Sum : b.op;
     std::vector<std::size_t> bytes(counts);
-    for (auto& b : bytes) b *= elem;
+    for (auto& n : bytes) n *= elem;
     ag_.blocks = Blocks::packed(bytes);
     ag_.out = out;
     ag_.own_send = rs_.own;
@@ -92,28 +92,23 @@ class HierarchicalAllreduce::SiteRing final : public RingOp {
   AllgatherPhase ag_;
 };
 
-HierarchicalAllreduce::HierarchicalAllreduce(std::shared_ptr<const Group> world,
+HierarchicalAllreduce::HierarchicalAllreduce(OpContext world,
                                              std::shared_ptr<const Hierarchy> hierarchy,
-                                             std::uint64_t seq,
-                                             std::atomic<std::uint64_t>* bytes_sent,
-                                             const void* send, void* recv, std::size_t count,
-                                             kernels::DType dtype, kernels::ReduceOp op,
-                                             InterSite inter, const Fingerprint& fingerprint)
-    : CollectiveOp(std::move(world), seq, bytes_sent),
+                                             const ReduceBuffers& b, InterSite inter,
+                                             const Fingerprint& fingerprint)
+    : CollectiveOp(std::move(world)),
       h_(std::move(hierarchy)),
-      bytes_sent_(bytes_sent),
-      out_(static_cast<std::byte*>(recv)),
-      count_(count),
-      dtype_(dtype),
-      op_(op),
+      out_(static_cast<std::byte*>(b.recv)),
+      count_(b.count),
+      dtype_(b.dtype),
+      op_(b.op),
       inter_(std::move(inter)),
       fingerprint_(fingerprint) {
-  if (!inter_.codec_spec.empty() && dtype != kernels::DType::F32) {
+  if (!inter_.codec_spec.empty() && dtype_ != kernels::DType::F32) {
     throw Error(ErrorCode::Internal, "hierarchical allreduce: a codec needs f32");
   }
   set_fingerprint(fingerprint_);
-  site_ = std::make_unique<SiteRing>(h_->site, seq, bytes_sent, static_cast<const std::byte*>(send),
-                                     out_, h_->site_block_counts(count), dtype, op);
+  site_ = std::make_unique<SiteRing>(context().on(h_->site), b, h_->site_block_counts(count_));
   site_->set_fingerprint(fingerprint_);
 }
 
@@ -130,22 +125,26 @@ void HierarchicalAllreduce::start_inter() {
     std::byte* at = out_ + p.offset * elem;
     std::unique_ptr<CollectiveOp> op;
     if (inter_.codec_spec.empty()) {
-      op =
-          std::make_unique<RingAllreduce>(group, seq(), bytes_sent_, at, at, p.count, dtype_,
-                                          sum ? kernels::ReduceOp::Sum : op_, inter_.segment_bytes);
+      op = std::make_unique<RingAllreduce>(
+          context().on(group),
+          ReduceBuffers{at, at, p.count, dtype_, sum ? kernels::ReduceOp::Sum : op_},
+          inter_.segment_bytes);
     } else {
       auto* f = reinterpret_cast<float*>(at);
       // Error feedback per shard: each has its own residual of its own length.
       std::string key =
           inter_.key.empty() ? std::string() : fmt::format("{}#shard{}", inter_.key, j);
+      CompressedBuffers shard{.send = f,
+                              .recv = f,
+                              .count = p.count,
+                              .average = false,
+                              .state = inter_.state,
+                              .codec_spec = inter_.codec_spec,
+                              .key = std::move(key)};
       if (inter_.codec_spec.starts_with("topk")) {
-        op = std::make_unique<CompressedAllgatherAllreduce>(group, seq(), bytes_sent_, f, f,
-                                                            p.count, false, inter_.state,
-                                                            inter_.codec_spec, std::move(key));
+        op = std::make_unique<CompressedAllgatherAllreduce>(context().on(group), std::move(shard));
       } else {
-        op = std::make_unique<CompressedRingAllreduce>(group, seq(), bytes_sent_, f, f, p.count,
-                                                       false, inter_.state, inter_.codec_spec,
-                                                       std::move(key));
+        op = std::make_unique<CompressedRingAllreduce>(context().on(group), std::move(shard));
       }
     }
     op->set_fingerprint(fingerprint_);

@@ -6,7 +6,7 @@
 // BlueConnect (Cho et al. 2019), with the inter-site stage made lossy as in the compressed
 // allreduce (compressed_ring_allreduce.h).
 //
-// Shards. The vector is cut into M shards (comm/algorithms/partition.h), M = the largest site's
+// Shards. The vector is cut into M shards (comm/transport/partition.h), M = the largest site's
 // size. Rank l of a site of L ranks owns the contiguous shards [l*M/L, (l+1)*M/L) (every shard has
 // exactly one owner per site; in the largest sites every rank owns one shard, in smaller ones
 // some own several), so sites of unequal sizes line up shard by shard.
@@ -83,11 +83,8 @@ class HierarchicalAllreduce final : public CollectiveOp {
   // `world` is the communicator's group (its fingerprint exchange around the ring); `count`
   // elements of `dtype`; compressed stages require F32 and Sum or Avg. `fingerprint` goes to
   // every stage.
-  HierarchicalAllreduce(std::shared_ptr<const Group> world,
-                        std::shared_ptr<const Hierarchy> hierarchy, std::uint64_t seq,
-                        std::atomic<std::uint64_t>* bytes_sent, const void* send, void* recv,
-                        std::size_t count, kernels::DType dtype, kernels::ReduceOp op,
-                        InterSite inter, const Fingerprint& fingerprint);
+  HierarchicalAllreduce(OpContext world, std::shared_ptr<const Hierarchy> hierarchy,
+                        const ReduceBuffers& b, InterSite inter, const Fingerprint& fingerprint);
   ~HierarchicalAllreduce() override;
   HierarchicalAllreduce(const HierarchicalAllreduce&) = delete;
   HierarchicalAllreduce& operator=(const HierarchicalAllreduce&) = delete;
@@ -101,7 +98,6 @@ class HierarchicalAllreduce final : public CollectiveOp {
   void start_inter();
 
   std::shared_ptr<const Hierarchy> h_;
-  std::atomic<std::uint64_t>* bytes_sent_;
   std::byte* out_;
   std::size_t count_;
   kernels::DType dtype_;

@@ -7,7 +7,7 @@
 #include <cstring>
 #include <thread>
 
-#include "comm/progress_engine.h"
+#include "comm/transport/op.h"
 #include "core/error.h"
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -112,12 +112,9 @@ Error MailboxCall::lost_error(const std::string& lost) const {
                fmt::format("{}; this rank was still waiting for {}", lost, waiting_for()));
 }
 
-MailboxAllreduce::MailboxAllreduce(std::shared_ptr<const Group> group, std::uint64_t seq,
-                                   std::atomic<std::uint64_t>* bytes_sent, const void* send,
-                                   void* recv, std::size_t count, kernels::DType dtype,
-                                   kernels::ReduceOp op)
-    : AllreduceOp(group, seq, bytes_sent, send, recv, count, dtype, op),
-      call_(*group->mailbox, *group, send, recv, count, dtype, op) {}
+MailboxAllreduce::MailboxAllreduce(OpContext ctx, const ReduceBuffers& b)
+    : AllreduceOp(std::move(ctx), b),
+      call_(*group().mailbox, group(), b.send, b.recv, b.count, b.dtype, b.op) {}
 
 bool MailboxAllreduce::advance(Transport& t) {
   if (!call_.try_post(fingerprint() != nullptr ? *fingerprint() : Fingerprint{}, announcement())) {
@@ -182,7 +179,7 @@ void run_inline(MailboxCall& call, const Fingerprint& fingerprint, const InlineW
     const auto now = std::chrono::steady_clock::now();
     if (start == std::chrono::steady_clock::time_point{}) start = now;
     if (now - start >= wait.timeout) {
-      throw ProgressEngine::timeout_error(wait.describe(), wait.timeout, call.waiting_for());
+      throw timeout_error(wait.describe(), wait.timeout, call.waiting_for());
     }
     if (sleep.count() == 0 && now - start > kSpinBudget) sleep = kFirstSleep;
   }

@@ -1,5 +1,5 @@
 // Mailbox allreduce: short vectors between ranks that all run on this host, through their shared-
-// memory slots (comm/transport/local_mailbox.h) instead of messages. Every rank writes its input
+// memory slots (comm/algorithms/local_mailbox.h) instead of messages. Every rank writes its input
 // and the collective's fingerprint into its slot and publishes them with one release store; then
 // it reads every rank's slot, checks every fingerprint against its own (Mismatch otherwise, on
 // every rank), and reduces the inputs in rank order 0, 1, ..., P-1 into its output: every rank
@@ -32,7 +32,7 @@
 #include <string>
 
 #include "comm/algorithms/allreduce_op.h"
-#include "comm/transport/local_mailbox.h"
+#include "comm/algorithms/local_mailbox.h"
 #include "core/error.h"
 #include "kernels/dtype.h"
 #include "kernels/reduce.h"
@@ -82,9 +82,7 @@ class MailboxCall {
 class MailboxAllreduce final : public AllreduceOp {
  public:
   // Needs group->mailbox. Buffers are caller-owned and must outlive the operation.
-  MailboxAllreduce(std::shared_ptr<const Group> group, std::uint64_t seq,
-                   std::atomic<std::uint64_t>* bytes_sent, const void* send, void* recv,
-                   std::size_t count, kernels::DType dtype, kernels::ReduceOp op);
+  MailboxAllreduce(OpContext ctx, const ReduceBuffers& b);
   bool advance(Transport& t) override;
   [[nodiscard]] std::string waiting_for() const override;
   [[nodiscard]] bool needs_polling() const noexcept override { return true; }

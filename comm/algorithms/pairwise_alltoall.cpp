@@ -6,11 +6,10 @@
 
 namespace strait::comm {
 
-PairwiseAlltoall::PairwiseAlltoall(std::shared_ptr<const Group> group, std::uint64_t seq,
-                                   std::atomic<std::uint64_t>* bytes_sent, const void* send,
+PairwiseAlltoall::PairwiseAlltoall(OpContext ctx, const void* send,
                                    std::span<const std::size_t> send_bytes, void* recv,
                                    std::span<const std::size_t> recv_bytes)
-    : CollectiveOp(std::move(group), seq, bytes_sent),
+    : CollectiveOp(std::move(ctx)),
       send_(static_cast<const std::byte*>(send)),
       recv_(static_cast<std::byte*>(recv)),
       send_blocks_(Blocks::packed(send_bytes)),

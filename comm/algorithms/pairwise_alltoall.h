@@ -21,10 +21,8 @@ class PairwiseAlltoall final : public CollectiveOp {
  public:
   // send_bytes[j]: what goes to rank j, packed in send; recv_bytes[i]: what comes from rank i,
   // packed in recv (size() entries each). send may equal recv when the two layouts are the same.
-  PairwiseAlltoall(std::shared_ptr<const Group> group, std::uint64_t seq,
-                   std::atomic<std::uint64_t>* bytes_sent, const void* send,
-                   std::span<const std::size_t> send_bytes, void* recv,
-                   std::span<const std::size_t> recv_bytes);
+  PairwiseAlltoall(OpContext ctx, const void* send, std::span<const std::size_t> send_bytes,
+                   void* recv, std::span<const std::size_t> recv_bytes);
   bool advance(Transport& t) override;
 
  private:

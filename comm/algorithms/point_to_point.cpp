@@ -2,15 +2,9 @@
 
 namespace strait::comm {
 
-PointToPoint::PointToPoint(std::shared_ptr<const Group> group,
-                           std::atomic<std::uint64_t>* bytes_sent, Kind kind, int peer,
-                           std::uint64_t tag, void* buf, std::size_t bytes)
-    : CollectiveOp(std::move(group), 0, bytes_sent),
-      kind_(kind),
-      peer_(peer),
-      tag_(tag),
-      buf_(buf),
-      bytes_(bytes) {}
+PointToPoint::PointToPoint(OpContext ctx, Kind kind, int peer, std::uint64_t tag, void* buf,
+                           std::size_t bytes)
+    : CollectiveOp(std::move(ctx)), kind_(kind), peer_(peer), tag_(tag), buf_(buf), bytes_(bytes) {}
 
 bool PointToPoint::advance(Transport& t) {
   if (!posted_) {

@@ -1,7 +1,8 @@
 // Point-to-point send and receive as operations of the progress engine. The tag carries the
-// communicator, the sender's rank and the user's tag (comm/tag.h), so a receive matches exactly
-// one peer and tag; messages between the same pair with the same tag arrive in the order sent.
-// A receive must get exactly the number of bytes posted (a different size is a Mismatch error).
+// communicator, the sender's rank and the user's tag (comm/transport/tag.h), so a receive matches
+// exactly one peer and tag; messages between the same pair with the same tag arrive in the order
+// sent. A receive must get exactly the number of bytes posted (a different size is a Mismatch
+// error).
 #pragma once
 
 #include <cstddef>
@@ -14,8 +15,7 @@ namespace strait::comm {
 class PointToPoint final : public CollectiveOp {
  public:
   enum class Kind { Send, Recv };
-  PointToPoint(std::shared_ptr<const Group> group, std::atomic<std::uint64_t>* bytes_sent,
-               Kind kind, int peer, std::uint64_t tag, void* buf, std::size_t bytes);
+  PointToPoint(OpContext ctx, Kind kind, int peer, std::uint64_t tag, void* buf, std::size_t bytes);
   bool advance(Transport& t) override;
 
  private:

@@ -11,33 +11,26 @@
 
 namespace strait::comm {
 
-PowerSgdAllreduce::PowerSgdAllreduce(std::shared_ptr<const Group> group, std::uint64_t seq,
-                                     std::atomic<std::uint64_t>* bytes_sent, const float* send,
-                                     float* recv, bool average,
-                                     std::shared_ptr<CompressionState> state,
-                                     PowerSgdOptions options,
-                                     std::shared_ptr<const PowerSgdPlan> plan, std::string spec,
-                                     std::string key)
-    : CollectiveOp(group, seq, bytes_sent),
-      group_ptr_(std::move(group)),
-      send_(send),
-      out_(recv),
-      average_(average),
-      state_(std::move(state)),
+PowerSgdAllreduce::PowerSgdAllreduce(OpContext ctx, CompressedBuffers b, PowerSgdOptions options,
+                                     std::shared_ptr<const PowerSgdPlan> plan)
+    : CollectiveOp(std::move(ctx)),
+      send_(b.send),
+      out_(b.recv),
+      average_(b.average),
+      state_(std::move(b.state)),
       options_(options),
       plan_(std::move(plan)),
-      spec_(std::move(spec)),
-      key_(std::move(key)),
-      bytes_sent_(bytes_sent) {}
+      spec_(std::move(b.codec_spec)),
+      key_(std::move(b.key)) {}
 
 std::unique_ptr<RingAllreduce> PowerSgdAllreduce::ring(std::uint64_t seq_offset, float* data,
                                                        std::size_t count) const {
   // The built-in table's segments (comm/algorithms/selection.cpp): eager messages either way.
   constexpr std::size_t kSmall = std::size_t{1} << 20;
   const std::size_t segment = count * sizeof(float) < kSmall ? std::size_t{8} << 10 : kSmall;
-  return std::make_unique<RingAllreduce>(group_ptr_, seq() + seq_offset, bytes_sent_, data, data,
-                                         count, kernels::DType::F32, kernels::ReduceOp::Sum,
-                                         segment);
+  return std::make_unique<RingAllreduce>(
+      context().at(seq() + seq_offset),
+      ReduceBuffers{data, data, count, kernels::DType::F32, kernels::ReduceOp::Sum}, segment);
 }
 
 void PowerSgdAllreduce::start() {

@@ -53,11 +53,10 @@ class PowerSgdAllreduce final : public CollectiveOp {
   // Sequence numbers an operation takes: its own (the fingerprint's) and one per allreduce.
   static constexpr std::uint64_t kSeqs = 3;
 
-  // `plan` from plan_powersgd(count, ...); `spec` the canonical spec; `key` empty: no state.
-  PowerSgdAllreduce(std::shared_ptr<const Group> group, std::uint64_t seq,
-                    std::atomic<std::uint64_t>* bytes_sent, const float* send, float* recv,
-                    bool average, std::shared_ptr<CompressionState> state, PowerSgdOptions options,
-                    std::shared_ptr<const PowerSgdPlan> plan, std::string spec, std::string key);
+  // `plan` from plan_powersgd(b.count, ...); b.codec_spec the canonical spec; b.key empty: no
+  // state.
+  PowerSgdAllreduce(OpContext ctx, CompressedBuffers b, PowerSgdOptions options,
+                    std::shared_ptr<const PowerSgdPlan> plan);
   bool advance(Transport& t) override;
   void cancel(Transport& t) override;
   [[nodiscard]] std::string waiting_for() const override;
@@ -75,7 +74,6 @@ class PowerSgdAllreduce final : public CollectiveOp {
   [[nodiscard]] std::unique_ptr<RingAllreduce> ring(std::uint64_t seq_offset, float* data,
                                                     std::size_t count) const;
 
-  std::shared_ptr<const Group> group_ptr_;  // for the allreduces
   const float* send_;
   float* out_;
   bool average_;
@@ -84,7 +82,6 @@ class PowerSgdAllreduce final : public CollectiveOp {
   std::shared_ptr<const PowerSgdPlan> plan_;
   std::string spec_;
   std::string key_;
-  std::atomic<std::uint64_t>* bytes_sent_;
   Stage stage_ = Stage::Start;
   const float* m_ = nullptr;  // M: the key's residual buffer (M = grad + error) or send
   PowerSgdState::Entry* entry_ = nullptr;

@@ -3,17 +3,13 @@
 #include <algorithm>
 #include <utility>
 
-#include "comm/algorithms/partition.h"
 #include "comm/algorithms/scratch.h"
+#include "comm/transport/partition.h"
 
 namespace strait::comm {
 
-RabenseifnerAllreduce::RabenseifnerAllreduce(std::shared_ptr<const Group> group, std::uint64_t seq,
-                                             std::atomic<std::uint64_t>* bytes_sent,
-                                             const void* send, void* recv, std::size_t count,
-                                             kernels::DType dtype, kernels::ReduceOp op)
-    : AllreduceOp(std::move(group), seq, bytes_sent, send, recv, count, dtype, op),
-      fold_(this->group().rank, this->group().size()) {}
+RabenseifnerAllreduce::RabenseifnerAllreduce(OpContext ctx, const ReduceBuffers& b)
+    : AllreduceOp(std::move(ctx), b), fold_(this->group().rank, this->group().size()) {}
 
 std::size_t RabenseifnerAllreduce::block_offset(Window w) const {
   return parts(count_, static_cast<std::size_t>(fold_.pof2()), static_cast<std::size_t>(w.first),

@@ -3,7 +3,7 @@
 // MPICH", IJHPCA 2005, section 4.4; MPICH's choice for long vectors of predefined ops).
 //
 // With P' the largest power of two <= P (comm/algorithms/power_of_two_fold.h folds the other
-// ranks in and out), the vector is cut into P' near-equal blocks (comm/algorithms/partition.h, so
+// ranks in and out), the vector is cut into P' near-equal blocks (comm/transport/partition.h, so
 // any count works). Reduce-scatter, steps 1 .. log2 P', distance 2^(log2 P' - i): rank v keeps
 // the half of its current window on its side of the partner v XOR distance, sends the other half
 // and reduces the half it receives into its own; at the end it owns block v, fully reduced.
@@ -28,9 +28,7 @@ namespace strait::comm {
 class RabenseifnerAllreduce final : public AllreduceOp {
  public:
   // `send` may equal `recv` (in place). Buffers are caller-owned and must outlive the operation.
-  RabenseifnerAllreduce(std::shared_ptr<const Group> group, std::uint64_t seq,
-                        std::atomic<std::uint64_t>* bytes_sent, const void* send, void* recv,
-                        std::size_t count, kernels::DType dtype, kernels::ReduceOp op);
+  RabenseifnerAllreduce(OpContext ctx, const ReduceBuffers& b);
   bool advance(Transport& t) override;
 
  private:

@@ -7,11 +7,9 @@
 
 namespace strait::comm {
 
-RecursiveDoublingAllreduce::RecursiveDoublingAllreduce(
-    std::shared_ptr<const Group> group, std::uint64_t seq, std::atomic<std::uint64_t>* bytes_sent,
-    const void* send, void* recv, std::size_t count, kernels::DType dtype, kernels::ReduceOp op)
-    : AllreduceOp(std::move(group), seq, bytes_sent, send, recv, count, dtype, op),
-      bytes_(count * kernels::dtype_size(dtype)),
+RecursiveDoublingAllreduce::RecursiveDoublingAllreduce(OpContext ctx, const ReduceBuffers& b)
+    : AllreduceOp(std::move(ctx), b),
+      bytes_(b.count * kernels::dtype_size(b.dtype)),
       fold_(this->group().rank, this->group().size()) {}
 
 bool RecursiveDoublingAllreduce::post_step(Transport& t) {

@@ -25,9 +25,7 @@ namespace strait::comm {
 class RecursiveDoublingAllreduce final : public AllreduceOp {
  public:
   // `send` may equal `recv` (in place). Buffers are caller-owned and must outlive the operation.
-  RecursiveDoublingAllreduce(std::shared_ptr<const Group> group, std::uint64_t seq,
-                             std::atomic<std::uint64_t>* bytes_sent, const void* send, void* recv,
-                             std::size_t count, kernels::DType dtype, kernels::ReduceOp op);
+  RecursiveDoublingAllreduce(OpContext ctx, const ReduceBuffers& b);
   bool advance(Transport& t) override;
 
  private:

@@ -16,13 +16,9 @@ class RingAllgather final : public RingOp {
  public:
   // `bytes[i]`: the size of rank i's block (size() entries). `send` (bytes[rank] long) may alias
   // out's block `rank` (in place).
-  RingAllgather(std::shared_ptr<const Group> group, std::uint64_t seq,
-                std::atomic<std::uint64_t>* bytes_sent, const void* send, void* out,
-                std::span<const std::size_t> bytes);
+  RingAllgather(OpContext ctx, const void* send, void* out, std::span<const std::size_t> bytes);
   // Every block `bytes` long.
-  RingAllgather(const std::shared_ptr<const Group>& group, std::uint64_t seq,
-                std::atomic<std::uint64_t>* bytes_sent, const void* send, void* out,
-                std::size_t bytes);
+  RingAllgather(const OpContext& ctx, const void* send, void* out, std::size_t bytes);
   bool advance(Transport& t) override;
 
  private:

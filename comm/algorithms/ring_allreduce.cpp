@@ -3,17 +3,13 @@
 #include <algorithm>
 #include <cstring>
 
-#include "comm/algorithms/partition.h"
 #include "comm/algorithms/scratch.h"
+#include "comm/transport/partition.h"
 
 namespace strait::comm {
 
-RingAllreduce::RingAllreduce(std::shared_ptr<const Group> group, std::uint64_t seq,
-                             std::atomic<std::uint64_t>* bytes_sent, const void* send, void* recv,
-                             std::size_t count, kernels::DType dtype, kernels::ReduceOp op,
-                             std::size_t segment_bytes)
-    : AllreduceOp(std::move(group), seq, bytes_sent, send, recv, count, dtype, op),
-      segment_bytes_(segment_bytes) {}
+RingAllreduce::RingAllreduce(OpContext ctx, const ReduceBuffers& b, std::size_t segment_bytes)
+    : AllreduceOp(std::move(ctx), b), segment_bytes_(segment_bytes) {}
 
 RingAllreduce::Piece RingAllreduce::piece(std::size_t unit, bool outgoing) const {
   const int p = group().size();

@@ -2,7 +2,7 @@
 // (Patarasuk & Yuan, "Bandwidth optimal all-reduce algorithms for clusters of workstations", 2009;
 // the algorithm of Baidu's ring allreduce, Horovod and NCCL's ring), optionally pipelined.
 //
-// The buffer is cut into P chunks (comm/algorithms/partition.h: any count works, 0 included).
+// The buffer is cut into P chunks (comm/transport/partition.h: any count works, 0 included).
 // Steps: P-1 reduce-scatter steps (step k: send chunk r-k to the right, receive chunk r-k-1 from
 // the left and reduce it into place), after which rank r owns the reduced chunk r+1; then P-1
 // allgather steps (send chunk r+1-k, receive chunk r-k). Bytes sent per rank:
@@ -36,10 +36,7 @@ class RingAllreduce final : public AllreduceOp, private RingEngine::Policy {
 
   // `send` may equal `recv` (in place). Buffers are caller-owned and must outlive the operation.
   // segment_bytes: 0 sends each chunk as one message; else the pipeline's segment size.
-  RingAllreduce(std::shared_ptr<const Group> group, std::uint64_t seq,
-                std::atomic<std::uint64_t>* bytes_sent, const void* send, void* recv,
-                std::size_t count, kernels::DType dtype, kernels::ReduceOp op,
-                std::size_t segment_bytes = 0);
+  RingAllreduce(OpContext ctx, const ReduceBuffers& b, std::size_t segment_bytes = 0);
   bool advance(Transport& t) override;
 
  private:

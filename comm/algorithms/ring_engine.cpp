@@ -1,7 +1,7 @@
 #include "comm/algorithms/ring_engine.h"
 
 #include "comm/algorithms/collective_op.h"
-#include "comm/tag.h"
+#include "comm/transport/tag.h"
 
 namespace strait::comm {
 

@@ -15,7 +15,8 @@
 //     therefore waits for the previous step's send, so a rank waits on one peer at a time and
 //     names the right one when it is lost;
 //   - arrivals are handled in unit order;
-//   - unit u's tag step (comm/tag.h) is (first_step + u) modulo the steps a tag can name: units
+//   - unit u's tag step (comm/transport/tag.h) is (first_step + u) modulo the steps a tag can name:
+//   units
 //     that share one are 65535 units apart, with at most 2 * window in flight.
 // Thread-safety: driven by the progress engine, one thread at a time, as every Op.
 #pragma once

@@ -38,7 +38,7 @@ class RingOp : public CollectiveOp {
     Blocks blocks;
     kernels::DType dtype{};
     kernels::ReduceOp op{};  // Avg: Sum, then the owner scales its block by 1/P once
-    int first_step = 0;      // the message step (comm/tag.h) of the phase's first step
+    int first_step = 0;      // the message step (comm/transport/tag.h) of the phase's first step
     // Progress.
     bool started = false;
     bool finished = false;

@@ -2,11 +2,10 @@
 
 namespace strait::comm {
 
-RingReduceScatter::RingReduceScatter(std::shared_ptr<const Group> group, std::uint64_t seq,
-                                     std::atomic<std::uint64_t>* bytes_sent, const void* send,
-                                     void* recv, std::span<const std::size_t> counts,
-                                     kernels::DType dtype, kernels::ReduceOp op)
-    : RingOp(std::move(group), seq, bytes_sent),
+RingReduceScatter::RingReduceScatter(OpContext ctx, const void* send, void* recv,
+                                     std::span<const std::size_t> counts, kernels::DType dtype,
+                                     kernels::ReduceOp op)
+    : RingOp(std::move(ctx)),
       phase_{.send = static_cast<const std::byte*>(send),
              .own = static_cast<std::byte*>(recv),
              .blocks = Blocks::packed(counts),

@@ -21,8 +21,7 @@ class RingReduceScatter final : public RingOp {
   // `counts[i]`: elements of block i (size() entries); block i of send starts at the prefix sum.
   // `recv` (counts[rank] elements) may be send's block `rank` (in place), must not overlap the
   // other blocks. Buffers are caller-owned and must outlive the operation.
-  RingReduceScatter(std::shared_ptr<const Group> group, std::uint64_t seq,
-                    std::atomic<std::uint64_t>* bytes_sent, const void* send, void* recv,
+  RingReduceScatter(OpContext ctx, const void* send, void* recv,
                     std::span<const std::size_t> counts, kernels::DType dtype,
                     kernels::ReduceOp op);
   bool advance(Transport& t) override;

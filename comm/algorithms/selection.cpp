@@ -22,9 +22,10 @@ namespace {
 
 // The registry's rows: one per algorithm. Ids are unique across collectives and must not change
 // meaning within a job (all ranks run one build). The first row of a collective is the one it runs
-// when no rule matches. Each row's constructor stands at the same place of registry.cpp's table
-// (checked there): this half stays free of the algorithms' code, so the parsers and the
-// fingerprint's describe() link without them (the fuzz targets, the tuner).
+// when no rule matches. Each row's constructor stands at the same place of
+// comm/algorithm_registry.cpp's table (checked there): this half stays free of the algorithms'
+// code, so the parsers and the fingerprint's describe() link without them (the fuzz targets, the
+// tuner).
 using Choice = AlgorithmInfo::Choice;
 constexpr std::array kAlgorithms = {
     AlgorithmInfo{"allreduce", "ring", 1, true, Choice::Rules, true},

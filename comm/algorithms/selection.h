@@ -33,11 +33,11 @@
 // `strait tune` (tools/tune/) writes such a file; its README section lists every member.
 //
 // Registering an algorithm is one row in selection.cpp's table (collective, name, id, whether it
-// takes seg=, how it is chosen) and its constructor in the same place of registry.cpp's
-// (comm/algorithms/registry.h); Communicator::post builds the chosen row. Rules name the
-// collectives whose algorithm they choose (Choice::Rules: allreduce). Errors: InvalidArgument
-// naming the bad token (and where it came from) and listing what is valid. Thread-safety: tables
-// are values; const members may be called from any thread.
+// takes seg=, how it is chosen) and its constructor in the same place of
+// comm/algorithm_registry.cpp's (comm/algorithm_registry.h); Communicator::post builds the chosen
+// row. Rules name the collectives whose algorithm they choose (Choice::Rules: allreduce). Errors:
+// InvalidArgument naming the bad token (and where it came from) and listing what is valid.
+// Thread-safety: tables are values; const members may be called from any thread.
 #pragma once
 
 #include <cstdint>
@@ -55,7 +55,7 @@ struct AlgorithmParams {
   bool operator==(const AlgorithmParams&) const = default;
 };
 
-// A registry row: an algorithm, how it is chosen, and (comm/algorithms/registry.h) the function
+// A registry row: an algorithm, how it is chosen, and (comm/algorithm_registry.h) the function
 // that constructs it.
 struct AlgorithmInfo {
   enum class Choice : std::uint8_t { Rules, Codec, Only };

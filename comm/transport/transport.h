@@ -15,7 +15,7 @@
 #include <span>
 #include <string>
 
-#include "comm/tag.h"
+#include "comm/transport/tag.h"
 #include "kernels/dtype.h"
 #include "kernels/reduce.h"
 

@@ -208,7 +208,7 @@ TEST(AllreduceBytes, EachAlgorithmSendsWhatItsScheduleSays) {
 
 TEST(AllreduceBytes, PipelinedRingWithMoreUnitsThanATagHasSteps) {
   // 70000 f32 over 2 ranks with 4-byte segments: 35000 one-element segments per chunk, 70000
-  // units, so the tags' step numbers wrap around (comm/tag.h).
+  // units, so the tags' step numbers wrap around (comm/transport/tag.h).
   constexpr std::size_t kCount = 70'000;
   run_ranks_with(
       2, [](int) { return only("ring@seg=4"); },

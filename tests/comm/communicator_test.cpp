@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "comm/bootstrap/hash_store.h"
-#include "comm/tag.h"
+#include "comm/transport/tag.h"
 #include "core/error.h"
 #include "tests/comm/comm_test_data.h"
 #include "tests/comm/comm_test_ranks.h"

@@ -138,7 +138,8 @@ Outcome run(const std::vector<std::size_t>& counts) {
     group->rank = r;
     for (int w = 0; w < p; ++w) group->world_ranks.push_back(w);
     ops.push_back(std::make_unique<RecursiveDoublingAllreduce>(
-        group, 0, nullptr, in[ur].data(), o.out[ur].data(), counts[ur], DType::F32, ReduceOp::Sum));
+        OpContext{group, 0, nullptr},
+        ReduceBuffers{in[ur].data(), o.out[ur].data(), counts[ur], DType::F32, ReduceOp::Sum}));
     Fingerprint f;
     f.kind = Fingerprint::Kind::Allreduce;
     f.count = counts[ur];

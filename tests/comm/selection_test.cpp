@@ -10,8 +10,8 @@
 #include <optional>
 #include <string>
 
+#include "comm/algorithm_registry.h"
 #include "comm/algorithms/codec_rules.h"
-#include "comm/algorithms/registry.h"
 #include "comm/collective_args.h"
 #include "core/error.h"
 #include "tests/common/scoped_env.h"

@@ -22,7 +22,7 @@
 
 #include "comm/bootstrap/hash_store.h"
 #include "comm/communicator.h"
-#include "comm/tag.h"
+#include "comm/transport/tag.h"
 #include "comm/transport/ucx/ucx_transport.h"
 #include "core/error.h"
 #include "tests/comm/comm_test_data.h"

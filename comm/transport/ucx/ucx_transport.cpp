@@ -20,7 +20,6 @@
 #include <optional>
 #include <random>
 
-#include "comm/algorithms/partition.h"
 #include "comm/transport/peer_memory.h"
 #include "comm/transport/ucx/ucx_log.h"
 #include "core/error.h"
@@ -28,23 +27,6 @@
 #include "kernels/reduce.h"
 
 namespace strait::comm {
-
-struct UcxTransport::InFlight {
-  UcxTransport* transport = nullptr;
-  RequestPtr request;
-  void* ucx_request = nullptr;  // null until the post call returns a handle
-  bool is_send = false;
-  int peer = 0;  // world rank
-  // Receives: where the message lands, so that an announcement (single copy) can be read there.
-  std::byte* recv_buf = nullptr;
-  std::size_t recv_len = 0;
-  Tag tag = 0;
-  // Posted to match an announcement too (a collective tag): a point-to-point tag may have the
-  // announcement's bit as one of its own.
-  bool takes_announcement = false;
-  // irecv_reduce(): an announced message is reduced as it is read (see read_piece()).
-  std::optional<ReduceOnArrival> reduce;
-};
 
 namespace {
 
@@ -106,6 +88,39 @@ Record decode_record(const Bytes& in, int peer) {
   return r;
 }
 
+void check_arguments(int rank, int size, int streams, std::size_t single_copy_min) {
+  if (size < 1 || rank < 0 || rank >= size) {
+    throw Error(ErrorCode::InvalidArgument,
+                fmt::format("UcxTransport: rank {} is not in a world of size {}", rank, size));
+  }
+  if (streams < 1 || streams > kMaxLanes) {
+    throw Error(
+        ErrorCode::InvalidArgument,
+        fmt::format("UcxTransport: {} streams per peer; 1 .. {} are possible", streams, kMaxLanes));
+  }
+  if (single_copy_min != 0 && single_copy_min < sizeof(UcxTransport::Announcement)) {
+    throw Error(ErrorCode::InvalidArgument,
+                fmt::format("UcxTransport: single-copy messages from {} bytes: at least {} (or 0 "
+                            "for none)",
+                            single_copy_min, sizeof(UcxTransport::Announcement)));
+  }
+}
+
+// A peer's key under `prefix` (its host, its address record), waiting at most `timeout`.
+Bytes peer_key(Store& store, const std::string& prefix, const char* what, int p, int rank, int size,
+               std::chrono::milliseconds timeout) {
+  try {
+    return store.get(fmt::format("{}/{}/{}", prefix, what, p), timeout);
+  } catch (const Error& e) {
+    if (e.code() != ErrorCode::Timeout) throw;
+    throw Error(ErrorCode::Timeout,
+                fmt::format("rank {} of {}: rank(s) {} did not start within {} ms (connection "
+                            "setup): is it launched, with the same MASTER_ADDR, MASTER_PORT "
+                            "and WORLD_SIZE? Raise STRAIT_TIMEOUT_S if it is only slow",
+                            rank, size, p, timeout.count()));
+  }
+}
+
 }  // namespace
 
 UcxTransport::UcxTransport(Store& store, const std::string& prefix, int rank, int size,
@@ -117,44 +132,18 @@ UcxTransport::UcxTransport(Store& store, const std::string& prefix, int rank, in
       worker_(nullptr, ucp_worker_destroy),
       streams_(streams),
       single_copy_min_(single_copy_min) {
-  if (size < 1 || rank < 0 || rank >= size) {
-    throw Error(ErrorCode::InvalidArgument,
-                fmt::format("UcxTransport: rank {} is not in a world of size {}", rank, size));
-  }
-  if (streams < 1 || streams > kMaxLanes) {
-    throw Error(
-        ErrorCode::InvalidArgument,
-        fmt::format("UcxTransport: {} streams per peer; 1 .. {} are possible", streams, kMaxLanes));
-  }
-  if (single_copy_min != 0 && single_copy_min < sizeof(Announcement)) {
-    throw Error(ErrorCode::InvalidArgument,
-                fmt::format("UcxTransport: single-copy messages from {} bytes: at least {} (or 0 "
-                            "for none)",
-                            single_copy_min, sizeof(Announcement)));
-  }
+  check_arguments(rank, size, streams, single_copy_min);
   {
     std::random_device random;
     next_token_ = (static_cast<std::uint64_t>(random()) << 32) ^ random();
   }
-  const auto peer_key = [&](int p, const char* what) {
-    try {
-      return store.get(fmt::format("{}/{}/{}", prefix, what, p), timeout);
-    } catch (const Error& e) {
-      if (e.code() != ErrorCode::Timeout) throw;
-      throw Error(ErrorCode::Timeout,
-                  fmt::format("rank {} of {}: rank(s) {} did not start within {} ms (connection "
-                              "setup): is it launched, with the same MASTER_ADDR, MASTER_PORT "
-                              "and WORLD_SIZE? Raise STRAIT_TIMEOUT_S if it is only slow",
-                              rank, size, p, timeout.count()));
-    }
-  };
   // Whether every rank runs on this host decides the transports, before UCX starts.
   const std::string host = host_identity();
   store.set(fmt::format("{}/host/{}", prefix, rank), Bytes(host.begin(), host.end()));
   int local_ranks = 1;
   for (int p = 0; p < size; ++p) {
     if (p == rank) continue;
-    const Bytes theirs = peer_key(p, "host");
+    const Bytes theirs = peer_key(store, prefix, "host", p, rank, size, timeout);
     if (std::string(theirs.begin(), theirs.end()) == host) ++local_ranks;
   }
   const bool one_host = local_ranks == size;
@@ -164,6 +153,21 @@ UcxTransport::UcxTransport(Store& store, const std::string& prefix, int rank, in
   core_per_local_rank_ = local_ranks <= cores;
   const bool shm_only = one_host && !force_peer_mode;
 
+  start_ucx(shm_only);
+
+  const std::vector<std::uint64_t> probes =
+      connect_peers(store, prefix, host, force_peer_mode, timeout);
+  try {
+    agree_single_copy(store, prefix, probes, timeout);
+  } catch (const Error&) {
+    close_endpoints();
+    throw;
+  }
+}
+
+// The constructor's first step: UCX's configuration (see the comments), context, worker and the
+// epoll set the progress engine sleeps on.
+void UcxTransport::start_ucx(bool shm_only) {
   ucx_log::install();  // UCX's messages go to strait's logger (ucx_log.h), not to stderr
   ucp_config_t* raw_config = nullptr;
   if (auto st = ucp_config_read(nullptr, nullptr, &raw_config); st != UCS_OK) {
@@ -242,7 +246,14 @@ UcxTransport::UcxTransport(Store& store, const std::string& prefix, int rank, in
     throw Error(ErrorCode::Internal,
                 fmt::format("UcxTransport: epoll setup: {}", std::strerror(errno)));
   }
+}
 
+// Publishes this rank's record, reads every peer's and connects to it; returns the peers' probe
+// addresses (single copy).
+std::vector<std::uint64_t> UcxTransport::connect_peers(Store& store, const std::string& prefix,
+                                                       const std::string& host,
+                                                       bool force_peer_mode,
+                                                       std::chrono::milliseconds timeout) {
   // Publish this rank's record.
   ucp_address_t* address = nullptr;
   std::size_t address_len = 0;
@@ -252,23 +263,24 @@ UcxTransport::UcxTransport(Store& store, const std::string& prefix, int rank, in
   const Bytes mine = encode_record(host, ::getpid(), reinterpret_cast<std::uintptr_t>(&probe_word_),
                                    address, address_len);
   ucp_worker_release_address(worker_.get(), address);
-  store.set(fmt::format("{}/address/{}", prefix, rank), mine);
+  store.set(fmt::format("{}/address/{}", prefix, rank_), mine);
 
-  peers_.reserve(static_cast<std::size_t>(size));
-  std::vector<std::uint64_t> probes(static_cast<std::size_t>(size), 0);
-  for (int p = 0; p < size; ++p) {
+  peers_.reserve(static_cast<std::size_t>(size_));
+  std::vector<std::uint64_t> probes(static_cast<std::size_t>(size_), 0);
+  for (int p = 0; p < size_; ++p) {
     auto peer = std::make_unique<Peer>();
     peer->self = this;
     peer->rank = p;
     const Record rec =
-        p == rank ? decode_record(mine, p) : decode_record(peer_key(p, "address"), p);
+        p == rank_ ? decode_record(mine, p)
+                   : decode_record(peer_key(store, prefix, "address", p, rank_, size_, timeout), p);
     peer->same_host = rec.host == host && !force_peer_mode;
     // Shared memory has no flows to police: one endpoint suffices.
-    peer->lanes = peer->same_host || p == rank ? 1 : streams_;
+    peer->lanes = peer->same_host || p == rank_ ? 1 : streams_;
     peer->address = rec.address;
     peer->pid = rec.pid;
     probes[static_cast<std::size_t>(p)] = rec.probe;
-    if (peer->same_host && p != rank) {
+    if (peer->same_host && p != rank_) {
       peer->pidfd.reset(pidfd_open(rec.pid));
       epoll_event pev{};
       pev.events = EPOLLIN;  // wakes the progress engine the moment the peer dies
@@ -293,12 +305,7 @@ UcxTransport::UcxTransport(Store& store, const std::string& prefix, int rank, in
     }
     peers_.push_back(std::move(peer));
   }
-  try {
-    agree_single_copy(store, prefix, probes, timeout);
-  } catch (const Error&) {
-    close_endpoints();
-    throw;
-  }
+  return probes;
 }
 
 void UcxTransport::agree_single_copy(Store& store, const std::string& prefix,
@@ -525,461 +532,6 @@ bool UcxTransport::mark_if_exited(Peer& peer, int wait_ms) {
   peer.lost = fmt::format("rank {}'s process exited", peer.rank);
   ::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_DEL, peer.pidfd.get(), nullptr);  // stays readable
   return true;
-}
-
-void UcxTransport::on_send(void* request, ucs_status_t status, void* user_data) {
-  auto* pending = static_cast<InFlight*>(user_data);
-  ucp_request_free(request);
-  pending->transport->retire(pending, status, 0);
-}
-
-void UcxTransport::on_recv(void* request, ucs_status_t status, const ucp_tag_recv_info_t* info,
-                           void* user_data) {
-  auto* pending = static_cast<InFlight*>(user_data);
-  // `info` lives in the request: read it before the request goes back to UCX's pool (whose free
-  // list then overwrites the sender's tag).
-  const Tag sender_tag = status == UCS_OK ? info->sender_tag : 0;
-  const std::size_t length = status == UCS_OK ? info->length : 0;
-  ucp_request_free(request);
-  if (pending->takes_announcement && (sender_tag & kSingleCopyAnnounceBit) != 0) {
-    pending->transport->accept_announcement(pending, length);
-    return;
-  }
-  pending->transport->retire(pending, status, length);
-}
-
-void UcxTransport::on_ep_error(void* arg, ucp_ep_h /*ep*/, ucs_status_t status) {
-  auto* peer = static_cast<Peer*>(arg);
-  if (peer->lost.empty()) {
-    peer->lost =
-        fmt::format("the connection to rank {} failed: {}", peer->rank, ucs_status_string(status));
-  }
-}
-
-RequestPtr UcxTransport::post(bool is_send, int peer, Tag tag, const void* send_buf, void* recv_buf,
-                              std::size_t len, int lane, Tag mask, const ReduceOnArrival* reduce) {
-  auto req = std::make_shared<TransportRequest>();
-  Peer& to = *peers_.at(static_cast<std::size_t>(peer));
-  const auto extra = static_cast<std::size_t>(lane - 1);
-  ucp_ep_h ep = lane == 0 ? to.ep : extra < to.extra_lanes.size() ? to.extra_lanes[extra] : nullptr;
-  if (is_send && ep == nullptr) {
-    req->state = TransportRequest::State::Failed;  // closed by withdraw(): peer_lost() says why
-    req->error = peers_[static_cast<std::size_t>(peer)]->lost;
-    return req;
-  }
-  auto owned = std::make_unique<InFlight>();
-  InFlight* pending = owned.get();
-  pending->transport = this;
-  pending->request = req;
-  // Registered before posting: UCX may run the completion callback inside the post call.
-  in_flight_.emplace(req.get(), std::move(owned));
-  ucp_request_param_t p{};
-  p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-  p.user_data = pending;
-  pending->is_send = is_send;
-  pending->peer = peer;
-  pending->recv_buf = static_cast<std::byte*>(recv_buf);
-  pending->recv_len = len;
-  pending->tag = tag;
-  pending->takes_announcement = !is_send && (mask & kSingleCopyAnnounceBit) == 0;
-  if (reduce != nullptr && pending->takes_announcement) pending->reduce = *reduce;
-  void* r = nullptr;
-  if (is_send) {
-    p.cb.send = &UcxTransport::on_send;
-    r = ucp_tag_send_nbx(ep, send_buf, len, tag, &p);
-  } else {
-    // Receives always complete through the callback, which is where UCX reports the length.
-    p.op_attr_mask |= UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
-    p.cb.recv = &UcxTransport::on_recv;
-    r = ucp_tag_recv_nbx(worker_.get(), recv_buf, len, tag, mask, &p);
-  }
-  if (!in_flight_.contains(req.get())) return req;  // the callback already ran (and freed r)
-  if (r == nullptr) {
-    req->state = TransportRequest::State::Done;
-    in_flight_.erase(req.get());
-  } else if (UCS_PTR_IS_ERR(r)) {
-    req->state = TransportRequest::State::Failed;
-    req->error = failure_cause(peer, UCS_PTR_STATUS(r));
-    in_flight_.erase(req.get());
-  } else {
-    pending->ucx_request = r;
-  }
-  return req;
-}
-
-RequestPtr UcxTransport::isend(int peer, Tag tag, const void* buf, std::size_t len) {
-  const Peer& to = *peers_.at(static_cast<std::size_t>(peer));
-  if (to.lanes > 1 && to.ep != nullptr && len >= kStripeMin && is_collective_tag(tag)) {
-    return post_striped(true, peer, tag, buf, nullptr, len);
-  }
-  if (to.single_copy_to && single_copy_min_ != 0 && len >= single_copy_min_ && to.ep != nullptr &&
-      is_collective_tag(tag)) {
-    return post_single_copy(peer, tag, buf, len);
-  }
-  return post(true, peer, tag, buf, nullptr, len);
-}
-
-RequestPtr UcxTransport::irecv(int peer, Tag tag, void* buf, std::size_t len) {
-  // The sender stripes by the same rule (its lanes to us equal ours to it), so a receive of the
-  // size it sends expects the same parts.
-  const Peer& from = *peers_.at(static_cast<std::size_t>(peer));
-  if (from.lanes > 1 && len >= kStripeMin && is_collective_tag(tag)) {
-    return post_striped(false, peer, tag, nullptr, buf, len);
-  }
-  // The sender decides whether a message is announced (its own threshold): take either.
-  const Tag mask =
-      from.single_copy_from && is_collective_tag(tag) ? ~kSingleCopyAnnounceBit : ~Tag{0};
-  return post(false, peer, tag, nullptr, buf, len, 0, mask);
-}
-
-RequestPtr UcxTransport::irecv_reduce(int peer, Tag tag, void* buf, std::size_t len,
-                                      const ReduceOnArrival& how) {
-  const Peer& from = *peers_.at(static_cast<std::size_t>(peer));
-  if (!from.single_copy_from || from.lanes > 1 || !is_collective_tag(tag)) {
-    return irecv(peer, tag, buf, len);
-  }
-  return post(false, peer, tag, nullptr, buf, len, 0, ~kSingleCopyAnnounceBit, &how);
-}
-
-RequestPtr UcxTransport::post_striped(bool is_send, int peer, Tag tag, const void* send_buf,
-                                      void* recv_buf, std::size_t len) {
-  const int lanes = peers_.at(static_cast<std::size_t>(peer))->lanes;
-  Stripe s{std::make_shared<TransportRequest>(), {}};
-  for (int lane = 0; lane < lanes; ++lane) {
-    const Part c = part(len, static_cast<std::size_t>(lanes), static_cast<std::size_t>(lane));
-    s.parts.push_back(post(is_send, peer, with_lane(tag, lane),
-                           is_send ? static_cast<const std::byte*>(send_buf) + c.offset : nullptr,
-                           is_send ? nullptr : static_cast<std::byte*>(recv_buf) + c.offset,
-                           c.count, lane));
-  }
-  RequestPtr whole = s.whole;
-  if (!settle(s)) stripes_.push_back(std::move(s));
-  return whole;
-}
-
-bool UcxTransport::settle(Stripe& s) {
-  for (const auto& p : s.parts) {
-    if (p->pending()) return false;
-  }
-  auto& w = *s.whole;
-  w.state = TransportRequest::State::Done;
-  for (const auto& p : s.parts) {
-    w.bytes += p->bytes;
-    if (p->state == TransportRequest::State::Failed && w.state != TransportRequest::State::Failed) {
-      w.state = TransportRequest::State::Failed;
-      w.error = p->error;
-    }
-    w.truncated = w.truncated || p->truncated;
-  }
-  return true;
-}
-
-void UcxTransport::withdraw(std::span<const RequestPtr> whole_requests,
-                            std::chrono::milliseconds budget) {
-  // A striped message is withdrawn through its parts, a single-copy send through its
-  // announcement (its "done" receive is its own business, below).
-  std::vector<RequestPtr> expanded(whole_requests.begin(), whole_requests.end());
-  for (const auto& r : whole_requests) {
-    for (const auto& s : stripes_) {
-      if (s.whole == r) expanded.insert(expanded.end(), s.parts.begin(), s.parts.end());
-    }
-    for (const auto& s : single_sends_) {
-      if (s.whole == r) expanded.push_back(s.announce);
-    }
-  }
-  const std::span<const RequestPtr> requests(expanded);
-  const auto find = [this](const RequestPtr& r) {
-    return r && r->pending() ? in_flight_.find(r.get()) : in_flight_.end();
-  };
-  // Unmatched receives go at once (cancelling may complete them inside the call).
-  for (const auto& r : requests) {
-    const auto it = find(r);
-    if (it != in_flight_.end() && !it->second->is_send && it->second->ucx_request != nullptr) {
-      ucp_request_cancel(worker_.get(), it->second->ucx_request);
-    }
-  }
-  const auto any_pending = [&] {
-    return std::any_of(requests.begin(), requests.end(),
-                       [](const RequestPtr& r) { return r && r->pending(); });
-  };
-  const auto until = std::chrono::steady_clock::now() + budget;
-  while (any_pending() && std::chrono::steady_clock::now() < until) {
-    if (!progress()) check_peers();
-  }
-  const auto withdrawn = [&](const RequestPtr& r) {
-    return r->pending() && std::find(requests.begin(), requests.end(), r) != requests.end();
-  };
-  // Single-copy messages: a receive no longer reads (the sender is told it is done), and a
-  // send's slot is cleared, so a peer still reading it fails rather than lands what the caller
-  // writes there next.
-  std::erase_if(reads_, [&](PeerReadJob& job) {
-    if (!withdrawn(job.request)) return false;
-    job.request->state = TransportRequest::State::Failed;
-    job.request->error = "withdrawn: its operation failed";
-    if (peers_.at(static_cast<std::size_t>(job.peer))->lost.empty()) send_done(job);
-    return true;
-  });
-  std::erase_if(single_sends_, [&](SingleCopySend& s) {
-    if (!withdrawn(s.whole)) return false;
-    s.whole->state = TransportRequest::State::Failed;
-    s.whole->error = "withdrawn: its operation failed";
-    return settle(s);
-  });
-  // Sends the peer has not taken: UCX would read their buffers whenever it gets to them (a
-  // rendezvous the peer matches later, a queue that drains later). Closing the endpoint by force
-  // fails them; UCX 1.13 cannot cancel a single send.
-  std::vector<int> stuck_peers;
-  for (const auto& r : requests) {
-    const auto it = find(r);
-    if (it == in_flight_.end()) continue;
-    if (it->second->is_send) {
-      if (std::find(stuck_peers.begin(), stuck_peers.end(), it->second->peer) == stuck_peers.end())
-        stuck_peers.push_back(it->second->peer);
-    }
-  }
-  for (const int p : stuck_peers) {
-    reset_endpoint(*peers_.at(static_cast<std::size_t>(p)),
-                   fmt::format("a send to it was still pending {} ms after its operation failed",
-                               budget.count()));
-  }
-  for (const auto& r : requests) {
-    const auto it = find(r);
-    if (it == in_flight_.end() || it->second->is_send) continue;
-    spdlog::warn(
-        "strait: a receive of a failed operation was still arriving {} ms after the failure; "
-        "UCX cannot stop it, so its buffer may still be written. Keep the buffers of failed "
-        "operations until the communicator is destroyed if a peer may still be sending",
-        budget.count());
-    break;
-  }
-}
-
-void UcxTransport::reset_endpoint(Peer& peer, const std::string& why) {
-  spdlog::debug("strait: rank {} force-closes its endpoint to rank {}: {}", rank_, peer.rank, why);
-  {
-    std::vector<void*> closing;
-    close_endpoint(peer.ep, UCP_EP_CLOSE_FLAG_FORCE, closing);
-    for (auto& ep : peer.extra_lanes) close_endpoint(ep, UCP_EP_CLOSE_FLAG_FORCE, closing);
-    peer.extra_lanes.clear();
-    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(1);
-    for (void* r : closing) {
-      while (ucp_request_check_status(r) == UCS_INPROGRESS &&
-             std::chrono::steady_clock::now() < until) {
-        ucp_worker_progress(worker_.get());
-      }
-      if (ucp_request_check_status(r) != UCS_INPROGRESS) ucp_request_free(r);
-    }
-  }
-  // Another host's peer sees its side of the connection fail; it is gone for this transport.
-  // A peer on this host (no peer-failure handling, shared memory) does not notice: reconnect.
-  if (peer.same_host && peer.lost.empty()) {
-    try {
-      connect(peer);
-      return;
-    } catch (const Error& e) {
-      peer.lost = fmt::format("rank {}: reconnecting failed: {}", peer.rank, e.message());
-      return;
-    }
-  }
-  if (peer.lost.empty()) {
-    peer.lost = fmt::format("this rank closed its connection to rank {}: {}", peer.rank, why);
-  }
-}
-
-RequestPtr UcxTransport::post_single_copy(int peer, Tag tag, const void* buf, std::size_t len) {
-  std::size_t slot = 0;
-  if (free_slots_.empty()) {
-    slot = slots_.size();
-    slots_.emplace_back(0);
-  } else {
-    slot = free_slots_.back();
-    free_slots_.pop_back();
-  }
-  if (++next_token_ == 0) ++next_token_;  // 0 marks a free slot
-  const std::uint64_t token = next_token_;
-  slots_[slot].store(token, std::memory_order_release);
-  auto msg =
-      std::make_shared<Announcement>(Announcement{reinterpret_cast<std::uintptr_t>(buf), len, token,
-                                                  reinterpret_cast<std::uintptr_t>(&slots_[slot])});
-  auto done = std::make_shared<std::uint64_t>(0);
-  SingleCopySend s;
-  s.whole = std::make_shared<TransportRequest>();
-  s.slot = slot;
-  s.token = token;
-  s.length = len;
-  // The "done" receive first: it is posted before the receiver can answer.
-  s.done = post(false, peer, with_source(tag, peer) | kSingleCopyDoneBit, nullptr, done.get(),
-                sizeof *done);
-  s.done->keep_alive = std::move(done);
-  s.announce = post(true, peer, tag | kSingleCopyAnnounceBit, msg.get(), nullptr, sizeof *msg);
-  s.announce->keep_alive = std::move(msg);
-  RequestPtr whole = s.whole;
-  if (!settle(s)) single_sends_.push_back(std::move(s));
-  return whole;
-}
-
-bool UcxTransport::settle(SingleCopySend& s) {
-  auto& w = *s.whole;
-  if (w.pending()) {
-    const auto failed = [](const RequestPtr& r) {
-      return r->state == TransportRequest::State::Failed;
-    };
-    if (failed(s.announce) || failed(s.done)) {
-      w.state = TransportRequest::State::Failed;
-      w.error = failed(s.announce) ? s.announce->error : s.done->error;
-    } else if (!s.announce->pending() && !s.done->pending()) {
-      const auto* got = static_cast<const std::uint64_t*>(s.done->keep_alive.get());
-      if (s.done->bytes == sizeof s.token && *got == s.token) {
-        w.state = TransportRequest::State::Done;
-        single_copy_bytes_.fetch_add(s.length, std::memory_order_relaxed);
-      } else {
-        w.state = TransportRequest::State::Failed;
-        w.error = fmt::format(
-            "the receiver's \"done\" for a single-copy message did not name it "
-            "({} bytes): are all ranks running the same strait build?",
-            s.done->bytes);
-      }
-    } else {
-      return false;
-    }
-  }
-  // The caller may reuse its buffer from now on: a read that has not checked the slot yet fails.
-  release_slot(s.slot);
-  if (s.done->pending()) {
-    if (const auto it = in_flight_.find(s.done.get());
-        it != in_flight_.end() && it->second->ucx_request != nullptr) {
-      ucp_request_cancel(worker_.get(), it->second->ucx_request);
-    }
-  }
-  return true;
-}
-
-void UcxTransport::release_slot(std::size_t slot) {
-  slots_[slot].store(0, std::memory_order_seq_cst);
-  // The caller's next writes to the buffer come after this store for any reader (peer_memory.h).
-  std::atomic_thread_fence(std::memory_order_seq_cst);
-  free_slots_.push_back(slot);
-}
-
-void UcxTransport::accept_announcement(InFlight* pending, std::size_t length) {
-  PeerReadJob job;
-  job.request = pending->request;
-  job.peer = pending->peer;
-  job.tag = pending->tag;
-  job.dst = pending->recv_buf;
-  job.capacity = pending->recv_len;
-  job.reduce = pending->reduce;
-  const bool well_formed = length == sizeof(Announcement);
-  if (well_formed) std::memcpy(&job.msg, job.dst, sizeof job.msg);
-  in_flight_.erase(job.request.get());  // destroys *pending
-  if (!well_formed) {
-    job.request->state = TransportRequest::State::Failed;
-    job.request->error = fmt::format(
-        "rank {} sent a single-copy announcement of {} bytes where {} were expected: are all "
-        "ranks running the same strait build?",
-        job.peer, length, sizeof(Announcement));
-    return;
-  }
-  reads_.push_back(std::move(job));
-}
-
-bool UcxTransport::pump_reads() {
-  // One piece of each message in turn, so that none waits for another to be read whole.
-  for (std::size_t n = reads_.size(); n > 0; --n) {
-    PeerReadJob job = std::move(reads_.front());
-    reads_.pop_front();
-    if (!read_piece(job)) reads_.push_back(std::move(job));
-  }
-  return true;
-}
-
-bool UcxTransport::read_piece(PeerReadJob& job) {
-  auto& req = *job.request;
-  if (!req.pending()) return true;
-  Peer& peer = *peers_.at(static_cast<std::size_t>(job.peer));
-  if (job.msg.length > job.capacity) {
-    req.state = TransportRequest::State::Failed;
-    req.truncated = true;
-    req.error = ucs_status_string(UCS_ERR_MESSAGE_TRUNCATED);
-    send_done(job);
-    return true;
-  }
-  if (job.reduce && job.msg.length % kernels::dtype_size(job.reduce->dtype) != 0) {
-    job.reduce.reset();  // lands whole instead; the operation then names the wrong size
-  }
-  const std::size_t n = std::min(kReadPiece, job.msg.length - job.offset);
-  if (n > 0 && job.reduce) {
-    if (!reduce_piece_) reduce_piece_ = std::make_unique_for_overwrite<std::byte[]>(kReducePiece);
-    const ReduceOnArrival& how = *job.reduce;
-    const std::size_t elem = kernels::dtype_size(how.dtype);
-    for (std::size_t done = 0; done < n;) {
-      const std::size_t m = std::min(kReducePiece, n - done);
-      const std::size_t at = job.offset + done;
-      const PeerRead r = read_peer_memory(peer.pid, job.msg.address + at, reduce_piece_.get(), m);
-      if (r.error != 0) {
-        fail_read(job,
-                  fmt::format("reading its message from its memory failed after {} of {} bytes: {}",
-                              at + r.bytes, job.msg.length, std::strerror(r.error)),
-                  true);
-        return true;
-      }
-      // The piece is in this core's cache: reduce it at once (one read of each operand).
-      if (how.from != how.into) std::memcpy(how.into + at, how.from + at, m);
-      kernels::reduce(how.dtype, how.op, how.into + at, reduce_piece_.get(), m / elem);
-      done += m;
-    }
-    job.offset += n;
-  } else if (n > 0) {
-    const PeerRead r =
-        read_peer_memory(peer.pid, job.msg.address + job.offset, job.dst + job.offset, n);
-    if (r.error != 0) {
-      fail_read(job,
-                fmt::format("reading its message from its memory failed after {} of {} bytes: {}",
-                            job.offset + r.bytes, job.msg.length, std::strerror(r.error)),
-                true);
-      return true;
-    }
-    job.offset += n;
-  }
-  if (job.offset < job.msg.length) return false;
-  // All read. The slot, read after the data, still holds the token: the sender had not given the
-  // buffer back by then, so what was read is its message. A readable pidfd: the pid may have
-  // been another process's.
-  std::uint64_t slot = 0;
-  const PeerRead s = read_peer_memory(peer.pid, job.msg.slot, &slot, sizeof slot);
-  if (s.error != 0 || slot != job.msg.token || mark_if_exited(peer, 0) || !peer.lost.empty()) {
-    fail_read(job,
-              fmt::format("rank {} withdrew its message before this rank had read it (its "
-                          "operation failed there)",
-                          job.peer),
-              true);
-    return true;
-  }
-  req.state = TransportRequest::State::Done;
-  req.bytes = job.msg.length;
-  req.reduced = job.reduce.has_value();
-  send_done(job);
-  return true;
-}
-
-void UcxTransport::fail_read(PeerReadJob& job, std::string why, bool tell_sender) {
-  Peer& peer = *peers_.at(static_cast<std::size_t>(job.peer));
-  // A read fails when the sender is gone, and its pidfd turns readable a moment after its memory
-  // went: wait for it once, as failure_cause() does, to report the cause rather than the symptom.
-  constexpr int kExitReportMs = 500;
-  if (peer.lost.empty()) mark_if_exited(peer, peer.waited_for_exit ? 0 : kExitReportMs);
-  peer.waited_for_exit = true;
-  auto& req = *job.request;
-  req.state = TransportRequest::State::Failed;
-  req.error = peer.lost.empty() ? std::move(why) : peer.lost;
-  if (tell_sender && peer.lost.empty()) send_done(job);
-}
-
-void UcxTransport::send_done(const PeerReadJob& job) {
-  auto token = std::make_shared<std::uint64_t>(job.msg.token);
-  RequestPtr r = post(true, job.peer, with_source(job.tag, rank_) | kSingleCopyDoneBit, token.get(),
-                      nullptr, sizeof *token);
-  r->keep_alive = std::move(token);  // a failed send (a closed endpoint) is the sender's loss
 }
 
 bool UcxTransport::progress() {

@@ -17,21 +17,22 @@
 // Streams: with `streams` > 1, every peer on another host gets that many endpoints (UCX's TCP
 // transport gives each endpoint its own TCP connection), and each collective message of at least
 // kStripeMin bytes to or from it is cut into `streams` near-equal parts sent at once, part i on
-// endpoint i with lane i in its tag (comm/tag.h), so one message fills a link that polices or
-// paces each flow (a long fat pipe one TCP window cannot fill, per-flow rate limits). The parts
-// complete as one request. Peers on this host (shared memory) get one endpoint; point-to-point
-// messages are never striped. Every rank must use the same count (Communicator::create checks).
+// endpoint i with lane i in its tag (comm/transport/tag.h), so one message fills a link that
+// polices or paces each flow (a long fat pipe one TCP window cannot fill, per-flow rate limits).
+// The parts complete as one request. Peers on this host (shared memory) get one endpoint;
+// point-to-point messages are never striped. Every rank must use the same count
+// (Communicator::create checks).
 //
 // Single copy between local ranks: a collective message of at least `single_copy_min` bytes to a
 // peer on this host is not copied through UCX's shared-memory FIFO (a copy in, a copy out): the
 // sender posts a 32-byte announcement {address, length, token, address of the token's slot} with
-// kSingleCopyAnnounceBit in the tag (comm/tag.h); the receiver's receive ignores that bit, so it
-// takes the data or the announcement, and on an announcement the receiver copies the message
-// straight out of the sender's memory (process_vm_readv, transport/peer_memory.h) into its
+// kSingleCopyAnnounceBit in the tag (comm/transport/tag.h); the receiver's receive ignores that
+// bit, so it takes the data or the announcement, and on an announcement the receiver copies the
+// message straight out of the sender's memory (process_vm_readv, transport/peer_memory.h) into its
 // buffer, in pieces of kReadPiece between which UCX progresses, then sends an 8-byte "done" (the
-// token; kSingleCopyDoneBit, and the receiver as source: comm/tag.h); the send completes on it.
-// UCX's CMA does the same copy but aborts the process when its read of a dead peer fails; here a
-// failed read is the peer's loss. Safety:
+// token; kSingleCopyDoneBit, and the receiver as source: comm/transport/tag.h); the send completes
+// on it. UCX's CMA does the same copy but aborts the process when its read of a dead peer fails;
+// here a failed read is the peer's loss. Safety:
 //   - a dead peer: the read fails (ESRCH, EFAULT) or succeeds from a process that is gone;
 //     either way its pidfd, checked after every read, says so, and the receive fails with the
 //     same "rank R's process exited" as every other transfer with it;
@@ -113,7 +114,23 @@ class UcxTransport final : public Transport {
   }
 
  private:
-  struct InFlight;  // a posted UCX request, owned by in_flight_
+  // A posted UCX request, owned by in_flight_.
+  struct InFlight {
+    UcxTransport* transport = nullptr;
+    RequestPtr request;
+    void* ucx_request = nullptr;  // null until the post call returns a handle
+    bool is_send = false;
+    int peer = 0;  // world rank
+    // Receives: where the message lands, so that an announcement (single copy) can be read there.
+    std::byte* recv_buf = nullptr;
+    std::size_t recv_len = 0;
+    Tag tag = 0;
+    // Posted to match an announcement too (a collective tag): a point-to-point tag may have the
+    // announcement's bit as one of its own.
+    bool takes_announcement = false;
+    // irecv_reduce(): an announced message is reduced as it is read (see read_piece()).
+    std::optional<ReduceOnArrival> reduce;
+  };
   struct Peer {
     UcxTransport* self = nullptr;
     int rank = 0;
@@ -134,6 +151,12 @@ class UcxTransport final : public Transport {
   static void on_recv(void* request, ucs_status_t status, const ucp_tag_recv_info_t* info,
                       void* user_data);
   static void on_ep_error(void* arg, ucp_ep_h ep, ucs_status_t status);
+  // The constructor's steps: UCX's context, worker and event fd; the peers' endpoints (returns
+  // their probe addresses).
+  void start_ucx(bool shm_only);
+  std::vector<std::uint64_t> connect_peers(Store& store, const std::string& prefix,
+                                           const std::string& host, bool force_peer_mode,
+                                           std::chrono::milliseconds timeout);
   void connect(Peer& peer);
   void close_endpoints();
   // Force-closes the endpoint to `peer` (UCX then fails every send queued on it) and, for a live

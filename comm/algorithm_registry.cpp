@@ -1,4 +1,4 @@
-#include "comm/algorithms/registry.h"
+#include "comm/algorithm_registry.h"
 
 #include <fmt/format.h>
 
@@ -34,7 +34,7 @@ using Ctx = BuildContext;
 // A rank's blocks in elements: `counts` for the v-forms, else `count` for every rank.
 std::vector<std::size_t> blocks(const Ctx& c) {
   if (!c.args.counts.empty()) return {c.args.counts.begin(), c.args.counts.end()};
-  return std::vector<std::size_t>(static_cast<std::size_t>(c.group->size()), c.args.count);
+  return std::vector<std::size_t>(static_cast<std::size_t>(c.context.group->size()), c.args.count);
 }
 
 std::vector<std::size_t> in_bytes(std::vector<std::size_t> counts, kernels::DType dtype) {
@@ -43,33 +43,50 @@ std::vector<std::size_t> in_bytes(std::vector<std::size_t> counts, kernels::DTyp
 }
 
 bool is_root(const Ctx& c) {
-  return c.group->rank == c.args.root;
+  return c.context.group->rank == c.args.root;
 }
 
-const float* send_f32(const Ctx& c) {
-  return static_cast<const float*>(c.args.send);
+std::size_t bytes_of(const CollectiveArgs& a) {
+  return a.count * kernels::dtype_size(a.dtype);
 }
-float* recv_f32(const Ctx& c) {
-  return static_cast<float*>(c.args.recv);
+
+ReduceBuffers reduction(const Ctx& c) {
+  const auto& a = c.args;
+  return {.send = a.send, .recv = a.recv, .count = a.count, .dtype = a.dtype, .op = a.op};
 }
-bool average(const Ctx& c) {
-  return c.args.op == kernels::ReduceOp::Avg;
+
+CompressedBuffers compressed(const Ctx& c) {
+  return {.send = static_cast<const float*>(c.args.send),
+          .recv = static_cast<float*>(c.args.recv),
+          .count = c.args.count,
+          .average = c.args.op == kernels::ReduceOp::Avg,
+          .state = c.compression,
+          .codec_spec = c.codec->spec,
+          .key = c.codec->key};
+}
+
+// The allreduces built from their context and buffers alone.
+template <class Algorithm>
+Op allreduce(const Ctx& c) {
+  return std::make_unique<Algorithm>(c.context, reduction(c));
+}
+template <class Algorithm>
+Op compressed_allreduce(const Ctx& c) {
+  return std::make_unique<Algorithm>(c.context, compressed(c));
 }
 
 Op point_to_point(const Ctx& c) {
   const auto& a = c.args;
   const bool send = a.kind == CollectiveArgs::Kind::Send;
-  return std::make_unique<PointToPoint>(c.group, send ? c.bytes_sent : nullptr,
-                                        send ? PointToPoint::Kind::Send : PointToPoint::Kind::Recv,
-                                        a.root, a.tag, send ? const_cast<void*>(a.send) : a.recv,
-                                        a.count);
+  return std::make_unique<PointToPoint>(
+      OpContext{c.context.group, 0, send ? c.context.bytes_sent : nullptr},
+      send ? PointToPoint::Kind::Send : PointToPoint::Kind::Recv, a.root, a.tag,
+      send ? const_cast<void*>(a.send) : a.recv, a.count);
 }
 
 Op hierarchical_allreduce(const Ctx& c, InterSite inter) {
-  const auto& a = c.args;
-  return std::make_unique<HierarchicalAllreduce>(c.group, c.hierarchy, c.seq, c.bytes_sent, a.send,
-                                                 a.recv, a.count, a.dtype, a.op, std::move(inter),
-                                                 c.fingerprint);
+  return std::make_unique<HierarchicalAllreduce>(c.context, c.hierarchy, reduction(c),
+                                                 std::move(inter), c.fingerprint);
 }
 
 // The constructor of each row of selection.cpp's table, in the same order (build_algorithm checks
@@ -82,57 +99,25 @@ struct Builder {
 constexpr std::array kBuilders = {
     Builder{"allreduce", "ring",
             [](const Ctx& c) -> Op {
-              const auto& a = c.args;
-              return std::make_unique<RingAllreduce>(c.group, c.seq, c.bytes_sent, a.send, a.recv,
-                                                     a.count, a.dtype, a.op,
+              return std::make_unique<RingAllreduce>(c.context, reduction(c),
                                                      c.params.segment_bytes);
             }},
-    Builder{"allreduce", "recursive_doubling",
-            [](const Ctx& c) -> Op {
-              const auto& a = c.args;
-              return std::make_unique<RecursiveDoublingAllreduce>(
-                  c.group, c.seq, c.bytes_sent, a.send, a.recv, a.count, a.dtype, a.op);
-            }},
-    Builder{"allreduce", "rabenseifner",
-            [](const Ctx& c) -> Op {
-              const auto& a = c.args;
-              return std::make_unique<RabenseifnerAllreduce>(c.group, c.seq, c.bytes_sent, a.send,
-                                                             a.recv, a.count, a.dtype, a.op);
-            }},
+    Builder{"allreduce", "recursive_doubling", allreduce<RecursiveDoublingAllreduce>},
+    Builder{"allreduce", "rabenseifner", allreduce<RabenseifnerAllreduce>},
     // comm/algorithms/hierarchical_allreduce.h; seg= pipelines its inter-site ring.
     Builder{"allreduce", "hierarchical",
             [](const Ctx& c) -> Op {
               return hierarchical_allreduce(c, InterSite{.segment_bytes = c.params.segment_bytes});
             }},
-    Builder{"allreduce", "direct",
-            [](const Ctx& c) -> Op {
-              const auto& a = c.args;
-              return std::make_unique<DirectAllreduce>(c.group, c.seq, c.bytes_sent, a.send, a.recv,
-                                                       a.count, a.dtype, a.op);
-            }},
-    Builder{"allreduce", "mailbox",
-            [](const Ctx& c) -> Op {
-              const auto& a = c.args;
-              return std::make_unique<MailboxAllreduce>(c.group, c.seq, c.bytes_sent, a.send,
-                                                        a.recv, a.count, a.dtype, a.op);
-            }},
-    Builder{"allreduce_compressed", "ring",
-            [](const Ctx& c) -> Op {
-              return std::make_unique<CompressedRingAllreduce>(
-                  c.group, c.seq, c.bytes_sent, send_f32(c), recv_f32(c), c.args.count, average(c),
-                  c.compression, c.codec->spec, c.codec->key);
-            }},
+    Builder{"allreduce", "direct", allreduce<DirectAllreduce>},
+    Builder{"allreduce", "mailbox", allreduce<MailboxAllreduce>},
+    Builder{"allreduce_compressed", "ring", compressed_allreduce<CompressedRingAllreduce>},
     Builder{"allreduce_compressed", "allgather",
-            [](const Ctx& c) -> Op {
-              return std::make_unique<CompressedAllgatherAllreduce>(
-                  c.group, c.seq, c.bytes_sent, send_f32(c), recv_f32(c), c.args.count, average(c),
-                  c.compression, c.codec->spec, c.codec->key);
-            }},
+            compressed_allreduce<CompressedAllgatherAllreduce>},
     Builder{"allreduce_compressed", "powersgd",
             [](const Ctx& c) -> Op {
-              return std::make_unique<PowerSgdAllreduce>(
-                  c.group, c.seq, c.bytes_sent, send_f32(c), recv_f32(c), average(c), c.compression,
-                  *c.codec->powersgd, c.codec->plan, c.codec->spec, c.codec->key);
+              return std::make_unique<PowerSgdAllreduce>(c.context, compressed(c),
+                                                         *c.codec->powersgd, c.codec->plan);
             }},
     // Compressed only between sites; which ranks share a site is not in the spec.
     Builder{"allreduce_compressed", "hierarchical",
@@ -143,76 +128,66 @@ constexpr std::array kBuilders = {
             }},
     Builder{"broadcast", "binomial",
             [](const Ctx& c) -> Op {
-              const auto& a = c.args;
-              return std::make_unique<BinomialBroadcast>(c.group, c.seq, c.bytes_sent, a.recv,
-                                                         a.count * kernels::dtype_size(a.dtype),
-                                                         a.root);
+              return std::make_unique<BinomialBroadcast>(c.context, c.args.recv, bytes_of(c.args),
+                                                         c.args.root);
             }},
     Builder{"reduce", "binomial",
             [](const Ctx& c) -> Op {
-              const auto& a = c.args;
-              return std::make_unique<BinomialReduce>(c.group, c.seq, c.bytes_sent, a.send,
-                                                      is_root(c) ? a.recv : nullptr, a.count,
-                                                      a.dtype, a.op, a.root);
+              ReduceBuffers b = reduction(c);
+              if (!is_root(c)) b.recv = nullptr;
+              return std::make_unique<BinomialReduce>(c.context, b, c.args.root);
             }},
     Builder{"gather", "binomial",
             [](const Ctx& c) -> Op {
               const auto& a = c.args;
               return std::make_unique<BinomialGather>(
-                  c.group, c.seq, c.bytes_sent, a.send, is_root(c) ? a.recv : nullptr,
-                  a.count * kernels::dtype_size(a.dtype), a.root);
+                  c.context, a.send, is_root(c) ? a.recv : nullptr, bytes_of(a), a.root);
             }},
     Builder{"scatter", "binomial",
             [](const Ctx& c) -> Op {
               const auto& a = c.args;
-              return std::make_unique<BinomialScatter>(
-                  c.group, c.seq, c.bytes_sent, is_root(c) ? a.send : nullptr, a.recv,
-                  a.count * kernels::dtype_size(a.dtype), a.root);
+              return std::make_unique<BinomialScatter>(c.context, is_root(c) ? a.send : nullptr,
+                                                       a.recv, bytes_of(a), a.root);
             }},
     Builder{"allgather", "ring",
             [](const Ctx& c) -> Op {
-              const auto& a = c.args;
-              return std::make_unique<RingAllgather>(c.group, c.seq, c.bytes_sent, a.send, a.recv,
-                                                     a.count * kernels::dtype_size(a.dtype));
+              return std::make_unique<RingAllgather>(c.context, c.args.send, c.args.recv,
+                                                     bytes_of(c.args));
             }},
     Builder{"allgather_v", "ring",
             [](const Ctx& c) -> Op {
               const auto bytes = in_bytes(blocks(c), c.args.dtype);
-              return std::make_unique<RingAllgather>(c.group, c.seq, c.bytes_sent, c.args.send,
-                                                     c.args.recv,
+              return std::make_unique<RingAllgather>(c.context, c.args.send, c.args.recv,
                                                      std::span<const std::size_t>(bytes));
             }},
     Builder{"reduce_scatter", "ring",
             [](const Ctx& c) -> Op {
               const auto& a = c.args;
               const auto counts = blocks(c);
-              return std::make_unique<RingReduceScatter>(c.group, c.seq, c.bytes_sent, a.send,
-                                                         a.recv, counts, a.dtype, a.op);
+              return std::make_unique<RingReduceScatter>(c.context, a.send, a.recv, counts, a.dtype,
+                                                         a.op);
             }},
     Builder{"reduce_scatter_v", "ring",
             [](const Ctx& c) -> Op {
               const auto& a = c.args;
-              return std::make_unique<RingReduceScatter>(c.group, c.seq, c.bytes_sent, a.send,
-                                                         a.recv, a.counts, a.dtype, a.op);
+              return std::make_unique<RingReduceScatter>(c.context, a.send, a.recv, a.counts,
+                                                         a.dtype, a.op);
             }},
     Builder{"alltoall", "pairwise",
             [](const Ctx& c) -> Op {
               const auto& a = c.args;
               const auto bytes = in_bytes(blocks(c), a.dtype);
-              return std::make_unique<PairwiseAlltoall>(c.group, c.seq, c.bytes_sent, a.send, bytes,
-                                                        a.recv, bytes);
+              return std::make_unique<PairwiseAlltoall>(c.context, a.send, bytes, a.recv, bytes);
             }},
     Builder{"alltoall_v", "pairwise",
             [](const Ctx& c) -> Op {
               const auto& a = c.args;
               const auto sb = in_bytes({a.counts.begin(), a.counts.end()}, a.dtype);
               const auto rb = in_bytes({a.recv_counts.begin(), a.recv_counts.end()}, a.dtype);
-              return std::make_unique<PairwiseAlltoall>(c.group, c.seq, c.bytes_sent, a.send, sb,
-                                                        a.recv, rb);
+              return std::make_unique<PairwiseAlltoall>(c.context, a.send, sb, a.recv, rb);
             }},
-    Builder{
-        "barrier", "dissemination",
-        [](const Ctx& c) -> Op { return std::make_unique<DisseminationBarrier>(c.group, c.seq); }},
+    Builder{"barrier", "dissemination",
+            [](const Ctx& c) -> Op { return std::make_unique<DisseminationBarrier>(c.context); }},
     Builder{"send", "point_to_point", point_to_point},
     Builder{"recv", "point_to_point", point_to_point},
 };

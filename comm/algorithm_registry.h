@@ -21,6 +21,7 @@
 #include <string>
 
 #include "comm/algorithms/fingerprint.h"
+#include "comm/algorithms/op_context.h"
 #include "comm/algorithms/selection.h"
 #include "comm/collective_args.h"
 #include "comm/compress/powersgd.h"
@@ -43,10 +44,8 @@ struct CodecChoice {
 
 struct BuildContext {
   const CollectiveArgs& args;
-  std::shared_ptr<const Group> group;
+  OpContext context;                           // group, sequence number, bytes-sent counter
   std::shared_ptr<const Hierarchy> hierarchy;  // null: one site (split communicators)
-  std::uint64_t seq = 0;
-  std::atomic<std::uint64_t>* bytes_sent = nullptr;
   AlgorithmParams params{};
   const Fingerprint& fingerprint;
   const CodecChoice* codec = nullptr;  // allreduce_compressed

@@ -1,4 +1,4 @@
-#include "comm/transport/local_mailbox.h"
+#include "comm/algorithms/local_mailbox.h"
 
 #include <fmt/format.h>
 #include <poll.h>

@@ -24,12 +24,12 @@
 // NCCL's own initialisation then runs in the background, and the first enqueue waits for it (at
 // most the timeout; abort() stops that wait). As with NCCL, the first device operation must be one
 // every rank of the communicator calls (a collective), and there is one rank per GPU.
-// Stream: set_stream() applies to operations enqueued afterwards (nullptr, the default, is the
-// legacy default stream). The stream must belong to the buffers' GPU.
+// Stream: the operation's own (CollectiveArgs::stream), else the one set_stream() set last
+// (nullptr, the default, is the legacy default stream). It must belong to the buffers' GPU.
 // Thread-safety: enqueue() calls are serialised (NCCL allows one issuing thread per communicator);
 // set_stream(), stream() and abort() may be called from any thread at any time.
 // Build: with NCCL (STRAIT_HAVE_NCCL) the real path; without it, enqueue() throws Unavailable
-// saying what to install (comm/nccl/device_collectives_unavailable.cpp).
+// saying what to install (comm/device_collectives_unavailable.cpp).
 #pragma once
 
 #include <chrono>
@@ -38,7 +38,7 @@
 
 #include "comm/bootstrap/store.h"
 #include "comm/collective_args.h"
-#include "comm/progress_engine.h"
+#include "comm/transport/op.h"
 #include "kernels/cuda_stream.h"
 
 namespace strait::comm {

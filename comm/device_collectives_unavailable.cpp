@@ -1,10 +1,10 @@
-// comm/nccl/device_collectives.h for builds without NCCL: no device buffer can be routed anywhere
+// comm/device_collectives.h for builds without NCCL: no device buffer can be routed anywhere
 // (the host transports cannot read GPU memory), so a device operation reports Unavailable.
 #include <fmt/format.h>
 
 #include <atomic>
 
-#include "comm/nccl/device_collectives.h"
+#include "comm/device_collectives.h"
 #include "core/error.h"
 
 namespace strait::comm {

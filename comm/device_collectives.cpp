@@ -1,4 +1,4 @@
-#include "comm/nccl/device_collectives.h"
+#include "comm/device_collectives.h"
 
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
@@ -160,7 +160,7 @@ std::unique_ptr<Op> DeviceComm::enqueue(const CollectiveArgs& call, int device,
                             "one communicator drives one GPU",
                             collective_name(call.kind), device, nccl->device()));
   }
-  const kernels::CudaStream stream = m.stream.load();
+  const kernels::CudaStream stream = call.stream.value_or(m.stream.load());
   try {
     if (!nccl) {
       NcclCommOptions options;
