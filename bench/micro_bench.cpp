@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "comm/compress/codec.h"
+#include "comm/compress/codec_factory.h"
 #include "comm/security/secret.h"
 #include "comm/transport/peer_memory.h"
 #include "comm/transport/sealed_message.h"

@@ -22,6 +22,7 @@ set(STRAIT_PUBLIC_HEADERS
   kernels/cuda_stream.h
   kernels/dtype.h
   kernels/reduce.h
+  kernels/reduce_op.h
   comm/algorithms/collective_kind.h
   comm/bootstrap/prefix_store.h
   comm/bootstrap/store.h

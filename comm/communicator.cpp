@@ -24,7 +24,7 @@
 #include "comm/collective_check.h"
 #include "comm/collective_describe.h"
 #include "comm/communicator_shared.h"
-#include "comm/compress/codec.h"
+#include "comm/compress/codec_factory.h"
 #include "comm/compress/compression_state.h"
 #include "comm/device_collectives.h"
 #include "comm/progress_engine.h"

@@ -167,13 +167,16 @@ struct Compression {
 
 /// A group of ranks and the collectives over it (see the file comment for ordering, errors and
 /// threads).
+struct CommunicatorShared;  ///< defined in comm/communicator_shared.h, private to comm/
+
 class STRAIT_API Communicator {
   struct Key {
     explicit Key() = default;
   };
 
  public:
-  struct Shared;  ///< defined in communicator_shared.h
+  /// What the communicators of one process share (comm/communicator_shared.h).
+  using Shared = CommunicatorShared;
 
   /// The world communicator of a job launched with torchrun's environment (RANK, WORLD_SIZE,
   /// MASTER_ADDR, MASTER_PORT): `strait run`, torchrun, Slurm or mpirun wrappers. Collective.

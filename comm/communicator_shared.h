@@ -1,5 +1,6 @@
 // What the communicators of one process share: the store, the progress engine (which owns the
-// transport) and the selection table. Sub-communicators keep it alive. Private to comm/.
+// transport) and the selection table (Communicator::Shared). Sub-communicators keep it alive.
+// Private to comm/.
 #pragma once
 
 #include <chrono>
@@ -9,13 +10,12 @@
 
 #include "comm/algorithms/selection.h"
 #include "comm/bootstrap/store.h"
-#include "comm/communicator.h"
 #include "comm/heartbeat.h"
 #include "comm/progress_engine.h"
 
 namespace strait::comm {
 
-struct Communicator::Shared {
+struct CommunicatorShared {
   std::shared_ptr<Store> store;
   std::shared_ptr<ProgressEngine> engine;
   std::shared_ptr<const AlgorithmTable> algorithms;

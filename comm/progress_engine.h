@@ -37,7 +37,8 @@
 
 namespace strait::comm {
 
-class ProgressEngine : public std::enable_shared_from_this<ProgressEngine> {
+class ProgressEngine final : public WorkDriver,
+                             public std::enable_shared_from_this<ProgressEngine> {
  public:
   // How often operations that need polling are advanced once spinning is over: short next to a
   // GPU collective of any size worth offloading, long enough to leave the core to others.
@@ -47,7 +48,7 @@ class ProgressEngine : public std::enable_shared_from_this<ProgressEngine> {
   ProgressEngine(const ProgressEngine&) = delete;
   ProgressEngine& operator=(const ProgressEngine&) = delete;
   // Fails what is still pending with Aborted, stops the thread, then destroys the transport.
-  ~ProgressEngine();
+  ~ProgressEngine() override;
 
   [[nodiscard]] Transport& transport() noexcept { return *transport_; }
 
@@ -83,10 +84,10 @@ class ProgressEngine : public std::enable_shared_from_this<ProgressEngine> {
   // thread progresses at a time (progress_mutex_); completion callbacks of operations finished
   // meanwhile run on the caller's thread. Returns work.done(). A no-op on the engine thread and
   // inside a completion callback.
-  bool drive(const WorkState& work);
+  bool drive(const WorkState& work) override;
   // Called by Work::wait() when a wait that drive() did not finish has ended, with how long after
   // the wait began the operation completed: adapts the polling budget (see the .cpp).
-  void wait_ended(std::chrono::steady_clock::duration waited);
+  void wait_ended(std::chrono::steady_clock::duration waited) override;
   // An operation of `stream` run outside the engine (the blocking mailbox path) failed with
   // `cause`: the stream is unusable from now on (later submissions fail at once, as after an
   // operation of the engine's own), and its active operations are failed as by abort().
@@ -95,7 +96,7 @@ class ProgressEngine : public std::enable_shared_from_this<ProgressEngine> {
   // heartbeat's PeerLost), or nullopt. One atomic load while no stream is broken. Any thread.
   [[nodiscard]] std::optional<Error> broken(std::uint64_t stream);
   // Fails one pending operation (no-op when already finished).
-  void fail(const std::shared_ptr<WorkState>& work, const Error& error);
+  void fail(const std::shared_ptr<WorkState>& work, const Error& error) override;
   // Fails every pending operation of `stream` (0: all streams) with Aborted.
   void abort(std::uint64_t stream, const std::string& why);
   // The same with `error`'s code and message (a heartbeat's PeerLost, comm/heartbeat.h).

@@ -2,8 +2,6 @@
 
 #include <fmt/format.h>
 
-#include "comm/progress_engine.h"
-
 namespace strait::comm {
 
 const std::string& WorkState::description() const {

@@ -34,7 +34,26 @@
 
 namespace strait::comm {
 
-class ProgressEngine;
+class WorkState;
+
+/// What runs an operation to completion, as Work sees it: the progress engine
+/// (comm/progress_engine.h) implements it, so that work.h needs nothing above itself.
+/// Thread-safety: every member may be called from any thread.
+class WorkDriver {
+ public:
+  WorkDriver() = default;
+  WorkDriver(const WorkDriver&) = delete;
+  WorkDriver& operator=(const WorkDriver&) = delete;
+  WorkDriver(WorkDriver&&) = delete;
+  WorkDriver& operator=(WorkDriver&&) = delete;
+  virtual ~WorkDriver() = default;
+  /// Progresses on the caller's thread for a while before it blocks; returns work.done().
+  virtual bool drive(const WorkState& work) = 0;
+  /// A wait that drive() did not finish has ended, `waited` after it began.
+  virtual void wait_ended(std::chrono::steady_clock::duration waited) = 0;
+  /// Fails one pending operation (no-op when already finished).
+  virtual void fail(const std::shared_ptr<WorkState>& work, const Error& error) = 0;
+};
 
 /// When an operation's deadline (the communicator's timeout) starts to run. AtWait is for
 /// operations posted early, e.g. a pipeline stage's receives posted when its step starts: they may
@@ -76,7 +95,7 @@ class STRAIT_API WorkState {
   void on_complete(std::function<void(const std::optional<Error>&)> callback);
 
   /// The engine that runs this operation, so that an abandoned wait can fail it.
-  std::weak_ptr<ProgressEngine> engine;
+  std::weak_ptr<WorkDriver> engine;
   /// Set for DeadlineStart::AtWait: wait() gives up after this long (as wait(timeout) does).
   std::optional<std::chrono::milliseconds> wait_timeout;
 

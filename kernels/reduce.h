@@ -30,11 +30,9 @@
 
 #include "core/export.h"
 #include "kernels/dtype.h"
+#include "kernels/reduce_op.h"
 
 namespace strait::kernels {
-
-/// Reduction operator. Avg is Sum followed by scale(1 / world size), floats only.
-enum class ReduceOp : std::uint8_t { Sum, Prod, Min, Max, Avg };
 
 /// The op's name ("sum", "prod", "min", "max", "avg").
 STRAIT_API std::string_view reduce_op_name(ReduceOp op) noexcept;

@@ -16,7 +16,7 @@
 #include <cstdint>
 
 #include "kernels/dtype.h"
-#include "kernels/reduce.h"
+#include "kernels/reduce_op.h"
 
 namespace strait::kernels::detail {
 

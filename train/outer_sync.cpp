@@ -10,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-#include "comm/compress/codec.h"
+#include "comm/compress/codec_factory.h"
 #include "core/error.h"
 
 namespace strait::train {

@@ -2,11 +2,7 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
-#include <stdlib.h>  // mkstemp
-#include <unistd.h>
 
-#include <cerrno>
-#include <cstring>
 #include <string>
 #include <vector>
 
@@ -236,26 +232,6 @@ void save_checkpoint(comm::Communicator& world, const TrainConfig& c, int stage,
   if (world.rank() == 0)
     sched::commit_checkpoint(c.save, step, c.stages, train_checkpoint_meta(c, step));
   world.barrier();  // the step directory exists for everyone once save_checkpoint returns
-}
-
-void check_save_dir(const std::filesystem::path& dir) {
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec || !std::filesystem::is_directory(dir)) {
-    throw Error(ErrorCode::InvalidArgument,
-                fmt::format("cannot create --save directory {}: {}; pass a writable directory",
-                            dir.string(), ec ? ec.message() : "not a directory"));
-  }
-  // Creating a file is the only test that also holds for root on read-only or full file systems.
-  std::string probe = (dir / ".strait-probe-XXXXXX").string();
-  const int fd = ::mkstemp(probe.data());
-  if (fd < 0) {
-    throw Error(ErrorCode::InvalidArgument,
-                fmt::format("--save directory {} is not writable ({}): pass a writable directory",
-                            dir.string(), std::strerror(errno)));
-  }
-  ::close(fd);
-  ::unlink(probe.c_str());
 }
 
 namespace {

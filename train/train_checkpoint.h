@@ -59,10 +59,6 @@ void save_checkpoint(comm::Communicator& world, const TrainConfig& config, int s
                      const sched::RankModel& model, offload::AdamWState& moments, std::int64_t step,
                      OuterSync* outer = nullptr);
 
-// Creates the --save directory if needed and checks that it takes a new file (InvalidArgument
-// naming --save otherwise).
-void check_save_dir(const std::filesystem::path& dir);
-
 struct Resumed {
   std::int64_t step = 0;           // optimizer steps the checkpoint had completed
   std::vector<std::string> notes;  // settings that differ from the checkpoint's, for the log

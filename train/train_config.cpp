@@ -6,18 +6,18 @@
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <numbers>
 
 #include "comm/communicator.h"
-#include "comm/compress/codec.h"
+#include "comm/compress/codec_factory.h"
 #include "core/error.h"
 #include "kernels/adamw.h"
 #include "offload/io_engine_factory.h"
 #include "scheduler/schedule_sim.h"
 #include "scheduler/schedule_validate.h"
-#include "train/train_checkpoint.h"
 
 namespace strait::train {
 namespace {
@@ -336,6 +336,32 @@ void CheckpointConfig::validate() const {
   if (save_every > 0 && save.empty())
     throw bad("--save-every needs --save DIR: name the directory");
 }
+
+namespace {
+
+// Creates the --save directory if needed and checks that it takes a new file (InvalidArgument
+// naming --save otherwise).
+void check_save_dir(const std::filesystem::path& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec || !std::filesystem::is_directory(dir)) {
+    throw Error(ErrorCode::InvalidArgument,
+                fmt::format("cannot create --save directory {}: {}; pass a writable directory",
+                            dir.string(), ec ? ec.message() : "not a directory"));
+  }
+  // Creating a file is the only test that also holds for root on read-only or full file systems.
+  std::string probe = (dir / ".strait-probe-XXXXXX").string();
+  const int fd = ::mkstemp(probe.data());
+  if (fd < 0) {
+    throw Error(ErrorCode::InvalidArgument,
+                fmt::format("--save directory {} is not writable ({}): pass a writable directory",
+                            dir.string(), std::strerror(errno)));
+  }
+  ::close(fd);
+  ::unlink(probe.c_str());
+}
+
+}  // namespace
 
 void CheckpointConfig::validate_paths() const {
   if (!save.empty()) check_save_dir(save);

@@ -2,7 +2,7 @@
 
 #include <fmt/format.h>
 
-#include "comm/compress/codec.h"
+#include "comm/compress/codec_factory.h"
 #include "core/error.h"
 
 namespace strait::comm {

@@ -81,17 +81,4 @@ class Codec {
   void check_bytes(std::string_view what, std::size_t bytes, std::size_t count) const;
 };
 
-// A codec by name and "key=value,key=value" arguments, e.g. make_codec("int8", "block=256,
-// stochastic=1,seed=7"). Throws InvalidArgument for an unknown name (listing the names), an
-// unknown or repeated key (naming it and the valid keys) or a bad value (naming the key).
-std::unique_ptr<Codec> make_codec(std::string_view name, std::string_view args = {});
-// The same from "name" or "name:args" (what Codec::spec() returns).
-std::unique_ptr<Codec> make_codec_from_spec(std::string_view spec);
-// The canonical spec of anything allreduce_compressed takes as a codec: an elementwise codec's
-// (make_codec_from_spec(spec)->spec()) or PowerSGD's (comm/compress/powersgd.h). Throws
-// InvalidArgument as those do, naming the bad name, key or value.
-std::string canonical_codec_spec(std::string_view spec);
-// Every name make_codec() knows.
-const std::vector<std::string_view>& codec_names();
-
 }  // namespace strait::comm

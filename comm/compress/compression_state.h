@@ -10,7 +10,7 @@
 #include <string>
 #include <string_view>
 
-#include "comm/compress/codec.h"
+#include "comm/compress/codec_factory.h"
 #include "comm/compress/error_feedback.h"
 #include "comm/compress/powersgd_state.h"
 

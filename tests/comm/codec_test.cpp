@@ -1,7 +1,5 @@
 // comm/compress/: the Codec interface and factory, wire sizes, non-finite input reported with its
 // index, and error feedback keeping the running sums of sent and intended updates together.
-#include "comm/compress/codec.h"
-
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -14,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/compress/codec_factory.h"
 #include "comm/compress/error_feedback.h"
 #include "comm/compress/int8_codec.h"
 #include "core/error.h"

@@ -16,7 +16,7 @@
 
 #include "comm/algorithms/compressed_ring_allreduce.h"
 #include "comm/communicator.h"
-#include "comm/compress/codec.h"
+#include "comm/compress/codec_factory.h"
 #include "core/error.h"
 #include "tests/comm/comm_test_data.h"
 #include "tests/comm/comm_test_ranks.h"

@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "comm/communicator.h"
-#include "comm/compress/codec.h"
+#include "comm/compress/codec_factory.h"
 #include "comm/compress/powersgd.h"
 #include "core/error.h"
 #include "tests/comm/comm_test_ranks.h"

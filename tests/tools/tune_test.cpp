@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "comm/algorithms/selection.h"
-#include "comm/compress/codec.h"
+#include "comm/compress/codec_factory.h"
 #include "comm/links.h"
 #include "comm/sites.h"
 #include "core/error.h"

@@ -6,7 +6,7 @@
 #include <array>
 #include <utility>
 
-#include "comm/compress/codec.h"
+#include "comm/compress/codec_factory.h"
 #include "core/error.h"
 
 namespace strait::tools::tune {

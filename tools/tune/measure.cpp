@@ -10,7 +10,7 @@
 
 #include "comm/algorithms/selection.h"
 #include "comm/bootstrap/prefix_store.h"
-#include "comm/compress/codec.h"
+#include "comm/compress/codec_factory.h"
 #include "comm/compress/powersgd.h"
 
 namespace strait::tools::tune {
