@@ -21,7 +21,7 @@ import torch
 import torch.distributed as dist
 
 __all__ = ["TORCH_VERSION", "register_backend", "python_work_seen_by_cpp", "red_op_type",
-           "work_from_completed_future", "c10d_file"]
+           "work_from_future", "work_from_completed_future", "c10d_file"]
 
 
 def _version(text):
@@ -41,6 +41,10 @@ TORCH_VERSION = _version(torch.__version__)
 # (backend.ProcessGroupStrait._submit). Set True where a torch is known to have PyWork to let
 # DDP's Reducer overlap its allreduces without a comm hook.
 python_work_seen_by_cpp = False
+
+# torch 1.13 has it in torch._C._distributed_c10d only; later versions also re-export it.
+_create_work_from_future = getattr(dist.distributed_c10d, "_create_work_from_future", None) or \
+    torch._C._distributed_c10d._create_work_from_future
 
 # The file whose functions (all_reduce, broadcast, ...) are the Python callers of a ProcessGroup.
 c10d_file = sys.modules[dist.distributed_c10d.__name__].__file__
@@ -66,11 +70,15 @@ def register_backend(name, creator):
     dist.Backend.register_backend(name, creator)
 
 
+def work_from_future(fut):
+    """A C++ Work (FutureWrappingWork) over the torch Future ``fut``: its wait() waits for the
+    future (raising its error), its get_future() returns it. C++ callers (DDP's Reducer) get
+    this; pending, it lets them go on while the operation runs."""
+    return _create_work_from_future(fut)
+
+
 def work_from_completed_future(value):
-    """A C++ Work (FutureWrappingWork) already completed with ``value``: what C++ callers get in
-    torch < 2.1, whose wait() returns at once and whose get_future() works."""
+    """A C++ Work already completed with ``value``: wait() returns at once."""
     fut = torch.futures.Future()
     fut.set_result(value)
-    return dist.distributed_c10d._create_work_from_future(fut) if hasattr(
-        dist.distributed_c10d, "_create_work_from_future") else \
-        torch._C._distributed_c10d._create_work_from_future(fut)
+    return _create_work_from_future(fut)
