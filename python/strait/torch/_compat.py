@@ -10,8 +10,11 @@ API as documented; the 2.x branches are untested here.
 - A Python subclass of ``dist.Work`` is only seen by Python callers in 1.13: C++ callers
   (``dist._broadcast_coalesced``, ``_verify_params_across_processes``, DDP's Reducer) call the
   C++ base ``Work::wait()``, which never returns for a Python subclass, and ``getFuture()``,
-  which throws. 2.x has a trampoline (``PyProcessGroup::PyWork``) that dispatches those calls to
-  Python. See ``python_work_seen_by_cpp`` and backend.py's ``_called_from_cpp``.
+  which throws. Later versions have a trampoline (``PyProcessGroup::PyWork``) that dispatches
+  those calls to Python. strait does not rely on it: every version's C++ callers get a C++ Work
+  over a torch Future (``work_from_future``, torch's ``_create_work_from_future``), pending until
+  the operation finishes (``_work.cpp_work``, STRAIT_TORCH_CPP_WORK), so DDP overlaps without a
+  hook. See ``python_work_seen_by_cpp`` and backend.py's ``_called_from_cpp``.
 - ``ReduceOp`` objects: ``op.op`` is the ``ReduceOp.RedOpType`` in both.
 """
 
@@ -37,9 +40,8 @@ TORCH_VERSION = _version(torch.__version__)
 # Whether C++ callers reach a Python Work's wait/get_future. Later torch has a trampoline for it
 # (PyProcessGroup::PyWork in torch/csrc/distributed/c10d/PyProcessGroup.hpp), 1.13 has not; the
 # version it arrived in is not verified here, and guessing too low would make C++ callers hang,
-# so every version takes the path that works everywhere: C++ callers get a finished C++ Work
-# (backend.ProcessGroupStrait._submit). Set True where a torch is known to have PyWork to let
-# DDP's Reducer overlap its allreduces without a comm hook.
+# so every version takes the path that works everywhere: C++ callers get a C++ Work over a torch
+# Future (pending: DDP still overlaps; backend.ProcessGroupStrait._submit, _work.cpp_work).
 python_work_seen_by_cpp = False
 
 # torch 1.13 has it in torch._C._distributed_c10d only; later versions also re-export it.

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Does DDP without a comm hook hide its gradient traffic behind backward? bench/ddp_overlap.py
+# (2 ranks, an MLP whose gradients travel in several DDP buckets) times per step: compute alone,
+# the same buckets' allreduces alone, DDP over strait with pending C++ Works (the default), DDP
+# over strait with finished ones (STRAIT_TORCH_CPP_WORK=finished: each bucket blocks backward),
+# and DDP over Gloo; and against the bar 0.75 x (compute + comm). First on loopback
+# (`strait run`), then, as root, across the WAN testbed (2 sites x 1 rank at RATE, `strait wan`),
+# where the link, not the CPU, is the cost of communication. Also writes the Chrome trace of one
+# DDP step over strait (profiler spans strait::allreduce inside backward) and prints its summary.
+#   bench/compare_ddp_overlap.sh            (sudo for the WAN part; WAN=0 skips it)
+# Environment: MODEL (loopback: "--layers 8 --dim 1024 --batch 32 --bucket-mb 4", 8.4 M
+# parameters, 32 MiB of gradients in 8 buckets), WAN_MODEL (WAN: "--layers 4 --dim 1024 --batch 64
+# --bucket-mb 4", 16 MiB in 4 buckets), RATE (400mbit: the WAN model's traffic then takes about
+# its compute time), ROUNDS (3), STEPS (4 timed steps per round and configuration), WAN (1: run
+# the WAN part when root), OUT ($STRAIT_RESULTS_DIR/DATE-ddp-overlap, bench/outdir.sh). About 4
+# minutes at the defaults.
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+build=${STRAIT_BUILD_DIR:-$root/build}
+model=${MODEL:---layers 8 --dim 1024 --batch 32 --bucket-mb 4}
+wan_model=${WAN_MODEL:---layers 4 --dim 1024 --batch 64 --bucket-mb 4}
+rate=${RATE:-400mbit}
+rounds=${ROUNDS:-3}
+steps=${STEPS:-4}
+source "$root/bench/outdir.sh"
+out=${OUT:-$(results_dir ddp-overlap)}
+strait=$build/strait
+prefix=sdo$$
+mkdir -p "$out"
+export PYTHONPATH=$root/python${PYTHONPATH:+:$PYTHONPATH} STRAIT_LIBRARY=$build/lib/libstrait.so
+export PYTHONWARNINGS=ignore::UserWarning OMP_NUM_THREADS=1
+bench=("$root/bench/ddp_overlap.py" --rounds "$rounds" --steps "$steps")
+echo "# $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg); raw output in $out"
+echo "## loopback (strait run -n 2)"
+# shellcheck disable=SC2086  # MODEL is a list of flags
+"$strait" run -n 2 -- /usr/bin/python3 "${bench[@]}" $model --trace "$out/trace_loopback" \
+  --json "$out/loopback.json" | tee "$out/loopback.txt"
+if [ "${WAN:-1}" != 0 ]; then
+  if [ "$(id -u)" != 0 ]; then
+    echo "## WAN: skipped (needs root for network namespaces and tc; run with sudo)"
+    exit 0
+  fi
+  trap '"$strait" wan down --prefix "$prefix" >/dev/null 2>&1 || true' EXIT
+  "$strait" wan up --prefix "$prefix" --rate "$rate" >/dev/null
+  echo "## WAN testbed (2 sites x 1 rank, $rate each way), load $(cut -d' ' -f1-3 /proc/loadavg)"
+  # shellcheck disable=SC2086
+  GLOO_SOCKET_IFNAME=wan0 "$strait" wan run --prefix "$prefix" --ranks-per-site 1 -- \
+    /usr/bin/python3 "${bench[@]}" $wan_model --trace "$out/trace_wan" \
+    --json "$out/wan.json" | tee "$out/wan.txt"
+fi
