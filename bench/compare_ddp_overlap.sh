@@ -9,18 +9,18 @@
 # DDP step over strait (profiler spans strait::allreduce inside backward) and prints its summary.
 #   bench/compare_ddp_overlap.sh            (sudo for the WAN part; WAN=0 skips it)
 # Environment: MODEL (loopback: "--layers 8 --dim 1024 --batch 32 --bucket-mb 4", 8.4 M
-# parameters, 32 MiB of gradients in 8 buckets), WAN_MODEL (WAN: "--layers 4 --dim 1024 --batch 64
-# --bucket-mb 4", 16 MiB in 4 buckets), RATE (400mbit: the WAN model's traffic then takes about
-# its compute time), ROUNDS (3), STEPS (4 timed steps per round and configuration), WAN (1: run
+# parameters, 32 MiB of gradients in 8 buckets), WAN_MODEL (WAN: "--layers 4 --dim 1024 --batch 256
+# --bucket-mb 4", 16 MiB in 4 buckets), RATE (500mbit: the WAN model's traffic then takes about
+# its compute time), ROUNDS (5), STEPS (4 timed steps per round and configuration), WAN (1: run
 # the WAN part when root), OUT ($STRAIT_RESULTS_DIR/DATE-ddp-overlap, bench/outdir.sh). About 4
 # minutes at the defaults.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${STRAIT_BUILD_DIR:-$root/build}
 model=${MODEL:---layers 8 --dim 1024 --batch 32 --bucket-mb 4}
-wan_model=${WAN_MODEL:---layers 4 --dim 1024 --batch 64 --bucket-mb 4}
-rate=${RATE:-400mbit}
-rounds=${ROUNDS:-3}
+wan_model=${WAN_MODEL:---layers 4 --dim 1024 --batch 256 --bucket-mb 4}
+rate=${RATE:-500mbit}
+rounds=${ROUNDS:-5}
 steps=${STEPS:-4}
 source "$root/bench/outdir.sh"
 out=${OUT:-$(results_dir ddp-overlap)}
@@ -30,7 +30,7 @@ mkdir -p "$out"
 export PYTHONPATH=$root/python${PYTHONPATH:+:$PYTHONPATH} STRAIT_LIBRARY=$build/lib/libstrait.so
 export PYTHONWARNINGS=ignore::UserWarning OMP_NUM_THREADS=1
 bench=("$root/bench/ddp_overlap.py" --rounds "$rounds" --steps "$steps")
-echo "# $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg); raw output in $out"
+echo "# $(date -u '+%Y-%m-%d %H:%M UTC'), $(getconf _NPROCESSORS_ONLN) cores, load $(cut -d' ' -f1-3 /proc/loadavg); raw output in $out"
 echo "## loopback (strait run -n 2)"
 # shellcheck disable=SC2086  # MODEL is a list of flags
 "$strait" run -n 2 -- /usr/bin/python3 "${bench[@]}" $model --trace "$out/trace_loopback" \

@@ -21,8 +21,8 @@ to a DDP bucket's milliseconds, and the C API has no callback.
 
 Profiler spans: while a torch profiler records (``torch.autograd._profiler_enabled()``), every
 operation is a ``record_function`` span named ``strait::<operation> bytes=<N>`` (N: the bytes of
-its output tensors; for send, of the sent tensor) from its submission to its completion, ended
-by whichever thread completes it. Without a profiler the cost is that one check.
+its output tensors; for send, of the sent tensor) from its submission to its completion (ended
+through the Work's future, see span_until_done). Without a profiler the cost is that one check.
 """
 
 import os
@@ -36,7 +36,7 @@ from .. import _capi as C
 from . import _compat
 
 __all__ = ["StraitWork", "DONE", "Completer", "cpp_work", "cpp_work_mode", "profiling",
-           "span_begin", "span_end", "error"]
+           "span_begin", "span_end", "span_until_done", "error"]
 
 _WAIT = C.straitWait
 _TEST = C.straitTest
@@ -71,7 +71,15 @@ def span_begin(name, tensors):
 
 
 def span_end(span):
+    """Closes a span on this thread (the one that opened it)."""
     span.__exit__(None, None, None)
+
+
+def span_until_done(span, work):
+    """Closes the span when ``work`` ends, on whichever thread completes it: through its future,
+    as torch's profiler needs for an end on another thread (it carries the profiler's
+    thread-local state there; a plain exit on a thread without it records no end)."""
+    span._call_end_callbacks_on_future(work._raw_future())
 
 
 def error(rc, request, name):
@@ -104,9 +112,8 @@ class StraitWork(dist.Work):
     result(): the output tensors.
     """
 
-    def __init__(self, pg, request, keep, result, post, name, span=None):
+    def __init__(self, pg, request, keep, result, post, name):
         super().__init__()
-        self._span = span
         self._pg = pg
         self._req = request
         self._keep = keep
@@ -139,9 +146,6 @@ class StraitWork(dist.Work):
                 self._pg._failed_buffers.append(self._keep)
             self._keep = None
             raw = self._raw
-            span, self._span = self._span, None
-        if span is not None:
-            span_end(span)
         if raw is not None:
             raw.set_result(self._exc if self._exc is not None else self._result)
 
@@ -183,20 +187,28 @@ class StraitWork(dist.Work):
 
     def get_future(self):
         if self._fut is None:
+            self._fut = self._raw_future().then(_unwrap)
+        return self._fut
+
+    def _raw_future(self):
+        """The future completed with the result or the error (as a value) when the operation
+        ends: by _complete, on the completer thread unless a wait() comes first."""
+        if self._raw is None:
             raw = torch.futures.Future()
-            self._fut = raw.then(_unwrap)
             if self._done:  # final once set: no lock needed (the shared DONE has no group)
                 raw.set_result(self._exc if self._exc is not None else self._result)
-                return self._fut
+                self._raw = raw
+                return raw
             with self._pg._lock:
                 done = self._done
                 if not done:
                     self._raw = raw
             if done:
                 raw.set_result(self._exc if self._exc is not None else self._result)
+                self._raw = raw
             else:
                 self._pg._completer().put(self)
-        return self._fut
+        return self._raw
 
     def __del__(self):
         try:

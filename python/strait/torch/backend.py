@@ -266,7 +266,9 @@ class ProcessGroupStrait(dist.ProcessGroup):
             if span is not None:
                 _work.span_end(span)
             self._fail_submit(rc, name)
-        work = StraitWork(self, req.value, keep, result, post, name, span)
+        work = StraitWork(self, req.value, keep, result, post, name)
+        if span is not None:
+            _work.span_until_done(span, work)
         if self._cpp_fallback and self._called_from_cpp():
             # torch < 2.1: a C++ caller would block forever in the base Work::wait().
             return _work.cpp_work(work, self._cpp_pending)
