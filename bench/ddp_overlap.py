@@ -44,9 +44,35 @@ def parse_args():
     p.add_argument("--steps", type=int, default=4, help="timed steps per round and config")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads per rank")
+    p.add_argument("--sleep-ms", type=float, default=0.0,
+                   help="each layer's backward also sleeps this long (its forward half): compute "
+                        "that takes time but no CPU, to see the overlap on a machine whose cores "
+                        "are busy")
     p.add_argument("--trace", help="folder for the Chrome trace of one DDP step over strait")
     p.add_argument("--json", help="rank 0 writes the figures here")
     return p.parse_args()
+
+
+class _Sleep(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, seconds):
+        ctx.seconds = seconds
+        time.sleep(seconds / 2)
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        time.sleep(ctx.seconds)
+        return grad, None
+
+
+class Sleep(nn.Module):
+    def __init__(self, ms):
+        super().__init__()
+        self.seconds = ms / 1e3
+
+    def forward(self, x):
+        return _Sleep.apply(x, self.seconds)
 
 
 def make_model(args):
@@ -54,6 +80,8 @@ def make_model(args):
     layers = []
     for _ in range(args.layers):
         layers += [nn.Linear(args.dim, args.dim), nn.ReLU()]
+        if args.sleep_ms:
+            layers.append(Sleep(args.sleep_ms))
     return nn.Sequential(*layers)
 
 
@@ -177,7 +205,8 @@ def main():
             dist.barrier(group=GLOO)
     if rank == 0:
         params = sum(p.numel() for p in make_model(args).parameters())
-        print(f"# model {args.layers} x Linear({args.dim}, {args.dim}), {params / 1e6:.2f} M "
+        sleep = f" + {args.sleep_ms} ms of sleep per layer's backward" if args.sleep_ms else ""
+        print(f"# model {args.layers} x Linear({args.dim}, {args.dim}){sleep}, {params / 1e6:.2f} M "
               f"parameters, {4 * params / 2**20:.1f} MiB of gradients in {len(sizes)} buckets "
               f"of {args.bucket_mb} MiB, batch {args.batch}; median of {args.rounds} x "
               f"{args.steps} steps, load {os.getloadavg()[0]:.2f}")
