@@ -16,8 +16,8 @@
 # --bucket-mb 4", 16 MiB in 4 buckets), SLEEP_MODEL (WAN: "--layers 4 --dim 1024 --batch 4
 # --bucket-mb 4 --sleep-ms 80"), RATE (500mbit: the WAN model's traffic then takes about
 # its compute time), ROUNDS (5), STEPS (4 timed steps per round and configuration), WAN (1: run
-# the WAN part when root), OUT ($STRAIT_RESULTS_DIR/DATE-ddp-overlap, bench/outdir.sh). About 4
-# minutes at the defaults.
+# the WAN part when root), OUT ($STRAIT_RESULTS_DIR/DATE-ddp-overlap, bench/outdir.sh). About 3
+# minutes at the defaults (2.6 on a busy 2-core machine).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${STRAIT_BUILD_DIR:-$root/build}
