@@ -9,7 +9,9 @@ pending, the default), checked by order of events, not by timing:
    (HANDSHAKE_S): the test fails instead of hanging.
 2. Under the torch profiler each bucket's allreduce is a span strait::allreduce bytes=N whose
    bytes add up to the gradients' bytes, the first starting before backward's last gradient.
-3. The parameters after a few steps equal gloo's bit for bit (2 ranks: one addition per element).
+3. The parameters after a few steps equal gloo's bit for bit (2 ranks: one addition per element),
+   also with DDP's static_graph, find_unused_parameters, gradient_as_bucket_view, no_sync and a
+   buffer broadcast every forward (more C++ callers of the group, all given pending Works).
 Run as 2 ranks: `strait run -n 2 -- /usr/bin/python3 python/tests/ddp_overlap.py`.
 """
 
@@ -32,12 +34,13 @@ HANDSHAKE_S = 20
 problems = []
 
 
-def model_and_ddp(group, seed=1234):
+def model_and_ddp(group, seed=1234, **options):
     torch.manual_seed(seed + RANK)  # different initial weights: DDP must broadcast rank 0's
     model = nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(),
                           nn.Linear(64, 4))
-    ddp = nn.parallel.DistributedDataParallel(model, process_group=group,
-                                              bucket_cap_mb=0.004)  # 4 KB: several buckets
+    model.register_buffer("scale", torch.full((3,), RANK + 1.0))  # broadcast every forward
+    ddp = nn.parallel.DistributedDataParallel(model, process_group=group, bucket_cap_mb=0.004,
+                                              **options)  # 4 KB: several buckets
     return model, ddp
 
 
@@ -111,7 +114,7 @@ def check_spans():
                    key=lambda e: e.time_range.start)
     grads = [e for e in evs if e.name.startswith("autograd::engine::evaluate_function: ")
              and "AccumulateGrad" not in e.name]
-    want = sum(p.numel() * p.element_size() for p in model.parameters())
+    want = sum(p.numel() * p.element_size() for p in model.parameters())  # not the buffer
     got = sum(int(e.name.split("bytes=")[1]) for e in spans)
     if len(spans) < 2 or got != want:
         problems.append(f"profiler: {len(spans)} strait::allreduce spans of {got} bytes; want 2 "
@@ -122,20 +125,25 @@ def check_spans():
     print(f"rank {RANK}: {len(spans)} strait::allreduce spans, {got} bytes", flush=True)
 
 
-def train(group, steps=4):
-    model, ddp = model_and_ddp(group)
+def train(group, steps=4, **options):
+    model, ddp = model_and_ddp(group, **options)
     opt, g = torch.optim.SGD(ddp.parameters(), lr=0.1), torch.Generator().manual_seed(99 + RANK)
-    for _ in range(steps):
+    for i in range(steps):
+        if i == 1 and not options.get("static_graph"):  # torch 1.13 asserts on it with no_sync
+            with ddp.no_sync():  # accumulates locally; the next step reduces the sum
+                ddp(torch.randn(8, 16, generator=g)).square().mean().backward()
         step(ddp, opt, g)
-    return [p.detach().clone() for p in model.parameters()]
+    return [p.detach().clone() for p in model.parameters()] + [model.scale.clone()]
 
 
 check_pending()
 check_spans()
-got, ref = train(dist.group.WORLD), train(GLOO)
-bad = [i for i, (a, b) in enumerate(zip(got, ref)) if not torch.equal(a, b)]
-if bad:
-    problems.append(f"parameters {bad} differ from gloo's after 4 DDP steps")
+for options in ({}, {"static_graph": True}, {"find_unused_parameters": True},
+                {"gradient_as_bucket_view": True}):
+    got, ref = train(dist.group.WORLD, **options), train(GLOO, **options)
+    bad = [i for i, (a, b) in enumerate(zip(got, ref)) if not torch.equal(a, b)]
+    if bad:
+        problems.append(f"DDP{options}: parameters {bad} differ from gloo's after 4 steps")
 for p in problems:
     print(f"rank {RANK}: FAIL {p}", flush=True)
 sys.exit(1 if problems else 0)

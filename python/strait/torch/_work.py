@@ -10,7 +10,8 @@ in torch 1.13 (see ``_compat``); ``cpp_work`` hands them a C++ Work over a torch
   reach the C++ waiter as a real exception (``_unwrap``); the operation's buffers stay referenced
   by its StraitWork, which the completer holds until the operation has finished; the group's
   timeout bounds the completer's wait, so every C++ wait ends within it; the completer finishes
-  operations in submission order.
+  operations in submission order. The completer takes the GIL to fulfil a Future, so a C++
+  caller must not wait while holding it (torch's own callers release it).
 - ``finished``: the call finishes the operation first (no overlap; the path before torch's
   FutureWrappingWork was used pending), kept to compare against.
 
