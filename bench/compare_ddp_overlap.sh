@@ -9,7 +9,8 @@
 # compute that takes time but no CPU (each layer's backward sleeps, as a GPU's would leave the
 # cores free: on a small, busy machine the ranks' compute threads starve the communication
 # threads, strait's and Gloo's alike). Each run writes the Chrome trace of one DDP step over
-# strait (profiler spans strait::allreduce inside backward) and prints its summary.
+# strait (profiler spans strait::allreduce inside backward) and of one over Gloo (its own
+# gloo:all_reduce spans), and prints their summaries.
 #   bench/compare_ddp_overlap.sh            (sudo for the WAN part; WAN=0 skips it)
 # Environment: MODEL (loopback: "--layers 8 --dim 1024 --batch 32 --bucket-mb 4", 8.4 M
 # parameters, 32 MiB of gradients in 8 buckets), WAN_MODEL (WAN: "--layers 4 --dim 1024 --batch 512

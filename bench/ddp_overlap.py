@@ -17,7 +17,7 @@ for STEPS steps after one warm-up step, so all see the same load), it times per 
 Reported: the median step of each over all rounds (max over ranks of each step), and
 bar = 0.75 x (compute + comm of that backend). --trace DIR: one DDP step over strait (pending)
 under the torch profiler, written as a Chrome trace, and a summary of its allreduce spans
-against backward (printed). --json FILE: the figures.
+against backward (printed); the same for one DDP step over Gloo. --json FILE: the figures.
 """
 
 import argparse
@@ -143,7 +143,7 @@ class Comm:
             w.wait()
 
 
-def trace_step(args, train, out_dir, rank):
+def trace_step(train, out_dir, rank, name, span_prefix):
     from torch.profiler import ProfilerActivity, profile, record_function
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         train.opt.zero_grad(set_to_none=True)
@@ -151,14 +151,14 @@ def trace_step(args, train, out_dir, rank):
         with record_function("ddp_step::backward"):
             loss.backward()
     os.makedirs(out_dir, exist_ok=True)
-    path = os.path.join(out_dir, f"ddp_step_rank{rank}.json")
+    path = os.path.join(out_dir, f"{name}_rank{rank}.json")
     prof.export_chrome_trace(path)
     evs = prof.events()
     bwd = next(e for e in evs if e.name == "ddp_step::backward")
     b0 = bwd.time_range.start
     grads = [e for e in evs if e.name.startswith("autograd::engine::evaluate_function: ")]
     last_grad = max(e.time_range.end for e in grads)
-    spans = sorted((e for e in evs if e.name.startswith("strait::allreduce")),
+    spans = sorted((e for e in evs if e.name.startswith(span_prefix)),
                    key=lambda e: e.time_range.start)
     lines = [f"rank {rank}: {path}",
              f"  backward 0.0 .. {(bwd.time_range.end - b0) / 1e3:.1f} ms; last gradient "
@@ -197,8 +197,10 @@ def main():
             c.step()  # warm-up (and DDP's bucket rebuild after its first step)
             times[name] += timed_steps(c.step, args.steps)
     med = {k: statistics.median(v) for k, v in times.items()}
-    summary = trace_step(args, configs["ddp_strait"], args.trace, rank) if args.trace else None
-    if summary is not None:
+    if args.trace:  # Gloo's Works have spans of torch's own (gloo:all_reduce)
+        summary = trace_step(configs["ddp_strait"], args.trace, rank, "ddp_strait",
+                             "strait::allreduce") + "\n" + \
+            trace_step(configs["ddp_gloo"], args.trace, rank, "ddp_gloo", "gloo:all_reduce")
         for r in range(dist.get_world_size()):
             if r == rank:
                 print(summary, flush=True)
