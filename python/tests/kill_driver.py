@@ -1,7 +1,8 @@
 """Runs python/tests/kill_rank.py as 2 ranks under `strait run` and judges the survivor: rank 0
 must have raised RuntimeError within the group's timeout, with strait's message naming rank 1.
 
-usage: kill_driver.py STRAIT_LAUNCHER   (PYTHONPATH and STRAIT_LIBRARY as for the other tests)
+usage: kill_driver.py STRAIT_LAUNCHER [ddp]   (PYTHONPATH and STRAIT_LIBRARY as for the other
+tests; ddp: rank 1 dies mid-backward of a DDP step, see kill_rank.py)
 Exits 0 when the survivor's checks pass, 1 otherwise (printing why).
 """
 
@@ -26,8 +27,9 @@ with tempfile.TemporaryDirectory(prefix="strait-kill-") as tmp:
     start = time.monotonic()
     # --kill-grace: the launcher must leave rank 0 running after rank 1 dies, so that rank 0's
     # own error handling is what the test sees.
+    mode = sys.argv[2:3]  # [] or ["ddp"]
     proc = subprocess.run([launcher, "run", "--kill-grace", "60", "-n", "2", "--",
-                           sys.executable, os.path.join(here, "kill_rank.py"), marker],
+                           sys.executable, os.path.join(here, "kill_rank.py"), marker, *mode],
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                           timeout=120)
     elapsed = time.monotonic() - start

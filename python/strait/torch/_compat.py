@@ -10,8 +10,11 @@ API as documented; the 2.x branches are untested here.
 - A Python subclass of ``dist.Work`` is only seen by Python callers in 1.13: C++ callers
   (``dist._broadcast_coalesced``, ``_verify_params_across_processes``, DDP's Reducer) call the
   C++ base ``Work::wait()``, which never returns for a Python subclass, and ``getFuture()``,
-  which throws. 2.x has a trampoline (``PyProcessGroup::PyWork``) that dispatches those calls to
-  Python. See ``python_work_seen_by_cpp`` and backend.py's ``_called_from_cpp``.
+  which throws. Later versions have a trampoline (``PyProcessGroup::PyWork``) that dispatches
+  those calls to Python. strait does not rely on it: every version's C++ callers get a C++ Work
+  over a torch Future (``work_from_future``, torch's ``_create_work_from_future``), pending until
+  the operation finishes (``_work.cpp_work``, STRAIT_TORCH_CPP_WORK), so DDP overlaps without a
+  hook. See ``python_work_seen_by_cpp`` and backend.py's ``_called_from_cpp``.
 - ``ReduceOp`` objects: ``op.op`` is the ``ReduceOp.RedOpType`` in both.
 """
 
@@ -21,7 +24,7 @@ import torch
 import torch.distributed as dist
 
 __all__ = ["TORCH_VERSION", "register_backend", "python_work_seen_by_cpp", "red_op_type",
-           "work_from_completed_future", "c10d_file"]
+           "work_from_future", "work_from_completed_future", "c10d_file"]
 
 
 def _version(text):
@@ -37,10 +40,13 @@ TORCH_VERSION = _version(torch.__version__)
 # Whether C++ callers reach a Python Work's wait/get_future. Later torch has a trampoline for it
 # (PyProcessGroup::PyWork in torch/csrc/distributed/c10d/PyProcessGroup.hpp), 1.13 has not; the
 # version it arrived in is not verified here, and guessing too low would make C++ callers hang,
-# so every version takes the path that works everywhere: C++ callers get a finished C++ Work
-# (backend.ProcessGroupStrait._submit). Set True where a torch is known to have PyWork to let
-# DDP's Reducer overlap its allreduces without a comm hook.
+# so every version takes the path that works everywhere: C++ callers get a C++ Work over a torch
+# Future (pending: DDP still overlaps; backend.ProcessGroupStrait._submit, _work.cpp_work).
 python_work_seen_by_cpp = False
+
+# torch 1.13 has it in torch._C._distributed_c10d only; later versions also re-export it.
+_create_work_from_future = getattr(dist.distributed_c10d, "_create_work_from_future", None) or \
+    torch._C._distributed_c10d._create_work_from_future
 
 # The file whose functions (all_reduce, broadcast, ...) are the Python callers of a ProcessGroup.
 c10d_file = sys.modules[dist.distributed_c10d.__name__].__file__
@@ -66,11 +72,15 @@ def register_backend(name, creator):
     dist.Backend.register_backend(name, creator)
 
 
+def work_from_future(fut):
+    """A C++ Work (FutureWrappingWork) over the torch Future ``fut``: its wait() waits for the
+    future (raising its error), its get_future() returns it. C++ callers (DDP's Reducer) get
+    this; pending, it lets them go on while the operation runs."""
+    return _create_work_from_future(fut)
+
+
 def work_from_completed_future(value):
-    """A C++ Work (FutureWrappingWork) already completed with ``value``: what C++ callers get in
-    torch < 2.1, whose wait() returns at once and whose get_future() works."""
+    """A C++ Work already completed with ``value``: wait() returns at once."""
     fut = torch.futures.Future()
     fut.set_result(value)
-    return dist.distributed_c10d._create_work_from_future(fut) if hasattr(
-        dist.distributed_c10d, "_create_work_from_future") else \
-        torch._C._distributed_c10d._create_work_from_future(fut)
+    return _create_work_from_future(fut)

@@ -15,11 +15,13 @@ Works: with ``async_op=True`` a method returns a ``StraitWork`` (a ``torch.distr
 at once and the operation runs in strait's progress engine; its buffers (inputs and outputs) stay
 referenced until it has finished, even when the Work is dropped. ``wait()`` raises RuntimeError
 (StraitError) carrying strait's whole message; ``get_future()`` gives a torch Future of the output
-tensors. Two cases finish the operation before returning, raising its error directly:
-- torch's own API with ``async_op=False`` (it waits at once anyway): the collectives then call
-  strait's blocking form, which is cheaper for small tensors, and return a shared finished Work;
-- callers in C++ under torch < 2.1 (DDP's Reducer, ``_broadcast_coalesced``), which cannot see a
-  Python Work's ``wait``: they get a finished C++ Work (see ``_compat``).
+tensors. torch's own API with ``async_op=False`` (it waits at once anyway) finishes the
+operation before returning, raising its error directly: the collectives then call strait's
+blocking form, which is cheaper for small tensors, and return a shared finished Work. Callers in
+C++ (DDP's Reducer, ``_broadcast_coalesced``), which cannot see a Python Work, get a C++ Work over
+a pending torch Future, so DDP overlaps its bucket allreduces with backward
+(``STRAIT_TORCH_CPP_WORK``, see ``_work``). While a torch profiler records, each operation is a
+span ``strait::<operation> bytes=<N>``.
 
 Thread-safety: the operations of one group must be issued in the same order on every rank, so
 issue them from one thread; waiting on Works from other threads is safe.
@@ -36,7 +38,8 @@ import torch
 import torch.distributed as dist
 
 from .. import _capi as C
-from . import _compat
+from . import _compat, _work
+from ._work import DONE as _DONE, StraitWork
 
 __all__ = ["ProcessGroupStrait", "StraitWork", "create_process_group"]
 
@@ -75,182 +78,9 @@ _BLOCKING = {id(getattr(C, name + "Async")): getattr(C, name) for name in (
     "straitAllReduce", "straitBroadcast", "straitReduce", "straitAllGather", "straitAllGatherV",
     "straitReduceScatter", "straitReduceScatterV", "straitGather", "straitScatter",
     "straitAllToAll", "straitAllToAllV", "straitBarrier", "straitSend", "straitRecv")}
-_WAIT = C.straitWait
 _TEST = C.straitTest
 _FREE = C.straitRequestFree
-
-
-def _message(rc, request, name):
-    raw = C.straitRequestGetError(request) if request else None
-    detail = raw.decode("utf-8", "replace") if raw else C.error_string(rc)
-    return C.StraitError(rc, f"strait: {name} failed: {detail}")
-
-
-def _unwrap(fut):
-    # A then() callback that raises gives the chained future a real error, which C++ waiters
-    # (DDP's Reducer) see; Future.set_exception in torch 1.13 only sets a Python-side value.
-    value = fut.value()
-    if isinstance(value, BaseException):
-        raise value
-    return value
-
-
-class StraitWork(dist.Work):
-    """One operation in flight.
-
-    wait(timeout=None): blocks until the operation has finished; returns True, or raises
-        StraitError (a RuntimeError) with strait's message (operation, sequence number, ranks,
-        cause). A ``timeout`` (timedelta > 0) gives up after that long: the operation then fails
-        with straitTimeout and the group is unusable (strait cannot abandon one operation and go
-        on). Without one, the group's timeout (init_process_group's) bounds the wait.
-    is_completed(): never blocks. exception(): the error once failed, else None.
-    get_future(): a torch.futures.Future completed with the list of output tensors (or with the
-        error), from a completion thread of the group.
-    result(): the output tensors.
-    """
-
-    def __init__(self, pg, request, keep, result, post, name):
-        super().__init__()
-        self._pg = pg
-        self._req = request
-        self._keep = keep
-        self._result = result
-        self._post = post
-        self._name = name
-        self._done = False
-        self._exc = None
-        self._raw = None
-        self._fut = None
-
-    def _complete(self, rc):
-        """Records how the operation ended (once), runs its copy-out, completes the future."""
-        with self._pg._lock:
-            if self._done:
-                return
-            if rc == C.SUCCESS:
-                if self._post is not None:
-                    try:
-                        self._post()
-                    except Exception as e:  # a copy-out of ours failing is a bug: report it
-                        self._exc = RuntimeError(f"strait: {self._name}: copying the result "
-                                                 f"out failed: {e}")
-            else:
-                self._exc = _message(rc, self._req, self._name)
-            self._done = True
-            if self._exc is not None and rc != C.SUCCESS:
-                # A peer may still be writing into a failed operation's buffers (UCX cannot
-                # cancel a receive in flight): keep them until the communicator is destroyed.
-                self._pg._failed_buffers.append(self._keep)
-            self._keep = None
-            raw = self._raw
-        if raw is not None:
-            raw.set_result(self._exc if self._exc is not None else self._result)
-
-    def wait(self, timeout=None):
-        if not self._done:
-            ms = C.WAIT_DEADLINE
-            if timeout is not None:
-                ms = int(timeout.total_seconds() * 1000)
-                if ms <= 0:  # c10d's kNoTimeout is 0
-                    ms = C.WAIT_DEADLINE
-            self._complete(_WAIT(self._req, ms))
-        if self._exc is not None:
-            raise self._exc
-        return True
-
-    def is_completed(self):
-        if not self._done:
-            rc = _TEST(self._req)
-            if rc == C.IN_PROGRESS:
-                return False
-            self._complete(rc)
-        return True
-
-    def is_success(self):
-        return self.is_completed() and self._exc is None
-
-    def exception(self):
-        return self._exc
-
-    def result(self):
-        return self._result
-
-    def source_rank(self):
-        raise RuntimeError("strait: source_rank() is for recv_anysource, which strait does not "
-                           "offer; receive from a named rank")
-
-    def synchronize(self):
-        pass
-
-    def get_future(self):
-        if self._fut is None:
-            raw = torch.futures.Future()
-            self._fut = raw.then(_unwrap)
-            if self._done:  # final once set: no lock needed (the shared _DONE has no group)
-                raw.set_result(self._exc if self._exc is not None else self._result)
-                return self._fut
-            with self._pg._lock:
-                done = self._done
-                if not done:
-                    self._raw = raw
-            if done:
-                raw.set_result(self._exc if self._exc is not None else self._result)
-            else:
-                self._pg._completer().put(self)
-        return self._fut
-
-    def __del__(self):
-        try:
-            if self._req:
-                if self._done:
-                    _FREE(self._req)
-                else:  # still running: its buffers must outlive it (see _reap)
-                    self._pg._orphans.append((self._req, self._keep))
-                self._req = None
-        except Exception:  # interpreter shutdown: the library may be gone already
-            pass
-
-
-def _done_work():
-    work = StraitWork(None, None, None, [], None, "finished")
-    work._done = True
-    return work
-
-
-# The Work of every operation done by a blocking C call (torch's async_op=False path, which
-# waits on it and drops it): one shared, already finished Work instead of one per call.
-_DONE = _done_work()
-
-
-class _Completer:
-    """A daemon thread that completes the futures of Works, in submission order (strait finishes
-    a group's collectives in that order; a future of a send/recv can be completed late when a
-    collective submitted before it waits on a peer)."""
-
-    def __init__(self):
-        self._cv = threading.Condition()
-        self._queue = []
-        self._thread = threading.Thread(target=self._run, name="strait-completer", daemon=True)
-        self._thread.start()
-
-    def put(self, work):
-        with self._cv:
-            self._queue.append(work)
-            self._cv.notify()
-
-    def _run(self):
-        while True:
-            with self._cv:
-                while not self._queue:
-                    self._cv.wait()
-                work = self._queue.pop(0)
-            if work is None:
-                return
-            if not work._done:
-                work._complete(_WAIT(work._req, C.WAIT_DEADLINE))  # ctypes drops the GIL
-
-    def stop(self):
-        self.put(None)
+_PROFILING = _work.profiling
 
 
 class _StoreCallbacks:
@@ -369,8 +199,9 @@ class ProcessGroupStrait(dist.ProcessGroup):
             raise C.StraitError(rc, f"strait: creating the communicator of rank {rank} of "
                                 f"{size} failed: {detail}" + (f" ({extra})" if extra else ""))
         self._comm = comm.value
-        # Whether the C++ side only sees C++ Works (torch < 2.1): see _submit.
+        # Whether the C++ side only sees C++ Works (torch < 2.1), and which it gets: see _submit.
         self._cpp_fallback = not _compat.python_work_seen_by_cpp
+        self._cpp_pending = _work.cpp_work_mode() == "pending"
         self._finalizer = weakref.finalize(self, _destroy, self._comm, self._completer_box,
                                            self._store)
 
@@ -392,7 +223,7 @@ class ProcessGroupStrait(dist.ProcessGroup):
             with self._lock:
                 c = self._completer_box[0]
                 if c is None:
-                    c = self._completer_box[0] = _Completer()
+                    c = self._completer_box[0] = _work.Completer()
         return c
 
     def _reap(self):
@@ -412,12 +243,17 @@ class ProcessGroupStrait(dist.ProcessGroup):
     def _submit(self, fn, args, keep, result, name, post=None):
         """Calls an Async entry point (args without the request) and wraps its request; for
         torch's API with async_op=False, the blocking form with the same args instead (see
-        _torch_caller)."""
+        _torch_caller). C++ callers get _work.cpp_work's Work."""
         if self._orphans:
             self._reap()
+        span = _work.span_begin(name, result) if _PROFILING() else None
         f = sys._getframe(2)  # 0: here, 1: the collective, 2: its caller
         if f.f_code.co_filename == _C10D_FILE and f.f_locals.get("async_op") is False:
-            rc = _BLOCKING[id(fn)](*args)
+            try:
+                rc = _BLOCKING[id(fn)](*args)
+            finally:
+                if span is not None:
+                    _work.span_end(span)
             if rc != C.SUCCESS:
                 self._failed_buffers.append(keep)  # see StraitWork._complete
                 self._fail_submit(rc, name)
@@ -427,13 +263,15 @@ class ProcessGroupStrait(dist.ProcessGroup):
         req = c_void_p()
         rc = fn(*args, byref(req))
         if rc != C.SUCCESS:
+            if span is not None:
+                _work.span_end(span)
             self._fail_submit(rc, name)
         work = StraitWork(self, req.value, keep, result, post, name)
+        if span is not None:
+            _work.span_until_done(span, work)
         if self._cpp_fallback and self._called_from_cpp():
-            # torch < 2.1: a C++ caller would block forever in the base Work::wait(). Finish the
-            # operation here (raising its error) and hand C++ a completed FutureWrappingWork.
-            work.wait()
-            return _compat.work_from_completed_future(result)
+            # torch < 2.1: a C++ caller would block forever in the base Work::wait().
+            return _work.cpp_work(work, self._cpp_pending)
         return work
 
     @staticmethod
@@ -605,7 +443,12 @@ class ProcessGroupStrait(dist.ProcessGroup):
             if op is None or (op == C.AVG and t.dtype not in _FLOATS):
                 op = self._op(opts, t, "allreduce")
             if caller.get("async_op") is False:
-                rc = _ALLREDUCE(p, p, t.numel(), dt, op, self._comm, stream)
+                if _PROFILING():
+                    span = _work.span_begin("allreduce", t)
+                    rc = _ALLREDUCE(p, p, t.numel(), dt, op, self._comm, stream)
+                    _work.span_end(span)
+                else:
+                    rc = _ALLREDUCE(p, p, t.numel(), dt, op, self._comm, stream)
                 if rc != C.SUCCESS:
                     self._fail_submit(rc, "allreduce")
                 return _DONE
