@@ -85,6 +85,14 @@ Fingerprint fingerprint_of(const CollectiveArgs& a, std::uint64_t seq, const Sel
   return f;
 }
 
+// STRAIT_DEBUG=TRACE: one line per operation; formats nothing otherwise.
+void log_op(const char* verb, const OpSummary& what, bool p2p) {
+  const debug::Subsys subsys = p2p ? debug::kP2P : debug::kColl;
+  if (debug::enabled(debug::Level::Trace, subsys)) {
+    debug::log(debug::Level::Trace, subsys, "{} {}", verb, what.describe());
+  }
+}
+
 const AlgorithmInfo* mailbox_algorithm() {
   static const AlgorithmInfo* const kAlgorithm = find_algorithm("allreduce", "mailbox");
   return kAlgorithm;
@@ -232,8 +240,7 @@ Work Communicator::post(const CollectiveArgs& args) {
     auto op = device_->enqueue(args, device, timeout());
     const std::uint64_t id = record(
         args, args.point_to_point() ? -1 : static_cast<std::int64_t>(what.seq), "nccl", true);
-    debug::log(debug::Level::Trace, args.point_to_point() ? debug::kP2P : debug::kColl, "post {}",
-               what.describe());
+    log_op("post", what, args.point_to_point());
     return submit(
         std::move(op), [what = std::move(what)] { return what.describe(); }, !args.point_to_point(),
         args.start, id);
@@ -264,7 +271,7 @@ Work Communicator::post(const CollectiveArgs& args) {
   }
   const std::uint64_t id = record(a, p2p ? -1 : static_cast<std::int64_t>(p.seq),
                                   p.chosen.algorithm->name.data(), false);
-  debug::log(debug::Level::Trace, p2p ? debug::kP2P : debug::kColl, "post {}", p.what.describe());
+  log_op("post", p.what, p2p);
   return submit(
       std::move(op), [what = std::move(p.what)] { return what.describe(); }, !p2p, a.start, id);
 }
@@ -298,7 +305,7 @@ bool Communicator::run_in_mailbox(const CollectiveArgs& args) {
   MailboxCall call(box, *group_, args.send, args.recv, args.count, args.dtype, args.op);
   lock.unlock();
   const std::uint64_t id = record(p.args, static_cast<std::int64_t>(p.seq), "mailbox", false, true);
-  debug::log(debug::Level::Trace, debug::kColl, "run {}", p.what.describe());
+  log_op("run", p.what, false);
   // What errors need; one pointer each, so that std::function keeps them without allocating.
   const InlineWait wait{
       .timeout = timeout(),
