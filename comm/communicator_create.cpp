@@ -262,6 +262,7 @@ void Communicator::setup_sites(std::optional<Sites> mine, const std::string& err
   // the numbers: each of the operations above has consumed every message sent to this rank under
   // its number before it completed.
   for (auto& c : counters_) c.store(0, std::memory_order_relaxed);
+  if (recorder_) recorder_->clear();
   const std::lock_guard lock(mutex_);
   seq_ = 0;
 }

@@ -115,7 +115,8 @@ void reload() {
   detail::subsys.store(s, std::memory_order_relaxed);
   detail::level.store(static_cast<int>(l), std::memory_order_release);
   static std::once_flag version_once;
-  if (l >= Level::Version) {
+  // Printed when asked for (VERSION, INFO, TRACE), not at the default WARN.
+  if (text && l != Level::Warn && l != Level::None) {
     std::call_once(version_once,
                    [] { detail::write(Level::Version, kInit, "strait " STRAIT_VERSION_STRING); });
   }

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -28,6 +29,7 @@ using nlohmann::json;
 struct Registry {
   std::mutex mutex;  // guards recorders; also serializes the writing of dumps
   std::vector<std::weak_ptr<FlightRecorder>> recorders;
+  std::map<std::pair<int, std::uint64_t>, int> instances;  // (comm id, generation) -> registered
 };
 
 Registry& registry() {
@@ -115,14 +117,10 @@ json entry_json(const FrEntry& e, std::int64_t to_unix) {
 json snapshot_json(const FrSnapshot& s, std::int64_t to_unix) {
   json entries = json::array();
   for (const FrEntry& e : s.entries) entries.push_back(entry_json(e, to_unix));
-  return json{{"comm_id", s.comm_id},
-              {"rank", s.rank},
-              {"size", s.size},
-              {"generation", s.generation},
-              {"world_ranks", s.world_ranks},
-              {"capacity", s.capacity},
-              {"recorded", s.recorded},
-              {"entries", std::move(entries)}};
+  return json{
+      {"comm_id", s.comm_id},       {"rank", s.rank},         {"size", s.size},
+      {"generation", s.generation}, {"instance", s.instance}, {"world_ranks", s.world_ranks},
+      {"capacity", s.capacity},     {"recorded", s.recorded}, {"entries", std::move(entries)}};
 }
 
 std::string job_id() {
@@ -145,6 +143,7 @@ void register_recorder(const std::shared_ptr<FlightRecorder>& recorder) {
   const std::lock_guard lock(r.mutex);
   std::erase_if(r.recorders, [](const auto& w) { return w.expired(); });
   r.recorders.push_back(recorder);
+  recorder->set_instance(r.instances[{recorder->comm_id(), recorder->generation()}]++);
 }
 
 std::string_view trigger_of(ErrorCode code) noexcept {

@@ -81,19 +81,27 @@ void FlightRecorder::failed(std::uint64_t id, const Error& error) {
   }
 }
 
+void FlightRecorder::clear() {
+  const std::lock_guard lock(mutex_);
+  for (FrEntry& e : ring_) e = FrEntry{};
+}
+
 FrSnapshot FlightRecorder::snapshot() const {
   FrSnapshot s{.comm_id = comm_id_,
                .rank = rank_,
                .size = static_cast<int>(world_ranks_.size()),
                .generation = generation_,
+               .instance = instance_.load(),
                .world_ranks = world_ranks_,
                .capacity = ring_.size()};
   const std::lock_guard lock(mutex_);
   s.recorded = next_id_ - 1;
   const std::uint64_t first = s.recorded >= ring_.size() ? s.recorded - ring_.size() + 1 : 1;
   s.entries.reserve(static_cast<std::size_t>(s.recorded - first + 1));
-  for (std::uint64_t id = first; id <= s.recorded; ++id)
-    s.entries.push_back(ring_[id % ring_.size()]);
+  for (std::uint64_t id = first; id <= s.recorded; ++id) {
+    const FrEntry& e = ring_[id % ring_.size()];
+    if (e.id == id) s.entries.push_back(e);  // not cleared
+  }
   return s;
 }
 

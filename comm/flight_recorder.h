@@ -63,6 +63,7 @@ struct FrSnapshot {
   int rank = 0;
   int size = 0;
   std::uint64_t generation = 0;
+  int instance = 0;                // FlightRecorder::set_instance
   std::vector<int> world_ranks{};  // the world rank of each of its ranks
   std::size_t capacity = 0;
   std::uint64_t recorded = 0;      // operations recorded since creation (ids 1 .. recorded)
@@ -88,8 +89,16 @@ class FlightRecorder {
   void finished(std::uint64_t id, std::int64_t now_ns = fr_now_ns());
   void failed(std::uint64_t id, const Error& error);
 
+  // Forgets every entry (ids go on): create() numbers the caller's operations from 0 again after
+  // its own setup collectives.
+  void clear();
+  // The how-manieth communicator of this id and generation in this process (0, 1, ...): torch
+  // creates every process group with id 0, in the same order on every rank.
+  void set_instance(int instance) noexcept { instance_ = instance; }
+
   [[nodiscard]] FrSnapshot snapshot() const;
   [[nodiscard]] int comm_id() const noexcept { return comm_id_; }
+  [[nodiscard]] std::uint64_t generation() const noexcept { return generation_; }
   [[nodiscard]] int rank() const noexcept { return rank_; }
   // The world rank of this process (its rank in the world this communicator came from).
   [[nodiscard]] int world_rank() const noexcept { return world_ranks_[rank_]; }
@@ -107,6 +116,7 @@ class FlightRecorder {
   std::vector<FrEntry> ring_;
   std::uint64_t next_id_ = 1;
   std::atomic<bool> failure_seen_{false};
+  std::atomic<int> instance_{0};
 };
 
 }  // namespace strait::comm

@@ -55,20 +55,24 @@ std::string member_names(const Comm& c, const std::vector<int>& ranks) {
 
 struct CommReport {
   std::vector<std::string> lines;
-  std::vector<int> suspects;  // world ranks
-  bool waiting = false;       // some rank waits in an operation
+  std::vector<int> missing;  // world ranks with no dump while others wait
+  std::vector<int> never;    // world ranks that never entered the operation others wait in
+  bool waiting = false;      // some rank waits in an operation
   bool mismatch = false;
 };
 
 void report_mismatches(const std::vector<Member>& members, CommReport& out) {
-  std::map<std::int64_t, std::map<std::string, std::vector<int>>> by_seq;
+  // seq -> rank -> what it called (its latest entry of that number).
+  std::map<std::int64_t, std::map<int, std::string>> by_seq;
   for (std::size_t r = 0; r < members.size(); ++r) {
     if (members[r].comm == nullptr) continue;
     for (const Entry& e : members[r].comm->entries) {
-      if (e.collective()) by_seq[e.seq][e.signature()].push_back(static_cast<int>(r));
+      if (e.collective()) by_seq[e.seq][static_cast<int>(r)] = e.signature();
     }
   }
-  for (const auto& [seq, calls] : by_seq) {
+  for (const auto& [seq, by_rank] : by_seq) {
+    std::map<std::string, std::vector<int>> calls;
+    for (const auto& [r, signature] : by_rank) calls[signature].push_back(r);
     if (calls.size() < 2) continue;
     out.mismatch = true;
     std::string text = fmt::format("  mismatch at #{}:", seq);
@@ -122,7 +126,7 @@ void report_stuck(const Comm& any, const std::vector<Member>& members, std::int6
     out.lines.push_back(fmt::format("  {} never entered it; {} last finished operation is {}",
                                     member_names(any, ranks), ranks.size() == 1 ? "its" : "their",
                                     last >= 0 ? fmt::format("#{}", last) : "none"));
-    for (int r : ranks) out.suspects.push_back(any.world_ranks[static_cast<std::size_t>(r)]);
+    for (int r : ranks) out.never.push_back(any.world_ranks[static_cast<std::size_t>(r)]);
   }
   if (!passed.empty()) {
     out.lines.push_back(fmt::format("  {} finished it (and went on)", member_names(any, passed)));
@@ -130,7 +134,7 @@ void report_stuck(const Comm& any, const std::vector<Member>& members, std::int6
   if (!missing.empty()) {
     out.lines.push_back(fmt::format("  {} wrote no dump: stopped, hung outside strait, or dead",
                                     member_names(any, missing)));
-    for (int r : missing) out.suspects.push_back(any.world_ranks[static_cast<std::size_t>(r)]);
+    for (int r : missing) out.missing.push_back(any.world_ranks[static_cast<std::size_t>(r)]);
   }
 }
 
@@ -154,10 +158,12 @@ CommReport report_comm(const std::vector<Member>& members, std::int64_t dumped_a
   for (const Member& m : members) {
     if (m.comm != nullptr) any = m.comm;
   }
-  out.lines.push_back(fmt::format(
-      "comm {} ({} ranks, world ranks {}{}):", any->comm_id, any->size,
-      format_ranks(any->world_ranks),
-      any->generation > 0 ? fmt::format(", generation {}", any->generation) : std::string()));
+  std::string extra;
+  if (any->generation > 0) extra += fmt::format(", generation {}", any->generation);
+  if (any->instance > 0)
+    extra += fmt::format(", the process's communicator #{} of this id", any->instance + 1);
+  out.lines.push_back(fmt::format("comm {} ({} ranks, world {}{}):", any->comm_id, any->size,
+                                  format_ranks(any->world_ranks), extra));
   report_mismatches(members, out);
   report_stuck(*any, members, dumped_at, out);
   report_p2p(*any, members, out);
@@ -212,14 +218,14 @@ Report analyse(std::vector<Dump> dumps) {
   std::vector<std::string> notes;
   dumps = select(std::move(dumps), notes);
   // Every communicator, by (id, generation, size), with each rank's view.
-  std::map<std::tuple<int, std::uint64_t, int>, std::vector<Member>> comms;
+  std::map<std::tuple<int, std::uint64_t, int, int>, std::vector<Member>> comms;
   std::set<int> world, dumped;
   std::int64_t dumped_at = 0;
   for (const Dump& d : dumps) {
     dumped.insert(d.rank);
     dumped_at = std::max(dumped_at, d.time_ns);
     for (const Comm& c : d.comms) {
-      auto& members = comms[{c.comm_id, c.generation, c.size}];
+      auto& members = comms[{c.comm_id, c.generation, c.instance, c.size}];
       members.resize(static_cast<std::size_t>(c.size));
       members[static_cast<std::size_t>(c.rank)] = view(d, c);
       world.insert(c.world_ranks.begin(), c.world_ranks.end());
@@ -233,21 +239,45 @@ Report analyse(std::vector<Dump> dumps) {
                               format_ranks({dumped.begin(), dumped.end()}), world.size(),
                               missing.empty() ? "" : "; no dump from " + format_ranks(missing)));
   for (const std::string& n : notes) lines.push_back("note: " + n);
-  std::set<int> suspects;
+  std::set<int> no_dump, never, waiting;
   for (const auto& [key, members] : comms) {
     CommReport c = report_comm(members, dumped_at);
     lines.push_back("");
     lines.insert(lines.end(), c.lines.begin(), c.lines.end());
-    suspects.insert(c.suspects.begin(), c.suspects.end());
+    no_dump.insert(c.missing.begin(), c.missing.end());
+    never.insert(c.never.begin(), c.never.end());
     report.mismatch = report.mismatch || c.mismatch;
+    for (const Member& m : members) {
+      if (m.comm != nullptr && (m.current != nullptr || !m.p2p_waits.empty())) {
+        waiting.insert(m.dump->rank);
+      }
+    }
   }
+  // A rank that never entered an operation because it waits in another one is a victim, not a
+  // cause: the suspects are the silent ranks, then those that wait nowhere.
+  std::set<int> suspects = no_dump;
+  for (int r : never) {
+    if (!waiting.contains(r)) suspects.insert(r);
+  }
+  if (suspects.empty()) suspects = never;
   report.suspects.assign(suspects.begin(), suspects.end());
   lines.push_back("");
   if (!report.suspects.empty()) {
-    lines.push_back(
-        fmt::format("look first at {}: the others wait for {} (never entered the "
-                    "operation they wait in, or wrote no dump)",
-                    format_ranks(report.suspects), report.suspects.size() == 1 ? "it" : "them"));
+    lines.push_back(fmt::format("look first at {}:", format_ranks(report.suspects)));
+    std::vector<int> silent, idle;
+    for (int r : report.suspects) (no_dump.contains(r) ? silent : idle).push_back(r);
+    const std::string waiters = format_ranks({waiting.begin(), waiting.end()});
+    if (!silent.empty()) {
+      lines.push_back(
+          fmt::format("  {} wrote no dump while {} wait: stopped, hung outside strait, "
+                      "or dead (`kill -USR1 PID` asks a live process for a dump)",
+                      format_ranks(silent), waiters));
+    }
+    if (!idle.empty()) {
+      lines.push_back(fmt::format("  {} never entered the operation {} wait in{}",
+                                  format_ranks(idle), waiters,
+                                  never.size() > idle.size() ? "" : ", and waits in no other"));
+    }
   } else if (report.mismatch) {
     lines.push_back("look first at the mismatch: ranks called different operations in one order");
   } else {

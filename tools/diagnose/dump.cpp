@@ -76,6 +76,7 @@ Dump parse_dump(const std::string& text, const std::string& file) {
                 .rank = c.at("rank").get<int>(),
                 .size = c.at("size").get<int>(),
                 .generation = c.value("generation", std::uint64_t{0}),
+                .instance = c.value("instance", 0),
                 .world_ranks = c.at("world_ranks").get<std::vector<int>>(),
                 .recorded = c.value("recorded", std::uint64_t{0})};
       for (const json& e : c.at("entries")) comm.entries.push_back(parse_entry(e));

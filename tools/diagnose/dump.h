@@ -34,6 +34,7 @@ struct Comm {
   int rank = 0;
   int size = 0;
   std::uint64_t generation = 0;
+  int instance = 0;  // the how-manieth communicator of this id in its process
   std::vector<int> world_ranks{};
   std::uint64_t recorded = 0;
   std::vector<Entry> entries{};  // oldest first
