@@ -84,6 +84,7 @@ void FlightRecorder::failed(std::uint64_t id, const Error& error) {
 void FlightRecorder::clear() {
   const std::lock_guard lock(mutex_);
   for (FrEntry& e : ring_) e = FrEntry{};
+  next_id_ = 1;  // the setup's operations have all completed: no update can name an old id
 }
 
 FrSnapshot FlightRecorder::snapshot() const {

@@ -89,8 +89,8 @@ class FlightRecorder {
   void finished(std::uint64_t id, std::int64_t now_ns = fr_now_ns());
   void failed(std::uint64_t id, const Error& error);
 
-  // Forgets every entry (ids go on): create() numbers the caller's operations from 0 again after
-  // its own setup collectives.
+  // Forgets every entry and numbers from 1 again: create() numbers the caller's operations from 0
+  // again after its own setup collectives.
   void clear();
   // The how-manieth communicator of this id and generation in this process (0, 1, ...): torch
   // creates every process group with id 0, in the same order on every rank.
