@@ -16,6 +16,7 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "comm/debug_log.h"
@@ -30,6 +31,7 @@ struct Registry {
   std::mutex mutex;  // guards recorders; also serializes the writing of dumps
   std::vector<std::weak_ptr<FlightRecorder>> recorders;
   std::map<std::pair<int, std::uint64_t>, int> instances;  // (comm id, generation) -> registered
+  std::string failure_dump;  // the file of the first failure's dump, kept (see dump_all)
 };
 
 Registry& registry() {
@@ -168,13 +170,25 @@ void on_failure(FlightRecorder& recorder, const Error& error) {
 std::string dump_all(std::string_view trigger, std::string_view reason) {
   Registry& r = registry();
   const std::lock_guard lock(r.mutex);
+  // After a failure the process tears its communicators down: a later SIGUSR1 (the launcher's)
+  // would replace the state at the failure with less. It answers with the failure's file,
+  // stamped now, so that the launcher sees the answer.
+  std::error_code ec;
+  if (trigger == "signal" && !r.failure_dump.empty() &&
+      std::filesystem::path(r.failure_dump).parent_path() == dump_dir() &&
+      std::filesystem::exists(r.failure_dump, ec)) {
+    std::filesystem::last_write_time(r.failure_dump, std::filesystem::file_time_type::clock::now(),
+                                     ec);
+    return r.failure_dump;
+  }
   std::vector<FrSnapshot> snapshots;
   for (const auto& w : r.recorders) {
     if (auto rec = w.lock()) snapshots.push_back(rec->snapshot());
   }
   if (snapshots.empty()) return "";
-  std::sort(snapshots.begin(), snapshots.end(),
-            [](const auto& a, const auto& b) { return a.comm_id < b.comm_id; });
+  std::sort(snapshots.begin(), snapshots.end(), [](const auto& a, const auto& b) {
+    return std::tie(a.comm_id, a.instance) < std::tie(b.comm_id, b.instance);
+  });
   const int world_rank = snapshots.front().world_ranks[snapshots.front().rank];
   const auto wall = std::chrono::duration_cast<std::chrono::nanoseconds>(
                         std::chrono::system_clock::now().time_since_epoch())
@@ -207,6 +221,7 @@ std::string dump_all(std::string_view trigger, std::string_view reason) {
       if (!out) throw std::runtime_error("write failed");
     }
     fs::rename(tmp, path);
+    if (trigger != "signal" && r.failure_dump.empty()) r.failure_dump = path.string();
   } catch (const std::exception& e) {
     debug::log(debug::Level::Warn, debug::kFr, "flight recorder: cannot write {}: {}",
                path.string(), e.what());

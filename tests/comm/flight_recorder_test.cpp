@@ -210,6 +210,11 @@ TEST(FlightRecorderDump, ATimeoutWritesOne) {
   EXPECT_EQ(d.at("pid"), ::getpid());
   EXPECT_TRUE(contains(d.at("reason").get<std::string>(), "allreduce #0")) << d.dump();
   EXPECT_EQ(failed_with(d, "Timeout"), 1) << d.dump();
+  // A SIGUSR1 after the failure (the launcher's) keeps the state at the failure.
+  ASSERT_EQ(::raise(SIGUSR1), 0);
+  std::this_thread::sleep_for(300ms);
+  EXPECT_TRUE(dumps_in(dir.path(), "signal").empty());
+  EXPECT_EQ(dumps_in(dir.path(), "timeout").size(), 1U);
 }
 
 TEST(FlightRecorderDump, AMismatchWritesOne) {
