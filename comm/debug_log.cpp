@@ -33,12 +33,6 @@ std::atomic<int> g_rank{-1};
 std::mutex g_mutex;  // guards g_logger and its replacement
 std::shared_ptr<spdlog::logger> g_logger;
 
-std::string host_name() {
-  std::array<char, 256> buf{};
-  if (::gethostname(buf.data(), buf.size() - 1) != 0) return "unknown";
-  return buf.data();
-}
-
 Level parse_level(const std::string& text) {
   constexpr std::array kNames = {"NONE", "VERSION", "WARN", "INFO", "TRACE"};
   std::string upper = text;
@@ -120,6 +114,12 @@ void reload() {
     std::call_once(version_once,
                    [] { detail::write(Level::Version, kInit, "strait " STRAIT_VERSION_STRING); });
   }
+}
+
+std::string host_name() {
+  std::array<char, 256> buf{};
+  if (::gethostname(buf.data(), buf.size() - 1) != 0) return "unknown";
+  return buf.data();
 }
 
 void set_rank(int rank) noexcept {

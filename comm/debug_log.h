@@ -65,6 +65,8 @@ void log(Level level, Subsys subsys, fmt::format_string<Args...> format, Args&&.
 void set_rank(int rank) noexcept;
 // Reads the parameters again (InvalidArgument on a bad one). The VERSION line is printed once.
 void reload();
+// This machine's host name (gethostname), as log lines and dump files name it.
+[[nodiscard]] std::string host_name();
 // The path STRAIT_DEBUG_FILE names with %h and %p replaced ("" when unset).
 [[nodiscard]] std::string expand_path(std::string_view pattern);
 

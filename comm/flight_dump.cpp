@@ -39,12 +39,6 @@ Registry& registry() {
   return r;
 }
 
-std::string host_name() {
-  std::array<char, 256> buf{};
-  if (::gethostname(buf.data(), buf.size() - 1) != 0) return "unknown";
-  return buf.data();
-}
-
 // SIGUSR1: the handler writes a byte to the pipe; the dump thread reads it.
 std::array<int, 2> g_pipe{-1, -1};
 struct sigaction g_previous {};
@@ -196,7 +190,7 @@ std::string dump_all(std::string_view trigger, std::string_view reason) {
   const std::int64_t to_unix = wall - fr_now_ns();
   json comms = json::array();
   for (const auto& s : snapshots) comms.push_back(snapshot_json(s, to_unix));
-  const std::string host = host_name();
+  const std::string host = debug::host_name();
   const json doc{{"format", "strait-flight-recorder"},
                  {"version", 1},
                  {"rank", world_rank},
