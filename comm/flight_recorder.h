@@ -8,10 +8,11 @@
 // clock, nanoseconds; the dump converts them to Unix time). N is STRAIT_FR_ENTRIES (default
 // kDefaultEntries; 0: no recorder at all, and record() is never called).
 //
-// Cost: one uncontended mutex and one clock read per state change, about 50 ns per operation
-// next to the microseconds the shortest allreduce takes (docs/troubleshooting.md gives the
-// measurement). Entries are updated by id: an operation that finishes after the ring wrapped past
-// it changes nothing.
+// Cost: an uncontended mutex per state change and a clock read for each time (the completion
+// reuses the one Work takes): about 100 ns per operation, most of it the clock (30-40 ns a read
+// in a VM); tests/comm/flight_recorder_test.cpp measures it and docs/commands/diagnose.md gives
+// the 8-byte allreduce with and without it. Entries are updated by id: an operation that
+// finishes after the ring wrapped past it changes nothing.
 // Thread-safety: every member may be called from any thread.
 #pragma once
 
