@@ -254,9 +254,11 @@ TEST(FlightRecorderDump, AMismatchWritesOne) {
     ASSERT_TRUE(e.has_value());
     EXPECT_EQ(e->code(), ErrorCode::Mismatch);
   });
+  // Both ranks are threads of this process: one file, or two when one rank's communicator was
+  // gone by the time the other failed (a file is named after the process's first communicator).
   const auto dumps = dumps_in(dir.path(), "mismatch");
-  ASSERT_EQ(dumps.size(), 1U);  // both ranks are threads of this process: one file
-  EXPECT_GE(failed_with(dumps[0], "Mismatch"), 1) << dumps[0].dump();
+  ASSERT_GE(dumps.size(), 1U);
+  for (const json& d : dumps) EXPECT_GE(failed_with(d, "Mismatch"), 1) << d.dump();
 }
 
 TEST(FlightRecorderDump, AbortWritesOne) {
