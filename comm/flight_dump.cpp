@@ -8,11 +8,13 @@
 #include <array>
 #include <cerrno>
 #include <chrono>
+#include <cstddef>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -34,9 +36,22 @@ struct Registry {
   std::string failure_dump;  // the file of the first failure's dump, kept (see dump_all)
 };
 
+// Never destroyed: the SIGUSR1 thread may wake while the process exits, after static
+// destructors have started.
 Registry& registry() {
-  static Registry r;
-  return r;
+  alignas(Registry) static std::byte storage[sizeof(Registry)];
+  static Registry* const r = std::construct_at(reinterpret_cast<Registry*>(storage));
+  return *r;
+}
+
+// Set at exit (under the registry's lock, so that a dump under way finishes first): a SIGUSR1
+// then writes nothing, since the log and the communicators may be gone.
+bool g_exiting = false;  // guarded by Registry::mutex
+
+void mark_exiting() {
+  Registry& r = registry();
+  const std::lock_guard lock(r.mutex);
+  g_exiting = true;
 }
 
 // SIGUSR1: the handler writes a byte to the pipe; the dump thread reads it.
@@ -73,8 +88,11 @@ void install_signal() {
                std::strerror(errno));
     return;
   }
-  // Detached: it blocks in read() for the life of the process and touches nothing that static
-  // destruction frees before exit ends it.
+  // Detached: it blocks in read() for the life of the process; after exit() began it writes
+  // nothing (mark_exiting runs before the statics it would use are destroyed: they were made
+  // before this registration).
+  registry();
+  std::atexit(mark_exiting);
   std::thread(dump_thread).detach();
   struct sigaction sa {};
   sa.sa_sigaction = on_sigusr1;
@@ -164,6 +182,7 @@ void on_failure(FlightRecorder& recorder, const Error& error) {
 std::string dump_all(std::string_view trigger, std::string_view reason) {
   Registry& r = registry();
   const std::lock_guard lock(r.mutex);
+  if (g_exiting) return "";
   // After a failure the process tears its communicators down: a later SIGUSR1 (the launcher's)
   // would replace the state at the failure with less. It answers with the failure's file,
   // stamped now, so that the launcher sees the answer.

@@ -587,7 +587,9 @@ class Job {
         asked.push_back(r.index);
       }
     }
-    if (!asked.empty()) say("asking {} for their flight-recorder dumps", format_ranks(asked));
+    if (!asked.empty())
+      say("asking {} for {} flight-recorder dump{}", format_ranks(asked),
+          asked.size() == 1 ? "its" : "their", asked.size() == 1 ? "" : "s");
     return !asked.empty();
   }
   // Whether every rank asked has written its dump (or exited).
