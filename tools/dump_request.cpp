@@ -2,11 +2,13 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <csignal>
 #include <fstream>
 #include <string_view>
 #include <system_error>
 
+#include "comm/flight_dump.h"
 #include "comm/flight_recorder.h"
 #include "core/params.h"
 
@@ -48,6 +50,26 @@ bool dumps_enabled() {
   } catch (const std::exception&) {
     return false;  // a bad setting: the ranks report it themselves
   }
+}
+
+std::vector<int> DumpRequest::ask(const std::vector<std::pair<int, pid_t>>& running) {
+  asked_ = true;
+  std::vector<int> asked;
+  if (!dumps_enabled()) return asked;
+  dir_ = comm::fr::dump_dir();
+  since_ = std::filesystem::file_time_type::clock::now();
+  for (const auto& [index, pid] : running) {
+    if (catches_sigusr1(pid) && ::kill(pid, SIGUSR1) == 0) {
+      pids_.push_back(pid);
+      asked.push_back(index);
+    }
+  }
+  return asked;
+}
+
+bool DumpRequest::pending(const std::function<bool(pid_t)>& alive) {
+  std::erase_if(pids_, [&](pid_t pid) { return !alive(pid) || dump_written(dir_, pid, since_); });
+  return !pids_.empty();
 }
 
 }  // namespace strait::tools

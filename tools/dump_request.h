@@ -10,7 +10,10 @@
 #include <sys/types.h>
 
 #include <filesystem>
+#include <functional>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace strait::tools {
 
@@ -22,5 +25,24 @@ namespace strait::tools {
                                 std::filesystem::file_time_type since);
 // Whether dumps are wanted: STRAIT_FR_ENTRIES is not 0 and STRAIT_FR_SIGNAL is not off.
 [[nodiscard]] bool dumps_enabled();
+
+// The launcher's request: ask() signals the ranks given (index, pid) that catch SIGUSR1, once;
+// pending() says whether one of them has neither written its dump nor exited.
+class DumpRequest {
+ public:
+  // The indexes of the ranks asked (none when dumps_enabled() is false).
+  std::vector<int> ask(const std::vector<std::pair<int, pid_t>>& running);
+  // `alive(pid)`: whether that rank still runs. Forgets the ranks that answered or exited.
+  bool pending(const std::function<bool(pid_t)>& alive);
+  [[nodiscard]] bool asked() const noexcept { return asked_; }
+  [[nodiscard]] bool waiting() const noexcept { return !pids_.empty(); }
+  void clear() noexcept { pids_.clear(); }
+
+ private:
+  bool asked_ = false;
+  std::vector<pid_t> pids_;  // asked, not answered yet
+  std::filesystem::path dir_;
+  std::filesystem::file_time_type since_{};
+};
 
 }  // namespace strait::tools

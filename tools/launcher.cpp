@@ -18,14 +18,12 @@
 #include <cstdio>
 #include <cstring>
 #include <ctime>
-#include <filesystem>
 #include <map>
 #include <memory>
 #include <optional>
 
 #include "comm/bootstrap/socket.h"
 #include "comm/bootstrap/tcp_store.h"
-#include "comm/flight_dump.h"
 #include "core/error.h"
 #include "core/fd.h"
 #include "tools/dump_request.h"
@@ -436,7 +434,7 @@ class Job {
         return;
       }
       int timeout_ms = -1;
-      if (!dump_pids_.empty()) timeout_ms = 20;  // look for the dumps' files
+      if (dumps_.waiting()) timeout_ms = 20;  // look for the dumps' files
       for (const auto& deadline : {term_at_, kill_at_}) {
         if (!deadline) continue;
         const auto left =
@@ -575,42 +573,31 @@ class Job {
   // dump on it (tools/dump_request.h); the SIGTERM waits up to kDumpWait for their files.
   static constexpr std::chrono::seconds kDumpWait{2};
   bool ask_for_dumps() {
-    dumps_asked_ = true;
-    if (!dumps_enabled()) return false;
-    dump_dir_ = comm::fr::dump_dir();
-    dumps_since_ = std::filesystem::file_time_type::clock::now();
-    std::vector<int> asked;
-    for (Rank& r : ranks_) {
-      if (!r.running || r.suspended || !catches_sigusr1(r.pid)) continue;
-      if (kill(r.pid, SIGUSR1) == 0) {
-        dump_pids_.push_back(r.pid);
-        asked.push_back(r.index);
-      }
+    std::vector<std::pair<int, pid_t>> running;
+    for (const Rank& r : ranks_) {
+      if (r.running && !r.suspended) running.emplace_back(r.index, r.pid);
     }
-    if (!asked.empty())
+    const std::vector<int> asked = dumps_.ask(running);
+    if (!asked.empty()) {
       say("asking {} for {} flight-recorder dump{}", format_ranks(asked),
           asked.size() == 1 ? "its" : "their", asked.size() == 1 ? "" : "s");
+    }
     return !asked.empty();
-  }
-  // Whether every rank asked has written its dump (or exited).
-  bool dumps_pending() {
-    std::erase_if(dump_pids_, [&](pid_t pid) {
-      const bool alive = std::any_of(ranks_.begin(), ranks_.end(),
-                                     [&](const Rank& r) { return r.running && r.pid == pid; });
-      return !alive || dump_written(dump_dir_, pid, dumps_since_);
-    });
-    return !dump_pids_.empty();
   }
 
   void check_deadlines() {
     const auto now = Clock::now();
-    if (term_at_ && now >= *term_at_ && first_failed_ >= 0 && !dumps_asked_ && ask_for_dumps()) {
+    if (term_at_ && now >= *term_at_ && first_failed_ >= 0 && !dumps_.asked() && ask_for_dumps()) {
       term_at_ = now + kDumpWait;
     }
-    if (term_at_ && !dump_pids_.empty() && !dumps_pending()) term_at_ = now;
+    const auto alive = [&](pid_t pid) {
+      return std::any_of(ranks_.begin(), ranks_.end(),
+                         [&](const Rank& r) { return r.running && r.pid == pid; });
+    };
+    if (term_at_ && dumps_.waiting() && !dumps_.pending(alive)) term_at_ = now;
     if (term_at_ && now >= *term_at_) {
       term_at_.reset();
-      dump_pids_.clear();
+      dumps_.clear();
       stop(SIGTERM, fmt::format("rank {} failed", first_failed_));
       kill_at_ = now + o_.stop_timeout;
     }
@@ -757,10 +744,7 @@ class Job {
   WallClock::time_point started_at_{};
   std::optional<Clock::time_point> term_at_;  // when to SIGTERM the ranks still running
   std::optional<Clock::time_point> kill_at_;  // when to SIGKILL them
-  bool dumps_asked_ = false;                  // ask_for_dumps() ran
-  std::vector<pid_t> dump_pids_;              // asked for a dump that has not come yet
-  std::filesystem::path dump_dir_;
-  std::filesystem::file_time_type dumps_since_{};
+  DumpRequest dumps_;                         // flight-recorder dumps asked of the ranks
 };
 
 }  // namespace
