@@ -116,7 +116,8 @@ Work Communicator::submit(std::unique_ptr<Op> op, Describer describe, bool order
                           DeadlineStart start, std::uint64_t record_id) {
   return Work(shared_->engine->submit(std::move(op), std::move(describe), timeout(),
                                       static_cast<std::uint64_t>(group_->comm_id) + 1, ordered,
-                                      start, record_id != 0 ? recorder_ : nullptr, record_id));
+                                      start, record_id != 0 ? recorder_.get() : nullptr,
+                                      record_id));
 }
 
 std::uint64_t Communicator::record(const CollectiveArgs& a, std::int64_t seq, const char* algorithm,

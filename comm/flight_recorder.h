@@ -8,11 +8,12 @@
 // clock, nanoseconds; the dump converts them to Unix time). N is STRAIT_FR_ENTRIES (default
 // kDefaultEntries; 0: no recorder at all, and record() is never called).
 //
-// Cost: an uncontended mutex per state change and a clock read for each time (the completion
-// reuses the one Work takes): about 100 ns per operation, most of it the clock (30-40 ns a read
-// in a VM); tests/comm/flight_recorder_test.cpp measures it and docs/commands/diagnose.md gives
-// the 8-byte allreduce with and without it. Entries are updated by id: an operation that
-// finishes after the ring wrapped past it changes nothing.
+// Times are CLOCK_MONOTONIC_COARSE (the kernel tick, 1-4 ms: fr_now_ns), as cheap as a memory
+// read; a completion takes the steady-clock time Work already reads. Cost: an uncontended mutex
+// and a coarse clock read per state change, some 30-60 ns per operation;
+// tests/comm/flight_recorder_test.cpp measures it and docs/commands/diagnose.md gives the 8-byte
+// allreduce with and without it. Entries are updated by id: an operation that finishes after the
+// ring wrapped past it changes nothing.
 // Thread-safety: every member may be called from any thread.
 #pragma once
 
@@ -29,7 +30,7 @@
 
 namespace strait::comm {
 
-// Steady-clock nanoseconds, as FrEntry's times.
+// Monotonic nanoseconds (steady_clock's origin, the tick's resolution), as FrEntry's times.
 [[nodiscard]] std::int64_t fr_now_ns() noexcept;
 
 enum class FrState : std::uint8_t { Enqueued, Started, Finished, Failed };
@@ -51,7 +52,7 @@ struct FrEntry {
   const char* algorithm = "";                     // static text: "ring", "mailbox", "nccl"
   bool device = false;                            // ran on a GPU through NCCL
   FrState state = FrState::Enqueued;
-  std::int64_t enqueued_ns = 0;                // steady clock
+  std::int64_t enqueued_ns = 0;                // fr_now_ns()
   std::int64_t started_ns = 0;                 // 0 until started
   std::int64_t ended_ns = 0;                   // 0 until finished or failed
   ErrorCode error_code = ErrorCode::Internal;  // when failed

@@ -106,11 +106,10 @@ std::shared_ptr<WorkState> ProgressEngine::submit(std::unique_ptr<Op> op, std::s
 std::shared_ptr<WorkState> ProgressEngine::submit(std::unique_ptr<Op> op, Describer describe,
                                                   std::chrono::milliseconds timeout,
                                                   std::uint64_t stream, bool ordered,
-                                                  DeadlineStart start,
-                                                  std::shared_ptr<FlightRecorder> recorder,
+                                                  DeadlineStart start, FlightRecorder* recorder,
                                                   std::uint64_t record_id) {
   auto work = std::make_shared<WorkState>(std::move(describe));
-  if (recorder) work->trace(std::move(recorder), record_id);
+  if (recorder != nullptr) work->trace(recorder, record_id);
   work->engine = weak_from_this();
   if (start == DeadlineStart::AtWait) work->wait_timeout = timeout;
   {

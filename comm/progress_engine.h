@@ -62,7 +62,7 @@ class ProgressEngine final : public WorkDriver,
   std::shared_ptr<WorkState> submit(std::unique_ptr<Op> op, Describer describe,
                                     std::chrono::milliseconds timeout, std::uint64_t stream,
                                     bool ordered, DeadlineStart start = DeadlineStart::AtSubmit,
-                                    std::shared_ptr<FlightRecorder> recorder = nullptr,
+                                    FlightRecorder* recorder = nullptr,
                                     std::uint64_t record_id = 0);
   // The same with the description already formatted.
   std::shared_ptr<WorkState> submit(std::unique_ptr<Op> op, std::string description,

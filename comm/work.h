@@ -97,8 +97,9 @@ class STRAIT_API WorkState {
 
   /// The operation's entry `id` in its communicator's flight recorder (comm/flight_recorder.h),
   /// told when the engine starts the operation and when it completes; set before it is submitted.
-  void trace(std::shared_ptr<FlightRecorder> recorder, std::uint64_t id) noexcept {
-    recorder_ = std::move(recorder);
+  /// Not owned: a communicator outlives its operations (its destructor fails and waits for them).
+  void trace(FlightRecorder* recorder, std::uint64_t id) noexcept {
+    recorder_ = recorder;
     record_id_ = id;
   }
   /// Engine side: the operation has started (no-op when it is not traced).
@@ -121,7 +122,7 @@ class STRAIT_API WorkState {
   std::atomic<std::chrono::steady_clock::rep> completed_at_{0};
   std::optional<Error> error_;
   std::vector<std::function<void(const std::optional<Error>&)>> callbacks_;
-  std::shared_ptr<FlightRecorder> recorder_;
+  FlightRecorder* recorder_ = nullptr;
   std::uint64_t record_id_ = 0;
 };
 
