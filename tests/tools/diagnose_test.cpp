@@ -171,9 +171,9 @@ TEST(DiagnoseCommand, ReadsAFolderOfDumps) {
 // --- Real hung jobs ------------------------------------------------------------------------------
 
 // The ranks (RANK in their environment) among `launcher`'s children, once its output shows
-// `marker`; empty after 60 s without.
+// `marker`; empty after 120 s without (three torch imports on a loaded machine).
 std::map<int, pid_t> ranks_once(const Strait& launcher, const std::string& marker, int expected) {
-  const auto deadline = std::chrono::steady_clock::now() + 60s;
+  const auto deadline = std::chrono::steady_clock::now() + 120s;
   std::map<int, pid_t> ranks;
   while (std::chrono::steady_clock::now() < deadline) {
     if (contains(launcher.output(), marker)) {
