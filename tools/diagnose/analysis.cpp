@@ -170,7 +170,9 @@ CommReport report_comm(const std::vector<Member>& members, std::int64_t dumped_a
   if (!out.waiting && !out.mismatch) {
     std::int64_t last = -1;
     for (const Member& m : members) last = std::max(last, m.last_finished);
-    out.lines.push_back(fmt::format("  nothing in flight; last finished operation #{}", last));
+    out.lines.push_back(last >= 0
+                            ? fmt::format("  nothing in flight; last finished operation #{}", last)
+                            : std::string("  nothing in flight; no collective recorded"));
   }
   return out;
 }
