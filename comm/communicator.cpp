@@ -26,7 +26,10 @@
 #include "comm/communicator_shared.h"
 #include "comm/compress/codec_factory.h"
 #include "comm/compress/compression_state.h"
+#include "comm/debug_log.h"
 #include "comm/device_collectives.h"
+#include "comm/flight_dump.h"
+#include "comm/flight_recorder.h"
 #include "comm/progress_engine.h"
 #include "core/error.h"
 
@@ -82,6 +85,14 @@ Fingerprint fingerprint_of(const CollectiveArgs& a, std::uint64_t seq, const Sel
   return f;
 }
 
+// STRAIT_DEBUG=TRACE: one line per operation; formats nothing otherwise.
+void log_op(const char* verb, const OpSummary& what, bool p2p) {
+  const debug::Subsys subsys = p2p ? debug::kP2P : debug::kColl;
+  if (debug::enabled(debug::Level::Trace, subsys)) {
+    debug::log(debug::Level::Trace, subsys, "{} {}", verb, what.describe());
+  }
+}
+
 const AlgorithmInfo* mailbox_algorithm() {
   static const AlgorithmInfo* const kAlgorithm = find_algorithm("allreduce", "mailbox");
   return kAlgorithm;
@@ -102,10 +113,31 @@ std::uint64_t Communicator::next_seq(std::uint64_t n) {
 }
 
 Work Communicator::submit(std::unique_ptr<Op> op, Describer describe, bool ordered,
-                          DeadlineStart start) {
+                          DeadlineStart start, std::uint64_t record_id) {
   return Work(shared_->engine->submit(std::move(op), std::move(describe), timeout(),
                                       static_cast<std::uint64_t>(group_->comm_id) + 1, ordered,
-                                      start));
+                                      start, record_id != 0 ? recorder_.get() : nullptr,
+                                      record_id));
+}
+
+std::uint64_t Communicator::record(const CollectiveArgs& a, std::int64_t seq, const char* algorithm,
+                                   bool device, bool started) {
+  if (!recorder_) return 0;
+  std::uint64_t count = a.count;
+  if (kind_info(a.kind).per_rank_counts) {
+    count = std::accumulate(a.counts.begin(), a.counts.end(), std::uint64_t{0});
+  }
+  return recorder_->record(FrEntry{.seq = seq,
+                                   .kind = a.kind,
+                                   .dtype = a.dtype,
+                                   .op = a.op,
+                                   .count = count,
+                                   .bytes = count * kernels::dtype_size(a.dtype),
+                                   .root = a.rooted() || a.point_to_point() ? a.root : -1,
+                                   .tag = a.tag,
+                                   .algorithm = algorithm,
+                                   .device = device},
+                           started);
 }
 
 std::optional<CodecChoice> Communicator::resolve_codec(const CollectiveArgs& args) const {
@@ -207,9 +239,12 @@ Work Communicator::post(const CollectiveArgs& args) {
     what.device = device;
     if (!args.point_to_point()) what.seq = next_seq();
     auto op = device_->enqueue(args, device, timeout());
+    const std::uint64_t id = record(
+        args, args.point_to_point() ? -1 : static_cast<std::int64_t>(what.seq), "nccl", true);
+    log_op("post", what, args.point_to_point());
     return submit(
         std::move(op), [what = std::move(what)] { return what.describe(); }, !args.point_to_point(),
-        args.start);
+        args.start, id);
   }
   Prepared p = prepare(args);
   const CollectiveArgs& a = p.args;
@@ -235,8 +270,11 @@ Work Communicator::post(const CollectiveArgs& args) {
                           std::vector<std::uint64_t>(a.recv_counts.begin(), a.recv_counts.end()));
     }
   }
+  const std::uint64_t id = record(a, p2p ? -1 : static_cast<std::int64_t>(p.seq),
+                                  p.chosen.algorithm->name.data(), false);
+  log_op("post", p.what, p2p);
   return submit(
-      std::move(op), [what = std::move(p.what)] { return what.describe(); }, !p2p, a.start);
+      std::move(op), [what = std::move(p.what)] { return what.describe(); }, !p2p, a.start, id);
 }
 
 void Communicator::run(const CollectiveArgs& args) {
@@ -267,6 +305,8 @@ bool Communicator::run_in_mailbox(const CollectiveArgs& args) {
   const std::uint64_t announcement = box.announce(p.fingerprint);
   MailboxCall call(box, *group_, args.send, args.recv, args.count, args.dtype, args.op);
   lock.unlock();
+  const std::uint64_t id = record(p.args, static_cast<std::int64_t>(p.seq), "mailbox", false, true);
+  log_op("run", p.what, false);
   // What errors need; one pointer each, so that std::function keeps them without allocating.
   const InlineWait wait{
       .timeout = timeout(),
@@ -285,8 +325,13 @@ bool Communicator::run_in_mailbox(const CollectiveArgs& args) {
     // As the engine does with a failed operation: later calls fail at once (their peers may be
     // gone or out of step).
     shared_->engine->fail_stream(stream, e);
+    if (recorder_) {
+      recorder_->failed(id, e);
+      fr::on_failure(*recorder_, e);
+    }
     throw;
   }
+  if (recorder_) recorder_->finished(id);
   counter_for(Kind::Allreduce)->fetch_add(bytes, std::memory_order_relaxed);
   return true;
 }

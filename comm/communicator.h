@@ -393,6 +393,12 @@ class STRAIT_API Communicator {
   /// Payload bytes sent so far, by operation kind (a snapshot; any thread).
   [[nodiscard]] CommStats stats() const noexcept;
 
+  /// This communicator's flight recorder (comm/flight_recorder.h, private to comm/: its last
+  /// STRAIT_FR_ENTRIES operations, dumped on failures and SIGUSR1); null when STRAIT_FR_ENTRIES=0.
+  [[nodiscard]] std::shared_ptr<FlightRecorder> flight_recorder() const noexcept {
+    return recorder_;
+  }
+
  private:
   /// Bytes sent, by CommStats' counter (StatSlot, comm/algorithms/collective_kind.h).
   using Counters = std::array<std::atomic<std::uint64_t>, kStatSlots>;
@@ -412,7 +418,10 @@ class STRAIT_API Communicator {
   [[nodiscard]] bool mailbox_fits(std::size_t bytes) const noexcept;
   std::uint64_t next_seq(std::uint64_t n = 1);
   Work submit(std::unique_ptr<class Op> op, Describer describe, bool ordered,
-              DeadlineStart start = DeadlineStart::AtSubmit);
+              DeadlineStart start = DeadlineStart::AtSubmit, std::uint64_t record_id = 0);
+  /// Enters an operation in the flight recorder (0 when there is none); seq -1: point to point.
+  std::uint64_t record(const CollectiveArgs& args, std::int64_t seq, const char* algorithm,
+                       bool device, bool started = false);
   /// Where an operation of `kind` counts the bytes it sends (null: it sends none).
   std::atomic<std::uint64_t>* counter_for(CollectiveArgs::Kind kind) noexcept;
   /// allreduce_compressed: the codec, checked and in canonical form, and the input checked for NaN
@@ -445,6 +454,8 @@ class STRAIT_API Communicator {
   /// The sites and the groups of the hierarchical allreduce (world communicators only).
   Sites sites_;
   std::shared_ptr<const Hierarchy> hierarchy_;
+  /// The last operations, for diagnosis (null: STRAIT_FR_ENTRIES=0).
+  std::shared_ptr<FlightRecorder> recorder_;
 };
 
 }  // namespace strait::comm

@@ -25,7 +25,10 @@
 #include "comm/communicator.h"
 #include "comm/communicator_shared.h"
 #include "comm/compress/compression_state.h"
+#include "comm/debug_log.h"
 #include "comm/device_collectives.h"
+#include "comm/flight_dump.h"
+#include "comm/flight_recorder.h"
 #include "comm/links.h"
 #include "comm/progress_engine.h"
 #include "comm/transport/sealed_transport.h"
@@ -259,6 +262,7 @@ void Communicator::setup_sites(std::optional<Sites> mine, const std::string& err
   // the numbers: each of the operations above has consumed every message sent to this rank under
   // its number before it completed.
   for (auto& c : counters_) c.store(0, std::memory_order_relaxed);
+  if (recorder_) recorder_->clear();
   const std::lock_guard lock(mutex_);
   seq_ = 0;
 }
@@ -278,9 +282,23 @@ Communicator::Communicator(Key /*key*/, std::shared_ptr<Shared> shared,
       device_(std::make_unique<DeviceComm>(shared_->store, group_->comm_id, group_->rank,
                                            group_->size())),
       compression_(std::make_shared<CompressionState>()),
-      sites_(Sites::single(group_->size())) {}
+      sites_(Sites::single(group_->size())) {
+  if (group_->comm_id == 0) debug::set_rank(group_->rank);
+  if (const std::size_t entries = FlightRecorder::entries_from_env(); entries > 0) {
+    recorder_ = std::make_shared<FlightRecorder>(entries, group_->comm_id, group_->rank,
+                                                 group_->world_ranks, shared_->generation);
+    fr::register_recorder(recorder_);
+  }
+  debug::log(debug::Level::Info, debug::kInit,
+             "comm {} (generation {}): rank {} of {}, world ranks {}, flight recorder {} entries",
+             group_->comm_id, shared_->generation, group_->rank, group_->size(),
+             fmt::join(group_->world_ranks, ","),
+             recorder_ ? FlightRecorder::entries_from_env() : 0);
+}
 
 Communicator::~Communicator() {
+  // What the destruction fails below is no hang or fault: no dump for it.
+  if (recorder_) (void)recorder_->first_failure();
   // Pending operations of this communicator cannot outlive it: their buffers may go with it, and
   // they count their bytes in counters_. Wait until the engine has failed them (it outlives a
   // sub-communicator), so that none is advanced once this returns.
@@ -351,6 +369,11 @@ std::unique_ptr<Communicator> Communicator::split(int color, int key) {
 }
 
 void Communicator::abort(const std::string& why) {
+  // The dump first: it shows the operations as abort() found them.
+  if (recorder_ && recorder_->first_failure()) {
+    debug::log(debug::Level::Warn, debug::kColl, "comm {} aborted ({}); flight recorder dump: {}",
+               group_->comm_id, why, fr::dump_all("abort", why));
+  }
   device_->abort();
   shared_->engine->abort(static_cast<std::uint64_t>(group_->comm_id) + 1, why);
 }

@@ -7,6 +7,7 @@
 #include <exception>
 #include <optional>
 
+#include "comm/debug_log.h"
 #include "core/error.h"
 
 namespace strait::comm {
@@ -80,6 +81,7 @@ void HeartbeatMonitor::run() {
                             "intervals of {} ms)",
                             silent, lease.count(), kLeaseIntervals, interval_.count());
         reported[p] = true;
+        debug::log(debug::Level::Warn, debug::kNet, "rank {} is lost: {}", peer, why);
         {
           const std::lock_guard lock(mutex_);
           lost_.emplace_back(peer, why);

@@ -106,8 +106,10 @@ std::shared_ptr<WorkState> ProgressEngine::submit(std::unique_ptr<Op> op, std::s
 std::shared_ptr<WorkState> ProgressEngine::submit(std::unique_ptr<Op> op, Describer describe,
                                                   std::chrono::milliseconds timeout,
                                                   std::uint64_t stream, bool ordered,
-                                                  DeadlineStart start) {
+                                                  DeadlineStart start, FlightRecorder* recorder,
+                                                  std::uint64_t record_id) {
   auto work = std::make_shared<WorkState>(std::move(describe));
+  if (recorder != nullptr) work->trace(recorder, record_id);
   work->engine = weak_from_this();
   if (start == DeadlineStart::AtWait) work->wait_timeout = timeout;
   {
@@ -356,6 +358,7 @@ bool ProgressEngine::iterate(std::vector<Command>& commands) {
       return false;
     }
     while (!incoming_.empty()) {
+      incoming_.front().work->mark_started();
       active_.push_back(std::move(incoming_.front()));
       incoming_.pop_front();
     }

@@ -58,9 +58,12 @@ class ProgressEngine final : public WorkDriver,
   // continuing could only hang or corrupt), as NCCL does with a communicator after an error.
   // `timeout` runs from now, or (DeadlineStart::AtWait) from when the work is waited for.
   // `describe` formats the operation's description when an error or a log first needs it.
+  // `recorder`: the flight recorder whose entry `record_id` follows the operation (null: none).
   std::shared_ptr<WorkState> submit(std::unique_ptr<Op> op, Describer describe,
                                     std::chrono::milliseconds timeout, std::uint64_t stream,
-                                    bool ordered, DeadlineStart start = DeadlineStart::AtSubmit);
+                                    bool ordered, DeadlineStart start = DeadlineStart::AtSubmit,
+                                    FlightRecorder* recorder = nullptr,
+                                    std::uint64_t record_id = 0);
   // The same with the description already formatted.
   std::shared_ptr<WorkState> submit(std::unique_ptr<Op> op, std::string description,
                                     std::chrono::milliseconds timeout, std::uint64_t stream,

@@ -2,6 +2,9 @@
 
 #include <fmt/format.h>
 
+#include "comm/flight_dump.h"
+#include "comm/flight_recorder.h"
+
 namespace strait::comm {
 
 const std::string& WorkState::description() const {
@@ -33,13 +36,27 @@ void WorkState::complete(std::optional<Error> error) {
     if (done_) return;
     done_ = true;
     error_ = std::move(error);
-    completed_at_.store(std::chrono::steady_clock::now().time_since_epoch().count(),
-                        std::memory_order_release);
+    const auto now = std::chrono::steady_clock::now().time_since_epoch();
+    completed_at_.store(now.count(), std::memory_order_release);
+    // Before waiters wake: a rank that throws this error and exits has its dump written.
+    if (recorder_) {
+      if (error_) {
+        recorder_->failed(record_id_, *error_);
+        fr::on_failure(*recorder_, *error_);
+      } else {
+        recorder_->finished(record_id_,
+                            std::chrono::duration_cast<std::chrono::nanoseconds>(now).count());
+      }
+    }
     finished_.store(true, std::memory_order_release);
     callbacks.swap(callbacks_);
   }
   cv_.notify_all();
   for (auto& cb : callbacks) cb(error_);
+}
+
+void WorkState::mark_started() const {
+  if (recorder_) recorder_->started(record_id_);
 }
 
 void WorkState::on_complete(std::function<void(const std::optional<Error>&)> callback) {

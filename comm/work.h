@@ -35,6 +35,7 @@
 namespace strait::comm {
 
 class WorkState;
+class FlightRecorder;  // comm/flight_recorder.h, private to comm/
 
 /// What runs an operation to completion, as Work sees it: the progress engine
 /// (comm/progress_engine.h) implements it, so that work.h needs nothing above itself.
@@ -94,6 +95,16 @@ class STRAIT_API WorkState {
   /// Runs `callback` once complete() has run (at once, on this thread, if it already has).
   void on_complete(std::function<void(const std::optional<Error>&)> callback);
 
+  /// The operation's entry `id` in its communicator's flight recorder (comm/flight_recorder.h),
+  /// told when the engine starts the operation and when it completes; set before it is submitted.
+  /// Not owned: a communicator outlives its operations (its destructor fails and waits for them).
+  void trace(FlightRecorder* recorder, std::uint64_t id) noexcept {
+    recorder_ = recorder;
+    record_id_ = id;
+  }
+  /// Engine side: the operation has started (no-op when it is not traced).
+  void mark_started() const;
+
   /// The engine that runs this operation, so that an abandoned wait can fail it.
   std::weak_ptr<WorkDriver> engine;
   /// Set for DeadlineStart::AtWait: wait() gives up after this long (as wait(timeout) does).
@@ -111,6 +122,8 @@ class STRAIT_API WorkState {
   std::atomic<std::chrono::steady_clock::rep> completed_at_{0};
   std::optional<Error> error_;
   std::vector<std::function<void(const std::optional<Error>&)>> callbacks_;
+  FlightRecorder* recorder_ = nullptr;
+  std::uint64_t record_id_ = 0;
 };
 
 /// The handle of a non-blocking operation (see the file comment). Copies share one operation.

@@ -14,6 +14,7 @@ namespace {
 const std::map<std::string, std::string, std::less<>>& examples() {
   static const std::map<std::string, std::string, std::less<>> table = {
       {"", "strait train --steps 100"},
+      {"diagnose", "strait diagnose /tmp/strait-fr"},
       {"info", "strait info --markdown > docs/environment.md"},
       {"run", "strait run -n 4 -- ./train --steps 100"},
       {"schedule", "strait schedule --schedule all -p 4 -m 8"},

@@ -26,6 +26,7 @@
 #include "comm/bootstrap/tcp_store.h"
 #include "core/error.h"
 #include "core/fd.h"
+#include "tools/dump_request.h"
 #include "tools/rank_output.h"
 
 namespace strait::tools {
@@ -433,6 +434,7 @@ class Job {
         return;
       }
       int timeout_ms = -1;
+      if (dumps_.waiting()) timeout_ms = 20;  // look for the dumps' files
       for (const auto& deadline : {term_at_, kill_at_}) {
         if (!deadline) continue;
         const auto left =
@@ -567,10 +569,35 @@ class Job {
     kill_at_.reset();
   }
 
+  // Before the ranks of a failed job are stopped: SIGUSR1 to those that write a flight-recorder
+  // dump on it (tools/dump_request.h); the SIGTERM waits up to kDumpWait for their files.
+  static constexpr std::chrono::seconds kDumpWait{2};
+  bool ask_for_dumps() {
+    std::vector<std::pair<int, pid_t>> running;
+    for (const Rank& r : ranks_) {
+      if (r.running && !r.suspended) running.emplace_back(r.index, r.pid);
+    }
+    const std::vector<int> asked = dumps_.ask(running);
+    if (!asked.empty()) {
+      say("asking {} for {} flight-recorder dump{}", format_ranks(asked),
+          asked.size() == 1 ? "its" : "their", asked.size() == 1 ? "" : "s");
+    }
+    return !asked.empty();
+  }
+
   void check_deadlines() {
     const auto now = Clock::now();
+    if (term_at_ && now >= *term_at_ && first_failed_ >= 0 && !dumps_.asked() && ask_for_dumps()) {
+      term_at_ = now + kDumpWait;
+    }
+    const auto alive = [&](pid_t pid) {
+      return std::any_of(ranks_.begin(), ranks_.end(),
+                         [&](const Rank& r) { return r.running && r.pid == pid; });
+    };
+    if (term_at_ && dumps_.waiting() && !dumps_.pending(alive)) term_at_ = now;
     if (term_at_ && now >= *term_at_) {
       term_at_.reset();
+      dumps_.clear();
       stop(SIGTERM, fmt::format("rank {} failed", first_failed_));
       kill_at_ = now + o_.stop_timeout;
     }
@@ -717,6 +744,7 @@ class Job {
   WallClock::time_point started_at_{};
   std::optional<Clock::time_point> term_at_;  // when to SIGTERM the ranks still running
   std::optional<Clock::time_point> kill_at_;  // when to SIGKILL them
+  DumpRequest dumps_;                         // flight-recorder dumps asked of the ranks
 };
 
 }  // namespace

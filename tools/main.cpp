@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "tools/cli_support.h"
+#include "tools/diagnose_command.h"
 #include "tools/info_command.h"
 #include "tools/run_command.h"
 #include "tools/schedule_command.h"
@@ -22,6 +23,7 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", strait::tools::version_line(), "Print the version and exit");
   int exit_code = 0;
   const std::vector<std::string> args(argv, argv + argc);
+  strait::tools::add_diagnose_command(app, exit_code);
   strait::tools::add_info_command(app, exit_code);
   strait::tools::add_run_command(app, exit_code);
   strait::tools::add_schedule_command(app, exit_code);
