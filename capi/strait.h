@@ -100,16 +100,21 @@ typedef enum {
   straitNumTypes = 10
 } straitDataType_t;
 
-/** Reductions, with nccl.h's values. Integers wrap; avg is defined for floating-point types only
- * (sum, then divide by the number of ranks). Min and max keep the local element when a NaN is
- * involved (comm's reduce.h gives the exact rules). */
+/** Reductions, with nccl.h's values for the first five. Integers wrap; avg is defined for
+ * floating-point types only (sum, then divide by the number of ranks). Min and max keep the local
+ * element when a NaN is involved (comm's reduce.h gives the exact rules). The bitwise ops (and,
+ * or, xor; strait's own, NCCL has none) take integer types only, on host buffers: a
+ * floating-point type, or a device buffer, is straitInvalidArgument. */
 typedef enum {
   straitSum = 0,
   straitProd = 1,
   straitMax = 2,
   straitMin = 3,
   straitAvg = 4,
-  straitNumOps = 5
+  straitBand = 5, /**< bitwise and, integer types only */
+  straitBor = 6,  /**< bitwise or, integer types only */
+  straitBxor = 7, /**< bitwise xor, integer types only */
+  straitNumOps = 8
 } straitRedOp_t;
 
 /* Unset fields of the versioned structs below. */

@@ -11,6 +11,7 @@
 #include "comm/transport/tag.h"
 #include "core/error.h"
 #include "kernels/device_memory.h"
+#include "kernels/reduce.h"
 
 namespace strait::comm {
 
@@ -34,6 +35,12 @@ void check_avg(std::string_view what, kernels::DType dtype, kernels::ReduceOp op
         fmt::format("{}: avg of {} is not defined; use sum and divide, or a floating-point "
                     "dtype",
                     what, kernels::dtype_name(dtype)));
+  }
+  if (kernels::reduce_op_is_bitwise(op) && kernels::dtype_is_float(dtype)) {
+    invalid(
+        fmt::format("{}: {} of {} is not defined; bitwise ops take integer dtypes only "
+                    "(int8, uint8, int32, int64)",
+                    what, kernels::reduce_op_name(op), kernels::dtype_name(dtype)));
   }
 }
 
