@@ -107,7 +107,11 @@ void check_host(const CollectiveArgs& a, int rank, int size) {
   switch (a.kind) {
     case Kind::Send:
     case Kind::Recv:
-      check_peer(a.root, size, what);
+      if (a.kind == Kind::Recv && a.root == CollectiveArgs::kAnySource) {
+        if (a.source == nullptr) invalid("recv from any source: no place for the sender's rank");
+      } else {
+        check_peer(a.root, size, what);
+      }
       if (a.tag > kMaxUserTag) invalid(fmt::format("{}: tag {} exceeds 2^37 - 1", what, a.tag));
       return;
     case Kind::Barrier: return;
@@ -219,6 +223,9 @@ void validate_device(const CollectiveArgs& a, int rank, int size) {
   const auto fail = [&](const std::string& why) {
     invalid(fmt::format("device {}: {}", name, why));
   };
+  if (a.point_to_point() && a.root == CollectiveArgs::kAnySource) {
+    fail("NCCL cannot receive from any source; name the peer, or receive into host memory");
+  }
   if (a.root < 0 || a.root >= size) {
     fail(fmt::format("{} {} is not in this communicator of size {}",
                      a.point_to_point() ? "rank" : "root", a.root, size));

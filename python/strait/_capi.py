@@ -241,6 +241,10 @@ _SIGNATURES = {
     "straitBarrierAsync": (_R, [_P, _PP]),
     "straitSendAsync": (_R, [_P, _I64, c_int, c_int, c_uint64, _P, _P, _PP]),
     "straitRecvAsync": (_R, [_P, _I64, c_int, c_int, c_uint64, _P, _P, _PP]),
+    # (recv, count, dtype, tag, comm, stream, request): from any rank
+    "straitRecvAnyAsync": (_R, [_P, _I64, c_int, c_uint64, _P, _P, _PP]),
+    "straitRequestGetSource": (_R, [_P, POINTER(c_int)]),
+    "straitCommGetSequenceNumber": (_R, [_P, POINTER(c_uint64)]),
 }
 
 for _name, (_restype, _argtypes) in _SIGNATURES.items():
