@@ -8,8 +8,12 @@ operation: a collective a peer never joins, or a peer that dies, fails within it
 Tensors: dense and contiguous, all of one call on one device. Host tensors run on strait's host
 path (UCX); CUDA tensors on its NCCL path, enqueued on ``torch.cuda.current_stream()``.
 Reductions take float32, float64, float16, bfloat16, int32, int64, int8 and uint8 with SUM,
-PRODUCT, MIN, MAX and AVG (floating point only); data movement (broadcast, gathers, scatters,
-all-to-all, send/recv) takes any dtype, moved as bytes.
+PRODUCT, MIN, MAX, AVG (floating point only) and BAND, BOR, BXOR (integers only); data movement
+(broadcast, gathers, scatters, all-to-all, send/recv) takes any dtype, moved as bytes. The ops
+in the modules beside this one: the coalesced all_gather forms and reduce_scatter_tensor_coalesced
+(_coalesced), sparse COO all_reduce (_sparse), recv from any source, monitored_barrier,
+batch_isend_irecv's coalescing hooks and the sequence number (_p2p). PREMUL_SUM is refused (its
+factor is out of a Python backend's reach).
 
 Works: with ``async_op=True`` a method returns a ``StraitWork`` (a ``torch.distributed.Work``)
 at once and the operation runs in strait's progress engine; its buffers (inputs and outputs) stay

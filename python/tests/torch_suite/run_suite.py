@@ -14,6 +14,7 @@ import argparse
 import fnmatch
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -119,7 +120,10 @@ def main():
     tests = unittest.TestSuite(suite.TestDistBackendWithSpawn(n) for n in names)
     runner = unittest.TextTestRunner(resultclass=Result, verbosity=0, stream=open(os.devnull, "w"))
     t0 = time.monotonic()
-    result = runner.run(tests)
+    try:
+        result = runner.run(tests)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     rows = result.rows
     counts = {s: sum(1 for r in rows.values() if r["state"] == s) for s in ("PASS", "SKIP", "FAIL")}
     print(f"backend {args.backend} select {args.select} world_size {args.world_size}: "
