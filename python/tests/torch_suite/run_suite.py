@@ -98,7 +98,7 @@ def main():
         return 77
 
     tmp = tempfile.mkdtemp(prefix="strait-torch-suite-")
-    os.environ.update(STRAIT_SUITE_SELECT=args.select, STRAIT_SUITE_BACKEND=args.backend,
+    os.environ.update(TORCH_SUITE_SELECT=args.select, TORCH_SUITE_BACKEND=args.backend,
                       WORLD_SIZE=str(args.world_size), TEMP_DIR=tmp)
     sys.path.insert(0, HERE)
     sys.argv = sys.argv[:1]  # common_utils parses sys.argv at import

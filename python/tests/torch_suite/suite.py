@@ -3,9 +3,9 @@ driven the way torch-ucc drove it. Imported by run_suite.py in the parent and ag
 rank torch's harness spawns ("spawn" start method), so all configuration comes from the
 environment, set by run_suite.py before the first import:
 
-  STRAIT_SUITE_SELECT   the backend name the suite's decorators see when the class is built
+  TORCH_SUITE_SELECT   the backend name the suite's decorators see when the class is built
                         (which tests run or skip): "gloo" or "strait"
-  STRAIT_SUITE_BACKEND  the backend the ranks really create their groups with: "gloo" or
+  TORCH_SUITE_BACKEND  the backend the ranks really create their groups with: "gloo" or
                         "strait" (the module's BACKEND global is set to it after the import, so
                         init_process_group and every branch inside a test body see it)
   WORLD_SIZE, TEMP_DIR  as the suite reads them
@@ -20,8 +20,8 @@ import sys
 _HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(_HERE, "stubs"))  # expecttest (not packaged in Debian 12)
 
-SELECT = os.environ["STRAIT_SUITE_SELECT"]
-RUN = os.environ["STRAIT_SUITE_BACKEND"]
+SELECT = os.environ["TORCH_SUITE_SELECT"]
+RUN = os.environ["TORCH_SUITE_BACKEND"]
 os.environ["BACKEND"] = SELECT  # distributed_test reads it at import
 
 import torch.distributed as dist  # noqa: E402
