@@ -1248,7 +1248,7 @@ static void scenario_arguments(void) {
         straitSend(buf, 1, (straitDataType_t)-1, 0, 0, comm, NULL));
   FAILS(straitInvalidArgument, "datatype 10 is not",
         straitAllToAll(buf, buf, 1, straitNumTypes, comm, NULL));
-  FAILS(straitInvalidArgument, "op 5 is not a straitRedOp_t",
+  FAILS(straitInvalidArgument, "op 8 is not a straitRedOp_t",
         straitReduce(buf, buf, 1, straitFloat32, straitNumOps, 0, comm, NULL));
   FAILS(straitInvalidArgument, "op 99 is not",
         straitReduceScatter(buf, buf, 1, straitFloat32, (straitRedOp_t)99, comm, NULL));

@@ -316,11 +316,11 @@ std::string CollectiveOp::waiting_for() const {
     if (!out.empty()) out += ", ";
     if (p.header != nullptr) {
       out += fmt::format("{} {}{}", p.is_recv ? "a message from" : "a send to",
-                         group_->describe_rank(p.peer), at_step(p.step));
+                         describe_peer(p.peer), at_step(p.step));
       continue;
     }
     out += fmt::format("{} {} ({} bytes{})", p.is_recv ? "a message from" : "a send to",
-                       group_->describe_rank(p.peer), p.bytes, at_step(p.step));
+                       describe_peer(p.peer), p.bytes, at_step(p.step));
   }
   return out.empty() ? std::string("nothing (it was about to finish)") : out;
 }
