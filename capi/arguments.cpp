@@ -90,11 +90,15 @@ kernels::ReduceOp to_op(straitRedOp_t op, const char* function) {
     case straitMax: return kernels::ReduceOp::Max;
     case straitMin: return kernels::ReduceOp::Min;
     case straitAvg: return kernels::ReduceOp::Avg;
+    case straitBand: return kernels::ReduceOp::Band;
+    case straitBor: return kernels::ReduceOp::Bor;
+    case straitBxor: return kernels::ReduceOp::Bxor;
     default: break;
   }
   invalid(
       fmt::format("{}: op {} is not a straitRedOp_t: straitSum (0), straitProd (1), "
-                  "straitMax (2), straitMin (3) or straitAvg (4)",
+                  "straitMax (2), straitMin (3), straitAvg (4), straitBand (5), straitBor (6) "
+                  "or straitBxor (7)",
                   function, static_cast<int>(op)));
 }
 

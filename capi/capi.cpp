@@ -314,6 +314,33 @@ const char* straitRequestGetError(straitRequest_t request) {
   }
 }
 
+straitResult_t straitRequestGetSource(straitRequest_t request, int* source) {
+  constexpr const char* kFunction = "straitRequestGetSource";
+  return guard(kFunction, [&](std::shared_ptr<CommHandle>& /*handle*/) {
+    require_out(source, kFunction, "source");
+    const auto r = Registry::instance().request(request, kFunction);
+    if (r->source() == nullptr) {
+      strait::capi::invalid(
+          fmt::format("{}: the request is not a receive from any source "
+                      "(straitRecvAnyAsync)",
+                      kFunction));
+    }
+    if (!r->work().test()) return straitInProgress;
+    *source = *r->source();
+    return straitSuccess;
+  });
+}
+
+straitResult_t straitCommGetSequenceNumber(straitComm_t comm, uint64_t* sequence) {
+  constexpr const char* kFunction = "straitCommGetSequenceNumber";
+  return guard(kFunction, [&](std::shared_ptr<CommHandle>& handle) {
+    handle = Registry::instance().comm(comm, kFunction);
+    require_out(sequence, kFunction, "sequence");
+    *sequence = handle->comm().sequence_number();
+    return straitSuccess;
+  });
+}
+
 straitResult_t straitRequestFree(straitRequest_t request) {
   constexpr const char* kFunction = "straitRequestFree";
   return guard(kFunction, [&](std::shared_ptr<CommHandle>& /*handle*/) {

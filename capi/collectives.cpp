@@ -49,8 +49,8 @@ straitResult_t post(const char* function, Form form, straitComm_t comm_handle,
       if (form == Form::Blocking) {
         comm.run(args);
       } else {
-        *request =
-            Registry::instance().add(std::make_shared<RequestHandle>(comm.post(args), handle));
+        *request = Registry::instance().add(
+            std::make_shared<RequestHandle>(comm.post(args), handle, args.source));
       }
     });
     return straitSuccess;
@@ -480,6 +480,17 @@ straitResult_t straitRecvAsync(void* recvbuff, int64_t count, straitDataType_t d
                                straitRequest_t* request) {
   return point_recv("straitRecvAsync", Form::Async, recvbuff, count, datatype, peer, tag, comm,
                     stream, request);
+}
+
+straitResult_t straitRecvAnyAsync(void* recvbuff, int64_t count, straitDataType_t datatype,
+                                  uint64_t tag, straitComm_t comm, straitStream_t stream,
+                                  straitRequest_t* request) {
+  constexpr const char* kFunction = "straitRecvAnyAsync";
+  return post(kFunction, Form::Async, comm, stream, request,
+              [&](const Communicator& /*c*/, const auto& go) {
+                const std::size_t bytes = bytes_of(count, datatype, kFunction);
+                go(CollectiveArgs::recv_from_any(recvbuff, bytes, tag, std::make_shared<int>(-1)));
+              });
 }
 
 }  // extern "C"

@@ -41,18 +41,22 @@ class CommHandle {
 // request's lifetime (straitRequestGetError returns a pointer into it).
 class RequestHandle {
  public:
-  RequestHandle(comm::Work work, std::weak_ptr<CommHandle> comm)
-      : work_(std::move(work)), comm_(std::move(comm)) {}
+  RequestHandle(comm::Work work, std::weak_ptr<CommHandle> comm,
+                std::shared_ptr<const int> source = nullptr)
+      : work_(std::move(work)), comm_(std::move(comm)), source_(std::move(source)) {}
 
   [[nodiscard]] const comm::Work& work() const noexcept { return work_; }
   [[nodiscard]] std::shared_ptr<CommHandle> comm() const { return comm_.lock(); }
   // The error's message, recorded the first time the finished operation is found failed; nullptr
   // while it runs or when it succeeded. The string never changes once set.
   const std::string* error_message();
+  // A receive from any source: where its operation writes the sender's rank; else null.
+  [[nodiscard]] const std::shared_ptr<const int>& source() const noexcept { return source_; }
 
  private:
   comm::Work work_;
   std::weak_ptr<CommHandle> comm_;
+  std::shared_ptr<const int> source_;
   std::mutex mutex_;
   std::unique_ptr<std::string> error_;
 };

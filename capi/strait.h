@@ -100,16 +100,21 @@ typedef enum {
   straitNumTypes = 10
 } straitDataType_t;
 
-/** Reductions, with nccl.h's values. Integers wrap; avg is defined for floating-point types only
- * (sum, then divide by the number of ranks). Min and max keep the local element when a NaN is
- * involved (comm's reduce.h gives the exact rules). */
+/** Reductions, with nccl.h's values for the first five. Integers wrap; avg is defined for
+ * floating-point types only (sum, then divide by the number of ranks). Min and max keep the local
+ * element when a NaN is involved (comm's reduce.h gives the exact rules). The bitwise ops (and,
+ * or, xor; strait's own, NCCL has none) take integer types only, on host buffers: a
+ * floating-point type, or a device buffer, is straitInvalidArgument. */
 typedef enum {
   straitSum = 0,
   straitProd = 1,
   straitMax = 2,
   straitMin = 3,
   straitAvg = 4,
-  straitNumOps = 5
+  straitBand = 5, /**< bitwise and, integer types only */
+  straitBor = 6,  /**< bitwise or, integer types only */
+  straitBxor = 7, /**< bitwise xor, integer types only */
+  straitNumOps = 8
 } straitRedOp_t;
 
 /* Unset fields of the versioned structs below. */
@@ -334,6 +339,10 @@ STRAIT_C_EXPORT straitResult_t straitCommUserRank(straitComm_t comm, int* rank);
 STRAIT_C_EXPORT straitResult_t straitCommSetTimeout(straitComm_t comm, int64_t timeoutMs);
 /** *timeoutMs = the deadline of operations submitted from now on. */
 STRAIT_C_EXPORT straitResult_t straitCommGetTimeout(straitComm_t comm, int64_t* timeoutMs);
+/** *sequence = the sequence number comm's next collective takes: strait's own count, equal on
+ * ranks that issued the same collectives (a collective may take several numbers; point-to-point
+ * operations take none). Thread-safe. */
+STRAIT_C_EXPORT straitResult_t straitCommGetSequenceNumber(straitComm_t comm, uint64_t* sequence);
 /** Fills stats (up to stats->size bytes) with the payload bytes comm has sent, by operation. */
 STRAIT_C_EXPORT straitResult_t straitCommGetStats(straitComm_t comm, straitStats_t* stats);
 
@@ -349,6 +358,10 @@ STRAIT_C_EXPORT straitResult_t straitTest(straitRequest_t request);
 STRAIT_C_EXPORT straitResult_t straitWait(straitRequest_t request, int64_t timeoutMs);
 /** The operation's error message once it has failed, else ""; valid until the request is freed. */
 STRAIT_C_EXPORT const char* straitRequestGetError(straitRequest_t request);
+/** A receive from any source (straitRecvAnyAsync): *source = the rank whose message it received,
+ * once it has completed; straitInProgress (source untouched) while it runs. straitInvalidArgument
+ * for any other request. Thread-safe. */
+STRAIT_C_EXPORT straitResult_t straitRequestGetSource(straitRequest_t request, int* source);
 /** Frees the handle. An operation still running goes on (its buffers must stay valid until it
  * finishes), as after MPI_Request_free. */
 STRAIT_C_EXPORT straitResult_t straitRequestFree(straitRequest_t request);
@@ -516,6 +529,15 @@ STRAIT_C_EXPORT straitResult_t straitRecvAsync(void* recvbuff, int64_t count,
                                                straitDataType_t datatype, int peer, uint64_t tag,
                                                straitComm_t comm, straitStream_t stream,
                                                straitRequest_t* request);
+/** Non-blocking receive of count elements with tag from whichever rank sends one first
+ * (MPI_ANY_SOURCE); straitRequestGetSource then names that rank. Host buffers only (NCCL has no
+ * such receive: a device buffer is straitInvalidArgument), and not over encrypted links
+ * (STRAIT_ENCRYPT: the request fails saying so). Messages from one sender with one tag still
+ * arrive in the order sent. */
+STRAIT_C_EXPORT straitResult_t straitRecvAnyAsync(void* recvbuff, int64_t count,
+                                                  straitDataType_t datatype, uint64_t tag,
+                                                  straitComm_t comm, straitStream_t stream,
+                                                  straitRequest_t* request);
 
 #ifdef __cplusplus
 }

@@ -78,10 +78,12 @@ Op compressed_allreduce(const Ctx& c) {
 Op point_to_point(const Ctx& c) {
   const auto& a = c.args;
   const bool send = a.kind == CollectiveArgs::Kind::Send;
-  return std::make_unique<PointToPoint>(
+  auto op = std::make_unique<PointToPoint>(
       OpContext{c.context.group, 0, send ? c.context.bytes_sent : nullptr},
       send ? PointToPoint::Kind::Send : PointToPoint::Kind::Recv, a.root, a.tag,
       send ? const_cast<void*>(a.send) : a.recv, a.count);
+  if (!send && a.root == CollectiveArgs::kAnySource) op->report_source_to(a.source);
+  return op;
 }
 
 Op hierarchical_allreduce(const Ctx& c, InterSite inter) {

@@ -33,6 +33,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 
@@ -64,10 +65,13 @@ struct CollectiveArgs {
   kernels::DType dtype = kernels::DType::U8;
   kernels::ReduceOp op = kernels::ReduceOp::Sum;  ///< the reducing kinds
   int root = 0;                                   ///< the root; the peer of Send and Recv
-  std::uint64_t tag = 0;                          ///< Send, Recv (device buffers: must be 0)
-  std::span<const std::size_t> counts{};          ///< AllgatherV, ReduceScatterV; AlltoallV: send
-  std::span<const std::size_t> recv_counts{};     ///< AlltoallV
-  const Compression* compression = nullptr;       ///< AllreduceCompressed
+  /// Recv with root kAnySource: where the sender's rank is written when the receive completes
+  /// (shared with the operation, so it outlives a caller that stops waiting).
+  std::shared_ptr<int> source{};
+  std::uint64_t tag = 0;                       ///< Send, Recv (device buffers: must be 0)
+  std::span<const std::size_t> counts{};       ///< AllgatherV, ReduceScatterV; AlltoallV: send
+  std::span<const std::size_t> recv_counts{};  ///< AlltoallV
+  const Compression* compression = nullptr;    ///< AllreduceCompressed
   /// When the operation's deadline starts (AtWait for receives posted early).
   DeadlineStart start = DeadlineStart::AtSubmit;
   /// Device buffers: the CUDA stream to enqueue on (nullptr: the legacy default stream); unset:
@@ -85,6 +89,19 @@ struct CollectiveArgs {
                                   DeadlineStart start = DeadlineStart::AtSubmit) {
     return {
         .kind = Kind::Recv, .recv = buf, .count = bytes, .root = peer, .tag = tag, .start = start};
+  }
+  /// Recv's root for a receive from whichever rank sends (MPI_ANY_SOURCE).
+  static constexpr int kAnySource = -1;
+  /// Receive `bytes` bytes with `tag` from any rank; its rank goes to *source once received
+  /// (Communicator::irecv_any).
+  static CollectiveArgs recv_from_any(void* buf, std::size_t bytes, std::uint64_t tag,
+                                      std::shared_ptr<int> source) {
+    return {.kind = Kind::Recv,
+            .recv = buf,
+            .count = bytes,
+            .root = kAnySource,
+            .source = std::move(source),
+            .tag = tag};
   }
   /// Communicator::barrier.
   static CollectiveArgs barrier() { return {.kind = Kind::Barrier}; }

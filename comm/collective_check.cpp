@@ -11,6 +11,7 @@
 #include "comm/transport/tag.h"
 #include "core/error.h"
 #include "kernels/device_memory.h"
+#include "kernels/reduce.h"
 
 namespace strait::comm {
 
@@ -34,6 +35,12 @@ void check_avg(std::string_view what, kernels::DType dtype, kernels::ReduceOp op
         fmt::format("{}: avg of {} is not defined; use sum and divide, or a floating-point "
                     "dtype",
                     what, kernels::dtype_name(dtype)));
+  }
+  if (kernels::reduce_op_is_bitwise(op) && kernels::dtype_is_float(dtype)) {
+    invalid(
+        fmt::format("{}: {} of {} is not defined; bitwise ops take integer dtypes only "
+                    "(int8, uint8, int32, int64)",
+                    what, kernels::reduce_op_name(op), kernels::dtype_name(dtype)));
   }
 }
 
@@ -100,7 +107,11 @@ void check_host(const CollectiveArgs& a, int rank, int size) {
   switch (a.kind) {
     case Kind::Send:
     case Kind::Recv:
-      check_peer(a.root, size, what);
+      if (a.kind == Kind::Recv && a.root == CollectiveArgs::kAnySource) {
+        if (a.source == nullptr) invalid("recv from any source: no place for the sender's rank");
+      } else {
+        check_peer(a.root, size, what);
+      }
       if (a.tag > kMaxUserTag) invalid(fmt::format("{}: tag {} exceeds 2^37 - 1", what, a.tag));
       return;
     case Kind::Barrier: return;
@@ -212,6 +223,9 @@ void validate_device(const CollectiveArgs& a, int rank, int size) {
   const auto fail = [&](const std::string& why) {
     invalid(fmt::format("device {}: {}", name, why));
   };
+  if (a.point_to_point() && a.root == CollectiveArgs::kAnySource) {
+    fail("NCCL cannot receive from any source; name the peer, or receive into host memory");
+  }
   if (a.root < 0 || a.root >= size) {
     fail(fmt::format("{} {} is not in this communicator of size {}",
                      a.point_to_point() ? "rank" : "root", a.root, size));

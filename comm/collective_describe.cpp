@@ -60,6 +60,10 @@ std::string OpSummary::describe() const {
     if (info.point_to_point) return fmt::format("device {} {} {}", what, detail, where);
     return fmt::format("{} #{} {} {}", what, seq, detail, where);
   }
+  if (info.point_to_point && root < 0) {
+    return fmt::format("{} of {} bytes {} any rank (tag {}) {}", info.name, count, info.direction,
+                       tag, where);
+  }
   if (info.point_to_point) {
     return fmt::format("{} of {} bytes {} rank {} (tag {}) {}", info.name, count, info.direction,
                        root, tag, where);

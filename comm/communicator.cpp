@@ -346,6 +346,14 @@ Work Communicator::irecv(void* buf, std::size_t bytes, int peer, std::uint64_t t
                          DeadlineStart start) {
   return post(CollectiveArgs::recv_from(buf, bytes, peer, tag, start));
 }
+Work Communicator::irecv_any(void* buf, std::size_t bytes, std::shared_ptr<int> source,
+                             std::uint64_t tag) {
+  return post(CollectiveArgs::recv_from_any(buf, bytes, tag, std::move(source)));
+}
+std::uint64_t Communicator::sequence_number() {
+  const std::lock_guard lock(mutex_);
+  return seq_;
+}
 void Communicator::send(const void* buf, std::size_t bytes, int peer, std::uint64_t tag) {
   run(CollectiveArgs::send_to(buf, bytes, peer, tag));
 }

@@ -228,6 +228,14 @@ class STRAIT_API Communicator {
   /// Receive of exactly `bytes` bytes from `peer` with `tag` (as isend above).
   Work irecv(void* buf, std::size_t bytes, int peer, std::uint64_t tag = 0,
              DeadlineStart start = DeadlineStart::AtSubmit);
+  /// Receive of exactly `bytes` bytes with `tag` from whichever rank sends one first
+  /// (MPI_ANY_SOURCE); *source = that rank before the Work completes. Host buffers only, and not
+  /// over sealed links (STRAIT_ENCRYPT): both fail with InvalidArgument / the receive's error.
+  Work irecv_any(void* buf, std::size_t bytes, std::shared_ptr<int> source, std::uint64_t tag = 0);
+  /// The sequence number the next collective of this communicator takes: strait's own count,
+  /// equal on ranks that issued the same collectives (a collective made of several parts takes
+  /// several; point-to-point operations take none). Any thread.
+  [[nodiscard]] std::uint64_t sequence_number();
   /// Blocking isend(): returns once sent; throws its error.
   void send(const void* buf, std::size_t bytes, int peer, std::uint64_t tag = 0);
   /// Blocking irecv(): returns once received; throws its error.

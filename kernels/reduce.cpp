@@ -59,6 +59,16 @@ T mul(T x, T y) noexcept {
   }
 }
 
+// Band, Bor, Bxor on integers (reduce() refuses them for floats).
+template <class T>
+void reduce_bitwise(ReduceOp op, void* inout, const void* in, std::size_t n) {
+  switch (op) {
+    case ReduceOp::Band: apply<T>(inout, in, n, [](T x, T y) { return T(x & y); }); break;
+    case ReduceOp::Bor: apply<T>(inout, in, n, [](T x, T y) { return T(x | y); }); break;
+    default: apply<T>(inout, in, n, [](T x, T y) { return T(x ^ y); }); break;
+  }
+}
+
 template <class T>
 void reduce_native(ReduceOp op, void* inout, const void* in, std::size_t n) {
   switch (op) {
@@ -66,6 +76,11 @@ void reduce_native(ReduceOp op, void* inout, const void* in, std::size_t n) {
     case ReduceOp::Prod: apply<T>(inout, in, n, [](T x, T y) { return mul(x, y); }); break;
     case ReduceOp::Min: apply<T>(inout, in, n, [](T x, T y) { return std::min(x, y); }); break;
     case ReduceOp::Max: apply<T>(inout, in, n, [](T x, T y) { return std::max(x, y); }); break;
+    case ReduceOp::Band:
+    case ReduceOp::Bor:
+    case ReduceOp::Bxor:
+      if constexpr (std::is_integral_v<T>) reduce_bitwise<T>(op, inout, in, n);
+      break;
     case ReduceOp::Avg: break;  // rejected by reduce()
   }
 }
@@ -84,7 +99,7 @@ void reduce_half(ReduceOp op, void* inout, const void* in, std::size_t n) {
       case ReduceOp::Prod: r = x * y; break;
       case ReduceOp::Min: r = std::min(x, y); break;
       case ReduceOp::Max: r = std::max(x, y); break;
-      case ReduceOp::Avg: break;
+      default: break;  // Avg, bitwise: rejected by reduce()
     }
     store<std::uint16_t>(a, i, ToHalf(r));
   }
@@ -143,6 +158,9 @@ std::string_view reduce_op_name(ReduceOp op) noexcept {
     case ReduceOp::Min: return "min";
     case ReduceOp::Max: return "max";
     case ReduceOp::Avg: return "avg";
+    case ReduceOp::Band: return "band";
+    case ReduceOp::Bor: return "bor";
+    case ReduceOp::Bxor: return "bxor";
   }
   return "?";
 }
@@ -151,6 +169,12 @@ void reduce(DType dtype, ReduceOp op, void* inout, const void* in, std::size_t c
   if (op == ReduceOp::Avg) {
     throw Error(ErrorCode::InvalidArgument,
                 "kernels::reduce: avg is not elementwise; reduce with sum, then scale by 1/n");
+  }
+  if (reduce_op_is_bitwise(op) && dtype_is_float(dtype)) {
+    throw Error(ErrorCode::InvalidArgument,
+                fmt::format("kernels::reduce: {} is a bitwise op, defined for integer dtypes only, "
+                            "not {}; reinterpret the data as an integer type of its width",
+                            reduce_op_name(op), dtype_name(dtype)));
   }
   if (count == 0) return;
   std::size_t done = 0;

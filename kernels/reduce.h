@@ -2,10 +2,11 @@
 /// Elementwise reductions used by the collectives' inner loops (CPU).
 ///
 /// reduce(dtype, op, inout, in, count): inout[i] = inout[i] (op) in[i] for i < count, for every
-/// dtype of kernels/dtype.h and op Sum, Prod, Min or Max. Buffers need no alignment (any byte
-/// address); they must not partially overlap (inout == in is allowed).
-/// Paths: AVX-512, AVX2 or scalar, picked per call by simd_level() (kernels/cpu_features.h;
-/// STRAIT_SIMD lowers it). Every path gives the same bits, save one case noted below.
+/// dtype of kernels/dtype.h and op Sum, Prod, Min or Max; Band, Bor, Bxor for integer dtypes.
+/// Buffers need no alignment (any byte address); they must not partially overlap (inout == in is
+/// allowed). Paths: AVX-512, AVX2 or scalar, picked per call by simd_level()
+/// (kernels/cpu_features.h; STRAIT_SIMD lowers it). Every path gives the same bits, save one case
+/// noted below.
 /// - Floats: IEEE 754 arithmetic in the element type, rounded to nearest even. f16/bf16 are widened
 ///   to f32 for the arithmetic and rounded back as f32_to_f16 / f32_to_bf16 do (f16 overflows to
 ///   Inf and keeps subnormals; a NaN becomes sign | 0x7e00 in f16, and in bf16 its top 16 bits
@@ -21,7 +22,8 @@
 /// - Integers wrap modulo 2^bits like NCCL (i8: 127 + 1 = -128; prod keeps the low bits).
 /// Avg is not an elementwise op: collectives reduce with Sum and then call scale(1/world_size).
 /// Thread-safety: pure functions over caller-owned memory.
-/// Errors: InvalidArgument for Avg (use Sum + scale), for scale() of integer dtypes, and (from
+/// Errors: InvalidArgument for Avg (use Sum + scale), for a bitwise op on a floating-point dtype,
+/// for scale() of integer dtypes, and (from
 /// simd_level()) for a bad STRAIT_SIMD.
 #pragma once
 
@@ -34,7 +36,7 @@
 
 namespace strait::kernels {
 
-/// The op's name ("sum", "prod", "min", "max", "avg").
+/// The op's name ("sum", "prod", "min", "max", "avg", "band", "bor", "bxor").
 STRAIT_API std::string_view reduce_op_name(ReduceOp op) noexcept;
 
 /// inout[i] = inout[i] (op) in[i] for i < count (see the file comment for NaNs, rounding,

@@ -8,7 +8,14 @@
 
 namespace strait::kernels {
 
-/// Reduction operator. Avg is Sum followed by scale(1 / world size), floats only.
-enum class ReduceOp : std::uint8_t { Sum, Prod, Min, Max, Avg };
+/// Reduction operator. Avg is Sum followed by scale(1 / world size), floats only. Band, Bor and
+/// Bxor (bitwise and, or, xor) are for integer dtypes only (kernels::reduce and the collectives
+/// refuse them for floating point with InvalidArgument).
+enum class ReduceOp : std::uint8_t { Sum, Prod, Min, Max, Avg, Band, Bor, Bxor };
+
+/// Whether op is one of the bitwise ops (integer dtypes only).
+constexpr bool reduce_op_is_bitwise(ReduceOp op) noexcept {
+  return op == ReduceOp::Band || op == ReduceOp::Bor || op == ReduceOp::Bxor;
+}
 
 }  // namespace strait::kernels

@@ -6,7 +6,8 @@
 // reduced (or scaled); reduce() finishes the rest with the scalar path, so every path gives the
 // same bits. AVX-512 always does all `count` elements (masked head to align the stores to inout,
 // masked tail). AVX2 aligns its stores with a scalar head and stops at the last whole vector (the
-// tail left is under 32 bytes). 0 means "not handled here" (Avg, integer scale). Same buffer rules
+// tail left is under 32 bytes). 0 means "not handled here" (Avg, integer scale, bitwise ops on
+// floats). Same buffer rules
 // as reduce(): any byte alignment, inout == in allowed.
 // Calling a path the CPU lacks is an illegal instruction: check cpu_simd_level() first.
 // The SIMD functions are only defined on x86-64; other targets build the scalar path alone.
@@ -39,9 +40,10 @@ std::size_t scale_avx512(DType dtype, void* inout, std::size_t count, double fac
 // Isa::F32, F64, F16, BF16, I8, U8, I32, I64 are lane types L: `kLanes` elements of type L::T
 // load into a vector L::V (load(p)) and store back (store(p, v)); add, mul, min and max act on V
 // (min and max as std::min / std::max: min(x, y) = y < x ? y : x, so a NaN on either side, or two
-// zeros, give x); float types also have broadcast(L::S). A lane type with a mask type L::M also
-// loads and stores the first lanes under a mask (load(p, m), store(p, v, m)) and does head and
-// tail itself; one without leaves the head to the scalar path and the tail to the caller.
+// zeros, give x); float types also have broadcast(L::S), integer types band, bor and bxor. A lane
+// type with a mask type L::M also loads and stores the first lanes under a mask (load(p, m),
+// store(p, v, m)) and does head and tail itself; one without leaves the head to the scalar path and
+// the tail to the caller.
 #if defined(STRAIT_SIMD_TARGET)
 
 // An integer lane type, declared inside an ISA's lane struct: elements of TYPE over BASE (which
@@ -84,10 +86,24 @@ std::size_t head_count(const void* p, std::size_t n) {
   return head < n ? head : n;
 }
 
+// Integer lane types also have band, bor and bxor (the same instructions for every width).
+template <class L>
+concept Bitwise = requires(typename L::V v) {
+  L::band(v, v);
+  L::bor(v, v);
+  L::bxor(v, v);
+};
+
 template <class L, ReduceOp kOp>
 STRAIT_SIMD_TARGET inline typename L::V apply(typename L::V x, typename L::V y) {
   static_assert(kOp != ReduceOp::Avg);
-  if constexpr (kOp == ReduceOp::Sum) {
+  if constexpr (kOp == ReduceOp::Band) {
+    return L::band(x, y);
+  } else if constexpr (kOp == ReduceOp::Bor) {
+    return L::bor(x, y);
+  } else if constexpr (kOp == ReduceOp::Bxor) {
+    return L::bxor(x, y);
+  } else if constexpr (kOp == ReduceOp::Sum) {
     return L::add(x, y);
   } else if constexpr (kOp == ReduceOp::Prod) {
     return L::mul(x, y);
@@ -139,6 +155,14 @@ STRAIT_SIMD_TARGET std::size_t reduce_run(DType dtype, void* inout, const void* 
   return i;
 }
 
+template <Bitwise L>
+std::size_t reduce_bitwise_op(DType dtype, ReduceOp op, void* inout, const void* in,
+                              std::size_t n) {
+  if (op == ReduceOp::Band) return reduce_run<L, ReduceOp::Band>(dtype, inout, in, n);
+  if (op == ReduceOp::Bor) return reduce_run<L, ReduceOp::Bor>(dtype, inout, in, n);
+  return reduce_run<L, ReduceOp::Bxor>(dtype, inout, in, n);
+}
+
 template <class L>
 std::size_t reduce_op(DType dtype, ReduceOp op, void* inout, const void* in, std::size_t n) {
   switch (op) {
@@ -146,6 +170,11 @@ std::size_t reduce_op(DType dtype, ReduceOp op, void* inout, const void* in, std
     case ReduceOp::Prod: return reduce_run<L, ReduceOp::Prod>(dtype, inout, in, n);
     case ReduceOp::Min: return reduce_run<L, ReduceOp::Min>(dtype, inout, in, n);
     case ReduceOp::Max: return reduce_run<L, ReduceOp::Max>(dtype, inout, in, n);
+    case ReduceOp::Band:
+    case ReduceOp::Bor:
+    case ReduceOp::Bxor:
+      if constexpr (Bitwise<L>) return reduce_bitwise_op<L>(dtype, op, inout, in, n);
+      break;
     case ReduceOp::Avg: break;
   }
   return 0;

@@ -135,6 +135,9 @@ struct Avx2 {
     STRAIT_SIMD_TARGET static void store(void* p, V v) {
       _mm256_storeu_si256(static_cast<__m256i*>(p), v);
     }
+    STRAIT_SIMD_TARGET static V band(V x, V y) { return _mm256_and_si256(x, y); }
+    STRAIT_SIMD_TARGET static V bor(V x, V y) { return _mm256_or_si256(x, y); }
+    STRAIT_SIMD_TARGET static V bxor(V x, V y) { return _mm256_xor_si256(x, y); }
   };
 
   STRAIT_SIMD_INT_LANES(I8, Int, std::int8_t, 32, _mm256_add_epi8, mul8, _mm256_min_epi8,

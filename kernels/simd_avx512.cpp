@@ -77,6 +77,9 @@ STRAIT_SIMD_TARGET inline __m512i mul8(__m512i x, __m512i y) {
     STRAIT_SIMD_TARGET static V load(const void* p, M m) { return LOAD_MASKED(m, p); } \
     STRAIT_SIMD_TARGET static void store(void* p, V v) { _mm512_storeu_si512(p, v); }  \
     STRAIT_SIMD_TARGET static void store(void* p, V v, M m) { STORE_MASKED(p, m, v); } \
+    STRAIT_SIMD_TARGET static V band(V x, V y) { return _mm512_and_si512(x, y); }      \
+    STRAIT_SIMD_TARGET static V bor(V x, V y) { return _mm512_or_si512(x, y); }        \
+    STRAIT_SIMD_TARGET static V bxor(V x, V y) { return _mm512_xor_si512(x, y); }      \
   }
 
 // The lane types (see the drivers' headers), each whole or under a mask M of the first lanes.

@@ -578,6 +578,72 @@ static void check_point_to_point(straitComm_t comm) {
   OK(straitRequestFree(send_request));
 }
 
+/* A value per rank and index with every bit pattern varied, for the bitwise reductions. */
+static int32_t bits_of(int r, size_t i) {
+  return (int32_t)(((uint32_t)(r + 1) * 2654435761u) ^ ((uint32_t)i * 40503u));
+}
+
+/* straitRecvAnyAsync: rank 0 takes one message from every other rank, in whatever order they
+ * come, and learns each sender from straitRequestGetSource; the bitwise reductions of integers
+ * against a naive reference (floats refused); the sequence number equal on every rank, growing. */
+static void check_any_source_bitwise_sequence(straitComm_t comm) {
+  enum { n = 64 };
+  static int64_t buf[n];
+  int32_t v[n], got[n], want[3][n];
+  static const straitRedOp_t ops[3] = {straitBand, straitBor, straitBxor};
+  int seen[64] = {0};
+  int r, src = -1;
+  size_t i, o;
+  uint64_t seq0 = 0, seq1 = 0;
+  float f = 1.0f;
+  straitRequest_t req;
+  if (g_rank == 0) {
+    for (r = 1; r < g_size; ++r) {
+      memset(buf, 0, sizeof buf);
+      OK(straitRecvAnyAsync(buf, n, straitInt64, 9, comm, NULL, &req));
+      OK(straitWait(req, STRAIT_WAIT_DEADLINE));
+      src = -1;
+      OK(straitRequestGetSource(req, &src));
+      OK(straitRequestFree(req));
+      CHECK(src >= 1 && src < g_size);
+      if (src >= 1 && src < g_size) {
+        CHECK(!seen[src]);
+        seen[src] = 1;
+        CHECK(holds(buf, straitInt64, 200 + src, 0, n));
+      }
+    }
+  } else {
+    fill(buf, straitInt64, 200 + g_rank, 0, n);
+    OK(straitSend(buf, n, straitInt64, 0, 9, comm, NULL));
+  }
+  OK(straitBarrierAsync(comm, &req));
+  FAILS(straitInvalidArgument, "not a receive from any source", straitRequestGetSource(req, &src));
+  OK(straitWait(req, STRAIT_WAIT_DEADLINE));
+  OK(straitRequestFree(req));
+
+  for (i = 0; i < n; ++i) {
+    want[0][i] = want[1][i] = want[2][i] = bits_of(0, i);
+    for (r = 1; r < g_size; ++r) {
+      want[0][i] &= bits_of(r, i);
+      want[1][i] |= bits_of(r, i);
+      want[2][i] ^= bits_of(r, i);
+    }
+    v[i] = bits_of(g_rank, i);
+  }
+  for (o = 0; o < 3; ++o) {
+    OK(straitAllReduce(v, got, n, straitInt32, ops[o], comm, NULL));
+    CHECK(memcmp(got, want[o], sizeof got) == 0);
+  }
+  FAILS(straitInvalidArgument, "integer",
+        straitAllReduce(&f, &f, 1, straitFloat32, straitBand, comm, NULL));
+
+  OK(straitCommGetSequenceNumber(comm, &seq0));
+  OK(straitAllReduce(v, got, n, straitInt32, straitSum, comm, NULL));
+  OK(straitCommGetSequenceNumber(comm, &seq1));
+  CHECK(seq1 > seq0);
+  CHECK(same_on_every_rank(comm, &seq1, sizeof seq1));
+}
+
 /* Rank r's gradient element i: varied, non-integer, deterministic. */
 static float grad(int r, size_t i) {
   return (float)sin(0.37 * (double)i + 1.3 * r) * (1.0f + (float)(i % 7));
@@ -717,6 +783,7 @@ static void scenario_collectives(void) {
   check_reduce_scatter(comm);
   check_alltoall(comm);
   check_point_to_point(comm);
+  check_any_source_bitwise_sequence(comm);
   check_compressed(comm);
   check_split(comm);
   OK(straitCommDestroy(comm));
@@ -1181,7 +1248,7 @@ static void scenario_arguments(void) {
         straitSend(buf, 1, (straitDataType_t)-1, 0, 0, comm, NULL));
   FAILS(straitInvalidArgument, "datatype 10 is not",
         straitAllToAll(buf, buf, 1, straitNumTypes, comm, NULL));
-  FAILS(straitInvalidArgument, "op 5 is not a straitRedOp_t",
+  FAILS(straitInvalidArgument, "op 8 is not a straitRedOp_t",
         straitReduce(buf, buf, 1, straitFloat32, straitNumOps, 0, comm, NULL));
   FAILS(straitInvalidArgument, "op 99 is not",
         straitReduceScatter(buf, buf, 1, straitFloat32, (straitRedOp_t)99, comm, NULL));

@@ -197,6 +197,17 @@ RequestPtr CollectiveOp::post_recv(Transport& t, int peer, Tag tag, void* buf, s
   return req;
 }
 
+RequestPtr CollectiveOp::post_recv_any(Transport& t, Tag tag, Tag mask, void* buf,
+                                       std::size_t len) {
+  auto req = t.irecv_any(tag, mask, buf, len);
+  posted_.push_back(Posted{req, kAnyPeer, -1, true, len});
+  return req;
+}
+
+std::string CollectiveOp::describe_peer(int peer) const {
+  return peer == kAnyPeer ? std::string("any rank") : group_->describe_rank(peer);
+}
+
 void CollectiveOp::check_arrived_headers() const {
   for (const auto& p : posted_) {
     if (p.is_recv && p.header != nullptr && p.request->state == TransportRequest::State::Done) {
@@ -244,12 +255,12 @@ bool CollectiveOp::all_done(Transport& t) {
         throw Error(ErrorCode::Mismatch,
                     fmt::format("{} sent more than the {} bytes this rank expected{}: the ranks "
                                 "called this operation with different counts or dtypes",
-                                group_->describe_rank(p.peer), p.bytes, at_step(p.step)));
+                                describe_peer(p.peer), p.bytes, at_step(p.step)));
       }
       settle_headers(t);
       throw Error(ErrorCode::PeerLost,
-                  fmt::format("{} {} failed{}: {}{}", what, group_->describe_rank(p.peer),
-                              at_step(p.step), r.error, others_lost(t, p.peer)));
+                  fmt::format("{} {} failed{}: {}{}", what, describe_peer(p.peer), at_step(p.step),
+                              r.error, others_lost(t, p.peer)));
     }
     if (r.state == TransportRequest::State::Done && p.is_recv && p.header != nullptr) {
       // Checked by check_arrived_headers() above; runs once, as done entries are dropped below.
@@ -263,9 +274,9 @@ bool CollectiveOp::all_done(Transport& t) {
       throw Error(ErrorCode::Mismatch,
                   fmt::format("{} sent {} bytes where this rank expected {}{}: the ranks called "
                               "this operation with different counts or dtypes",
-                              group_->describe_rank(p.peer), r.bytes, p.bytes, at_step(p.step)));
+                              describe_peer(p.peer), r.bytes, p.bytes, at_step(p.step)));
     }
-    if (r.state == TransportRequest::State::Pending) {
+    if (r.state == TransportRequest::State::Pending && p.peer != kAnyPeer) {
       // A peer in the shared-memory mailbox with another operation never sends: its
       // announcement says so (comm/algorithms/local_mailbox.h).
       if (group_->mailbox && fingerprint_ && announcement_) {
@@ -278,7 +289,7 @@ bool CollectiveOp::all_done(Transport& t) {
         settle_headers(t);
         throw Error(ErrorCode::PeerLost,
                     fmt::format("{} {} cannot finish{}: {}{}; this rank was still waiting for {}",
-                                what, group_->describe_rank(p.peer), at_step(p.step), lost,
+                                what, describe_peer(p.peer), at_step(p.step), lost,
                                 others_lost(t, p.peer), waiting_for()));
       }
     }
@@ -305,11 +316,11 @@ std::string CollectiveOp::waiting_for() const {
     if (!out.empty()) out += ", ";
     if (p.header != nullptr) {
       out += fmt::format("{} {}{}", p.is_recv ? "a message from" : "a send to",
-                         group_->describe_rank(p.peer), at_step(p.step));
+                         describe_peer(p.peer), at_step(p.step));
       continue;
     }
     out += fmt::format("{} {} ({} bytes{})", p.is_recv ? "a message from" : "a send to",
-                       group_->describe_rank(p.peer), p.bytes, at_step(p.step));
+                       describe_peer(p.peer), p.bytes, at_step(p.step));
   }
   return out.empty() ? std::string("nothing (it was about to finish)") : out;
 }

@@ -98,6 +98,8 @@ class CollectiveOp : public Op {
   RequestPtr post_send(Transport& t, int peer, Tag tag, const void* buf, std::size_t len,
                        int step = -1);
   RequestPtr post_recv(Transport& t, int peer, Tag tag, void* buf, std::size_t len, int step = -1);
+  // A receive from any rank (Transport::irecv_any): tracked as the others, its peer unknown.
+  RequestPtr post_recv_any(Transport& t, Tag tag, Tag mask, void* buf, std::size_t len);
   // Posts the fingerprint exchange with `peer` (both ways) now rather than at the first message:
   // an algorithm whose later steps talk to new peers calls it for all of them up front, so a rank
   // whose partner disagrees learns it at once, even when that partner fails at an earlier step.
@@ -145,6 +147,9 @@ class CollectiveOp : public Op {
   }
 
  private:
+  static constexpr int kAnyPeer = -1;  // Posted::peer of a receive from any rank
+  // describe_rank(peer), or "any rank".
+  [[nodiscard]] std::string describe_peer(int peer) const;
   struct Posted {
     RequestPtr request;
     int peer = 0;

@@ -10,14 +10,20 @@ bool PointToPoint::advance(Transport& t) {
   if (!posted_) {
     posted_ = true;
     const int src = kind_ == Kind::Send ? group().rank : peer_;
-    const Tag tag = p2p_tag(group().comm_id, src, tag_);
-    if (kind_ == Kind::Send) {
+    const Tag tag = p2p_tag(group().comm_id, src < 0 ? 0 : src, tag_);
+    if (src < 0) {
+      any_ = post_recv_any(t, tag, ~kSourceBits, buf_, bytes_);
+    } else if (kind_ == Kind::Send) {
       post_send(t, peer_, tag, buf_, bytes_);
     } else {
       post_recv(t, peer_, tag, buf_, bytes_);
     }
   }
-  return all_done(t);
+  if (!all_done(t)) return false;
+  if (any_ != nullptr && source_ != nullptr) {
+    *source_ = static_cast<int>((any_->sender_tag & kSourceBits) >> kSourceShift);
+  }
+  return true;
 }
 
 }  // namespace strait::comm

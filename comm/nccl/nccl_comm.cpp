@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "kernels/cuda/cuda_error.h"
 #include "kernels/cuda/device_guard.h"
+#include "kernels/reduce.h"
 
 namespace strait::comm {
 namespace {
@@ -67,6 +68,13 @@ ncclRedOp_t to_nccl(ReduceOp op) {
     case ReduceOp::Min: return ncclMin;
     case ReduceOp::Max: return ncclMax;
     case ReduceOp::Avg: return ncclAvg;
+    case ReduceOp::Band:
+    case ReduceOp::Bor:
+    case ReduceOp::Bxor:
+      throw Error(ErrorCode::InvalidArgument,
+                  fmt::format("NcclComm: NCCL has no {} reduction (bitwise ops are host-only in "
+                              "strait); reduce host tensors, or use sum/min/max on the device",
+                              kernels::reduce_op_name(op)));
   }
   throw Error(ErrorCode::InvalidArgument, "NcclComm: unknown reduce op");
 }

@@ -96,6 +96,19 @@ RequestPtr SealedTransport::irecv(int peer, Tag tag, void* buf, std::size_t len)
   return outer;
 }
 
+RequestPtr SealedTransport::irecv_any(Tag tag, Tag mask, void* buf, std::size_t len) {
+  for (const auto& link : links_) {
+    if (link != nullptr) {
+      auto req = std::make_shared<TransportRequest>();
+      req->state = TransportRequest::State::Failed;
+      req->error =
+          "a receive from any source cannot open sealed messages (STRAIT_ENCRYPT): name the peer";
+      return req;
+    }
+  }
+  return inner_->irecv_any(tag, mask, buf, len);
+}
+
 RequestPtr SealedTransport::irecv_reduce(int peer, Tag tag, void* buf, std::size_t len,
                                          const ReduceOnArrival& how) {
   // A clear link reduces as the inner transport can; a sealed message is opened whole first.

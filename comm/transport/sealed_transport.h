@@ -45,6 +45,8 @@ class SealedTransport final : public Transport {
   [[nodiscard]] int size() const noexcept override { return inner_->size(); }
   RequestPtr isend(int peer, Tag tag, const void* buf, std::size_t len) override;
   RequestPtr irecv(int peer, Tag tag, void* buf, std::size_t len) override;
+  // Over clear links only: a sealed message must be opened with its sender's key.
+  RequestPtr irecv_any(Tag tag, Tag mask, void* buf, std::size_t len) override;
   RequestPtr irecv_reduce(int peer, Tag tag, void* buf, std::size_t len,
                           const ReduceOnArrival& how) override;
   void withdraw(std::span<const RequestPtr> requests, std::chrono::milliseconds budget) override;

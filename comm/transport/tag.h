@@ -35,6 +35,8 @@ inline constexpr int kHeaderStep = kMaxSteps - 1;  // the fingerprint exchange o
 inline constexpr std::uint64_t kMaxUserTag = (1ULL << 37) - 1;
 inline constexpr Tag kSingleCopyAnnounceBit = Tag{4} << kLaneShift;
 inline constexpr Tag kSingleCopyDoneBit = Tag{2} << kLaneShift;
+inline constexpr int kSourceShift = 38;
+inline constexpr Tag kSourceBits = static_cast<Tag>(kMaxRanks - 1) << kSourceShift;
 
 constexpr Tag collective_tag(int comm_id, int src, std::uint64_t seq, int step) noexcept {
   return (static_cast<Tag>(comm_id) << 52) | (static_cast<Tag>(src) << 38) |
@@ -48,7 +50,6 @@ constexpr Tag with_lane(Tag tag, int lane) noexcept {
 
 // The tag with `src` as its source rank.
 constexpr Tag with_source(Tag tag, int src) noexcept {
-  constexpr Tag kSourceBits = static_cast<Tag>(kMaxRanks - 1) << 38;
   return (tag & ~kSourceBits) | (static_cast<Tag>(src & (kMaxRanks - 1)) << 38);
 }
 

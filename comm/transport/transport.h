@@ -31,6 +31,9 @@ struct TransportRequest {
   // Done by an irecv_reduce() that reduced the message on arrival (see there): the receive
   // buffer holds none of it. False: the message is in the receive buffer, as irecv() leaves it.
   bool reduced = false;
+  // The tag the message was sent with (receives; UcxTransport fills it in): irecv_any() reads the
+  // sender's rank out of it.
+  Tag sender_tag = 0;
   // Memory the request reads or writes that its poster does not otherwise keep alive (an
   // operation's header): it lives as long as the request, which the transport holds until the
   // request leaves Pending, even after the operation that posted it has failed and gone.
@@ -76,6 +79,19 @@ class Transport {
                                   const ReduceOnArrival& how) {
     (void)how;
     return irecv(peer, tag, buf, len);
+  }
+  // A receive from whichever rank sends a message whose tag matches `tag` in every bit set in
+  // `mask` (the source bits left out of `mask`: MPI_ANY_SOURCE); the request's sender_tag then
+  // names the sender. By default the transport cannot: the request is Failed, saying so.
+  virtual RequestPtr irecv_any(Tag tag, Tag mask, void* buf, std::size_t len) {
+    (void)tag;
+    (void)mask;
+    (void)buf;
+    (void)len;
+    auto req = std::make_shared<TransportRequest>();
+    req->state = TransportRequest::State::Failed;
+    req->error = "this transport cannot receive from any source";
+    return req;
   }
   // A failed operation gives up its requests (any state; done ones are ignored). When this
   // returns, the transport no longer reads or writes their buffers, so the caller may free them:

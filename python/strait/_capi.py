@@ -42,7 +42,7 @@ IN_PROGRESS = 9
 # straitDataType_t
 INT8, UINT8, INT32, INT64, FLOAT16, FLOAT32, FLOAT64, BFLOAT16 = 0, 1, 2, 4, 6, 7, 8, 9
 # straitRedOp_t
-SUM, PROD, MAX, MIN, AVG = 0, 1, 2, 3, 4
+SUM, PROD, MAX, MIN, AVG, BAND, BOR, BXOR = 0, 1, 2, 3, 4, 5, 6, 7
 
 WAIT_DEADLINE = -1
 CONFIG_UNDEF_INT = -(2**31)
@@ -241,6 +241,10 @@ _SIGNATURES = {
     "straitBarrierAsync": (_R, [_P, _PP]),
     "straitSendAsync": (_R, [_P, _I64, c_int, c_int, c_uint64, _P, _P, _PP]),
     "straitRecvAsync": (_R, [_P, _I64, c_int, c_int, c_uint64, _P, _P, _PP]),
+    # (recv, count, dtype, tag, comm, stream, request): from any rank
+    "straitRecvAnyAsync": (_R, [_P, _I64, c_int, c_uint64, _P, _P, _PP]),
+    "straitRequestGetSource": (_R, [_P, POINTER(c_int)]),
+    "straitCommGetSequenceNumber": (_R, [_P, POINTER(c_uint64)]),
 }
 
 for _name, (_restype, _argtypes) in _SIGNATURES.items():

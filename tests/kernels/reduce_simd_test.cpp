@@ -133,7 +133,10 @@ float ref_f32(ReduceOp op, float x, float y) {
     case ReduceOp::Prod: return static_cast<float>(dx * dy);
     case ReduceOp::Min: return ref_min(x, y);
     case ReduceOp::Max: return ref_max(x, y);
-    case ReduceOp::Avg: break;
+    case ReduceOp::Avg:
+    case ReduceOp::Band:
+    case ReduceOp::Bor:
+    case ReduceOp::Bxor: break;  // not elementwise / integer-only: reduce_bitwise_test.cpp
   }
   return 0.0F;
 }
@@ -156,7 +159,10 @@ std::uint64_t ref_int(ReduceOp op, std::uint64_t xb, std::uint64_t yb) {
     case ReduceOp::Prod: r = static_cast<T>(wx * wy); break;
     case ReduceOp::Min: r = ref_min(x, y); break;
     case ReduceOp::Max: r = ref_max(x, y); break;
-    case ReduceOp::Avg: break;
+    case ReduceOp::Avg:
+    case ReduceOp::Band:
+    case ReduceOp::Bor:
+    case ReduceOp::Bxor: break;  // not elementwise / integer-only: reduce_bitwise_test.cpp
   }
   std::uint64_t out = 0;
   std::memcpy(&out, &r, sizeof(T));
@@ -184,7 +190,10 @@ Expected reference(DType t, ReduceOp op, std::uint64_t x, std::uint64_t y) {
         case ReduceOp::Prod: d = dx * dy; break;
         case ReduceOp::Min: d = ref_min(dx, dy); break;
         case ReduceOp::Max: d = ref_max(dx, dy); break;
-        case ReduceOp::Avg: break;
+        case ReduceOp::Avg:
+        case ReduceOp::Band:
+        case ReduceOp::Bor:
+        case ReduceOp::Bxor: break;  // not elementwise / integer-only: reduce_bitwise_test.cpp
       }
       r = f64_bits(d);
       break;

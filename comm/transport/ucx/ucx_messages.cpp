@@ -30,6 +30,7 @@ void UcxTransport::on_recv(void* request, ucs_status_t status, const ucp_tag_rec
   const Tag sender_tag = status == UCS_OK ? info->sender_tag : 0;
   const std::size_t length = status == UCS_OK ? info->length : 0;
   ucp_request_free(request);
+  pending->request->sender_tag = sender_tag;
   if (pending->takes_announcement && (sender_tag & kSingleCopyAnnounceBit) != 0) {
     pending->transport->accept_announcement(pending, length);
     return;
@@ -119,6 +120,12 @@ RequestPtr UcxTransport::irecv(int peer, Tag tag, void* buf, std::size_t len) {
   const Tag mask =
       from.single_copy_from && is_collective_tag(tag) ? ~kSingleCopyAnnounceBit : ~Tag{0};
   return post(false, peer, tag, nullptr, buf, len, 0, mask);
+}
+
+RequestPtr UcxTransport::irecv_any(Tag tag, Tag mask, void* buf, std::size_t len) {
+  // Point-to-point tags only (never striped or announced). A receive needs no endpoint: this
+  // rank's own entry stands in for the unknown peer.
+  return post(false, rank(), tag, nullptr, buf, len, 0, mask | kSingleCopyAnnounceBit);
 }
 
 RequestPtr UcxTransport::irecv_reduce(int peer, Tag tag, void* buf, std::size_t len,

@@ -99,6 +99,7 @@ class UcxTransport final : public Transport {
   [[nodiscard]] int size() const noexcept override { return size_; }
   RequestPtr isend(int peer, Tag tag, const void* buf, std::size_t len) override;
   RequestPtr irecv(int peer, Tag tag, void* buf, std::size_t len) override;
+  RequestPtr irecv_any(Tag tag, Tag mask, void* buf, std::size_t len) override;
   // Announced messages (single copy) are reduced as they are read, kReducePiece at a time.
   RequestPtr irecv_reduce(int peer, Tag tag, void* buf, std::size_t len,
                           const ReduceOnArrival& how) override;

@@ -5,12 +5,13 @@
     dist.init_process_group("strait")       # under torchrun or `strait run -n N`
     dist.all_reduce(tensor)                 # host tensors on UCX, CUDA tensors on NCCL
 
-Also ``dist.new_group(ranks, backend="strait")``. The group bootstraps over the store torch
+Also ``dist.new_group(ranks, backend="strait")``. Importing it also lets
+``dist.monitored_barrier`` reach strait groups (torch's function accepts Gloo's alone). The group bootstraps over the store torch
 creates (no second port) and takes ``init_process_group``'s ``timeout`` as the deadline of every
 operation. See ``strait.torch.backend`` for what each collective accepts and raises.
 """
 
-from ._compat import register_backend
+from ._compat import allow_monitored_barrier, register_backend
 from .backend import ProcessGroupStrait, StraitWork, create_process_group
 
 __all__ = ["ProcessGroupStrait", "StraitWork", "create_process_group", "BACKEND"]
@@ -18,3 +19,4 @@ __all__ = ["ProcessGroupStrait", "StraitWork", "create_process_group", "BACKEND"
 BACKEND = "strait"
 
 register_backend(BACKEND, create_process_group)
+allow_monitored_barrier(BACKEND)  # torch's dist.monitored_barrier names Gloo alone

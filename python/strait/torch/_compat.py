@@ -15,7 +15,12 @@ API as documented; the 2.x branches are untested here.
   over a torch Future (``work_from_future``, torch's ``_create_work_from_future``), pending until
   the operation finishes (``_work.cpp_work``, STRAIT_TORCH_CPP_WORK), so DDP overlaps without a
   hook. See ``python_work_seen_by_cpp`` and backend.py's ``_called_from_cpp``.
-- ``ReduceOp`` objects: ``op.op`` is the ``ReduceOp.RedOpType`` in both.
+- ``ReduceOp`` objects: ``op.op`` is the ``ReduceOp.RedOpType`` in both. PREMUL_SUM's factor
+  (``_make_nccl_premul_sum``) stays in C++ in both: a Python backend cannot read it.
+- ``dist.monitored_barrier`` refuses every backend but Gloo by name (1.13 and 2.x):
+  ``allow_monitored_barrier`` lets a group of the named backend through to its own method.
+- Methods torch 1.13 has no Python API for (``allgather_into_tensor_coalesced``,
+  ``reduce_scatter_tensor_coalesced``, 2.x's) are reached by calling the group's method.
 """
 
 import sys
@@ -24,7 +29,8 @@ import torch
 import torch.distributed as dist
 
 __all__ = ["TORCH_VERSION", "register_backend", "python_work_seen_by_cpp", "red_op_type",
-           "work_from_future", "work_from_completed_future", "c10d_file"]
+           "work_from_future", "work_from_completed_future", "c10d_file",
+           "allow_monitored_barrier"]
 
 
 def _version(text):
@@ -84,3 +90,26 @@ def work_from_completed_future(value):
     fut = torch.futures.Future()
     fut.set_result(value)
     return _create_work_from_future(fut)
+
+
+def allow_monitored_barrier(name):
+    """Makes ``dist.monitored_barrier`` call the group's own ``monitored_barrier`` for groups of
+    backend ``name`` (torch's function refuses all but Gloo by name); other groups go to torch's
+    function unchanged. Idempotent."""
+    c10d = dist.distributed_c10d
+    original = c10d.monitored_barrier
+    if getattr(original, "_strait_backend", None) == name:
+        return
+
+    def monitored_barrier(group=c10d.GroupMember.WORLD, timeout=None, wait_all_ranks=False):
+        if c10d._rank_not_in_group(group) or c10d.get_backend(group) != name:
+            return original(group, timeout, wait_all_ranks)
+        if timeout is None:
+            timeout = c10d.default_pg_timeout
+        group_to_use = c10d._get_default_group() if group is None else group
+        return group_to_use.monitored_barrier(timeout, wait_all_ranks=wait_all_ranks)
+
+    monitored_barrier.__doc__ = original.__doc__
+    monitored_barrier._strait_backend = name
+    c10d.monitored_barrier = monitored_barrier
+    dist.monitored_barrier = monitored_barrier

@@ -180,8 +180,11 @@ class StraitWork(dist.Work):
         return self._result
 
     def source_rank(self):
-        raise RuntimeError("strait: source_rank() is for recv_anysource, which strait does not "
-                           "offer; receive from a named rank")
+        """The sender's rank of a receive from any source (recv/irecv without src)."""
+        from . import _p2p  # _p2p builds on the group, which builds on this module
+        return _p2p.source_rank(self)
+
+    _source_rank = source_rank  # the name torch 1.13's dist.recv(src=None) calls
 
     def synchronize(self):
         pass

@@ -8,8 +8,12 @@ operation: a collective a peer never joins, or a peer that dies, fails within it
 Tensors: dense and contiguous, all of one call on one device. Host tensors run on strait's host
 path (UCX); CUDA tensors on its NCCL path, enqueued on ``torch.cuda.current_stream()``.
 Reductions take float32, float64, float16, bfloat16, int32, int64, int8 and uint8 with SUM,
-PRODUCT, MIN, MAX and AVG (floating point only); data movement (broadcast, gathers, scatters,
-all-to-all, send/recv) takes any dtype, moved as bytes.
+PRODUCT, MIN, MAX, AVG (floating point only) and BAND, BOR, BXOR (integers only); data movement
+(broadcast, gathers, scatters, all-to-all, send/recv) takes any dtype, moved as bytes. The ops
+in the modules beside this one: the coalesced all_gather forms and reduce_scatter_tensor_coalesced
+(_coalesced), sparse COO all_reduce (_sparse), recv from any source, monitored_barrier,
+batch_isend_irecv's coalescing hooks and the sequence number (_p2p). PREMUL_SUM is refused (its
+factor is out of a Python backend's reach).
 
 Works: with ``async_op=True`` a method returns a ``StraitWork`` (a ``torch.distributed.Work``)
 at once and the operation runs in strait's progress engine; its buffers (inputs and outputs) stay
@@ -38,7 +42,7 @@ import torch
 import torch.distributed as dist
 
 from .. import _capi as C
-from . import _compat, _work
+from . import _coalesced, _compat, _p2p, _sparse, _work
 from ._work import DONE as _DONE, StraitWork
 
 __all__ = ["ProcessGroupStrait", "StraitWork", "create_process_group"]
@@ -54,20 +58,23 @@ _REDUCE_DTYPES = {
 _STRIDED = torch.strided
 _FLOATS = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 
-# ReduceOp.RedOpType -> straitRedOp_t; the other ops (BAND, BOR, BXOR, PREMUL_SUM) are refused.
+# ReduceOp.RedOpType -> straitRedOp_t (BAND, BOR, BXOR: integer dtypes only, which the library
+# checks); PREMUL_SUM is refused (torch keeps its factor where a Python backend cannot read it).
 _RT = dist.ReduceOp.RedOpType
-_REDUCE_OPS = {_RT.SUM: C.SUM, _RT.PRODUCT: C.PROD, _RT.MIN: C.MIN, _RT.MAX: C.MAX}
+_REDUCE_OPS = {_RT.SUM: C.SUM, _RT.PRODUCT: C.PROD, _RT.MIN: C.MIN, _RT.MAX: C.MAX,
+               _RT.BAND: C.BAND, _RT.BOR: C.BOR, _RT.BXOR: C.BXOR}
 if hasattr(_RT, "AVG"):
     _REDUCE_OPS[_RT.AVG] = C.AVG
 # The ReduceOp constants (dist.ReduceOp.SUM, ...) by identity, for torch's callers that pass
 # one (see allreduce); _OP_CONSTANTS keeps them referenced, so their ids stay theirs.
 _OP_CONSTANTS = tuple((getattr(dist.ReduceOp, n), code) for n, code in
                       (("SUM", C.SUM), ("PRODUCT", C.PROD), ("MIN", C.MIN), ("MAX", C.MAX),
-                       ("AVG", C.AVG)) if hasattr(dist.ReduceOp, n))
+                       ("AVG", C.AVG), ("BAND", C.BAND), ("BOR", C.BOR), ("BXOR", C.BXOR)) if hasattr(dist.ReduceOp, n))
 _OPS_BY_ID = {id(obj): code for obj, code in _OP_CONSTANTS}
 _REDUCE_OP_NAMES = ", ".join(str(k).split(".")[-1] for k in _REDUCE_OPS)
 
 _THIS_FILE = __file__[:-1] if __file__.endswith(".pyc") else __file__
+_THIS_DIR = _THIS_FILE.rsplit("/", 1)[0] + "/"  # the ops in the modules beside it (_p2p, ...)
 _C10D_FILE = _compat.c10d_file
 
 _ALLREDUCE_ASYNC = C.straitAllReduceAsync
@@ -293,7 +300,7 @@ class ProcessGroupStrait(dist.ProcessGroup):
         # the group's methods directly, which then also gets a finished Work (correct, blocking).
         try:
             f = sys._getframe(2)
-            while f is not None and f.f_code.co_filename == _THIS_FILE:
+            while f is not None and f.f_code.co_filename.startswith(_THIS_DIR):
                 f = f.f_back
         except ValueError:
             return True
@@ -431,6 +438,8 @@ class ProcessGroupStrait(dist.ProcessGroup):
 
     def allreduce(self, tensors, opts=None):
         t = self._one(tensors, "allreduce")
+        if t.layout is not _STRIDED:
+            return _sparse.allreduce(self, tensors, opts)
         stream = self._check(t, "allreduce")
         dt = _REDUCE_DTYPES.get(t.dtype) or self._rdtype(t, "allreduce")
         p = t.data_ptr()
@@ -541,8 +550,10 @@ class ProcessGroupStrait(dist.ProcessGroup):
                             (output, input), [output], name)
 
     def allgather_into_tensor_coalesced(self, outputs, inputs, opts=None):
-        raise RuntimeError("strait: allgather_into_tensor_coalesced is not implemented; call "
-                           "all_gather_into_tensor per tensor")
+        return _coalesced.allgather_into_tensor_coalesced(self, outputs, inputs, opts)
+
+    def reduce_scatter_tensor_coalesced(self, outputs, inputs, opts=None):
+        return _coalesced.reduce_scatter_tensor_coalesced(self, outputs, inputs, opts)
 
     def reduce_scatter(self, output_tensors, input_tensors, opts=None):
         name = "reduce_scatter"
@@ -717,16 +728,22 @@ class ProcessGroupStrait(dist.ProcessGroup):
                             tensors, tensors, "recv")
 
     def recv_anysource(self, tensors, tag=0):
-        raise RuntimeError("strait: recv without a source (recv_anysource) is not supported; "
-                           "pass src= to recv/irecv")
+        return _p2p.recv_anysource(self, tensors, tag)
 
     def allgather_coalesced(self, output_lists, input_list, opts=None):
-        raise RuntimeError("strait: all_gather_coalesced is not implemented (it is deprecated "
-                           "in torch); call all_gather per tensor")
+        return _coalesced.allgather_coalesced(self, output_lists, input_list, opts)
 
     def monitored_barrier(self, timeout=None, wait_all_ranks=False):
-        raise RuntimeError("strait: monitored_barrier is not implemented; dist.barrier() fails "
-                           "within the group's timeout naming the missing rank")
+        return _p2p.monitored_barrier(self, timeout, wait_all_ranks)
+
+    def _start_coalescing(self):
+        _p2p.start_coalescing(self)
+
+    def _end_coalescing(self, reqs):
+        _p2p.end_coalescing(self, reqs)
+
+    def _get_sequence_number_for_group(self):
+        return _p2p.sequence_number(self)
 
 
 def create_process_group(store, rank, size, timeout):
