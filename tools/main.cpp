@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "tools/cli_support.h"
 #include "tools/info_command.h"
+#include "tools/plan_command.h"
 #include "tools/run_command.h"
 #include "tools/schedule_command.h"
 #include "tools/train_command.h"
@@ -23,6 +24,7 @@ int main(int argc, char** argv) {
   int exit_code = 0;
   const std::vector<std::string> args(argv, argv + argc);
   strait::tools::add_info_command(app, exit_code);
+  strait::tools::add_plan_command(app, exit_code);
   strait::tools::add_run_command(app, exit_code);
   strait::tools::add_schedule_command(app, exit_code);
   strait::tools::add_train_command(app, args, exit_code);
