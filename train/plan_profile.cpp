@@ -252,6 +252,7 @@ nlohmann::json PlanProfile::to_json() const {
   }
   for (const auto& [key, l] : learned) {
     j["learned"][key] = {{"compute_scale", l.compute_scale},
+                         {"effective_cores", l.effective_cores},
                          {"step_scale", l.step_scale},
                          {"send_s", l.send_s},
                          {"recv_s", l.recv_s},
@@ -314,6 +315,7 @@ PlanProfile PlanProfile::from_json(const nlohmann::json& j) {
       Learned x;
       x.compute_scale = l.at("compute_scale").get<double>();
       x.step_scale = l.at("step_scale").get<double>();
+      x.effective_cores = l.value("effective_cores", 0.0);
       x.send_s = l.at("send_s").get<double>();
       x.recv_s = l.at("recv_s").get<double>();
       x.latency_s = l.at("latency_s").get<double>();

@@ -119,10 +119,18 @@ std::vector<RankFigures> rank_memory(const Plan& p, const PlanRequest& r, const 
                         static_cast<double>(r.model.ctx) * r.model.ctx);
   }
   if (p.activations == ActivationOffload::Cpu) {
-    for (int rank = 0; rank < p.stages; ++rank) {
-      auto& f = out[static_cast<std::size_t>(rank)];
-      const int chunks = p.chunks;
-      f.offloaded = sched::offloaded_microbatches(s, rank) * (f.activations / std::max(1, chunks));
+    // The store holds in pinned RAM what the model's slots no longer do (the peak without
+    // offload less the resident one), reusing its buffers.
+    Plan plain = p;
+    plain.activations = ActivationOffload::None;
+    const sched::Schedule ps = plan_schedule(plain);
+    for (int v = 0; v < parts; ++v) {
+      const int nl = stage_layers(r.model.layers, parts, v);
+      const double stash = nl * mc.block_stash + (v == 0 ? mc.first_stash : 0.0) +
+                           (v == parts - 1 ? mc.last_stash : 0.0);
+      const int freed = std::max(1, sched::peak_stashed_microbatches_of_stage(ps, v)) -
+                        std::max(1, sched::peak_stashed_microbatches_of_stage(s, v));
+      out[static_cast<std::size_t>(sched::rank_of(s, v))].offloaded += std::max(0, freed) * stash;
     }
   }
   return out;
@@ -157,10 +165,7 @@ std::vector<StageCosts> stage_costs(const Plan& p, const PlanRequest& r, const P
     if (!comm) continue;
     if (v + 1 < parts && sched::rank_of(s, v + 1) != rank) {
       c.link = pipeline_link(p, r.links, rank, sched::rank_of(s, v + 1), msg);
-      if (learned != nullptr && learned->latency_s >= 0) c.link.latency = learned->latency_s;
     }
-    if (learned != nullptr && learned->send_s >= 0) c.send = learned->send_s;
-    if (learned != nullptr && learned->recv_s >= 0) c.recv = learned->recv_s;
     const double stash =
         nl * mc.block_stash + (first ? mc.first_stash : 0.0) + (last ? mc.last_stash : 0.0);
     if (p.activations == ActivationOffload::Cpu) {
@@ -227,8 +232,11 @@ Prediction predict(const Plan& p, const PlanRequest& r, const PlanProfile& prof)
                                      sched::data_parallel_sync_groups(p.stages, false));
   double busy = 0;
   for (const double b : plain.busy) busy += b;
-  const double load =
-      std::max(1.0, busy * p.replicas * r.threads / (std::max(1, prof.cores) * plain.makespan));
+  const double concurrency = busy * p.replicas * r.threads / plain.makespan;
+  const double cores = learned != nullptr && learned->effective_cores > 0
+                           ? learned->effective_cores
+                           : static_cast<double>(std::max(1, prof.cores));
+  const double load = std::max(1.0, concurrency / cores);
   const double scale = load * learned_scale;
   const auto full =
       sched::simulate(s, stage_costs(p, r, prof, mc, s, scale, true, learned), groups);
@@ -236,6 +244,9 @@ Prediction predict(const Plan& p, const PlanRequest& r, const PlanProfile& prof)
                                        sched::data_parallel_sync_groups(p.stages, false));
   Prediction out;
   out.load = scale;
+  out.concurrency = concurrency;
+  // busy: replica 0's ranks, unstretched; per model stage and microbatch.
+  out.profiled_stage_compute = busy / (p.stages * p.chunks) / p.microbatches;
   out.compute_s = mean_busy(full);
   double optim_only = 0;  // OPTIM in the compute-only run
   for (const auto& c : stage_costs(p, r, prof, mc, s, scale, false, nullptr)) {

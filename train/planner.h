@@ -62,8 +62,10 @@ struct PlanRequest {
 struct Prediction {
   double step_s = 0, tokens_per_s = 0;
   double compute_s = 0, bubble_s = 0, link_s = 0, disk_s = 0;  // the step's parts
-  double load = 1;                                             // compute stretch for shared cores
-  double peak_memory = 0;                                      // bytes, the largest rank
+  double load = 1;         // compute stretch for shared cores (and what was learned)
+  double concurrency = 1;  // mean busy threads over the makespan, all replicas, unstretched
+  double profiled_stage_compute = 0;  // mean per model stage F+B+W per microbatch, unstretched
+  double peak_memory = 0;             // bytes, the largest rank
   double weights = 0, optimizer = 0, activations = 0, other = 0;  // of that rank
   double cross_site_bytes = 0;                                    // per step
   std::string bottleneck;                                         // compute, bubble, link or disk

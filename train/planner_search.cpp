@@ -274,22 +274,43 @@ Learned learn_from_runs(PlanProfile& prof, const PlanRequest& r,
                         const std::vector<std::pair<Plan, RunMeasurement>>& runs) {
   Learned& l = prof.learned[learned_key(r.ranks, r.threads)];
   const Learned before = l;
-  // 1. Compute: measured per-stage compute against the profile's (with the shared-core stretch).
-  Learned base;  // predictions without anything learned
-  l = base;
-  std::vector<double> compute_ratio, send, recv, lat;
+  // 1. Compute: each run's measured per-stage F+B+W against the profile's, as
+  // ratio = a * max(1, concurrency / cores): `a` the others' load on a lone rank, `cores` those the
+  // ranks really share; fitted on log ratios over cores in [0.25, the machine's] (a grid).
+  l = Learned{};  // predictions without anything learned
+  std::vector<double> ratio, conc, send, recv, lat;
   for (const auto& [p, m] : runs) {
     if (m.compute_per_stage_s <= 0) continue;
     const Prediction pred = predict(p, r, prof);
-    const int parts = p.stages * p.chunks;
-    // The prediction's mean per-stage F+B+W per microbatch: busy per rank over its microbatches.
-    const double predicted = pred.compute_s * p.stages / parts / p.microbatches;
-    compute_ratio.push_back(m.compute_per_stage_s / predicted);
+    ratio.push_back(m.compute_per_stage_s / pred.profiled_stage_compute);
+    conc.push_back(pred.concurrency);
     if (m.send_s >= 0) send.push_back(m.send_s);
     if (m.recv_s >= 0) recv.push_back(m.recv_s);
     if (m.latency_s >= 0) lat.push_back(m.latency_s);
   }
-  l.compute_scale = compute_ratio.empty() ? before.compute_scale : median(compute_ratio);
+  if (!ratio.empty()) {
+    double best_err = std::numeric_limits<double>::infinity();
+    const double n = static_cast<double>(ratio.size());
+    for (double c = 0.25; c <= std::max(1, prof.cores) + 1e-9; c += 0.05) {
+      double log_a = 0;
+      for (std::size_t i = 0; i < ratio.size(); ++i) {
+        log_a += std::log(ratio[i] / std::max(1.0, conc[i] / c)) / n;
+      }
+      double err = 0;
+      for (std::size_t i = 0; i < ratio.size(); ++i) {
+        const double e = std::log(ratio[i]) - log_a - std::log(std::max(1.0, conc[i] / c));
+        err += e * e;
+      }
+      if (err < best_err) {
+        best_err = err;
+        l.effective_cores = c;
+        l.compute_scale = std::exp(log_a);
+      }
+    }
+  } else {
+    l.compute_scale = before.compute_scale;
+    l.effective_cores = before.effective_cores;
+  }
   l.send_s = send.empty() ? before.send_s : median(send);
   l.recv_s = recv.empty() ? before.recv_s : median(recv);
   l.latency_s = lat.empty() ? before.latency_s : median(lat);
