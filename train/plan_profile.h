@@ -64,7 +64,7 @@ struct Learned {
   double effective_cores = 0;  // the cores the ranks really got (others' load); 0: all
   double step_scale = 1;       // measured step / predicted step, after compute_scale
   double send_s = -1, recv_s = -1, latency_s = -1;
-  double memory_extra_bytes = 0;  // measured peak - predicted (BLAS buffers, scratch)
+  double memory_extra_bytes = 0;  // measured peak - predicted, pipelined plans (point-to-point)
   int runs = 0;
   std::string source;
 };

@@ -130,7 +130,10 @@ std::vector<RankFigures> rank_memory(const Plan& p, const PlanRequest& r, const 
                            (v == parts - 1 ? mc.last_stash : 0.0);
       const int freed = std::max(1, sched::peak_stashed_microbatches_of_stage(ps, v)) -
                         std::max(1, sched::peak_stashed_microbatches_of_stage(s, v));
-      out[static_cast<std::size_t>(sched::rank_of(s, v))].offloaded += std::max(0, freed) * stash;
+      // offload/pinned_pool.h: leases round up to a power of two up to 64 MiB.
+      const double lease =
+          stash <= 64.0 * (1 << 20) ? std::exp2(std::ceil(std::log2(stash))) : stash;
+      out[static_cast<std::size_t>(sched::rank_of(s, v))].offloaded += std::max(0, freed) * lease;
     }
   }
   return out;
@@ -139,7 +142,7 @@ std::vector<RankFigures> rank_memory(const Plan& p, const PlanRequest& r, const 
 // Per model stage costs (seconds), compute stretched by `scale`.
 std::vector<StageCosts> stage_costs(const Plan& p, const PlanRequest& r, const PlanProfile& prof,
                                     const MicrobatchCosts& mc, const sched::Schedule& s,
-                                    double scale, bool comm, const Learned* learned) {
+                                    double scale, bool comm) {
   const int parts = p.stages * p.chunks;
   const double msg = 4.0 * p.microbatch_size * r.model.ctx * r.model.dim;
   const auto shape = prof.shapes.at(shape_key(r.model, r.threads));
@@ -228,7 +231,7 @@ Prediction predict(const Plan& p, const PlanRequest& r, const PlanProfile& prof)
   const double learned_scale = learned != nullptr ? learned->compute_scale : 1.0;
   const auto groups = sched::data_parallel_sync_groups(p.stages, true);
   // Shared cores: the ranks' busy time over the makespan, against the cores.
-  const auto plain = sched::simulate(s, stage_costs(p, r, prof, mc, s, 1.0, false, nullptr),
+  const auto plain = sched::simulate(s, stage_costs(p, r, prof, mc, s, 1.0, false),
                                      sched::data_parallel_sync_groups(p.stages, false));
   double busy = 0;
   for (const double b : plain.busy) busy += b;
@@ -238,9 +241,8 @@ Prediction predict(const Plan& p, const PlanRequest& r, const PlanProfile& prof)
                            : static_cast<double>(std::max(1, prof.cores));
   const double load = std::max(1.0, concurrency / cores);
   const double scale = load * learned_scale;
-  const auto full =
-      sched::simulate(s, stage_costs(p, r, prof, mc, s, scale, true, learned), groups);
-  const auto compute = sched::simulate(s, stage_costs(p, r, prof, mc, s, scale, false, nullptr),
+  const auto full = sched::simulate(s, stage_costs(p, r, prof, mc, s, scale, true), groups);
+  const auto compute = sched::simulate(s, stage_costs(p, r, prof, mc, s, scale, false),
                                        sched::data_parallel_sync_groups(p.stages, false));
   Prediction out;
   out.load = scale;
@@ -249,7 +251,7 @@ Prediction predict(const Plan& p, const PlanRequest& r, const PlanProfile& prof)
   out.profiled_stage_compute = busy / (p.stages * p.chunks) / p.microbatches;
   out.compute_s = mean_busy(full);
   double optim_only = 0;  // OPTIM in the compute-only run
-  for (const auto& c : stage_costs(p, r, prof, mc, s, scale, false, nullptr)) {
+  for (const auto& c : stage_costs(p, r, prof, mc, s, scale, false)) {
     optim_only = std::max(optim_only, c.optim);
   }
   out.bubble_s = std::max(0.0, compute.makespan - out.compute_s - optim_only);
@@ -268,7 +270,7 @@ Prediction predict(const Plan& p, const PlanRequest& r, const PlanProfile& prof)
     disk = std::max(disk, d);
   }
   if (p.activations == ActivationOffload::Nvme) {
-    const auto costs = stage_costs(p, r, prof, mc, s, scale, true, learned);
+    const auto costs = stage_costs(p, r, prof, mc, s, scale, true);
     double d = 0;
     for (int v = 0; v < static_cast<int>(costs.size()); ++v) {
       const int rank = sched::rank_of(s, v);
@@ -312,7 +314,9 @@ Prediction predict(const Plan& p, const PlanRequest& r, const PlanProfile& prof)
     }
   }
   out.cross_site_bytes += outer_cross;
-  const double extra = learned != nullptr ? learned->memory_extra_bytes : 0.0;
+  // What runs measured beyond the model's figures; it came with point-to-point traffic (UCX's
+  // buffers), so it applies to pipelined plans only.
+  const double extra = learned != nullptr && p.stages > 1 ? learned->memory_extra_bytes : 0.0;
   for (const auto& f : mem) {
     const double weights = 8.0 * f.params;
     const double optimizer = p.optimizer == offload::OptimizerOffload::Cpu

@@ -132,8 +132,12 @@ std::vector<ScoredPlan> search_plans(const PlanRequest& r, const PlanProfile& pr
         "{:.1f} MiB per rank: raise the limit, lower --batch, or use more ranks",
         r.ranks, r.memory_per_rank / (1 << 20), smallest, smallest_peak / (1 << 20)));
   }
+  // Fastest first; plans within 0.1 ms of each other (the stretch makes saturated plans equal)
+  // go to the one with less memory.
   std::stable_sort(out.begin(), out.end(), [](const ScoredPlan& a, const ScoredPlan& b) {
-    return a.predicted.step_s < b.predicted.step_s;
+    const auto ta = std::llround(a.predicted.step_s * 1e4);
+    const auto tb = std::llround(b.predicted.step_s * 1e4);
+    return ta != tb ? ta < tb : a.predicted.peak_memory < b.predicted.peak_memory;
   });
   return out;
 }
@@ -320,7 +324,7 @@ Learned learn_from_runs(PlanProfile& prof, const PlanRequest& r,
   for (const auto& [p, m] : runs) {
     const Prediction pred = predict(p, r, prof);
     if (m.step_s > 0) step_ratio.push_back(m.step_s / pred.step_s);
-    if (m.peak_memory > 0) mem_diff.push_back(m.peak_memory - pred.peak_memory);
+    if (m.peak_memory > 0 && p.stages > 1) mem_diff.push_back(m.peak_memory - pred.peak_memory);
   }
   l.step_scale = step_ratio.empty() ? 1.0 : median(step_ratio);
   l.memory_extra_bytes = mem_diff.empty() ? 0.0 : median(mem_diff);
