@@ -40,12 +40,15 @@ activation offload (none, cpu, nvme), the optimizer state (RAM, or nvme when RAM
 --memory-per-rank), the gradient codec up to --max-codec (the fastest, priced on the layout), and
 with several sites DiLoCo's H (--outer-steps) and outer codec. Each plan is priced with the
 schedule simulator (scheduler/schedule_sim.h); plans over --memory-per-rank are dropped.
---validate K trains the top K plans and --sample others (spread over the ranking) for --steps
-steps each through `strait train` (which starts its ranks through the launcher), prints predicted
-against measured step time and peak memory (the largest rank's resident growth from before its
-model), Spearman's rank correlation, the chosen plan against the best measured one, then learns
-from the runs (per-action compute, send, receive and latency from their traces, the remaining
-step ratio and memory) into the profile and prints the same table re-predicted.
+--validate K trains the top K plans and --sample others (at evenly spaced predicted step times)
+for --steps steps each through `strait train` (which starts its ranks through the launcher),
+--repeat rounds (each plan keeps its fastest run), and prints predicted against measured step
+time and peak memory (the largest rank's resident growth from before its model), Spearman's rank
+correlation, and the chosen plan against the best measured one. It then learns from the runs
+into the profile: the cores the ranks really had and a step factor (the others' load), fitted to
+the measured steps through the simulator; the memory beyond the model's figures (pipelined plans).
+The traces' per-action compute against the profile's, send, receive and latency are printed, not
+priced (on shared cores they are mostly waits for a core). The same table, re-predicted, follows.
 Unlike sites: --sites 0,0,1,1 labels the ranks' sites; --site-link MS,MBIT prices the links
 between them (e.g. the WAN testbed's 100 Mbit/s) when the measured links are loopback's.)";
 
@@ -243,10 +246,21 @@ void validate_plans(const std::vector<ScoredPlan>& plans, const PlanOptions& o, 
   const train::Learned l = train::learn_from_runs(prof, r, runs);
   prof.save(setup.profile_path);
   fmt::print(
-      "\nlearned (saved to {}): compute x{:.3f} on {:.2f} effective cores, step x{:.3f}, send "
+      "\nlearned (saved to {}): {:.2f} effective cores, step x{:.3f}, send "
       "{:.1f} us, recv {:.1f} us, latency {:.1f} us, memory {:+.1f} MiB\n",
-      setup.profile_path.string(), l.compute_scale, l.effective_cores, l.step_scale, l.send_s * 1e6,
-      l.recv_s * 1e6, l.latency_s * 1e6, l.memory_extra_bytes / (1 << 20));
+      setup.profile_path.string(), l.effective_cores, l.step_scale, l.send_s * 1e6, l.recv_s * 1e6,
+      l.latency_s * 1e6, l.memory_extra_bytes / (1 << 20));
+  std::vector<double> ratio;
+  for (const auto& [p, m] : runs) {
+    if (m.compute_per_stage_s > 0) {
+      ratio.push_back(m.compute_per_stage_s / train::predict(p, r, prof).profiled_stage_compute);
+    }
+  }
+  std::sort(ratio.begin(), ratio.end());
+  if (!ratio.empty()) {
+    fmt::print("the traces' F+B+W per stage ran {:.2f}x (median; {:.2f}-{:.2f}x) the profile's\n",
+               ratio[ratio.size() / 2], ratio.front(), ratio.back());
+  }
   print_validation(rows, r, prof, "the same runs re-predicted with what was learned:");
 }
 
@@ -339,7 +353,8 @@ void add_plan_command(CLI::App& app, int& exit_code) {
       ->capture_default_str();
   cmd->add_option("--validate", o->validate, "Train the top K plans (and --sample others)")
       ->capture_default_str();
-  cmd->add_option("--sample", o->sample, "Other plans to validate, spread over the ranking")
+  cmd->add_option("--sample", o->sample,
+                  "Other plans to validate, spread over the predicted step times")
       ->capture_default_str();
   cmd->add_option("--steps", o->steps, "Steps per validation run (the first two are not timed)")
       ->capture_default_str();

@@ -56,13 +56,12 @@ struct PlanLinks {
 };
 
 // What validation runs measured against what was predicted, for one world size and thread count:
-// the factors the next prediction is multiplied by (1: nothing learned), and the measured
-// point-to-point overheads (seconds, -1: not measured), reported but not priced: on shared cores
-// they are mostly waiting for a core, which the compute stretch already prices.
+// the cores the ranks really had and the step factor (fitted to the measured steps), and the
+// measured point-to-point overheads (seconds, -1: not measured), reported but not priced: on shared
+// cores they are mostly waiting for a core, which the compute stretch already prices.
 struct Learned {
-  double compute_scale = 1;    // measured F/B/W / profiled, on top of the shared-core stretch
   double effective_cores = 0;  // the cores the ranks really got (others' load); 0: all
-  double step_scale = 1;       // measured step / predicted step, after compute_scale
+  double step_scale = 1;       // measured step / simulated step (others' load on the cores)
   double send_s = -1, recv_s = -1, latency_s = -1;
   double memory_extra_bytes = 0;  // measured peak - predicted, pipelined plans (point-to-point)
   int runs = 0;

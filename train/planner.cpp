@@ -228,7 +228,6 @@ Prediction predict(const Plan& p, const PlanRequest& r, const PlanProfile& prof)
   const MicrobatchCosts& mc = costs_at(prof, r, p.microbatch_size);
   const sched::Schedule s = plan_schedule(p);
   const Learned* learned = learned_for(prof, r);
-  const double learned_scale = learned != nullptr ? learned->compute_scale : 1.0;
   const auto groups = sched::data_parallel_sync_groups(p.stages, true);
   // Shared cores: the ranks' busy time over the makespan, against the cores.
   const auto plain = sched::simulate(s, stage_costs(p, r, prof, mc, s, 1.0, false),
@@ -240,7 +239,7 @@ Prediction predict(const Plan& p, const PlanRequest& r, const PlanProfile& prof)
                            ? learned->effective_cores
                            : static_cast<double>(std::max(1, prof.cores));
   const double load = std::max(1.0, concurrency / cores);
-  const double scale = load * learned_scale;
+  const double scale = load;
   const auto full = sched::simulate(s, stage_costs(p, r, prof, mc, s, scale, true), groups);
   const auto compute = sched::simulate(s, stage_costs(p, r, prof, mc, s, scale, false),
                                        sched::data_parallel_sync_groups(p.stages, false));

@@ -278,55 +278,47 @@ Learned learn_from_runs(PlanProfile& prof, const PlanRequest& r,
                         const std::vector<std::pair<Plan, RunMeasurement>>& runs) {
   Learned& l = prof.learned[learned_key(r.ranks, r.threads)];
   const Learned before = l;
-  // 1. Compute: each run's measured per-stage F+B+W against the profile's, as
-  // ratio = a * max(1, concurrency / cores): `a` the others' load on a lone rank, `cores` those the
-  // ranks really share; fitted on log ratios over cores in [0.25, the machine's] (a grid).
-  l = Learned{};  // predictions without anything learned
-  std::vector<double> ratio, conc, send, recv, lat;
+  // 1. The step: a * simulate(cores C) fitted to the measured steps (least squares on log
+  // ratios; `a` the others' load on the cores, C the cores the ranks really shared), C on a grid
+  // over [0.25, the machine's cores] and `a` in closed form for each.
+  std::vector<double> send, recv, lat;
   for (const auto& [p, m] : runs) {
-    if (m.compute_per_stage_s <= 0) continue;
-    const Prediction pred = predict(p, r, prof);
-    ratio.push_back(m.compute_per_stage_s / pred.profiled_stage_compute);
-    conc.push_back(pred.concurrency);
     if (m.send_s >= 0) send.push_back(m.send_s);
     if (m.recv_s >= 0) recv.push_back(m.recv_s);
     if (m.latency_s >= 0) lat.push_back(m.latency_s);
   }
-  if (!ratio.empty()) {
-    double best_err = std::numeric_limits<double>::infinity();
-    const double n = static_cast<double>(ratio.size());
-    for (double c = 0.25; c <= std::max(1, prof.cores) + 1e-9; c += 0.05) {
-      double log_a = 0;
-      for (std::size_t i = 0; i < ratio.size(); ++i) {
-        log_a += std::log(ratio[i] / std::max(1.0, conc[i] / c)) / n;
-      }
-      double err = 0;
-      for (std::size_t i = 0; i < ratio.size(); ++i) {
-        const double e = std::log(ratio[i]) - log_a - std::log(std::max(1.0, conc[i] / c));
-        err += e * e;
-      }
-      if (err < best_err) {
-        best_err = err;
-        l.effective_cores = c;
-        l.compute_scale = std::exp(log_a);
-      }
+  double best_err = std::numeric_limits<double>::infinity();
+  Learned best = before;
+  for (double c = 0.25; c <= std::max(1, prof.cores) + 1e-9; c += 0.05) {
+    l = Learned{};
+    l.effective_cores = c;
+    l.runs = 1;  // so predict() applies it
+    std::vector<double> log_ratio;
+    for (const auto& [p, m] : runs) {
+      if (m.step_s > 0) log_ratio.push_back(std::log(m.step_s / predict(p, r, prof).step_s));
     }
-  } else {
-    l.compute_scale = before.compute_scale;
-    l.effective_cores = before.effective_cores;
+    if (log_ratio.empty()) break;
+    double mean = 0, err = 0;
+    for (const double x : log_ratio) mean += x / static_cast<double>(log_ratio.size());
+    for (const double x : log_ratio) err += (x - mean) * (x - mean);
+    if (err < best_err) {
+      best_err = err;
+      best = l;
+      best.step_scale = std::exp(mean);
+    }
   }
+  l = best;
   l.send_s = send.empty() ? before.send_s : median(send);
   l.recv_s = recv.empty() ? before.recv_s : median(recv);
   l.latency_s = lat.empty() ? before.latency_s : median(lat);
-  l.runs = 1;  // so predict() applies the above while the rest is fitted
-  // 2. The step and memory that remain: the median ratio and difference over the runs.
-  std::vector<double> step_ratio, mem_diff;
+  l.runs = 1;
+  // 2. Memory beyond the model's figures (pipelined plans): the median difference.
+  std::vector<double> mem_diff;
   for (const auto& [p, m] : runs) {
-    const Prediction pred = predict(p, r, prof);
-    if (m.step_s > 0) step_ratio.push_back(m.step_s / pred.step_s);
-    if (m.peak_memory > 0 && p.stages > 1) mem_diff.push_back(m.peak_memory - pred.peak_memory);
+    if (m.peak_memory > 0 && p.stages > 1) {
+      mem_diff.push_back(m.peak_memory - predict(p, r, prof).peak_memory);
+    }
   }
-  l.step_scale = step_ratio.empty() ? 1.0 : median(step_ratio);
   l.memory_extra_bytes = mem_diff.empty() ? 0.0 : median(mem_diff);
   l.runs = before.runs + static_cast<int>(runs.size());
   l.source = runs.empty() ? before.source : runs.back().second.source;

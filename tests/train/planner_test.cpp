@@ -142,8 +142,8 @@ TEST(Planner, PlanFileRoundTripsAndSetsTheConfig) {
 }
 
 TEST(Planner, LearnsFromMeasuredRuns) {
-  // Runs that measured every action 1.5x the profile and a step 1.5x the prediction: after
-  // learning, the same plans are predicted at what was measured.
+  // Runs that measured a step 1.5x the prediction and 1 MB more memory: after learning, the same
+  // plans are predicted at what was measured.
   const PlanRequest r = request(2, 2, 8);
   PlanProfile prof = profile(r, 2);
   std::vector<std::pair<Plan, RunMeasurement>> runs;
@@ -157,7 +157,6 @@ TEST(Planner, LearnsFromMeasuredRuns) {
     runs.emplace_back(p, m);
   }
   const Learned l = learn_from_runs(prof, r, runs);
-  EXPECT_NEAR(l.compute_scale, 1.5, 1e-6);
   EXPECT_EQ(l.runs, 3);
   for (const auto& [p, m] : runs) {
     const Prediction x = predict(p, r, prof);
