@@ -59,6 +59,7 @@ struct PlanOptions {
   int batch = 32, top = 5, validate = 0, sample = 8, steps = 6, max_microbatches = 16, repeat = 2;
   std::string output, profile, offload_dir = "/var/tmp", outer_steps = "8,32", data;
   bool reprofile = false, no_learn = false;
+  int wan = 0;  // ranks per site on the WAN testbed
 };
 
 sched::GptConfig parse_model(const std::string& text) {
@@ -140,6 +141,7 @@ PlanSetup make_setup(const PlanOptions& o) {
   s.offload_dir = o.offload_dir;
   s.reprofile = o.reprofile;
   s.data = o.data;
+  s.wan_ranks_per_site = o.wan;
   return s;
 }
 
@@ -361,6 +363,10 @@ void add_plan_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--repeat", o->repeat, "Validation rounds; each plan keeps its fastest run")
       ->capture_default_str();
   cmd->add_option("--data", o->data, "Corpus of the validation runs (strait train's --data)");
+  cmd->add_option("--wan", o->wan,
+                  "Ranks per site on the WAN testbed that is up (strait wan up): measure the links "
+                  "and run the validation there (strait wan run); needs root")
+      ->capture_default_str();
   cmd->add_flag("--no-learn", o->no_learn, "Validate without updating the profile");
   cmd->callback([o, &exit_code] {
     run_plan(*o);

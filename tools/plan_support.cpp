@@ -76,14 +76,29 @@ PlanLinks links_from_tune_file(const std::filesystem::path& path, const std::str
   return l;
 }
 
-PlanLinks measure_links(int n) {
+// Runs `command` (strait's own subcommand and flags) as the job's ranks: under `strait wan run`
+// on the WAN testbed when wan_ranks_per_site > 0, else as it is (it starts its own ranks).
+std::vector<std::string> job_argv(const PlanSetup& setup, std::vector<std::string> command) {
+  command.insert(command.begin(), self_exe());
+  if (setup.wan_ranks_per_site <= 0) return command;
+  std::vector<std::string> argv = {
+      self_exe(), "wan", "run", "--ranks-per-site", std::to_string(setup.wan_ranks_per_site), "--"};
+  argv.insert(argv.end(), command.begin(), command.end());
+  return argv;
+}
+
+PlanLinks measure_links(int n, const PlanSetup& setup) {
   const auto out =
       std::filesystem::temp_directory_path() / fmt::format("strait-plan-tune-{}.json", ::getpid());
-  const std::vector<std::string> argv = {self_exe(),        "tune",     "-n",
-                                         std::to_string(n), "--quick",  "--sizes",
-                                         "4K..64K",         "--output", out.string()};
-  run_checked(argv);
-  PlanLinks l = links_from_tune_file(out, fmt::format("strait tune -n {} --quick", n));
+  std::vector<std::string> tune = {"tune",    "--quick",  "--sizes",
+                                   "4K..64K", "--output", out.string()};
+  if (setup.wan_ranks_per_site <= 0) tune.insert(tune.begin() + 1, {"-n", std::to_string(n)});
+  run_checked(job_argv(setup, tune));
+  PlanLinks l = links_from_tune_file(
+      out, setup.wan_ranks_per_site > 0
+               ? fmt::format("strait wan run --ranks-per-site {} -- strait tune --quick",
+                             setup.wan_ranks_per_site)
+               : fmt::format("strait tune -n {} --quick", n));
   std::filesystem::remove(out);
   return l;
 }
@@ -180,9 +195,10 @@ double prepare_costs(train::PlanRequest& r, train::PlanProfile& profile, const P
   }
   if (!setup.links_file.empty()) {
     r.links = links_from_tune_file(setup.links_file, "file " + setup.links_file);
-  } else if (setup.sites == "measure" || profile.links.count(r.ranks) == 0) {
-    r.links = measure_links(r.ranks);
-    if (setup.sites != "measure") {
+  } else if (setup.sites == "measure" || setup.wan_ranks_per_site > 0 ||
+             profile.links.count(r.ranks) == 0) {
+    r.links = measure_links(r.ranks, setup);
+    if (setup.sites != "measure" && setup.wan_ranks_per_site <= 0) {
       profile.links[r.ranks] = r.links;
       changed = true;
     }
@@ -250,7 +266,7 @@ void print_costs(const train::PlanRequest& r, const train::PlanProfile& p) {
   std::set<int> sites(r.links.site.begin(), r.links.site.end());
   fmt::print("  links: latency {:.1f}-{:.1f} us, bandwidth {:.0f}-{:.0f} MB/s, {} site(s) ({})\n",
              lat_lo * 1e6, lat_hi * 1e6, bw_lo / 1e6, bw_hi / 1e6, sites.size(), r.links.source);
-  const auto l = p.learned.find(train::learned_key(r.ranks, r.threads));
+  const auto l = p.learned.find(train::learned_key(r.ranks, r.threads, r.site_count()));
   if (l != p.learned.end() && l->second.runs > 0) {
     const auto& x = l->second;
     fmt::print(
@@ -286,7 +302,7 @@ train::RunMeasurement measure_plan(const train::Plan& plan, const train::PlanReq
       std::filesystem::temp_directory_path() / fmt::format("strait-plan-{}-{}", ::getpid(), tag);
   std::filesystem::create_directories(dir);
   const int run_steps = std::max(steps, plan.outer_steps + 2);
-  std::vector<std::string> argv = {self_exe(), "train"};
+  std::vector<std::string> argv = {"train"};
   for (const auto& a : train::plan_train_args(plan)) argv.push_back(a);
   const std::vector<std::string> rest = {"--layers",
                                          std::to_string(r.model.layers),
@@ -316,6 +332,7 @@ train::RunMeasurement measure_plan(const train::Plan& plan, const train::PlanReq
                                          "120"};
   argv.insert(argv.end(), rest.begin(), rest.end());
   if (!setup.data.empty()) argv.insert(argv.end(), {"--data", setup.data});
+  argv = job_argv(setup, argv);
   train::RunMeasurement m;
   const int status = run_logged(argv, dir / "log.txt", 400);
   if (status != 0) {

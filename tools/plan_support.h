@@ -22,6 +22,9 @@ struct PlanSetup {
   std::filesystem::path offload_dir = "/var/tmp";
   bool reprofile = false;
   std::string data;  // the corpus of validation runs ("" = strait train's default)
+  // > 0: links and validation runs on the WAN testbed that is up (strait wan run with this many
+  // ranks per site).
+  int wan_ranks_per_site = 0;
 };
 
 // The profile file: STRAIT_PLAN_PROFILE, else ~/.cache/strait/plan-profile.json.

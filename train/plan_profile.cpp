@@ -214,8 +214,8 @@ std::string shape_key(const GptConfig& m, int threads) {
                      threads);
 }
 
-std::string learned_key(int world, int threads) {
-  return fmt::format("world={},threads={}", world, threads);
+std::string learned_key(int world, int threads, int sites) {
+  return fmt::format("world={},threads={},sites={}", world, threads, sites);
 }
 
 nlohmann::json PlanProfile::to_json() const {

@@ -87,7 +87,8 @@ struct PlanProfile {
 };
 
 [[nodiscard]] std::string shape_key(const sched::GptConfig& model, int threads);
-[[nodiscard]] std::string learned_key(int world, int threads);
+// What was learned depends on the world, the threads and the number of sites (WAN or loopback).
+[[nodiscard]] std::string learned_key(int world, int threads, int sites);
 
 // Measures what `profile` lacks for `model` at `threads` and the microbatch sizes `sizes`
 // (compute, stash bytes, AdamW; and, once per profile, RAM and disk bandwidth under `disk_dir`

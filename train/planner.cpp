@@ -33,7 +33,7 @@ const MicrobatchCosts& costs_at(const PlanProfile& profile, const PlanRequest& r
 }
 
 const Learned* learned_for(const PlanProfile& p, const PlanRequest& r) {
-  const auto it = p.learned.find(learned_key(r.ranks, r.threads));
+  const auto it = p.learned.find(learned_key(r.ranks, r.threads, r.site_count()));
   return it == p.learned.end() || it->second.runs == 0 ? nullptr : &it->second;
 }
 
@@ -199,6 +199,12 @@ double mean_busy(const sched::Timeline& t) {
 }
 
 }  // namespace
+
+int PlanRequest::site_count() const {
+  std::vector<int> s = links.site;
+  std::sort(s.begin(), s.end());
+  return static_cast<int>(std::unique(s.begin(), s.end()) - s.begin());
+}
 
 int stage_layers(int layers, int parts, int v) {
   const auto r = sched::split_layers(layers, parts)[static_cast<std::size_t>(v)];

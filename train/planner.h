@@ -57,6 +57,8 @@ struct PlanRequest {
   std::vector<std::string> outer_codecs;
   int max_microbatches = 32;
   PlanLinks links;  // world ranks; site per rank
+
+  [[nodiscard]] int site_count() const;  // distinct sites in links.site
 };
 
 struct Prediction {

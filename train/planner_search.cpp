@@ -276,7 +276,7 @@ Plan read_plan_file(const std::filesystem::path& path) {
 
 Learned learn_from_runs(PlanProfile& prof, const PlanRequest& r,
                         const std::vector<std::pair<Plan, RunMeasurement>>& runs) {
-  Learned& l = prof.learned[learned_key(r.ranks, r.threads)];
+  Learned& l = prof.learned[learned_key(r.ranks, r.threads, r.site_count())];
   const Learned before = l;
   // 1. The step: a * simulate(cores C) fitted to the measured steps (least squares on log
   // ratios; `a` the others' load on the cores, C the cores the ranks really shared), C on a grid
