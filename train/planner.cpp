@@ -80,7 +80,7 @@ std::pair<double, double> ring_allreduce(const Plan& p, const PlanRequest& r,
   const double per_link = 2.0 * (R - 1) / R * wire;
   const double t = per_link / min_bw + 2.0 * (R - 1) * max_lat +
                    2.0 * count * (cc.encode_s_per_elem + cc.decode_s_per_elem);
-  return {t, crossings * per_link / R};
+  return {t, crossings * per_link};  // each ring link carries per_link bytes
 }
 
 // Parameters of model stage v (layers split into parts).

@@ -66,6 +66,23 @@ std::string best_codec(Plan p, const PlanRequest& r, const PlanProfile& prof) {
   return best;
 }
 
+// Whether strait train accepts the plan (TrainConfig::validate: e.g. DiLoCo needs the tied
+// embedding's first and last stage on one rank or on two, not zbv's turn).
+bool trains(const Plan& p, const PlanRequest& r) {
+  TrainConfig c;
+  c.layers = r.model.layers;
+  c.dim = r.model.dim;
+  c.heads = r.model.heads;
+  c.ctx = r.model.ctx;
+  apply_plan(p, c);
+  try {
+    c.validate();
+    return true;
+  } catch (const Error&) {
+    return false;
+  }
+}
+
 }  // namespace
 
 std::vector<ScoredPlan> search_plans(const PlanRequest& r, const PlanProfile& prof) {
@@ -74,6 +91,7 @@ std::vector<ScoredPlan> search_plans(const PlanRequest& r, const PlanProfile& pr
   std::string smallest;
   std::set<int> sites(r.links.site.begin(), r.links.site.end());
   const auto consider = [&](const Plan& p) {
+    if (!trains(p, r)) return;
     Prediction pred = predict(p, r, prof);
     Plan q = p;
     if (r.memory_per_rank > 0 && pred.peak_memory > r.memory_per_rank) {
@@ -155,6 +173,10 @@ std::string why_better(const ScoredPlan& a, const ScoredPlan& b) {
                              {"disk", y.disk_s - x.disk_s}};
   std::sort(parts.begin(), parts.end(),
             [](const Part& l, const Part& r) { return std::abs(l.d) > std::abs(r.d); });
+  if (std::llround(x.step_s * 1e4) == std::llround(y.step_s * 1e4)) {  // search_plans' tie
+    return fmt::format("tied on step time ({:.1f} ms); less memory: {:.1f} vs {:.1f} MiB per rank",
+                       x.step_s * 1e3, x.peak_memory / (1 << 20), y.peak_memory / (1 << 20));
+  }
   std::string s = fmt::format("{:.1f} ms faster per step ({:.1f}%): ", (y.step_s - x.step_s) * 1e3,
                               100.0 * (y.step_s - x.step_s) / y.step_s);
   for (std::size_t i = 0; i < 2; ++i) {
