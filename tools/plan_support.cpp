@@ -214,6 +214,12 @@ double prepare_costs(train::PlanRequest& r, train::PlanProfile& profile, const P
   }
   if (!setup.sites.empty() && setup.sites != "measure") {
     r.links.site = parse_sites(setup.sites, r.ranks);
+  } else if (setup.wan_ranks_per_site > 0) {
+    // The testbed's sites, as strait wan run places the ranks (the tuner's clustering of noisy
+    // loopback pairs may split a site).
+    for (int i = 0; i < r.ranks; ++i) {
+      r.links.site[static_cast<std::size_t>(i)] = i / setup.wan_ranks_per_site;
+    }
   }
   if (!setup.site_link.empty()) apply_site_link(r.links, setup.site_link);
   std::vector<std::string> codecs = r.codecs;
