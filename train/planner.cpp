@@ -145,7 +145,7 @@ std::vector<StageCosts> stage_costs(const Plan& p, const PlanRequest& r, const P
                                     double scale, bool comm) {
   const int parts = p.stages * p.chunks;
   const double msg = 4.0 * p.microbatch_size * r.model.ctx * r.model.dim;
-  const auto shape = prof.shapes.at(shape_key(r.model, r.threads));
+  const auto& shape = prof.shapes.at(shape_key(r.model, r.threads));
   std::vector<StageCosts> out(static_cast<std::size_t>(parts));
   const auto mem = rank_memory(p, r, mc, s);
   for (int v = 0; v < parts; ++v) {
@@ -261,7 +261,7 @@ Prediction predict(const Plan& p, const PlanRequest& r, const PlanProfile& prof)
   }
   out.bubble_s = std::max(0.0, compute.makespan - out.compute_s - optim_only);
   // Disk: nvme's optimizer beyond its compute, and nvme activation copies.
-  const auto shape = prof.shapes.at(shape_key(r.model, r.threads));
+  const auto& shape = prof.shapes.at(shape_key(r.model, r.threads));
   const auto mem = rank_memory(p, r, mc, s);
   double disk = 0;
   for (std::size_t rank = 0; rank < mem.size(); ++rank) {
