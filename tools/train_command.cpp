@@ -391,7 +391,9 @@ int launch_ranks(const TrainConfig& c, const TrainOptions& o,
 
 // --plan: auto plans in the parent (before any rank starts) and hands the ranks the plan file in
 // its place; a FILE's plan overrides the layout, schedule, offload and codec flags.
-void apply_plan_option(const std::string& plan, TrainConfig& c, std::vector<std::string>& args) {
+// Returns the plan file it wrote for auto (removed once the ranks are done), else an empty path.
+std::filesystem::path apply_plan_option(const std::string& plan, TrainConfig& c,
+                                        std::vector<std::string>& args) {
   std::filesystem::path file = plan;
   if (plan == "auto") {
     if (std::getenv("RANK") != nullptr || c.join) {
@@ -409,6 +411,7 @@ void apply_plan_option(const std::string& plan, TrainConfig& c, std::vector<std:
     }
   }
   apply_plan(read_plan_file(file), c);
+  return plan == "auto" ? file : std::filesystem::path();
 }
 
 // A rank (or a joiner): trains; returns the exit code (2 for a bad setting).
@@ -455,12 +458,14 @@ void add_train_command(CLI::App& app, const std::vector<std::string>& argv, int&
   train->callback([o, argv, &exit_code] {
     TrainConfig c = o->finish();
     std::vector<std::string> args = argv;
-    if (!o->plan.empty()) apply_plan_option(o->plan, c, args);
+    const std::filesystem::path auto_plan =
+        o->plan.empty() ? std::filesystem::path() : apply_plan_option(o->plan, c, args);
     if (o->timeout_s > 0) ::setenv("STRAIT_TIMEOUT_S", fmt::format("{}", o->timeout_s).c_str(), 1);
     // Elastic jobs need a lost peer known before the next allreduce times out (comm/heartbeat.h).
     if (c.elastic && !params::is_set("STRAIT_HEARTBEAT_S")) ::setenv("STRAIT_HEARTBEAT_S", "1", 1);
     const char* rank_env = std::getenv("RANK");
     exit_code = rank_env == nullptr && !c.join ? launch_ranks(c, *o, args) : run_rank(c, rank_env);
+    if (!auto_plan.empty()) std::filesystem::remove(auto_plan);
   });
 }
 
