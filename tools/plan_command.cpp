@@ -275,6 +275,7 @@ void run_plan(const PlanOptions& o) {
   PlanProfile prof = PlanProfile::load(setup.profile_path);
   const double measured_s = prepare_costs(r, prof, setup);
   print_costs(r, prof);
+  std::fflush(stdout);  // before an error the search may print on stderr
   const auto t0 = std::chrono::steady_clock::now();
   const auto plans = train::search_plans(r, prof);
   const double search_s =
