@@ -59,6 +59,8 @@ constexpr std::array kParams = {
     Param{"STRAIT_LIBRARY", Path, "", "",
           "Path of libstrait.so for the Python package (else the build or install folder)",
           "python"},
+    Param{"STRAIT_PLAN_PROFILE", Path, "~/.cache/strait/plan-profile.json", "",
+          "The planner's cached measured costs (strait plan, strait train --plan auto)", "tools"},
     Param{"STRAIT_PLOT_DIR", Path, "<repo>/tools/plot", "",
           "Folder of plot_schedule.py for strait schedule --png", "tools"},
     Param{"STRAIT_REQUIRE_GPU", Bool, "0", "1, 0",

@@ -16,6 +16,7 @@ const std::map<std::string, std::string, std::less<>>& examples() {
       {"", "strait train --steps 100"},
       {"diagnose", "strait diagnose /tmp/strait-fr"},
       {"info", "strait info --markdown > docs/environment.md"},
+      {"plan", "strait plan -n 4 --top 5 --output plan.json"},
       {"run", "strait run -n 4 -- ./train --steps 100"},
       {"schedule", "strait schedule --schedule all -p 4 -m 8"},
       {"train", "strait train --stages 2 --replicas 2 --steps 100"},

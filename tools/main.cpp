@@ -10,6 +10,7 @@
 #include "tools/cli_support.h"
 #include "tools/diagnose_command.h"
 #include "tools/info_command.h"
+#include "tools/plan_command.h"
 #include "tools/run_command.h"
 #include "tools/schedule_command.h"
 #include "tools/train_command.h"
@@ -25,6 +26,7 @@ int main(int argc, char** argv) {
   const std::vector<std::string> args(argv, argv + argc);
   strait::tools::add_diagnose_command(app, exit_code);
   strait::tools::add_info_command(app, exit_code);
+  strait::tools::add_plan_command(app, exit_code);
   strait::tools::add_run_command(app, exit_code);
   strait::tools::add_schedule_command(app, exit_code);
   strait::tools::add_train_command(app, args, exit_code);

@@ -17,6 +17,8 @@
 #include "offload/optimizer_offload.h"
 #include "scheduler/schedule.h"
 #include "tools/launcher.h"
+#include "tools/plan_command.h"
+#include "train/planner.h"
 #include "train/trainer.h"
 
 namespace strait::tools {
@@ -118,6 +120,7 @@ struct TrainOptions {
   std::string data = TrainConfig{}.data.string();
   std::string offload_dir = TrainConfig{}.offload_dir.string();
   std::string metrics, trace;
+  std::string plan;          // --plan auto | FILE
   std::string save, resume;  // --- checkpoints
   double timeout_s = 0;
   CLI::Option* offload_dir_option = nullptr;
@@ -137,6 +140,11 @@ struct TrainOptions {
 
 // The pipeline and data-parallel layout and the schedule.
 void add_parallel_options(CLI::App* train, TrainOptions& o) {
+  train->add_option(
+      "--plan", o.plan,
+      "Take the layout, schedule, offload and codec from a plan: auto (strait plan's "
+      "best for --stages x --replicas ranks and this batch) or a strait plan --output "
+      "FILE; it overrides those flags");
   train->add_option("--stages", o.config.stages, "Pipeline stages")->capture_default_str();
   train->add_option("--replicas", o.config.replicas, "Data-parallel replicas")
       ->capture_default_str();
@@ -381,6 +389,31 @@ int launch_ranks(const TrainConfig& c, const TrainOptions& o,
   return launch(launch_options);
 }
 
+// --plan: auto plans in the parent (before any rank starts) and hands the ranks the plan file in
+// its place; a FILE's plan overrides the layout, schedule, offload and codec flags.
+// Returns the plan file it wrote for auto (removed once the ranks are done), else an empty path.
+std::filesystem::path apply_plan_option(const std::string& plan, TrainConfig& c,
+                                        std::vector<std::string>& args) {
+  std::filesystem::path file = plan;
+  if (plan == "auto") {
+    if (std::getenv("RANK") != nullptr || c.join) {
+      throw Error(ErrorCode::InvalidArgument,
+                  "--plan auto plans before the ranks start, so it needs strait train to start "
+                  "them; under another launcher write a plan with strait plan --output FILE and "
+                  "pass --plan FILE");
+    }
+    file = plan_for_train(c);
+    for (std::size_t i = 0; i < args.size(); ++i) {
+      if (args[i] == "--plan=auto") args[i] = "--plan=" + file.string();
+      if (args[i] == "--plan" && i + 1 < args.size() && args[i + 1] == "auto") {
+        args[i + 1] = file.string();
+      }
+    }
+  }
+  apply_plan(read_plan_file(file), c);
+  return plan == "auto" ? file : std::filesystem::path();
+}
+
 // A rank (or a joiner): trains; returns the exit code (2 for a bad setting).
 int run_rank(const TrainConfig& c, const char* rank_env) {
   if (c.join) c.validate();  // a joiner runs on its own, without a launcher
@@ -423,12 +456,16 @@ void add_train_command(CLI::App& app, const std::vector<std::string>& argv, int&
   add_checkpoint_options(train, *o);
   add_elastic_options(train, *o);
   train->callback([o, argv, &exit_code] {
-    const TrainConfig c = o->finish();
+    TrainConfig c = o->finish();
+    std::vector<std::string> args = argv;
+    const std::filesystem::path auto_plan =
+        o->plan.empty() ? std::filesystem::path() : apply_plan_option(o->plan, c, args);
     if (o->timeout_s > 0) ::setenv("STRAIT_TIMEOUT_S", fmt::format("{}", o->timeout_s).c_str(), 1);
     // Elastic jobs need a lost peer known before the next allreduce times out (comm/heartbeat.h).
     if (c.elastic && !params::is_set("STRAIT_HEARTBEAT_S")) ::setenv("STRAIT_HEARTBEAT_S", "1", 1);
     const char* rank_env = std::getenv("RANK");
-    exit_code = rank_env == nullptr && !c.join ? launch_ranks(c, *o, argv) : run_rank(c, rank_env);
+    exit_code = rank_env == nullptr && !c.join ? launch_ranks(c, *o, args) : run_rank(c, rank_env);
+    if (!auto_plan.empty()) std::filesystem::remove(auto_plan);
   });
 }
 

@@ -16,6 +16,7 @@
 #include "scheduler/schedule_trace.h"
 #include "scheduler/schedule_validate.h"
 #include "train/data_parallel_sync.h"
+#include "train/plan_profile.h"
 
 namespace strait::train {
 // The reference model and the scheduler are this application's vocabulary.
@@ -153,6 +154,7 @@ void RankState::build(int local_world_size) {
     dopt.max_eval_sequences = cfg.eval_sequences;
     dataset.emplace(ByteCorpus::load(cfg.data), dopt);
   }
+  rss_before_model = process_memory_bytes(false);  // the planner's memory figure starts here
   model = std::make_unique<RankModel>(cfg.gpt(), schedule, stage, cfg.microbatch_size, cfg.seed);
   offload::OptimizerOffloadOptions mopt;
   mopt.where = cfg.offload_optimizer;

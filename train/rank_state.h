@@ -56,7 +56,8 @@ struct RankState {
   std::unique_ptr<sched::PipelineExecutor> executor;
   std::unique_ptr<OuterSync> outer;  // DiLoCo (--outer-steps); destroyed before its comms
   std::vector<offload::DecayGroup> groups;
-  unsigned threads = 1;  // GEMM and AdamW threads of this rank
+  unsigned threads = 1;         // GEMM and AdamW threads of this rank
+  double rss_before_model = 0;  // resident bytes before the model and its state were built
 };
 
 }  // namespace strait::train

@@ -14,6 +14,7 @@
 #include "kernels/adamw.h"
 #include "model/baselines.h"
 #include "train/membership.h"
+#include "train/plan_profile.h"
 #include "train/rank_state.h"
 #include "train/train_checkpoint.h"
 #include "train/train_report.h"
@@ -240,6 +241,13 @@ void Job::finish(int first, Clock::time_point t0) {
   }
   if (cfg_.elastic) members_.report_end();
   if (!cfg_.trace.empty()) state_.write_trace();
+  if (!cfg_.metrics.empty() && !cfg_.elastic) {
+    // What the model, its state and the steps added to each rank's memory (strait plan compares
+    // it with its prediction): the largest rank's peak resident growth since before the model.
+    double grown = process_memory_bytes(true) - state_.rss_before_model;
+    state_.world->allreduce(&grown, &grown, 1, DType::F64, ReduceOp::Max);
+    report_.emit({{"type", "memory"}, {"peak_rank_growth_bytes", grown}});
+  }
   const double eval_loss = state_.evaluate();
   const ByteBaselines baselines = report_.held_out(state_, totals_, eval_loss);
   const std::vector<std::int32_t> sample = state_.generate();

@@ -93,6 +93,7 @@ struct Metrics {
   std::vector<json> steps;   // the per-step records, in order
   std::vector<json> rounds;  // DiLoCo's per-round records, in order
   json summary;              // the final record (eval_loss, sample, ...)
+  json memory;               // the largest rank's peak memory growth (strait plan reads it)
 };
 
 // Parses the --metrics file: one JSON object per line, each with a "type": "step" records in order,
@@ -110,6 +111,8 @@ Metrics read_metrics(const fs::path& path) {
       m.rounds.push_back(std::move(record));
     } else if (type == "summary") {
       m.summary = std::move(record);
+    } else if (type == "memory") {
+      m.memory = std::move(record);
     } else {
       EXPECT_EQ(type, "eval") << line;
     }
@@ -409,6 +412,32 @@ TEST(StraitTrain, ZbH1GivesOneFOneBsLossesBitForBitAndATrace) {
   EXPECT_EQ(from_trace.exit_code(60s), 0) << from_trace.output();
   EXPECT_TRUE(contains(from_trace.output(), "zb-h1 schedule, 2 ranks x 1 chunks, 8 microbatches"))
       << from_trace.output();
+}
+
+// A plan file (strait plan --output) sets the layout, schedule, offload and codec: the same losses
+// as those flags given by hand, and the metrics carry the peak memory the planner compares with.
+TEST(StraitTrain, PlanFileSetsTheLayoutAsItsFlagsWould) {
+  const Job job;
+  const fs::path plan = job.dir().path() / "plan.json";
+  std::ofstream(plan) << R"({"plan": {"stages": 2, "replicas": 1, "schedule": "zb-h1", "chunks": 1,
+    "microbatches": 4, "microbatch_size": 2, "offload_activations": "none",
+    "offload_optimizer": "cpu", "codec": "none", "outer_steps": 0, "outer_codec": "none"}})";
+  const std::vector<std::string> common = {"--steps", "2", "--seed", "7", "--layers", "2"};
+  const auto with = followed_by(common);
+  const Metrics by_hand = train(job, "by-hand",
+                                with({"--stages", "2", "--replicas", "1", "--schedule", "zb-h1",
+                                      "--microbatches", "4", "--microbatch-size", "2"}));
+  const Metrics planned = train(job, "planned", with({"--plan", plan.string()}));
+  ASSERT_EQ(planned.steps.size(), 2U);
+  for (std::size_t s = 0; s < 2; ++s) {
+    EXPECT_EQ(planned.steps[s].at("loss").get<double>(), by_hand.steps[s].at("loss").get<double>());
+  }
+  // Weights and gradients alone are 8 B per parameter of a stage: the peak grew by more.
+  EXPECT_GT(planned.memory.at("peak_rank_growth_bytes").get<double>(), 8.0 * 100000);
+  Strait bad(job.train_args({"--plan", (job.dir().path() / "missing.json").string()}),
+             job.dir().path() / "bad.out");
+  EXPECT_EQ(bad.exit_code(60s), 2) << bad.output();
+  EXPECT_TRUE(contains(bad.output(), "cannot read it")) << bad.output();
 }
 
 // --- Several model chunks per rank: interleaved 1F1B and ZB-V

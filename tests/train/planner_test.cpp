@@ -1,0 +1,169 @@
+// The planner (train/planner.h) on hand-made profiles: step times and memory checked against
+// figures worked out by hand, the search's plans all valid and within the memory limit, the plan
+// file round trip, and learning from measured runs.
+#include "train/planner.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "core/error.h"
+#include "scheduler/schedule_validate.h"
+
+namespace strait::train {
+namespace {
+
+// Every block costs F = B = W = 1 ms, the embedding and head nothing; one slot of a block's stash
+// is 1 MiB; AdamW, codecs and links free (latency 0, bandwidth 1e18 B/s).
+PlanRequest request(int ranks, int layers, int batch) {
+  PlanRequest r;
+  r.ranks = ranks;
+  r.model.layers = layers;
+  r.model.dim = 16;
+  r.model.heads = 2;
+  r.model.ctx = 8;
+  r.batch = batch;
+  r.threads = 1;
+  r.codecs = {"none"};
+  r.links.latency_s.assign(static_cast<std::size_t>(ranks),
+                           std::vector<double>(static_cast<std::size_t>(ranks), 0.0));
+  r.links.bandwidth.assign(static_cast<std::size_t>(ranks),
+                           std::vector<double>(static_cast<std::size_t>(ranks), 1e18));
+  r.links.site.assign(static_cast<std::size_t>(ranks), 0);
+  return r;
+}
+
+PlanProfile profile(const PlanRequest& r, int cores) {
+  PlanProfile p;
+  p.cores = cores;
+  p.memcpy_bytes_per_s = 1e10;
+  p.disk_read_bytes_per_s = p.disk_write_bytes_per_s = 1e9;
+  ShapeCosts s;
+  s.adamw_s_per_param = 0;
+  for (int b = 1; b <= 64; ++b) {
+    MicrobatchCosts c;
+    c.block = {1e-3, 1e-3, 1e-3};
+    c.block_stash = 1 << 20;
+    s.sizes[b] = c;
+  }
+  p.shapes[shape_key(r.model, r.threads)] = s;
+  p.codecs["none"] = {0, 0, 4};
+  return p;
+}
+
+Plan plan(int P, int R, sched::ScheduleKind kind, int M, int b, int V = 1) {
+  Plan p;
+  p.stages = P;
+  p.replicas = R;
+  p.schedule = kind;
+  p.chunks = V;
+  p.microbatches = M;
+  p.microbatch_size = b;
+  return p;
+}
+
+TEST(Planner, HandCheckedPipelineStep) {
+  // 2 stages of one block, 4 microbatches: 1F1B and GPipe take (M + P - 1)(f + b + w) =
+  // 5 x 3 ms = 15 ms. Busy 12 ms per rank over 15 ms on 2 cores: no stretch.
+  const PlanRequest r = request(2, 2, 4);
+  const PlanProfile prof = profile(r, 2);
+  for (const auto kind : {sched::ScheduleKind::OneFOneB, sched::ScheduleKind::GPipe}) {
+    const Prediction x = predict(plan(2, 1, kind, 4, 1), r, prof);
+    EXPECT_NEAR(x.step_s, 15e-3, 1e-9) << sched::schedule_kind_name(kind);
+    EXPECT_NEAR(x.compute_s, 12e-3, 1e-9);
+    EXPECT_NEAR(x.bubble_s, 3e-3, 1e-9);
+    EXPECT_NEAR(x.load, 1.0, 1e-12);
+    EXPECT_NEAR(x.tokens_per_s, 4.0 * 8 / 15e-3, 1e-6);
+  }
+  // Rank 0's stash slots: 1F1B holds P = 2, GPipe M = 4 (1 MiB each).
+  EXPECT_NEAR(predict(plan(2, 1, sched::ScheduleKind::OneFOneB, 4, 1), r, prof).activations,
+              2.0 * (1 << 20), 1.0);
+  EXPECT_NEAR(predict(plan(2, 1, sched::ScheduleKind::GPipe, 4, 1), r, prof).activations,
+              4.0 * (1 << 20), 1.0);
+}
+
+TEST(Planner, SharedCoresStretchCompute) {
+  // 2 replicas of one stage (both blocks) on 1 core: each replica computes 4 microbatches x 2
+  // blocks x 3 ms = 24 ms, both at once, so the step takes twice that; on 2 cores 24 ms.
+  const PlanRequest r = request(2, 2, 8);
+  const Prediction one_core =
+      predict(plan(1, 2, sched::ScheduleKind::OneFOneB, 4, 1), r, profile(r, 1));
+  EXPECT_NEAR(one_core.load, 2.0, 1e-9);
+  EXPECT_NEAR(one_core.step_s, 48e-3, 1e-9);
+  const Prediction two_cores =
+      predict(plan(1, 2, sched::ScheduleKind::OneFOneB, 4, 1), r, profile(r, 2));
+  EXPECT_NEAR(two_cores.step_s, 24e-3, 1e-9);
+}
+
+TEST(Planner, SearchPicksValidPlansWithinMemory) {
+  PlanRequest r = request(4, 4, 16);
+  const PlanProfile prof = profile(r, 4);
+  const auto plans = search_plans(r, prof);
+  ASSERT_FALSE(plans.empty());
+  for (const auto& p : plans) {
+    EXPECT_NO_THROW(sched::validate_schedule(plan_schedule(p.plan))) << p.plan.describe();
+    EXPECT_LE(plans.front().predicted.step_s, p.predicted.step_s);
+  }
+  // A limit between the smallest and the largest peak drops the plans over it.
+  double lo = 1e30, hi = 0;
+  for (const auto& p : plans) {
+    lo = std::min(lo, p.predicted.peak_memory);
+    hi = std::max(hi, p.predicted.peak_memory);
+  }
+  ASSERT_LT(lo, hi);
+  r.memory_per_rank = 0.5 * (lo + hi);
+  const auto limited = search_plans(r, prof);
+  EXPECT_LT(limited.size(), plans.size() + 1);
+  for (const auto& p : limited) EXPECT_LE(p.predicted.peak_memory, r.memory_per_rank);
+  r.memory_per_rank = 1;  // nothing fits one byte
+  EXPECT_THROW(search_plans(r, prof), Error);
+}
+
+TEST(Planner, PlanFileRoundTripsAndSetsTheConfig) {
+  const PlanRequest r = request(4, 4, 16);
+  ScoredPlan s{plan(2, 2, sched::ScheduleKind::Interleaved, 4, 2, 2), {}};
+  s.plan.activations = ActivationOffload::Cpu;
+  s.plan.codec = "int8";
+  const auto path = std::filesystem::temp_directory_path() / "strait-planner-test.json";
+  std::ofstream(path) << plan_to_json(s, r).dump();
+  const Plan back = read_plan_file(path);
+  std::filesystem::remove(path);
+  EXPECT_EQ(back.describe(), s.plan.describe());
+  TrainConfig c;
+  apply_plan(back, c);
+  EXPECT_EQ(c.stages, 2);
+  EXPECT_EQ(c.replicas, 2);
+  EXPECT_EQ(c.chunks, 2);
+  EXPECT_EQ(c.microbatch_size, 2);
+  EXPECT_EQ(c.codec, "int8");
+  EXPECT_EQ(c.offload_activations, ActivationOffload::Cpu);
+  EXPECT_THROW(read_plan_file("/nonexistent/plan.json"), Error);
+}
+
+TEST(Planner, LearnsFromMeasuredRuns) {
+  // Runs that measured a step 1.5x the prediction and 1 MB more memory: after learning, the same
+  // plans are predicted at what was measured.
+  const PlanRequest r = request(2, 2, 8);
+  PlanProfile prof = profile(r, 2);
+  std::vector<std::pair<Plan, RunMeasurement>> runs;
+  for (const int M : {2, 4, 8}) {
+    const Plan p = plan(2, 1, sched::ScheduleKind::OneFOneB, M, 8 / M);
+    const Prediction x = predict(p, r, prof);
+    RunMeasurement m;
+    m.step_s = 1.5 * x.step_s;
+    m.compute_per_stage_s = 1.5 * x.profiled_stage_compute;
+    m.peak_memory = x.peak_memory + 1e6;
+    runs.emplace_back(p, m);
+  }
+  const Learned l = learn_from_runs(prof, r, runs);
+  EXPECT_EQ(l.runs, 3);
+  for (const auto& [p, m] : runs) {
+    const Prediction x = predict(p, r, prof);
+    EXPECT_NEAR(x.step_s, m.step_s, 0.01 * m.step_s) << p.describe();
+    EXPECT_NEAR(x.peak_memory, m.peak_memory, 1.0) << p.describe();
+  }
+}
+
+}  // namespace
+}  // namespace strait::train

@@ -1,0 +1,127 @@
+// The planner behind `strait plan` and `strait train --plan`: prices a whole training plan
+// (stages x replicas, microbatch size and count, schedule and chunks, activation offload, where the
+// optimizer state lives, the gradient codec, DiLoCo's H and outer codec across sites) with the
+// schedule simulator (scheduler/schedule_sim.h) fed by measured costs (train/plan_profile.h), and
+// searches them for the fastest plan that fits the memory per rank.
+// Time model: every model stage's F, B, W is its layers' profiled block cost plus the embedding's
+// (first) or the head's (last); transfers are latency + bytes / bandwidth of the link between the
+// two ranks (the slowest replica's); ALLREDUCE_GRAD is a ring over the replicas of a stage
+// (2(R-1)/R of the codec's wire bytes over the group's slowest link, 2(R-1) latencies, encode +
+// decode) plus the tied embedding; OPTIM is AdamW at its measured rate (nvme: the slower of that
+// and the moments' disk traffic). When the ranks' threads outnumber the cores, compute is stretched
+// by the simulated load (busy rank-seconds x threads / (cores x makespan)); what a validation run
+// measured (Learned) scales it further. DiLoCo adds its outer all-reduce / H to every step. Memory
+// per rank: fp32 weights and gradients, AdamW moments (RAM, or nvme's two chunk buffers), the
+// activation slots the schedule needs (peak_stashed_microbatches_of_stage) at the profiled stash
+// bytes, zero-bubble W inputs, the model's backward scratch, RAM-offloaded stashes, plus what
+// validation runs measured beyond that.
+// An internal header of strait_train. Thread-safety: pure functions over their arguments.
+// Errors: InvalidArgument for a request that no plan can meet (naming why) or a malformed plan
+// file.
+#pragma once
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "scheduler/schedule.h"
+#include "train/plan_profile.h"
+#include "train/train_config.h"
+
+namespace strait::train {
+
+// One candidate plan: the strait train flags it sets.
+struct Plan {
+  int stages = 1, replicas = 1, chunks = 1;
+  sched::ScheduleKind schedule = sched::ScheduleKind::OneFOneB;
+  int microbatches = 1, microbatch_size = 1;
+  ActivationOffload activations = ActivationOffload::None;
+  offload::OptimizerOffload optimizer = offload::OptimizerOffload::Cpu;
+  std::string codec = "none";  // gradient codec ("none": uncompressed)
+  int outer_steps = 0;         // DiLoCo's H (0: plain data parallel)
+  std::string outer_codec = "none";
+
+  [[nodiscard]] std::string describe() const;  // "2x2 1f1b M=4 b=4 ..."
+};
+
+// What the search may choose from, and for what.
+struct PlanRequest {
+  int ranks = 4;
+  sched::GptConfig model;
+  int batch = 32;  // sequences per step, all replicas together
+  int threads = 1;
+  double memory_per_rank = 0;       // bytes; 0: no limit
+  std::vector<std::string> codecs;  // allowed gradient codecs, "none" first
+  std::vector<int> outer_steps;     // DiLoCo H values to try when there are several sites
+  std::vector<std::string> outer_codecs;
+  int max_microbatches = 32;
+  PlanLinks links;  // world ranks; site per rank
+
+  [[nodiscard]] int site_count() const;  // distinct sites in links.site
+};
+
+struct Prediction {
+  double step_s = 0, tokens_per_s = 0;
+  double compute_s = 0, bubble_s = 0, link_s = 0, disk_s = 0;  // the step's parts
+  double load = 1;         // compute stretch for shared cores (and what was learned)
+  double concurrency = 1;  // mean busy threads over the makespan, all replicas, unstretched
+  double profiled_stage_compute = 0;  // mean per model stage F+B+W per microbatch, unstretched
+  double peak_memory = 0;             // bytes, the largest rank
+  double weights = 0, optimizer = 0, activations = 0, other = 0;  // of that rank
+  double cross_site_bytes = 0;                                    // per step
+  std::string bottleneck;                                         // compute, bubble, link or disk
+};
+
+struct ScoredPlan {
+  Plan plan;
+  Prediction predicted;
+};
+
+// The layers of model stage v when `layers` are split into `parts` (model/transformer.h's rule).
+int stage_layers(int layers, int parts, int v);
+
+// The schedule strait train runs for the plan (with its offload; zero-bubble schedules list-
+// scheduled with the default costs, as strait train does).
+sched::Schedule plan_schedule(const Plan& plan);
+
+// Prices one plan; InvalidArgument when the profile lacks its microbatch size or shape.
+Prediction predict(const Plan& plan, const PlanRequest& request, const PlanProfile& profile);
+
+// Every valid plan within the request, priced, fitting memory_per_rank, fastest first. Pruned:
+// the optimizer state stays in RAM when it fits (nvme is never faster), and the codec is the
+// fastest allowed one for the plan's all-reduce (it is priced apart from the pipeline).
+// InvalidArgument when none fits (naming the smallest peak found).
+std::vector<ScoredPlan> search_plans(const PlanRequest& request, const PlanProfile& profile);
+
+// The microbatch sizes the search may use (divisors of the per-replica batch).
+std::vector<int> candidate_microbatch_sizes(const PlanRequest& request);
+
+// One sentence: why `best` beat `runner_up` (the parts of their predicted steps that differ most).
+std::string why_better(const ScoredPlan& best, const ScoredPlan& runner_up);
+
+// strait train's flags for the plan ("--stages", "2", ...).
+std::vector<std::string> plan_train_args(const Plan& plan);
+// Sets the plan's fields of a TrainConfig (the model shape and batch are the caller's).
+void apply_plan(const Plan& plan, TrainConfig& config);
+
+// The plan file `strait plan --output` writes and `strait train --plan FILE` reads.
+nlohmann::json plan_to_json(const ScoredPlan& plan, const PlanRequest& request);
+Plan plan_from_json(const nlohmann::json& j);
+Plan read_plan_file(const std::filesystem::path& path);
+
+// What a run of `plan` measured: its median step (seconds), the largest rank's peak memory growth
+// (bytes, 0: not measured) and, when traced, its per-stage costs; updates the profile's Learned
+// for the plan's world so the next prediction is closer. Returns the updated entry.
+struct RunMeasurement {
+  double step_s = 0;
+  double peak_memory = 0;
+  // From the trace: mean F+B+W per microbatch per model stage (seconds), and mean send / recv
+  // occupancy and link latency; negative when absent.
+  double compute_per_stage_s = -1, send_s = -1, recv_s = -1, latency_s = -1;
+  std::string source;
+};
+Learned learn_from_runs(PlanProfile& profile, const PlanRequest& request,
+                        const std::vector<std::pair<Plan, RunMeasurement>>& runs);
+
+}  // namespace strait::train

@@ -1,0 +1,350 @@
+// The planner's search, its plan file and what it learns from measured runs (train/planner.h).
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <limits>
+#include <set>
+#include <sstream>
+
+#include "core/error.h"
+#include "train/planner.h"
+
+namespace strait::train {
+namespace {
+
+using sched::ScheduleKind;
+
+Error bad(const std::string& what) {
+  return {ErrorCode::InvalidArgument, what};
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// The schedules (with their chunks) a pipeline of P ranks and M microbatches can run.
+std::vector<std::pair<ScheduleKind, int>> schedules_for(int P, int M, int layers) {
+  std::vector<std::pair<ScheduleKind, int>> out = {
+      {ScheduleKind::GPipe, 1}, {ScheduleKind::OneFOneB, 1}, {ScheduleKind::ZbH1, 1}};
+  if (P > 1) {
+    for (int V = 2; V <= 4; ++V) {
+      if (M % P == 0 && P * V <= layers) out.emplace_back(ScheduleKind::Interleaved, V);
+    }
+  }
+  if (2 * P <= layers) out.emplace_back(ScheduleKind::ZbV, 2);
+  return out;
+}
+
+bool offload_changes(const Plan& p) {
+  const sched::Schedule s = plan_schedule(p);
+  for (int r = 0; r < p.stages; ++r) {
+    if (sched::offloaded_microbatches(s, r) > 0) return true;
+  }
+  return false;
+}
+
+// The fastest allowed gradient codec for the layout (priced on 1F1B without offload).
+std::string best_codec(Plan p, const PlanRequest& r, const PlanProfile& prof) {
+  if (p.replicas < 2 || r.codecs.empty()) return "none";
+  p.schedule = ScheduleKind::OneFOneB;
+  p.chunks = 1;
+  std::string best = r.codecs.front();
+  double best_t = std::numeric_limits<double>::infinity();
+  for (const auto& c : r.codecs) {
+    p.codec = c;
+    const double t = predict(p, r, prof).step_s;
+    if (t < best_t * 0.99) {  // ties go to the less lossy codec (listed first)
+      best_t = t;
+      best = c;
+    }
+  }
+  return best;
+}
+
+// Whether strait train accepts the plan (TrainConfig::validate: e.g. DiLoCo needs the tied
+// embedding's first and last stage on one rank or on two, not zbv's turn).
+bool trains(const Plan& p, const PlanRequest& r) {
+  TrainConfig c;
+  c.layers = r.model.layers;
+  c.dim = r.model.dim;
+  c.heads = r.model.heads;
+  c.ctx = r.model.ctx;
+  apply_plan(p, c);
+  try {
+    c.validate();
+    return true;
+  } catch (const Error&) {
+    return false;
+  }
+}
+
+}  // namespace
+
+std::vector<ScoredPlan> search_plans(const PlanRequest& r, const PlanProfile& prof) {
+  std::vector<ScoredPlan> out;
+  double smallest_peak = std::numeric_limits<double>::infinity();
+  std::string smallest;
+  std::set<int> sites(r.links.site.begin(), r.links.site.end());
+  const auto consider = [&](const Plan& p) {
+    if (!trains(p, r)) return;
+    Prediction pred = predict(p, r, prof);
+    Plan q = p;
+    if (r.memory_per_rank > 0 && pred.peak_memory > r.memory_per_rank) {
+      q.optimizer = offload::OptimizerOffload::Nvme;  // the moments to disk, then try again
+      pred = predict(q, r, prof);
+    }
+    if (pred.peak_memory < smallest_peak) {
+      smallest_peak = pred.peak_memory;
+      smallest = q.describe();
+    }
+    if (r.memory_per_rank > 0 && pred.peak_memory > r.memory_per_rank) return;
+    out.push_back({q, pred});
+  };
+  const std::vector<int> sizes = candidate_microbatch_sizes(r);
+  for (int P = 1; P <= std::min(r.ranks, r.model.layers); ++P) {
+    if (r.ranks % P != 0) continue;
+    const int R = r.ranks / P;
+    if (r.batch % R != 0) continue;
+    const int per = r.batch / R;
+    for (const int b : sizes) {
+      if (per % b != 0 || per / b > r.max_microbatches) continue;
+      Plan base;
+      base.stages = P;
+      base.replicas = R;
+      base.microbatch_size = b;
+      base.microbatches = per / b;
+      base.codec = best_codec(base, r, prof);
+      for (const auto& [kind, V] : schedules_for(P, base.microbatches, r.model.layers)) {
+        Plan p = base;
+        p.schedule = kind;
+        p.chunks = V;
+        for (const auto act :
+             {ActivationOffload::None, ActivationOffload::Cpu, ActivationOffload::Nvme}) {
+          p.activations = act;
+          if (act != ActivationOffload::None && !offload_changes(p)) continue;
+          consider(p);
+          if (sites.size() > 1 && R > 1) {
+            for (const int H : r.outer_steps) {
+              if (H <= 0) continue;
+              for (const auto& oc : r.outer_codecs) {
+                Plan d = p;
+                d.codec = "none";
+                d.outer_steps = H;
+                d.outer_codec = oc;
+                consider(d);
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  if (out.empty()) {
+    throw bad(fmt::format(
+        "plan: no plan of {} ranks fits --memory-per-rank {:.0f} MiB; the smallest ({}) needs "
+        "{:.1f} MiB per rank: raise the limit, lower --batch, or use more ranks",
+        r.ranks, r.memory_per_rank / (1 << 20), smallest, smallest_peak / (1 << 20)));
+  }
+  // Fastest first; plans within 0.1 ms of each other (the stretch makes saturated plans equal)
+  // go to the one with less memory.
+  std::stable_sort(out.begin(), out.end(), [](const ScoredPlan& a, const ScoredPlan& b) {
+    const auto ta = std::llround(a.predicted.step_s * 1e4);
+    const auto tb = std::llround(b.predicted.step_s * 1e4);
+    return ta != tb ? ta < tb : a.predicted.peak_memory < b.predicted.peak_memory;
+  });
+  return out;
+}
+
+std::string why_better(const ScoredPlan& a, const ScoredPlan& b) {
+  const Prediction& x = a.predicted;
+  const Prediction& y = b.predicted;
+  struct Part {
+    const char* name;
+    double d;
+  };
+  std::vector<Part> parts = {{"compute", y.compute_s - x.compute_s},
+                             {"bubble", y.bubble_s - x.bubble_s},
+                             {"link", y.link_s - x.link_s},
+                             {"disk", y.disk_s - x.disk_s}};
+  std::sort(parts.begin(), parts.end(),
+            [](const Part& l, const Part& r) { return std::abs(l.d) > std::abs(r.d); });
+  if (std::llround(x.step_s * 1e4) == std::llround(y.step_s * 1e4)) {  // search_plans' tie
+    return fmt::format("tied on step time ({:.1f} ms); less memory: {:.1f} vs {:.1f} MiB per rank",
+                       x.step_s * 1e3, x.peak_memory / (1 << 20), y.peak_memory / (1 << 20));
+  }
+  std::string s = fmt::format("{:.1f} ms faster per step ({:.1f}%): ", (y.step_s - x.step_s) * 1e3,
+                              100.0 * (y.step_s - x.step_s) / y.step_s);
+  for (std::size_t i = 0; i < 2; ++i) {
+    if (i > 0) s += ", ";
+    s += fmt::format("{} {} by {:.1f} ms", parts[i].name, parts[i].d >= 0 ? "shorter" : "longer",
+                     std::abs(parts[i].d) * 1e3);
+  }
+  if (std::abs(x.peak_memory - y.peak_memory) > 0.05 * y.peak_memory) {
+    s += fmt::format("; peak memory {:.1f} vs {:.1f} MiB", x.peak_memory / (1 << 20),
+                     y.peak_memory / (1 << 20));
+  }
+  return s;
+}
+
+std::vector<std::string> plan_train_args(const Plan& p) {
+  std::vector<std::string> a = {"--stages",
+                                std::to_string(p.stages),
+                                "--replicas",
+                                std::to_string(p.replicas),
+                                "--schedule",
+                                std::string(sched::schedule_kind_name(p.schedule)),
+                                "--chunks",
+                                std::to_string(p.chunks),
+                                "--microbatches",
+                                std::to_string(p.microbatches),
+                                "--microbatch-size",
+                                std::to_string(p.microbatch_size),
+                                "--offload-activations",
+                                std::string(to_string(p.activations)),
+                                "--offload-optimizer",
+                                std::string(offload::to_string(p.optimizer))};
+  if (p.codec != "none") a.insert(a.end(), {"--codec", p.codec});
+  if (p.outer_steps > 0) {
+    a.insert(a.end(),
+             {"--outer-steps", std::to_string(p.outer_steps), "--outer-codec", p.outer_codec});
+  }
+  return a;
+}
+
+void apply_plan(const Plan& p, TrainConfig& c) {
+  c.stages = p.stages;
+  c.replicas = p.replicas;
+  c.schedule = p.schedule;
+  c.chunks = p.chunks;
+  c.microbatches = p.microbatches;
+  c.microbatch_size = p.microbatch_size;
+  c.offload_activations = p.activations;
+  c.offload_prefetch = 1;
+  c.offload_optimizer = p.optimizer;
+  c.codec = p.codec == "none" ? std::string() : p.codec;
+  c.outer_steps = p.outer_steps;
+  c.outer_codec = p.outer_codec;
+}
+
+nlohmann::json plan_to_json(const ScoredPlan& s, const PlanRequest& r) {
+  const Plan& p = s.plan;
+  const Prediction& x = s.predicted;
+  return {{"plan",
+           {{"stages", p.stages},
+            {"replicas", p.replicas},
+            {"schedule", sched::schedule_kind_name(p.schedule)},
+            {"chunks", p.chunks},
+            {"microbatches", p.microbatches},
+            {"microbatch_size", p.microbatch_size},
+            {"offload_activations", to_string(p.activations)},
+            {"offload_optimizer", offload::to_string(p.optimizer)},
+            {"codec", p.codec},
+            {"outer_steps", p.outer_steps},
+            {"outer_codec", p.outer_codec}}},
+          {"model",
+           {{"layers", r.model.layers},
+            {"dim", r.model.dim},
+            {"heads", r.model.heads},
+            {"ctx", r.model.ctx}}},
+          {"predicted",
+           {{"step_s", x.step_s},
+            {"tokens_per_s", x.tokens_per_s},
+            {"peak_memory_bytes", x.peak_memory},
+            {"cross_site_bytes", x.cross_site_bytes},
+            {"bottleneck", x.bottleneck}}},
+          {"train_args", plan_train_args(p)}};
+}
+
+Plan plan_from_json(const nlohmann::json& j) {
+  try {
+    const auto& q = j.at("plan");
+    Plan p;
+    p.stages = q.at("stages").get<int>();
+    p.replicas = q.at("replicas").get<int>();
+    p.schedule = sched::parse_schedule_kind(q.at("schedule").get<std::string>());
+    p.chunks = q.at("chunks").get<int>();
+    p.microbatches = q.at("microbatches").get<int>();
+    p.microbatch_size = q.at("microbatch_size").get<int>();
+    const auto act = q.at("offload_activations").get<std::string>();
+    p.activations = act == "cpu"    ? ActivationOffload::Cpu
+                    : act == "nvme" ? ActivationOffload::Nvme
+                                    : ActivationOffload::None;
+    p.optimizer = offload::parse_optimizer_offload(q.at("offload_optimizer").get<std::string>());
+    p.codec = q.at("codec").get<std::string>();
+    p.outer_steps = q.at("outer_steps").get<int>();
+    p.outer_codec = q.at("outer_codec").get<std::string>();
+    return p;
+  } catch (const nlohmann::json::exception& e) {
+    throw bad(fmt::format("plan file: {} (write it with strait plan --output)", e.what()));
+  }
+}
+
+Plan read_plan_file(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  if (!in) throw bad(fmt::format("--plan {}: cannot read it", path.string()));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  try {
+    return plan_from_json(nlohmann::json::parse(ss.str()));
+  } catch (const nlohmann::json::parse_error& e) {
+    throw bad(fmt::format("--plan {}: not JSON ({})", path.string(), e.what()));
+  }
+}
+
+Learned learn_from_runs(PlanProfile& prof, const PlanRequest& r,
+                        const std::vector<std::pair<Plan, RunMeasurement>>& runs) {
+  Learned& l = prof.learned[learned_key(r.ranks, r.threads, r.site_count())];
+  const Learned before = l;
+  // 1. The step: a * simulate(cores C) fitted to the measured steps (least squares on log
+  // ratios; `a` the others' load on the cores, C the cores the ranks really shared), C on a grid
+  // over [0.25, the machine's cores] and `a` in closed form for each.
+  std::vector<double> send, recv, lat;
+  for (const auto& [p, m] : runs) {
+    if (m.send_s >= 0) send.push_back(m.send_s);
+    if (m.recv_s >= 0) recv.push_back(m.recv_s);
+    if (m.latency_s >= 0) lat.push_back(m.latency_s);
+  }
+  double best_err = std::numeric_limits<double>::infinity();
+  Learned best = before;
+  for (double c = 0.25; c <= std::max(1, prof.cores) + 1e-9; c += 0.05) {
+    l = Learned{};
+    l.effective_cores = c;
+    l.runs = 1;  // so predict() applies it
+    std::vector<double> log_ratio;
+    for (const auto& [p, m] : runs) {
+      if (m.step_s > 0) log_ratio.push_back(std::log(m.step_s / predict(p, r, prof).step_s));
+    }
+    if (log_ratio.empty()) break;
+    double mean = 0, err = 0;
+    for (const double x : log_ratio) mean += x / static_cast<double>(log_ratio.size());
+    for (const double x : log_ratio) err += (x - mean) * (x - mean);
+    if (err < best_err) {
+      best_err = err;
+      best = l;
+      best.step_scale = std::exp(mean);
+    }
+  }
+  l = best;
+  l.send_s = send.empty() ? before.send_s : median(send);
+  l.recv_s = recv.empty() ? before.recv_s : median(recv);
+  l.latency_s = lat.empty() ? before.latency_s : median(lat);
+  l.runs = 1;
+  // 2. Memory beyond the model's figures (pipelined plans): the median difference.
+  std::vector<double> mem_diff;
+  for (const auto& [p, m] : runs) {
+    if (m.peak_memory > 0 && p.stages > 1) {
+      mem_diff.push_back(m.peak_memory - predict(p, r, prof).peak_memory);
+    }
+  }
+  l.memory_extra_bytes = mem_diff.empty() ? 0.0 : median(mem_diff);
+  l.runs = before.runs + static_cast<int>(runs.size());
+  l.source = runs.empty() ? before.source : runs.back().second.source;
+  return l;
+}
+
+}  // namespace strait::train
