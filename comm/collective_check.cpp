@@ -223,7 +223,7 @@ void validate_device(const CollectiveArgs& a, int rank, int size) {
   const auto fail = [&](const std::string& why) {
     invalid(fmt::format("device {}: {}", name, why));
   };
-  if (a.point_to_point() && a.root == CollectiveArgs::kAnySource) {
+  if (a.kind == Kind::Recv && a.root == CollectiveArgs::kAnySource) {
     fail("NCCL cannot receive from any source; name the peer, or receive into host memory");
   }
   if (a.root < 0 || a.root >= size) {

@@ -84,6 +84,8 @@ TEST(DeviceRouting, ValidateRefusesWhatNcclCannotDo) {
   expect_invalid({.kind = Kind::Send, .send = x, .count = 8, .root = 1}, 1, 2, "send to itself");
   expect_invalid({.kind = Kind::Recv, .recv = x, .count = 8, .root = 0}, 0, 2,
                  "receive from itself");
+  expect_invalid({.kind = Kind::Recv, .recv = x, .count = 8, .root = CollectiveArgs::kAnySource}, 0,
+                 2, "NCCL cannot receive from any source");
   expect_invalid({.kind = Kind::Send, .send = x, .count = 8, .root = 1, .tag = 7}, 0, 2, "tag 7");
   expect_invalid({.kind = Kind::Allreduce,
                   .send = x,
