@@ -51,9 +51,9 @@ expect_raises("unsupported device", lambda: dist.all_reduce(torch.empty(3, devic
 expect_raises("sparse tensor with MAX",
               lambda: dist.all_reduce(torch.sparse_coo_tensor([[0]], [1.0], (4,)),
                                       op=dist.ReduceOp.MAX), ValueError, "sparse", "only SUM")
-expect_raises("unsupported op PREMUL_SUM",
-              lambda: dist.all_reduce(torch.ones(3), op=dist._make_nccl_premul_sum(2.0)),
-              ValueError, "PREMUL_SUM", "not supported", "SUM")
+expect_raises("PREMUL_SUM outside all_reduce and reduce_scatter_tensor",
+              lambda: dist.reduce(torch.ones(3), dst=0, op=dist._make_nccl_premul_sum(2.0)),
+              ValueError, "PREMUL_SUM", "all_reduce", "SUM")
 expect_raises("BAND of floats", lambda: dist.all_reduce(torch.ones(3), op=dist.ReduceOp.BAND),
               RuntimeError, "band", "integer")
 expect_raises("unsupported dtype bool",

@@ -7,7 +7,8 @@ reduce_scatter_tensor_coalesced (methods only in torch 1.13: called on the group
 all_reduce; BAND/BOR/BXOR on every integer dtype (and the error for floats); batch_isend_irecv
 around a ring; recv from any source (the sender's rank from Work.source_rank()); monitored_barrier
 passing, and failing with the missing rank named while the group stays usable;
-_get_sequence_number_for_group (equal on every rank, growing). Exits 0 when every check passed.
+_get_sequence_number_for_group (equal on every rank, growing); PREMUL_SUM in all_reduce and
+reduce_scatter_tensor against a float64 reference (and refused for integers and reduce). Exits 0 when every check passed.
 """
 
 import sys
@@ -195,8 +196,40 @@ def sequence_numbers():
           str(gathered))
 
 
+def premul_sum():
+    # Gloo has no PREMUL_SUM: the reference is the float64 sum over ranks of factor * input.
+    for factor in (0.25, torch.tensor(3.0)):
+        try:
+            op = dist._make_nccl_premul_sum(factor)
+        except TypeError:  # torch 1.13 takes a list of one tensor per device
+            op = dist._make_nccl_premul_sum([factor])
+        f = float(factor)
+        # bfloat16 only with 0.25: every partial sum is then exact in its 8 bits
+        for dtype in (torch.float32, torch.float64) + ((torch.bfloat16,) if f == 0.25 else ()):
+            x = data(70, 37, dtype)
+            dist.all_reduce(x, op=op)
+            ref = sum(data(70, 37, torch.float64, rank=r) * f for r in range(P))
+            same(f"all_reduce PREMUL_SUM({f}) {dtype} (float64 reference)", x, ref.to(dtype))
+        inp = data(71, 5 * P, torch.float32)
+        before = inp.clone()
+        out = torch.empty(5)
+        dist.reduce_scatter_tensor(out, inp, op=op)
+        ref = sum(data(71, 5 * P, torch.float64, rank=r) * f for r in range(P))
+        same(f"reduce_scatter_tensor PREMUL_SUM({f})", out,
+             ref[RANK * 5:(RANK + 1) * 5].float())
+        same("reduce_scatter_tensor PREMUL_SUM leaves its input", inp, before)
+    for what, call in (("int64", lambda op: dist.all_reduce(torch.ones(3, dtype=torch.int64),
+                                                             op=op)),
+                       ("reduce", lambda op: dist.reduce(torch.ones(3), dst=0, op=op))):
+        try:
+            call(dist._make_nccl_premul_sum(2.0))
+            check(f"PREMUL_SUM of {what} refused", False, "accepted")
+        except (RuntimeError, ValueError) as e:
+            check(f"PREMUL_SUM of {what} refused", "PREMUL_SUM" in str(e), str(e))
+
+
 for part in (all_gather_coalesced, tensor_coalesced, sparse, bitwise, batch_p2p, any_source,
-             monitored, sequence_numbers):
+             monitored, sequence_numbers, premul_sum):
     try:
         part()
     except Exception as e:  # one broken op must not hide the others' results

@@ -6,11 +6,14 @@
     dist.all_reduce(tensor)                 # host tensors on UCX, CUDA tensors on NCCL
 
 Also ``dist.new_group(ranks, backend="strait")``. Importing it also lets
-``dist.monitored_barrier`` reach strait groups (torch's function accepts Gloo's alone). The group bootstraps over the store torch
+``dist.monitored_barrier`` reach strait groups (torch's function accepts Gloo's alone), and
+records the factors of ``dist._make_nccl_premul_sum`` ops (PREMUL_SUM, see ``_premul``). The
+group bootstraps over the store torch
 creates (no second port) and takes ``init_process_group``'s ``timeout`` as the deadline of every
 operation. See ``strait.torch.backend`` for what each collective accepts and raises.
 """
 
+from . import _premul
 from ._compat import allow_monitored_barrier, register_backend
 from .backend import ProcessGroupStrait, StraitWork, create_process_group
 
@@ -20,3 +23,4 @@ BACKEND = "strait"
 
 register_backend(BACKEND, create_process_group)
 allow_monitored_barrier(BACKEND)  # torch's dist.monitored_barrier names Gloo alone
+_premul.install()

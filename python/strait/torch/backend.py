@@ -12,8 +12,9 @@ PRODUCT, MIN, MAX, AVG (floating point only) and BAND, BOR, BXOR (integers only)
 (broadcast, gathers, scatters, all-to-all, send/recv) takes any dtype, moved as bytes. The ops
 in the modules beside this one: the coalesced all_gather forms and reduce_scatter_tensor_coalesced
 (_coalesced), sparse COO all_reduce (_sparse), recv from any source, monitored_barrier,
-batch_isend_irecv's coalescing hooks and the sequence number (_p2p). PREMUL_SUM is refused (its
-factor is out of a Python backend's reach).
+batch_isend_irecv's coalescing hooks and the sequence number (_p2p), PREMUL_SUM for all_reduce
+and reduce_scatter_tensor (_premul: torch keeps its factor in C++, so strait records it when
+``dist._make_nccl_premul_sum`` makes the op).
 
 Works: with ``async_op=True`` a method returns a ``StraitWork`` (a ``torch.distributed.Work``)
 at once and the operation runs in strait's progress engine; its buffers (inputs and outputs) stay
@@ -42,7 +43,7 @@ import torch
 import torch.distributed as dist
 
 from .. import _capi as C
-from . import _coalesced, _compat, _p2p, _sparse, _work
+from . import _coalesced, _compat, _p2p, _premul, _sparse, _work
 from ._work import DONE as _DONE, StraitWork
 
 __all__ = ["ProcessGroupStrait", "StraitWork", "create_process_group"]
@@ -59,17 +60,19 @@ _STRIDED = torch.strided
 _FLOATS = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 
 # ReduceOp.RedOpType -> straitRedOp_t (BAND, BOR, BXOR: integer dtypes only, which the library
-# checks); PREMUL_SUM is refused (torch keeps its factor where a Python backend cannot read it).
+# checks); PREMUL_SUM is SUM over scaled inputs (_premul), in all_reduce and reduce_scatter_tensor.
 _RT = dist.ReduceOp.RedOpType
 _REDUCE_OPS = {_RT.SUM: C.SUM, _RT.PRODUCT: C.PROD, _RT.MIN: C.MIN, _RT.MAX: C.MAX,
                _RT.BAND: C.BAND, _RT.BOR: C.BOR, _RT.BXOR: C.BXOR}
 if hasattr(_RT, "AVG"):
     _REDUCE_OPS[_RT.AVG] = C.AVG
+_PREMUL_SUM = getattr(_RT, "PREMUL_SUM", None)
 # The ReduceOp constants (dist.ReduceOp.SUM, ...) by identity, for torch's callers that pass
 # one (see allreduce); _OP_CONSTANTS keeps them referenced, so their ids stay theirs.
 _OP_CONSTANTS = tuple((getattr(dist.ReduceOp, n), code) for n, code in
                       (("SUM", C.SUM), ("PRODUCT", C.PROD), ("MIN", C.MIN), ("MAX", C.MAX),
-                       ("AVG", C.AVG), ("BAND", C.BAND), ("BOR", C.BOR), ("BXOR", C.BXOR)) if hasattr(dist.ReduceOp, n))
+                       ("AVG", C.AVG), ("BAND", C.BAND), ("BOR", C.BOR), ("BXOR", C.BXOR))
+                      if hasattr(dist.ReduceOp, n))
 _OPS_BY_ID = {id(obj): code for obj, code in _OP_CONSTANTS}
 _REDUCE_OP_NAMES = ", ".join(str(k).split(".")[-1] for k in _REDUCE_OPS)
 
@@ -361,8 +364,18 @@ class ProcessGroupStrait(dist.ProcessGroup):
         return C.UINT8, t.element_size()
 
     @staticmethod
-    def _op(opts, t, name):
-        op = _REDUCE_OPS.get(_compat.red_op_type(opts.reduceOp)) if opts is not None else C.SUM
+    def _op(opts, t, name, premul=None):
+        """The straitRedOp_t of opts' reduce op for tensor t. PREMUL_SUM (all_reduce and
+        reduce_scatter_tensor, which pass ``premul``): calls premul(factor), which scales the
+        operation's input, and returns SUM (see _premul)."""
+        rt = _compat.red_op_type(opts.reduceOp) if opts is not None else None
+        op = _REDUCE_OPS.get(rt) if opts is not None else C.SUM
+        if op is None and rt == _PREMUL_SUM:
+            if premul is None:
+                raise ValueError(f"strait: {name}: PREMUL_SUM is supported by all_reduce and "
+                                 "reduce_scatter_tensor; scale the tensor and use SUM")
+            premul(_premul.factor(name, t))
+            return C.SUM
         if op is None:
             raise ValueError(f"strait: {name}: reduce op {opts.reduceOp.op} is not supported; "
                              f"strait has {_REDUCE_OP_NAMES}")
@@ -450,7 +463,7 @@ class ProcessGroupStrait(dist.ProcessGroup):
             # async_op=False it waits at once, so the blocking C call does the operation.
             op = _OPS_BY_ID.get(id(caller.get("op")))
             if op is None or (op == C.AVG and t.dtype not in _FLOATS):
-                op = self._op(opts, t, "allreduce")
+                op = self._op(opts, t, "allreduce", premul=t.mul_)
             if caller.get("async_op") is False:
                 if _PROFILING():
                     span = _work.span_begin("allreduce", t)
@@ -462,7 +475,7 @@ class ProcessGroupStrait(dist.ProcessGroup):
                     self._fail_submit(rc, "allreduce")
                 return _DONE
         else:
-            op = self._op(opts, t, "allreduce")
+            op = self._op(opts, t, "allreduce", premul=t.mul_)
         return self._submit(_ALLREDUCE_ASYNC, (p, p, t.numel(), dt, op, self._comm, stream),
                             tensors, tensors, "allreduce")
 
@@ -584,7 +597,9 @@ class ProcessGroupStrait(dist.ProcessGroup):
         stream = self._check(output, name)
         self._check(input, name, output.device)
         self._same([input], output, name)
-        op = self._op(opts, output, name)
+        scaled = []  # PREMUL_SUM: a scaled copy of the input (the caller's stays as it is)
+        op = self._op(opts, output, name, premul=lambda f: scaled.append(input * f))
+        input = scaled[0] if scaled else input
         dt = self._rdtype(output, name)
         if input.numel() != output.numel() * self._size:
             raise ValueError(f"strait: {name}: the input has {input.numel()} elements; it needs "
