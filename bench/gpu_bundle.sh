@@ -7,17 +7,24 @@
 #
 # Usage: bench/gpu_bundle.sh [build dir, default build]   (the build must have STRAIT_WITH_CUDA on
 # and CMAKE_CUDA_ARCHITECTURES covering the target GPU; the default 80;90 covers A100 and H100/H200)
+# The bundle also carries libstrait.so, the strait launcher and python/ (package and tests), so
+# that run.sh runs torch's DistributedTest suite and the DDP overlap test on the GPU machine's
+# torch 2.x.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${1:-$root/build}
 bins=(tests/kernels/kernels_cuda_reduce_test tests/kernels/kernels_cuda_quantize_test
       tests/comm/comm_nccl_test tests/comm/comm_device_test tests/offload/offload_pinned_pool_test
-      bench/strait_device_busbw bench/strait_micro_bench)
-cmake --build "$build" --target "${bins[@]##*/}" >/dev/null
+      bench/strait_device_busbw bench/strait_micro_bench strait)
+cmake --build "$build" --target "${bins[@]##*/}" strait_shared >/dev/null
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 mkdir -p "$stage/bin" "$stage/lib/ucx" "$stage/fallback"
 for b in "${bins[@]}"; do cp "$build/$b" "$stage/bin/"; done
+# The torch backend's tests for torch 2.x (GPU machines have it; Debian has 1.13): the library,
+# the Python package and its tests (torch's DistributedTest suite, DDP overlap), run by run.sh.
+cp -L "$build/lib/libstrait.so" "$stage/lib/"
+cp -r "$root/python" "$stage/python"
 # Every library the binaries load, except the C runtime (the GPU machine's own is used), the
 # driver and NCCL (218 MB; the GPU machine's copy is found at run time).
 skip='^(libc|libm|libdl|libpthread|librt|libgcc_s|libstdc\+\+|libnccl|libcuda)\.so'
