@@ -16,6 +16,7 @@
 #include "kernels/cpu_features.h"
 #include "kernels/dtype.h"
 #include "kernels/reduce.h"
+#include "tests/kernels/simd_levels.h"
 
 namespace strait::kernels {
 namespace {
@@ -24,31 +25,8 @@ constexpr std::array kIntDtypes = {DType::I8, DType::U8, DType::I32, DType::I64}
 constexpr std::array kFloatDtypes = {DType::F32, DType::F64, DType::F16, DType::BF16};
 constexpr std::array kBitwise = {ReduceOp::Band, ReduceOp::Bor, ReduceOp::Bxor};
 
-std::vector<SimdLevel> cpu_levels() {
-  std::vector<SimdLevel> out = {SimdLevel::Scalar};
-  for (SimdLevel level : {SimdLevel::Avx2, SimdLevel::Avx512}) {
-    if (cpu_simd_level() >= level) {
-      out.push_back(level);
-    } else {
-      std::printf("skipped level %s: this CPU lacks it\n",
-                  std::string(simd_level_name(level)).c_str());
-    }
-  }
-  return out;
-}
-
-class LevelScope {
- public:
-  explicit LevelScope(SimdLevel level) : previous_(simd_level()) {
-    set_simd_level_for_testing(level);
-  }
-  ~LevelScope() { set_simd_level_for_testing(previous_); }
-  LevelScope(const LevelScope&) = delete;
-  LevelScope& operator=(const LevelScope&) = delete;
-
- private:
-  SimdLevel previous_;
-};
+using testing::cpu_levels;
+using testing::LevelScope;
 
 unsigned char byte_op(ReduceOp op, unsigned char x, unsigned char y) {
   switch (op) {

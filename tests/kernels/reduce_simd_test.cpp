@@ -26,6 +26,7 @@
 #include "kernels/cpu_features.h"
 #include "kernels/dtype.h"
 #include "kernels/reduce.h"
+#include "tests/kernels/simd_levels.h"
 
 namespace strait::kernels {
 namespace {
@@ -34,26 +35,8 @@ constexpr std::array kDtypes = {DType::F32, DType::F64, DType::F16, DType::BF16,
                                 DType::I8,  DType::U8,  DType::I32, DType::I64};
 constexpr std::array kOps = {ReduceOp::Sum, ReduceOp::Prod, ReduceOp::Min, ReduceOp::Max};
 
-std::vector<SimdLevel> cpu_levels() {
-  std::vector<SimdLevel> out = {SimdLevel::Scalar};
-  if (cpu_simd_level() >= SimdLevel::Avx2) out.push_back(SimdLevel::Avx2);
-  if (cpu_simd_level() >= SimdLevel::Avx512) out.push_back(SimdLevel::Avx512);
-  return out;
-}
-
-// Forces a level for one scope and restores the one in force before.
-class LevelScope {
- public:
-  explicit LevelScope(SimdLevel level) : previous_(simd_level()) {
-    set_simd_level_for_testing(level);
-  }
-  ~LevelScope() { set_simd_level_for_testing(previous_); }
-  LevelScope(const LevelScope&) = delete;
-  LevelScope& operator=(const LevelScope&) = delete;
-
- private:
-  SimdLevel previous_;
-};
+using testing::cpu_levels;
+using testing::LevelScope;
 
 // ---- element access by dtype, as raw bits ----
 
