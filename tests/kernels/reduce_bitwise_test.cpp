@@ -16,7 +16,7 @@
 #include "kernels/cpu_features.h"
 #include "kernels/dtype.h"
 #include "kernels/reduce.h"
-#include "tests/kernels/simd_levels.h"
+#include "tests/common/simd_levels.h"
 
 namespace strait::kernels {
 namespace {
@@ -25,8 +25,10 @@ constexpr std::array kIntDtypes = {DType::I8, DType::U8, DType::I32, DType::I64}
 constexpr std::array kFloatDtypes = {DType::F32, DType::F64, DType::F16, DType::BF16};
 constexpr std::array kBitwise = {ReduceOp::Band, ReduceOp::Bor, ReduceOp::Bxor};
 
-using testing::cpu_levels;
-using testing::LevelScope;
+inline std::vector<SimdLevel> cpu_levels() {
+  return test::supported_simd_levels();
+}
+using LevelScope = test::ScopedSimdLevel;
 
 unsigned char byte_op(ReduceOp op, unsigned char x, unsigned char y) {
   switch (op) {

@@ -26,7 +26,7 @@
 #include "kernels/cpu_features.h"
 #include "kernels/dtype.h"
 #include "kernels/reduce.h"
-#include "tests/kernels/simd_levels.h"
+#include "tests/common/simd_levels.h"
 
 namespace strait::kernels {
 namespace {
@@ -35,8 +35,10 @@ constexpr std::array kDtypes = {DType::F32, DType::F64, DType::F16, DType::BF16,
                                 DType::I8,  DType::U8,  DType::I32, DType::I64};
 constexpr std::array kOps = {ReduceOp::Sum, ReduceOp::Prod, ReduceOp::Min, ReduceOp::Max};
 
-using testing::cpu_levels;
-using testing::LevelScope;
+inline std::vector<SimdLevel> cpu_levels() {
+  return test::supported_simd_levels();
+}
+using LevelScope = test::ScopedSimdLevel;
 
 // ---- element access by dtype, as raw bits ----
 
