@@ -23,6 +23,40 @@ mu=${OUTER_MOMENTUM:-0.5}
 read -r -a seeds <<< "${SEEDS:-}"
 read -r -a extra <<< "${TRAIN_ARGS:---layers 2 --dim 64 --heads 4 --ctx 64 --warmup 20}"
 mkdir -p "$out"
+if [ "${SWEEP:-}" = frontier ]; then
+  # SWEEP=frontier: issue 25's comparison at the same tokens over SEEDS (default 1 2 3): data
+  # parallelism, DiLoCo int8 H = 50 (blocking and eager-overlapped), streaming DiLoCo (5 fragments)
+  # and SparseLoCo H = SPARSE_H (10) at DENSITIES (0.01 0.02); ONLY (a regex) picks runs, a run whose
+  # metrics already hold a summary is kept. Then the loss-vs-bytes plot and the per-seed table.
+  read -r -a seeds <<< "${SEEDS:-1 2 3}"
+  read -r -a densities <<< "${DENSITIES:-0.01 0.02}"
+  sparse_h=${SPARSE_H:-10}
+  sweep() {  # NAME [strait train arguments...]
+    local name=$1
+    shift
+    [[ $name =~ ${ONLY:-.} ]] || return 0
+    grep -qs '"type":"summary"' "$out/$name.jsonl" && return 0
+    local cmd=("$build/strait" run -n 4 -- "$build/strait" train --stages 2 --replicas 2
+      --steps "$steps" --eval-every 250 --sample-bytes 0 --log-every 250
+      --metrics "$out/$name.jsonl" "${extra[@]}" "$@")
+    echo "== $name: ${cmd[*]}"
+    "${cmd[@]}" > "$out/$name.log" 2>&1 || echo "== $name failed (see $out/$name.log)"
+  }
+  outer=(--outer-steps 50 --outer-codec int8 --outer-lr "$lr" --outer-momentum "$mu")
+  for seed in "${seeds[@]}"; do
+    sweep "data-parallel-seed$seed" --seed "$seed"
+    sweep "diloco-int8-h50-seed$seed" --seed "$seed" "${outer[@]}"
+    sweep "diloco-int8-h50-f5-seed$seed" --seed "$seed" "${outer[@]}" --outer-fragments 5
+    for d in "${densities[@]}"; do
+      sweep "sparseloco-d$d-h$sparse_h-seed$seed" --seed "$seed" --outer-steps "$sparse_h" \
+        --outer-codec "sparseloco:density=$d" --outer-lr 1 --outer-momentum 0
+    done
+    sweep "diloco-int8-h50-eager-seed$seed" --seed "$seed" "${outer[@]}" --outer-overlap
+  done
+  /usr/bin/python3 "$root/bench/diloco_frontier.py" --out "$out/loss_bytes_frontier.png" "$out" |
+    tee "$out/report.md"
+  exit 0
+fi
 train() {  # NAME [strait train arguments...]
   local name=$1
   shift

@@ -229,7 +229,8 @@ const AlgorithmInfo& choose_compressed(const CodecChoice& codec, bool multi_site
   static const AlgorithmInfo& kRing = row("allreduce_compressed", "ring");
   if (codec.powersgd) return kPowerSgd;
   if (multi_site) return kHierarchical;
-  if (codec.spec.starts_with("topk")) return kAllgather;
+  // Sparse encodings are gathered, not re-encoded at every hop (a sum of top-k vectors is denser).
+  if (codec.spec.starts_with("topk") || codec.spec.starts_with("sparseloco")) return kAllgather;
   return kRing;
 }
 

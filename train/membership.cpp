@@ -349,6 +349,8 @@ int Membership::receive_state() {
       s_.world->size(), s_.world->generation(), step, human_bytes(static_cast<double>(size)),
       meta.at("elastic").at("from_replica").get<int>(), checkpoint_checksum(mine));
   std::fflush(stdout);
+  // SparseLoCo's error feedback is the sender's own residual: this replica has sent nothing yet.
+  s_.outer->clear_error_feedback();
   return step;
 }
 

@@ -5,11 +5,13 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstdlib>
 #include <future>
 #include <string_view>
 #include <utility>
 #include <vector>
 
+#include "comm/compress/codec.h"
 #include "comm/compress/codec_factory.h"
 #include "core/error.h"
 
@@ -20,26 +22,68 @@ using kernels::ReduceOp;
 
 namespace {
 
+// An --outer-codec: its canonical spec (reported, compared on resume), the codec spec of the
+// collective, and for SparseLoCo the error feedback's decay.
+struct OuterCodec {
+  std::string spec;
+  std::string wire;
+  bool sparse = false;
+  double beta = 0;
+};
+
 Error bad(const std::string& message) {
   return Error(ErrorCode::InvalidArgument, message);
 }
 
-// The codecs of the outer average: the elementwise ones the issue asks for (DiLoCo used fp32,
-// OpenDiLoCo fp16 / bf16, INTELLECT-1 int8), in canonical form; "none" for uncompressed.
-std::string outer_codec(const std::string& spec) {
+constexpr double kSparseLocoBeta = 0.95;  // SparseLoCo's error-feedback decay (arXiv 2508.15706)
+
+// The codecs of the outer average: the elementwise ones (DiLoCo used fp32, OpenDiLoCo fp16 / bf16,
+// INTELLECT-1 int8) and SparseLoCo's, in canonical form; "none" for uncompressed.
+OuterCodec outer_codec(const std::string& spec) {
   const std::string_view name = std::string_view(spec).substr(0, spec.find(':'));
-  constexpr std::array<std::string_view, 4> kAllowed{"none", "bf16", "int8", "int4"};
+  constexpr std::array<std::string_view, 5> kAllowed{"none", "bf16", "int8", "int4", "sparseloco"};
   if (std::find(kAllowed.begin(), kAllowed.end(), name) == kAllowed.end()) {
     throw bad(
-        fmt::format("--outer-codec {:?} is not one of none, bf16, int8, int4 (arguments "
-                    "after a colon, e.g. int8:block=128)",
+        fmt::format("--outer-codec {:?} is not one of none, bf16, int8, int4, sparseloco "
+                    "(arguments after a colon, e.g. int8:block=128, sparseloco:density=0.01)",
                     spec));
   }
+  OuterCodec c;
   if (name == "none") {
     if (name.size() != spec.size()) throw bad("--outer-codec none takes no arguments");
-    return "none";
+    c.spec = c.wire = "none";
+    return c;
   }
-  return comm::canonical_codec_spec(spec);
+  if (name != "sparseloco") {
+    c.spec = c.wire = comm::canonical_codec_spec(spec);
+    return c;
+  }
+  // beta is OuterSync's (the accumulator's decay), the rest the codec's.
+  c.sparse = true;
+  c.beta = kSparseLocoBeta;
+  std::string rest;
+  std::string_view args = name.size() < spec.size() ? std::string_view(spec).substr(name.size() + 1)
+                                                    : std::string_view();
+  while (!args.empty()) {
+    const std::string_view pair = args.substr(0, args.find(','));
+    args.remove_prefix(std::min(args.size(), pair.size() + 1));
+    if (pair.substr(0, pair.find('=')) == "beta") {
+      const std::string value(pair.substr(std::min(pair.size(), pair.find('=') + 1)));
+      char* end = nullptr;
+      c.beta = std::strtod(value.c_str(), &end);
+      if (value.empty() || *end != '\0' || !(c.beta >= 0 && c.beta <= 1)) {
+        throw bad(
+            fmt::format("--outer-codec {:?}: beta {:?} must be a number in [0, 1] (the "
+                        "error feedback's decay; the paper uses 0.95)",
+                        spec, value));
+      }
+    } else {
+      rest += fmt::format("{}{}", rest.empty() ? "" : ",", pair);
+    }
+  }
+  c.wire = comm::canonical_codec_spec(rest.empty() ? "sparseloco" : "sparseloco:" + rest);
+  c.spec = fmt::format("{},beta={}", c.wire, c.beta);
+  return c;
 }
 
 }  // namespace
@@ -62,15 +106,20 @@ void validate(const OuterOptions& o) {
         "steps after fragment 0)",
         o.fragments, o.outer_steps));
   }
-  (void)outer_codec(o.codec);
+  if (outer_codec(o.codec).sparse && o.momentum != 0) {
+    throw bad(fmt::format(
+        "--outer-momentum {} with --outer-codec sparseloco: SparseLoCo replaces the outer momentum "
+        "by its decayed error feedback (sparseloco:beta=..., default {}); pass --outer-momentum 0",
+        o.momentum, kSparseLocoBeta));
+  }
 }
 
 class OuterSync::Fragment {
  public:
   Fragment(sched::PipelineComms comms, int stage, std::string name, int offset,
            std::span<const float> initial, std::optional<GradientLayout::Range> tied,
-           const OuterOptions& options, std::string codec,
-           std::shared_ptr<offload::PinnedPool> pool, std::shared_ptr<offload::SwapStore> store);
+           const OuterOptions& options, OuterCodec codec, std::shared_ptr<offload::PinnedPool> pool,
+           std::shared_ptr<offload::SwapStore> store);
   Fragment(const Fragment&) = delete;
   Fragment& operator=(const Fragment&) = delete;
   Fragment(Fragment&&) = delete;
@@ -89,10 +138,15 @@ class OuterSync::Fragment {
   void export_into(OuterSync::State& out, std::size_t first);
   void import_from(const OuterSync::State& in, std::size_t first, std::int64_t steps_done,
                    bool ended);
+  void clear_error_feedback();
 
  private:
-  // Posts the average of in_flight_ (non-blocking).
+  // Posts the average of in_flight_ (non-blocking). SparseLoCo: first folds it into the error
+  // feedback, e = beta * e + p, sends e's encoding and keeps e - decode(encoding) as the new e.
   void post_average();
+  // Eager overlap: this replica's pseudo-gradient p stands in for the average still in flight,
+  // params = the outer step from global_ with p, momentum_ left as it is.
+  void eager_step(std::span<const float> p, std::span<float> params) const;
   // Waits for it and averages the tied copies (no-op when nothing is in flight).
   void complete_average(OuterStepStats& stats);
   // complete_average, then applies the outer step to global_ and momentum_.
@@ -110,7 +164,10 @@ class OuterSync::Fragment {
   int offset_;        // rounds end when step + 1 + offset_ is a multiple of H
   std::optional<GradientLayout::Range> tied_;
   OuterOptions options_;
-  std::string codec_;
+  OuterCodec codec_;
+  std::unique_ptr<comm::Codec> sparse_;  // SparseLoCo's codec, for the error feedback
+  std::vector<std::byte> encoded_;       // and its scratch
+  std::vector<float> decoded_;
   std::shared_ptr<offload::PinnedPool> pool_;
   std::shared_ptr<offload::SwapStore> store_;
   std::size_t n_;
@@ -126,7 +183,7 @@ class OuterSync::Fragment {
 OuterSync::Fragment::Fragment(sched::PipelineComms comms, int stage, std::string name, int offset,
                               std::span<const float> initial,
                               std::optional<GradientLayout::Range> tied,
-                              const OuterOptions& options, std::string codec,
+                              const OuterOptions& options, OuterCodec codec,
                               std::shared_ptr<offload::PinnedPool> pool,
                               std::shared_ptr<offload::SwapStore> store)
     : comms_(comms),
@@ -139,6 +196,11 @@ OuterSync::Fragment::Fragment(sched::PipelineComms comms, int stage, std::string
       pool_(pool ? std::move(pool) : std::make_shared<offload::PinnedPool>()),
       store_(std::move(store)),
       n_(initial.size()) {
+  if (codec_.sparse) {
+    sparse_ = comm::make_codec_from_spec(codec_.wire);
+    encoded_.resize(sparse_->encoded_bytes(n_));
+    decoded_.resize(n_);
+  }
   // The pseudo-gradient in flight (and with overlap the next one) stay in RAM: the allreduce
   // works on them in the background.
   storage_ = pool_->acquire((options_.overlap ? 2 : 1) * n_ * sizeof(float));
@@ -215,16 +277,41 @@ OuterSync::Fragment::~Fragment() {
 
 void OuterSync::Fragment::post_average() {
   const bool average = comms_.data != nullptr && comms_.data->size() > 1;
+  if (codec_.sparse) {
+    const auto beta = static_cast<float>(codec_.beta);
+    for (std::size_t i = 0; i < n_; ++i) in_flight_[i] += beta * momentum_[i];
+    // The collective encodes in_flight_ again to the same bytes (the codec is deterministic).
+    sparse_->encode(in_flight_, encoded_);
+    sparse_->decode(encoded_, decoded_);
+    for (std::size_t i = 0; i < n_; ++i) momentum_[i] = in_flight_[i] - decoded_[i];
+    if (!average) std::copy(decoded_.begin(), decoded_.end(), in_flight_.begin());
+  }
   if (!average) return;
   float* buf = in_flight_.data();
-  if (codec_ == "none") {
+  if (codec_.wire == "none") {
     work_ = comms_.data->iallreduce(buf, buf, in_flight_.size(), DType::F32, ReduceOp::Avg);
   } else {
     comm::Compression c;
-    c.codec = codec_;
-    c.key = fmt::format("outer/stage{}{}", stage_, name_);  // error feedback across rounds
+    c.codec = codec_.wire;
+    // Error feedback across rounds; SparseLoCo keeps its own (decayed) in momentum_.
+    if (!codec_.sparse) c.key = fmt::format("outer/stage{}{}", stage_, name_);
     work_ = comms_.data->iallreduce_compressed(buf, buf, in_flight_.size(), ReduceOp::Avg, c);
   }
+}
+
+void OuterSync::Fragment::eager_step(std::span<const float> p, std::span<float> params) const {
+  const auto mu = codec_.sparse ? 0.0f : static_cast<float>(options_.momentum);
+  const auto lr = static_cast<float>(options_.lr);
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    params[i] = global_[i] - lr * (p[i] + mu * (mu * momentum_[i] + p[i]));
+  }
+}
+
+void OuterSync::Fragment::clear_error_feedback() {
+  if (!codec_.sparse) return;
+  load_state();
+  std::fill(momentum_.begin(), momentum_.end(), 0.0f);
+  save_state();
 }
 
 void OuterSync::Fragment::complete_average(OuterStepStats& stats) {
@@ -298,6 +385,13 @@ void OuterSync::Fragment::import_from(const OuterSync::State& in, std::size_t fi
 void OuterSync::Fragment::finish_average(OuterStepStats& stats) {
   pending_ = false;
   complete_average(stats);
+  if (codec_.sparse) {  // SparseLoCo: plain outer SGD, the error feedback is the momentum
+    const auto lr = static_cast<float>(options_.lr);
+    for (std::size_t i = 0; i < global_.size(); ++i) global_[i] -= lr * in_flight_[i];
+    ++applied_;
+    stats.applied = true;
+    return;
+  }
   // torch.optim.SGD(nesterov=True, dampening=0) on the gradient delta, elementwise in fp32.
   const auto mu = static_cast<float>(options_.momentum);
   const auto lr = static_cast<float>(options_.lr);
@@ -328,12 +422,16 @@ OuterStepStats OuterSync::Fragment::end_step(std::int64_t step, std::span<float>
       finish_average(stats);
       std::copy(global_.begin(), global_.end(), params.begin());
     } else {
-      if (pending_) {
-        finish_average(stats);  // the previous round's average, one round late
+      if (pending_) finish_average(stats);  // the previous round's average, one round late
+      if (options_.eager) {
+        // Eager: the outer step with this replica's own p in place of the average in flight,
+        // replaced by the true average's step at the next round end.
+        eager_step(p, params);
+      } else if (stats.applied) {
         // The new global weights plus this replica's own progress of the round just ended.
         for (std::size_t i = 0; i < params.size(); ++i) params[i] = global_[i] - p[i];
-        std::copy(p.begin(), p.end(), in_flight_.begin());
       }
+      if (p.data() != in_flight_.data()) std::copy(p.begin(), p.end(), in_flight_.begin());
       pending_ = true;
       post_average();
       if (last) {  // nothing left to overlap with: every replica ends on the same global weights
@@ -354,7 +452,7 @@ OuterSync::OuterSync(sched::PipelineComms comms, int stage, std::span<const floa
                      std::shared_ptr<offload::SwapStore> store)
     : comms_(comms),
       options_(std::move(options)),
-      codec_(outer_codec(options_.codec)),
+      codec_(outer_codec(options_.codec).spec),
       store_(std::move(store)),
       n_(initial.size()) {
   validate(options_);
@@ -405,7 +503,7 @@ OuterSync::OuterSync(sched::PipelineComms comms, int stage, std::span<const floa
     const std::string name = pieces.size() == 1 ? std::string() : fmt::format("/part{}", i);
     fragments_.push_back(std::make_unique<Fragment>(c, stage, name, p.fragment * h / f,
                                                     initial.subspan(p.first, p.count), t, options_,
-                                                    codec_, pool, store_));
+                                                    outer_codec(options_.codec), pool, store_));
     parts_.push_back({p.first, p.count, p.fragment});
   }
   data_bytes_seen_ = data_bytes_now();
@@ -507,6 +605,14 @@ std::vector<float> OuterSync::gather(std::size_t k) const {
     std::copy(v.begin(), v.end(), out.begin() + static_cast<std::ptrdiff_t>(parts_[i].first));
   }
   return out;
+}
+
+bool OuterSync::local_momentum() const {
+  return outer_codec(options_.codec).sparse;
+}
+
+void OuterSync::clear_error_feedback() {
+  for (auto& f : fragments_) f->clear_error_feedback();
 }
 
 std::vector<OuterSync::Part> OuterSync::parts() const {

@@ -24,6 +24,19 @@
 // (g: the global weights, identical on every replica) so the replica keeps its own progress of
 // round t + 1 on top of the new global weights, and p_{t+1} goes out in turn. The last round's
 // average is waited for and applied at once, so every replica ends with the same weights g.
+// Eager overlap (OuterOptions::eager, the default with overlap; Kale et al. section 4): the
+// consensus (g, m) still takes the true average one round late, but round t + 1 starts from the
+// outer step that this replica's own p_{t+1} would give as the average,
+//   w_r = g - lr * (p_{t+1} + mu * (mu * m + p_{t+1}))   (m itself unchanged),
+// and at the next round end the true average's step replaces that estimate.
+//
+// SparseLoCo (--outer-codec sparseloco, Sarfi et al., arXiv 2508.15706, Algorithm 1): the
+// momentum array holds this replica's error-feedback accumulator e instead of Nesterov's m (so
+// --outer-momentum must be 0); each round e = beta * e + p, the chunked top-k 2-bit encoding of
+// e is gathered from every replica (comm/compress/sparseloco_codec.h; bytes per round and rank:
+// (R - 1) * encoded_bytes), e -= decode(own encoding), and g = g - lr * avg_r decode(encoding_r),
+// decoded in rank order, so bit-identical on every replica. e is per replica (checkpoints keep
+// each replica's; a joiner starts at zero).
 // With overlap off, H = 1, lr = 1 and mu = 0 the outer step is model averaging:
 // w = w_start - avg_r (w_start - w_r) = avg_r w_r (up to fp32 rounding).
 //
@@ -41,10 +54,10 @@
 // and all state are fp32, one value per parameter of this stage. Thread-safety: one thread (the
 // trainer's) drives an OuterSync; the background allreduce only touches the sync's own in-flight
 // buffer. Errors: comm errors (Timeout, PeerLost, Mismatch) propagate; InvalidArgument for a codec
-// other than none, bf16, int8, int4 (with arguments), outer_steps < 1, lr <= 0, momentum outside
-// [0, 1), fragments outside [1, H], a params span of the wrong size, and (lossy codecs, which check
-// what they encode) a NaN or Inf in a pseudo-gradient; the store's errors (Io) with the state on
-// NVMe.
+// other than none, bf16, int8, int4, sparseloco (with arguments), sparseloco with momentum != 0,
+// outer_steps < 1, lr <= 0, momentum outside [0, 1), fragments outside [1, H], a params span of the
+// wrong size, and (lossy codecs, which check what they encode) a NaN or Inf in a pseudo-gradient;
+// the store's errors (Io) with the state on NVMe.
 #pragma once
 
 #include <cstddef>
@@ -68,6 +81,10 @@ struct OuterOptions {
   double momentum = 0.9;       // Nesterov momentum mu (DiLoCo's 0.9); 0: plain outer SGD
   std::string codec = "none";  // none, bf16, int8, int4, optionally "name:key=value,..."
   bool overlap = false;        // average round t while round t + 1 computes; apply it late
+  // With overlap: eager updates (arXiv 2502.12996): round t + 1 starts from the outer step taken
+  // with this replica's own pseudo-gradient in place of the average still in flight, and the
+  // average's step replaces it when it arrives. false: the naive one-round-late overlap.
+  bool eager = true;
   // Streaming DiLoCo's fragments (arXiv 2501.18512, section 2.2): the stage's parameters cut into
   // this many contiguous groups (in layer order), fragment k's rounds shifted by k * H / F steps,
   // so that each sync sends 1/F of the stage and the link's peak load flattens. 1 <= F <= H. The
@@ -154,6 +171,13 @@ class OuterSync {
   [[nodiscard]] const OuterOptions& options() const noexcept { return options_; }
   // The codec spec in canonical form ("none" when uncompressed).
   [[nodiscard]] const std::string& codec_spec() const noexcept { return codec_; }
+  // Whether State::momentum is this replica's own (SparseLoCo's error feedback) rather than
+  // identical on every replica (DiLoCo's Nesterov momentum): checkpoints then keep one per
+  // replica, and a joining replica starts it at zero (clear_error_feedback).
+  [[nodiscard]] bool local_momentum() const;
+  // SparseLoCo: zeroes this replica's error feedback (a replica that joins has sent nothing yet;
+  // a copy of another's would send that one's residual twice). No-op for the other codecs.
+  void clear_error_feedback();
 
  private:
   // One contiguous range of the stage's parameters with its own outer state and round schedule

@@ -120,9 +120,15 @@ void save_diloco(comm::Communicator& world, const TrainConfig& c, int replica,
     tensors.push_back({own + std::string(kExpAvgSq) + t.name, shape, view(v, t)});
     if (!state.start.empty())
       tensors.push_back({own + std::string(kOuterStart) + t.name, shape, view(state.start, t)});
+    if (outer.local_momentum()) {  // SparseLoCo's error feedback: each replica's own
+      tensors.push_back(
+          {own + std::string(kOuterMomentum) + t.name, shape, view(state.momentum, t)});
+    }
     if (replica == 0) {  // identical on every replica
       tensors.push_back({std::string(kOuterGlobal) + t.name, shape, view(state.global, t)});
-      tensors.push_back({std::string(kOuterMomentum) + t.name, shape, view(state.momentum, t)});
+      if (!outer.local_momentum()) {
+        tensors.push_back({std::string(kOuterMomentum) + t.name, shape, view(state.momentum, t)});
+      }
       if (!state.pending.empty()) {
         tensors.push_back({std::string(kOuterPending) + t.name, shape, view(state.pending, t)});
       }
@@ -191,7 +197,9 @@ void load_diloco(const sched::CheckpointReader& reader, const TrainConfig& c,
     reader.read(own + std::string(kExpAvg) + t.name, part(m, t));
     reader.read(own + std::string(kExpAvgSq) + t.name, part(v, t));
     reader.read(std::string(kOuterGlobal) + t.name, part(state.global, t));
-    reader.read(std::string(kOuterMomentum) + t.name, part(state.momentum, t));
+    reader.read(
+        (outer.local_momentum() ? own : std::string()) + std::string(kOuterMomentum) + t.name,
+        part(state.momentum, t));
     if (c.outer_overlap) reader.read(own + std::string(kOuterStart) + t.name, part(state.start, t));
     if (pending) reader.read(std::string(kOuterPending) + t.name, part(state.pending, t));
   }

@@ -12,6 +12,7 @@
 //   int4    1/2 + 4/block            blockwise absmax, block=64              int4_codec.h
 //   topk    8 * fraction             k largest |x|, fraction=0.01, with EF   topk_codec.h
 //   onebit  1/8 + 4/block            sign x mean |x| per block, with EF      onebit_codec.h
+//   sparseloco ~density*(2+12)/8     chunked top-k, 2-bit codes, EF (OuterSync) sparseloco_codec.h
 //   powersgd 4 (n + m) r per n x m    rank-r power iteration, EF, warm start  powersgd.h
 //            matrix                   (not a Codec: whole matrices, two allreduces of factors;
 //                                      comm/algorithms/powersgd_allreduce.h; make_codec refuses it)

@@ -8,6 +8,7 @@
 #include "comm/compress/int8_codec.h"
 #include "comm/compress/onebit_codec.h"
 #include "comm/compress/powersgd.h"
+#include "comm/compress/sparseloco_codec.h"
 #include "comm/compress/topk_codec.h"
 #include "core/error.h"
 
@@ -62,6 +63,14 @@ std::unique_ptr<Codec> make_codec(std::string_view name, std::string_view args) 
     }
     return std::make_unique<OneBitCodec>(block);
   }
+  if (name == "sparseloco") {
+    const CodecArgs parsed(name, args, {"density", "chunk", "bits"});
+    SparseLocoOptions o;
+    o.density = parsed.get_double("density", o.density);
+    o.chunk = parsed.get_uint("chunk", o.chunk);
+    o.bits = static_cast<int>(parsed.get_uint("bits", 2));
+    return std::make_unique<SparseLocoCodec>(o);
+  }
   if (name == "powersgd") {
     throw Error(ErrorCode::InvalidArgument,
                 "powersgd is not an elementwise codec: it approximates whole matrices, so it runs "
@@ -70,7 +79,8 @@ std::unique_ptr<Codec> make_codec(std::string_view name, std::string_view args) 
   std::string names;
   for (const auto n : codec_names()) names += fmt::format("{}{}", names.empty() ? "" : ", ", n);
   throw Error(ErrorCode::InvalidArgument,
-              fmt::format("unknown codec '{}'; codecs: {}, and powersgd for allreduce_compressed",
+              fmt::format("unknown codec '{}'; codecs: {}, and powersgd for allreduce_compressed "
+                          "(sparseloco for DiLoCo's outer average)",
                           name, names));
 }
 
