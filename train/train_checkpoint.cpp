@@ -160,7 +160,7 @@ void load_diloco(const sched::CheckpointReader& reader, const TrainConfig& c,
   const json& saved = meta.at("outer");
   const json now = outer_meta(c, false, c.replicas);
   std::vector<std::string> wrong;
-  for (const char* key : {"outer_steps", "overlap", "fragments", "stages", "replicas"}) {
+  for (const char* key : {"outer_steps", "codec", "overlap", "fragments", "stages", "replicas"}) {
     if (saved.at(key) != now.at(key)) {
       wrong.push_back(fmt::format("--{} {} (the checkpoint has {})",
                                   std::string(key) == "outer_steps" ? std::string("outer-steps")

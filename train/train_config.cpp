@@ -142,11 +142,14 @@ void check_checkpoint_use(const TrainConfig& c) {
         "--codec with --save or --resume: a checkpoint does not hold the codec's error-feedback "
         "state, so a resumed run would not continue the same training; drop --codec");
   }
-  if (c.outer_steps > 0 && c.outer_codec != "none" && (!c.save.empty() || !c.resume.empty())) {
+  // SparseLoCo's error feedback lives in the outer state, which checkpoints hold.
+  if (c.outer_steps > 0 && c.outer_codec != "none" && !c.outer_codec.starts_with("sparseloco") &&
+      (!c.save.empty() || !c.resume.empty())) {
     throw bad(fmt::format(
         "--outer-codec {} with --save or --resume: a lossy outer average keeps error-feedback "
         "residuals in the communicator, which a checkpoint does not hold, so a resumed run would "
-        "not continue the same training; use --outer-codec none with checkpoints",
+        "not continue the same training; use --outer-codec none with checkpoints (or "
+        "sparseloco, whose error feedback is in the outer state)",
         c.outer_codec));
   }
 }

@@ -293,7 +293,8 @@ TEST(StraitTrainCheckpoint, ModelOrSeedThatDoesNotFitIsNamed) {
 // DiLoCo (--outer-steps): the replicas' own weights and moments, the outer momentum and global
 // weights, and with --outer-overlap each replica's round start and the average still to be
 // applied, are in the checkpoint; a run resumed mid-round (H = 3, saved after step 4) continues
-// bit-identically to one that never stopped, with the outer state in RAM and on NVMe.
+// bit-identically to one that never stopped, with the outer state in RAM and on NVMe, and with
+// SparseLoCo (each replica's error feedback saved as its own).
 TEST(StraitTrainCheckpoint, ResumedDiLoCoRunContinuesBitIdentically) {
   const Job job;
   const std::vector<std::string> split = {"--stages",       "2", "--replicas", "2",
@@ -305,7 +306,10 @@ TEST(StraitTrainCheckpoint, ResumedDiLoCoRunContinuesBitIdentically) {
   };
   const std::vector<Variant> variants = {
       {"plain", {}},
-      {"overlap", {"--outer-overlap", "", "--outer-fragments", "3", "--outer-state", "nvme"}}};
+      {"overlap", {"--outer-overlap", "", "--outer-fragments", "3", "--outer-state", "nvme"}},
+      // SparseLoCo: each replica's error feedback is its own, saved per replica.
+      {"sparseloco",
+       {"--outer-codec", "sparseloco:density=0.05,chunk=256", "--outer-momentum", "0"}}};
   for (const Variant& v : variants) {
     const auto full = job.train(
         "full-" + v.name,
@@ -321,6 +325,7 @@ TEST(StraitTrainCheckpoint, ResumedDiLoCoRunContinuesBitIdentically) {
     EXPECT_TRUE(names.contains("outer.global.h.3.mlp.c_fc.weight")) << v.name;
     EXPECT_EQ(names.contains("outer.pending.wpe"), v.name == "overlap") << v.name;
     EXPECT_EQ(names.contains("replica.1.outer.start.wpe"), v.name == "overlap") << v.name;
+    EXPECT_EQ(names.contains("replica.1.outer.momentum.wte"), v.name == "sparseloco") << v.name;
     {
       std::ifstream in(mid / "manifest.json");
       EXPECT_EQ(json::parse(in)["files"].size(), 4U) << v.name;
@@ -357,6 +362,11 @@ TEST(StraitTrainCheckpoint, ResumedDiLoCoRunContinuesBitIdentically) {
   const std::string overlap =
       job.fail("overlap-differs", with(split, {"--outer-overlap", "", "--resume", mid.string()}));
   EXPECT_TRUE(contains(overlap, "--outer-overlap true (the checkpoint has false)")) << overlap;
+  const std::string codec =
+      job.fail("codec-differs", with(split, {"--outer-codec", "sparseloco", "--outer-momentum", "0",
+                                             "--resume", mid.string()}));
+  EXPECT_TRUE(contains(codec, "--outer-codec \"sparseloco\" (the checkpoint has \"none\")"))
+      << codec;
 }
 
 // The whole job (launcher and ranks) is killed with SIGKILL while it saves every step; what
