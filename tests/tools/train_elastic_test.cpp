@@ -429,4 +429,53 @@ TEST(StraitTrainElastic, UnsupportedCombinationsAreRefusedByName) {
   EXPECT_TRUE(contains(run.output(), "pass --elastic too")) << run.output();
 }
 
+// SparseLoCo (--outer-codec sparseloco): its error feedback is each replica's own. A replica
+// killed right after its outer step of round 2 (whose gathered messages the others may or may not
+// have; the "allreduce" hook posts an uncompressed average) leaves survivors on identical weights;
+// a joiner admitted at step 6 (its error feedback zeroed, the rest the survivor's state) ends on
+// the survivor's weights bit for bit.
+TEST(StraitTrainElastic, SparseLoCoSurvivesALostReplicaAndAdmitsAJoiner) {
+  const Job job;
+  const std::vector<std::string> sparse = {"--outer-codec",    "sparseloco:density=0.05,chunk=256",
+                                           "--outer-momentum", "0",
+                                           "--outer-lr",       "1"};
+  const auto with_sparse = [&](std::vector<std::string> a) {
+    a.insert(a.end(), sparse.begin(), sparse.end());
+    return a;
+  };
+  {
+    std::vector<std::string> env = base_env();
+    env.emplace_back("STRAIT_TRAIN_FAULT=2:4:outer");
+    Strait run(job.args(with_sparse({"--replicas", "3", "--steps", "8"})), job.path("lost.out"),
+               env);
+    const int status = run.wait(180s);
+    const std::string text = run.output();
+    ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << text;
+    EXPECT_TRUE(contains(text, "lost replica 2 (2 of 3 ranks left)")) << text;
+    const Ends ends = final_weights(text);
+    ASSERT_EQ(ends.weights.size(), 2U) << text;
+    EXPECT_EQ(ends.weights.at(0), ends.weights.at(1)) << "survivors differ:\n" << text;
+  }
+  std::vector<std::string> env = base_env();
+  env.emplace_back("STRAIT_TRAIN_FAULT=1:3:inner");
+  env.emplace_back("STRAIT_TRAIN_AWAIT_JOINER=6");
+  Strait run(job.args(with_sparse({"--replicas", "2", "--steps", "12"})), job.path("job.out"), env);
+  std::string text = strait::test::wait_for_output(run, "lost replica 1", 120s);
+  const std::vector<std::string> joiner_env = env_at_launchers_store(text);
+  ASSERT_FALSE(joiner_env.empty()) << text;
+  Strait joiner(job.args(with_sparse({"--replicas", "2", "--steps", "12", "--join"})),
+                job.path("joiner.out"), joiner_env);
+  const int joiner_status = joiner.wait(180s);
+  const int status = run.wait(180s);
+  text = run.output();
+  const std::string joined = joiner.output();
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << text;
+  ASSERT_TRUE(WIFEXITED(joiner_status) && WEXITSTATUS(joiner_status) == 0) << joined;
+  const Ends survivor = final_weights(text);
+  const Ends newcomer = final_weights(joined);
+  ASSERT_TRUE(survivor.weights.contains(0) && newcomer.weights.contains(2)) << text << joined;
+  EXPECT_EQ(survivor.weights.at(0), newcomer.weights.at(2));
+  EXPECT_EQ(newcomer.steps, std::vector<int>({12}));
+}
+
 }  // namespace
