@@ -238,7 +238,10 @@ void add_diloco_options(CLI::App* train, TrainOptions& o) {
   train
       ->add_option("--outer-codec", o.config.outer_codec,
                    "Codec of the pseudo-gradient average: none, bf16, int8 or int4 (with error "
-                   "feedback), optionally with arguments (int8:block=128)")
+                   "feedback), optionally with arguments (int8:block=128), or SparseLoCo's "
+                   "sparseloco[:density=0.02,chunk=4096,bits=2,beta=0.95] (chunked top-k at 2 "
+                   "bits, decayed error feedback in place of the outer momentum: pass "
+                   "--outer-momentum 0)")
       ->capture_default_str();
   train
       ->add_option("--outer-state", o.words.outer_state,
@@ -253,7 +256,8 @@ void add_diloco_options(CLI::App* train, TrainOptions& o) {
       ->capture_default_str();
   train->add_flag("--outer-overlap", o.config.outer_overlap,
                   "Average round t's pseudo-gradients in the background while round t + 1 "
-                  "computes, and apply them one round late (Streaming DiLoCo's overlap)");
+                  "computes; round t + 1 starts from the outer step with this replica's own "
+                  "pseudo-gradient (eager updates), the average's step replacing it a round late");
 }
 
 // The data and what is offloaded.
