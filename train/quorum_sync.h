@@ -1,0 +1,73 @@
+// QuorumSync: DiLoCo rounds that close on a quorum instead of waiting for every replica, after
+// Decoupled DiLoCo (arXiv 2604.21428): each replica, at the end of its own round, sends its
+// pseudo-gradient p = start - w and the tokens it covers to the leader (data-parallel rank 0) and
+// takes back the newest global weights. The leader closes a round when Q replicas (itself
+// included) have sent and `grace` seconds have passed since its own round ended; the outer step
+// uses the token-weighted average of what it holds,
+//   delta = sum_i tokens_i p_i / sum_i tokens_i,  m = mu m + delta,  g = g - lr (delta + mu m),
+// and replies with g to the replicas it included. A replica that is late for a round is in the
+// next one the leader closes (weighted by the tokens it covers; its p is relative to the older
+// weights it started from), so no replica waits for the slowest, only for the leader's close.
+// The last round (stop) waits for every live replica and sends all the same final weights; a
+// replica that sends nothing within the communicator's timeout then is declared lost.
+// Not in `strait train` yet (the trainer aggregates its figures over the world every step, which
+// would make every replica wait for the slowest anyway): the protocol and its tests.
+// Thread-safety: one thread per rank. Errors: Timeout when fewer than Q replicas sent within the
+// communicator's timeout (naming them); InvalidArgument for Q outside [1, replicas], grace < 0,
+// or a params span of the wrong size.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "comm/communicator.h"
+
+namespace strait::train {
+
+struct QuorumOptions {
+  int quorum = 1;         // Q: replicas that must have sent before a round closes
+  double grace_s = 0.0;   // S: seconds the leader waits after its own round end, at least
+  double lr = 0.7;        // outer learning rate
+  double momentum = 0.9;  // outer Nesterov momentum
+};
+
+class QuorumSync {
+ public:
+  // data: the replicas (rank 0 leads). initial: the weights, identical on every replica.
+  QuorumSync(comm::Communicator& data, std::span<const float> initial, QuorumOptions options);
+  QuorumSync(const QuorumSync&) = delete;
+  QuorumSync& operator=(const QuorumSync&) = delete;
+  ~QuorumSync();
+
+  struct Round {
+    std::int64_t version = 0;   // outer steps taken so far by the leader
+    std::vector<int> included;  // leader: the replicas in the round it closed, with late ones
+    std::vector<int> lost;      // leader, at stop: replicas that sent nothing in time
+    double tokens = 0;          // leader: the tokens the round's average covers
+    bool stop = false;          // the leader ended training: params are the final weights
+  };
+  // At the end of this replica's round: sends p = start - params for `tokens` tokens and writes
+  // the newest global weights into params. stop (leader only): the last round; every live
+  // replica is waited for and told to stop.
+  Round end_round(std::span<float> params, double tokens, bool stop = false);
+
+ private:
+  struct Inbox;
+  Round lead(std::span<float> params, double tokens, bool stop);
+  void post_receive(int peer);
+
+  comm::Communicator& data_;
+  QuorumOptions options_;
+  std::size_t n_;
+  std::vector<float> start_, global_, momentum_;
+  std::int64_t version_ = 0;
+  // Leader: one receive posted per live peer, its buffer, and whether the peer is lost.
+  std::vector<std::vector<std::byte>> up_;
+  std::vector<comm::Work> receives_;
+  std::vector<bool> lost_;
+};
+
+}  // namespace strait::train
