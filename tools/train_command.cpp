@@ -254,6 +254,17 @@ void add_diloco_options(CLI::App* train, TrainOptions& o) {
                    "Streaming DiLoCo: cut each stage's parameters into this many groups synced in "
                    "turn, H / F steps apart, to flatten the link's peak load (1: all at once)")
       ->capture_default_str();
+  train
+      ->add_option("--quorum", o.config.quorum,
+                   "Quorum rounds (--stages 1): a round closes once this many replicas sent and "
+                   "--grace seconds passed, a late replica's pseudo-gradient joins the next one "
+                   "weighted by its tokens; training ends at steps x replicas steps' tokens (0: "
+                   "every replica, in lockstep)")
+      ->capture_default_str();
+  train
+      ->add_option("--grace", o.config.grace_s,
+                   "Quorum rounds: seconds the leader (replica 0) waits after its own round end")
+      ->capture_default_str();
   train->add_flag("--outer-overlap", o.config.outer_overlap,
                   "Average round t's pseudo-gradients in the background while round t + 1 "
                   "computes; round t + 1 starts from the outer step with this replica's own "

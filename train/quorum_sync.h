@@ -10,8 +10,9 @@
 // weights it started from), so no replica waits for the slowest, only for the leader's close.
 // The last round (stop) waits for every live replica and sends all the same final weights; a
 // replica that sends nothing within the communicator's timeout then is declared lost.
-// Not in `strait train` yet (the trainer aggregates its figures over the world every step, which
-// would make every replica wait for the slowest anyway): the protocol and its tests.
+// `strait train --quorum Q --grace S` (train/trainer.cpp) runs it with --stages 1: each replica
+// then reports its own figures (no per-step sum over the world), evaluates only at the end, and
+// trains until the leader's rounds cover steps x replicas steps' tokens.
 // Thread-safety: one thread per rank. Errors: Timeout when fewer than Q replicas sent within the
 // communicator's timeout (naming them); InvalidArgument for Q outside [1, replicas], grace < 0,
 // or a params span of the wrong size.

@@ -154,6 +154,17 @@ void check_checkpoint_use(const TrainConfig& c) {
   }
 }
 
+void check_quorum_use(const TrainConfig& c) {
+  if (c.quorum == 0) return;
+  if (c.quorum > c.replicas || c.replicas < 2 || c.stages != 1 || c.elastic || !c.save.empty() ||
+      !c.resume.empty()) {
+    throw bad(fmt::format(
+        "--quorum {} needs 2 or more --replicas (has {}), at least the quorum, --stages 1 (has "
+        "{}), and no --elastic, --save or --resume",
+        c.quorum, c.replicas, c.stages));
+  }
+}
+
 void check_elastic_use(const TrainConfig& c) {
   if (!c.elastic) return;
   if (c.outer_steps == 0) {
@@ -278,6 +289,16 @@ void DilocoConfig::validate() const {
         "--outer-steps H (inner steps per round) to turn it on");
   }
   if (outer_steps > 0) train::validate(outer());
+  if (quorum < 0 || !(grace_s >= 0)) {
+    throw bad(fmt::format("--quorum {} must be >= 0 and --grace {} >= 0 seconds", quorum, grace_s));
+  }
+  if (quorum > 0 && (outer_steps == 0 || outer_overlap || outer_fragments != 1 ||
+                     outer_codec != "none" || outer_state != offload::OptimizerOffload::Cpu)) {
+    throw bad(
+        "--quorum needs --outer-steps H, and none of --outer-overlap, --outer-fragments, "
+        "--outer-codec, --outer-state nvme (a quorum round sends each replica's fp32 "
+        "pseudo-gradient to the leader, replica 0)");
+  }
 }
 
 OuterOptions DilocoConfig::outer() const {
@@ -414,6 +435,7 @@ void TrainConfig::validate() const {
   check_checkpoint_use(*this);
   ElasticConfig::validate(replicas);
   check_elastic_use(*this);
+  check_quorum_use(*this);
   CheckpointConfig::validate_paths();
   ReportConfig::validate_paths();
 }

@@ -113,6 +113,11 @@ struct DilocoConfig {
   // Where the outer state (global weights, momentum) lives between rounds: Cpu (pinned RAM) or
   // Nvme (a SwapStore file per rank in offload_dir, in RAM only during the outer step).
   offload::OptimizerOffload outer_state = offload::OptimizerOffload::Cpu;
+  // Quorum rounds (train/quorum_sync.h): > 0 closes a round once this many replicas sent and
+  // grace_s seconds passed, late pseudo-gradients joining the next one weighted by their tokens;
+  // training then ends when the rounds cover steps x replicas steps' tokens. 0: every replica.
+  int quorum = 0;
+  double grace_s = 0;
 
   void validate() const;
   // DiLoCo's settings (train/outer_sync.h); meaningful when outer_steps > 0.

@@ -1,11 +1,13 @@
 #include "train/trainer.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -15,6 +17,7 @@
 #include "model/baselines.h"
 #include "train/membership.h"
 #include "train/plan_profile.h"
+#include "train/quorum_sync.h"
 #include "train/rank_state.h"
 #include "train/train_checkpoint.h"
 #include "train/train_report.h"
@@ -54,6 +57,8 @@ class Job {
   // What the step sums over the world: its loss, bytes and waits (see step()).
   StepFigures aggregate(int step, const StepStats& st, bool computed, const OuterStepStats& outer,
                         double outer_s);
+  // Quorum rounds: this replica's round end (every H of its own steps), through quorum_.
+  OuterStepStats quorum_round(int step);
   // After a step: the round's line, an evaluation, a checkpoint.
   void after_step(const StepFigures& f, const OuterStepStats& outer);
   // The last checkpoint, the trace, the held-out loss, the sample, the summary.
@@ -73,6 +78,12 @@ class Job {
   double outer_round_bytes_ = 0;  // DiLoCo: the outer bytes of the round so far
   int round_first_ = 0;           // the round's first step
   OuterStepStats last_outer_;     // the last step's outer step
+  // --quorum: the rounds (replica 0 leads), whether the leader ended training, and (leader) the
+  // tokens of the rounds closed so far. Replicas then run different numbers of steps.
+  std::unique_ptr<QuorumSync> quorum_;
+  bool stopped_ = false;
+  double quorum_tokens_ = 0;
+  Clock::time_point t0_ = Clock::now();
 };
 
 void Job::setup() {
@@ -87,6 +98,11 @@ void Job::setup() {
                             ReduceOp::Sum);
   }
   activations_ = activation_totals(figures, cfg_.stages);
+  if (cfg_.quorum > 0) {
+    quorum_ = std::make_unique<QuorumSync>(
+        *state_.data, state_.model->params(),
+        QuorumOptions{cfg_.quorum, cfg_.grace_s, cfg_.outer_lr, cfg_.outer_momentum});
+  }
   report_.start(state_, activations_);
   const auto n = static_cast<std::size_t>(cfg_.microbatches) *
                  static_cast<std::size_t>(cfg_.microbatch_size) *
@@ -161,7 +177,11 @@ StepFigures Job::step(int step) {
   // DiLoCo: at a round's end, the outer step (it may replace the weights).
   OuterStepStats outer;
   double outer_s = 0;
-  if (state_.outer && !joining) {
+  if (quorum_) {
+    const auto outer_start = Clock::now();
+    if ((step + 1) % cfg_.outer_steps == 0) outer = quorum_round(step);
+    outer_s = seconds_since(outer_start);
+  } else if (state_.outer && !joining) {
     const auto outer_start = Clock::now();
     const bool last = step + 1 == cfg_.steps;
     if (cfg_.elastic && ((step + 1) % cfg_.outer_steps == 0 || last)) {
@@ -176,6 +196,42 @@ StepFigures Job::step(int step) {
   f.seconds = seconds_since(start);
   last_outer_ = outer;
   return f;
+}
+
+OuterStepStats Job::quorum_round(int step) {
+  const double per_step = static_cast<double>(cfg_.microbatches) * cfg_.microbatch_size * cfg_.ctx;
+  const double tokens = per_step * cfg_.outer_steps;
+  const double budget = per_step * cfg_.steps * cfg_.replicas;
+  // The leader ends training when this round would about reach the budget.
+  const bool stop = state_.rank == 0 && quorum_tokens_ + tokens * cfg_.replicas >= budget;
+  const std::uint64_t sent = state_.data->stats().send_bytes;
+  const QuorumSync::Round r = quorum_->end_round(state_.model->params(), tokens, stop);
+  quorum_tokens_ += r.tokens;
+  stopped_ = r.stop;
+  OuterStepStats o;
+  o.round_ended = o.applied = true;
+  o.round = r.version - 1;
+  o.applied_rounds = r.version;
+  o.data_bytes = state_.data->stats().send_bytes - sent;
+  if (state_.rank == 0) {
+    const double t = seconds_since(t0_);
+    fmt::print(
+        "quorum round {} at {:.2f} s (replica 0's step {}): replicas {} in, {:.0f} tokens{}{}\n",
+        r.version, t, step + 1, fmt::join(r.included, ","), r.tokens,
+        r.lost.empty() ? "" : fmt::format(", lost {}", fmt::join(r.lost, ",")),
+        r.stop ? fmt::format("; training ends: {:.0f} tokens", quorum_tokens_) : "");
+    std::fflush(stdout);
+    report_.emit({{"type", "quorum_round"},
+                  {"version", r.version},
+                  {"seconds", t},
+                  {"step", step + 1},
+                  {"included", r.included},
+                  {"lost", r.lost},
+                  {"tokens", r.tokens},
+                  {"total_tokens", quorum_tokens_},
+                  {"stop", r.stop}});
+  }
+  return o;
 }
 
 StepFigures Job::aggregate(int step, const StepStats& st, bool computed,
@@ -193,7 +249,9 @@ StepFigures Job::aggregate(int step, const StepStats& st, bool computed,
                    static_cast<double>(outer.data_bytes),
                    outer_s / ranks,
                    counted ? 1.0 : 0.0};
-  if (!cfg_.elastic) {
+  if (quorum_) {
+    agg[0] = st.loss;  // this replica's own: a job-wide sum would wait for the slowest
+  } else if (!cfg_.elastic) {
     state_.world->allreduce(agg, agg, 5, DType::F64, ReduceOp::Sum);
   } else {
     // Alone until the round's end when the world is broken: this replica's own figures.
@@ -215,7 +273,7 @@ StepFigures Job::aggregate(int step, const StepStats& st, bool computed,
 
 void Job::after_step(const StepFigures& f, const OuterStepStats& outer) {
   const int step = f.step;
-  if (outer.round_ended) {
+  if (outer.round_ended && !quorum_) {
     // Who is in: the replicas of the data-parallel groups that averaged this round.
     const int in = state_.data ? state_.data->size() : 1;
     if (state_.rank == 0) {
@@ -227,7 +285,8 @@ void Job::after_step(const StepFigures& f, const OuterStepStats& outer) {
   } else {
     outer_round_bytes_ += f.outer_bytes;
   }
-  if (cfg_.eval_every > 0 && (step + 1) % cfg_.eval_every == 0 && step + 1 != cfg_.steps) {
+  if (cfg_.eval_every > 0 && (step + 1) % cfg_.eval_every == 0 && step + 1 != cfg_.steps &&
+      !quorum_) {  // an evaluation is collective: quorum rounds evaluate at the end only
     report_.eval(step + 1, state_.evaluate());
   }
   if (!cfg_.save.empty() && cfg_.save_every > 0 && (step + 1) % cfg_.save_every == 0) {
@@ -261,7 +320,8 @@ void Job::run() {
   setup();
   const int first = first_step();
   round_first_ = first;
-  for (int s = first; s < cfg_.steps; ++s) {
+  t0_ = t0;
+  for (int s = first; quorum_ ? !stopped_ : s < cfg_.steps; ++s) {
     const StepFigures f = step(s);
     totals_.outer_bytes += f.outer_bytes;
     totals_.outer_wait_s += f.outer_s;
