@@ -4,7 +4,9 @@
 // takes back the newest global weights. The leader closes a round when Q replicas (itself
 // included) have sent and `grace` seconds have passed since its own round ended; the outer step
 // uses the token-weighted average of what it holds,
-//   delta = sum_i tokens_i p_i / sum_i tokens_i,  m = mu m + delta,  g = g - lr (delta + mu m),
+//   delta = sum_i w_i p_i / sum_i w_i,  w_i = tokens_i / (1 + stale_i),
+//   m = mu m + delta,  g = g - lr (delta + mu m),
+// (stale_i: closes since the weights p_i started from: 0 for a replica answered at the last close),
 // and replies with g to the replicas it included. A replica that is late for a round is in the
 // next one the leader closes (weighted by the tokens it covers; its p is relative to the older
 // weights it started from), so no replica waits for the slowest, only for the leader's close.
@@ -54,11 +56,19 @@ class QuorumSync {
   // the newest global weights into params. stop (leader only): the last round; every live
   // replica is waited for and told to stop.
   Round end_round(std::span<float> params, double tokens, bool stop = false);
+  // Leader, after each of its inner steps (no-op elsewhere): takes the pseudo-gradients that have
+  // arrived into the next round. One that arrives with more than half of the leader's round left
+  // (late for the round just closed) is answered at once with the current global weights, so
+  // that replica goes on without waiting for the next close; the others are answered at it.
+  void poll(int steps_left, int steps_per_round);
 
  private:
   struct Inbox;
   Round lead(std::span<float> params, double tokens, bool stop);
   void post_receive(int peer);
+  // Leader: takes peer p's arrived message into the pending round (false: nothing or lost).
+  bool take(std::size_t p);
+  void reply(std::size_t p, bool stop, std::vector<comm::Work>& sends);
 
   comm::Communicator& data_;
   QuorumOptions options_;
@@ -69,6 +79,13 @@ class QuorumSync {
   std::vector<std::vector<std::byte>> up_;
   std::vector<comm::Work> receives_;
   std::vector<bool> lost_;
+  std::vector<bool> held_;       // taken, to be answered at the close
+  std::vector<double> sum_;      // the pending round: sum of tokens x p, in double
+  double pending_tokens_ = 0;    // their weights: tokens / (1 + staleness)
+  double tokens_in_ = 0;         // the peers' tokens in it
+  std::vector<int> pending_in_;  // whose messages are in it (a replica answered early may repeat)
+  std::vector<int> pending_lost_;
+  std::vector<std::byte> down_;  // the reply: header + the global weights
 };
 
 }  // namespace strait::train

@@ -179,7 +179,11 @@ StepFigures Job::step(int step) {
   double outer_s = 0;
   if (quorum_) {
     const auto outer_start = Clock::now();
-    if ((step + 1) % cfg_.outer_steps == 0) outer = quorum_round(step);
+    if ((step + 1) % cfg_.outer_steps == 0) {
+      outer = quorum_round(step);
+    } else {
+      quorum_->poll(cfg_.outer_steps - (step + 1) % cfg_.outer_steps, cfg_.outer_steps);
+    }
     outer_s = seconds_since(outer_start);
   } else if (state_.outer && !joining) {
     const auto outer_start = Clock::now();
