@@ -146,7 +146,7 @@ class OuterSync::Fragment {
   void post_average();
   // Eager overlap: this replica's pseudo-gradient p stands in for the average still in flight,
   // params = the outer step from global_ with p, momentum_ left as it is.
-  void eager_step(std::span<const float> p, std::span<float> params) const;
+  void eager_step(std::span<const float> p, std::span<float> params);
   // Waits for it and averages the tied copies (no-op when nothing is in flight).
   void complete_average(OuterStepStats& stats);
   // complete_average, then applies the outer step to global_ and momentum_.
@@ -174,6 +174,9 @@ class OuterSync::Fragment {
   offload::PinnedPool::Lease storage_;  // in_flight_ (and progress_): always in RAM
   offload::PinnedPool::Lease state_;    // global_, momentum_ (and start_)
   std::span<float> global_, momentum_, start_, in_flight_, progress_;
+  // Eager overlap: this replica's previous pseudo-gradient, and its own correction's momentum
+  // and displacement (params = global_ + displacement_ between rounds).
+  std::vector<float> own_prev_, own_m_, displacement_;
   bool pending_ = false;  // in_flight_ holds a pseudo-gradient not yet applied
   std::optional<comm::Work> work_;
   std::int64_t round_ = 0;
@@ -204,6 +207,11 @@ OuterSync::Fragment::Fragment(sched::PipelineComms comms, int stage, std::string
   // The pseudo-gradient in flight (and with overlap the next one) stay in RAM: the allreduce
   // works on them in the background.
   storage_ = pool_->acquire((options_.overlap ? 2 : 1) * n_ * sizeof(float));
+  if (options_.overlap && options_.eager) {
+    own_prev_.assign(n_, 0.0f);
+    own_m_.assign(n_, 0.0f);
+    displacement_.assign(n_, 0.0f);
+  }
   in_flight_ = std::span<float>(reinterpret_cast<float*>(storage_.data()), n_);
   progress_ = options_.overlap ? std::span<float>(in_flight_.data() + n_, n_) : in_flight_;
   std::fill(in_flight_.begin(), in_flight_.end(), 0.0f);
@@ -299,11 +307,16 @@ void OuterSync::Fragment::post_average() {
   }
 }
 
-void OuterSync::Fragment::eager_step(std::span<const float> p, std::span<float> params) const {
+void OuterSync::Fragment::eager_step(std::span<const float> p, std::span<float> params) {
   const auto mu = codec_.sparse ? 0.0f : static_cast<float>(options_.momentum);
   const auto lr = static_cast<float>(options_.lr);
+  const float replicas = comms_.data != nullptr ? static_cast<float>(comms_.data->size()) : 1.0f;
   for (std::size_t i = 0; i < params.size(); ++i) {
-    params[i] = global_[i] - lr * (p[i] + mu * (mu * momentum_[i] + p[i]));
+    const float c = (p[i] - own_prev_[i]) / replicas;
+    own_prev_[i] = p[i];
+    own_m_[i] = mu * own_m_[i] + c;
+    displacement_[i] -= lr * (c + mu * own_m_[i]);
+    params[i] = global_[i] + displacement_[i];
   }
 }
 
@@ -350,6 +363,11 @@ void OuterSync::Fragment::export_into(OuterSync::State& out, std::size_t first) 
   put(out.momentum, momentum_);
   if (options_.overlap) put(out.start, start_);
   if (pending_) put(out.pending, in_flight_);
+  if (!own_prev_.empty()) {
+    put(out.own, own_prev_);
+    put(out.own_momentum, own_m_);
+    put(out.displacement, displacement_);
+  }
   save_state();
 }
 
@@ -374,6 +392,18 @@ void OuterSync::Fragment::import_from(const OuterSync::State& in, std::size_t fi
   get(global_, in.global);
   get(momentum_, in.momentum);
   if (options_.overlap) get(start_, in.start);
+  if (!own_prev_.empty()) {
+    const auto get_or_zero = [&](std::span<float> to, const std::vector<float>& from) {
+      if (from.empty()) {
+        std::fill(to.begin(), to.end(), 0.0f);
+      } else {
+        get(to, from);
+      }
+    };
+    get_or_zero(own_prev_, in.own);
+    get_or_zero(own_m_, in.own_momentum);
+    get_or_zero(displacement_, in.displacement);
+  }
   if (pending_) {
     get(in_flight_, in.pending);
   } else {
@@ -424,8 +454,6 @@ OuterStepStats OuterSync::Fragment::end_step(std::int64_t step, std::span<float>
     } else {
       if (pending_) finish_average(stats);  // the previous round's average, one round late
       if (options_.eager) {
-        // Eager: the outer step with this replica's own p in place of the average in flight,
-        // replaced by the true average's step at the next round end.
         eager_step(p, params);
       } else if (stats.applied) {
         // The new global weights plus this replica's own progress of the round just ended.
@@ -557,6 +585,11 @@ OuterSync::State OuterSync::export_state() {
   out.global.assign(n_, 0.0f);
   out.momentum.assign(n_, 0.0f);
   if (options_.overlap) out.start.assign(n_, 0.0f);
+  if (options_.overlap && options_.eager) {
+    out.own.assign(n_, 0.0f);
+    out.own_momentum.assign(n_, 0.0f);
+    out.displacement.assign(n_, 0.0f);
+  }
   const bool any_pending =
       std::any_of(fragments_.begin(), fragments_.end(), [](const auto& f) { return f->pending(); });
   if (any_pending) out.pending.assign(n_, 0.0f);
@@ -576,6 +609,9 @@ void OuterSync::import_state(const State& state, std::int64_t steps_done, bool e
   check(state.momentum, "momentum", true);
   check(state.start, "start", options_.overlap);
   check(state.pending, "pending", false);
+  check(state.own, "own", false);
+  check(state.own_momentum, "own_momentum", false);
+  check(state.displacement, "displacement", false);
   if (!options_.overlap && !state.pending.empty()) {
     throw bad(
         "outer state: a pending average comes from an --outer-overlap run; pass --outer-overlap "

@@ -24,11 +24,13 @@
 // (g: the global weights, identical on every replica) so the replica keeps its own progress of
 // round t + 1 on top of the new global weights, and p_{t+1} goes out in turn. The last round's
 // average is waited for and applied at once, so every replica ends with the same weights g.
-// Eager overlap (OuterOptions::eager, the default with overlap; Kale et al. section 4): the
-// consensus (g, m) still takes the true average one round late, but round t + 1 starts from the
-// outer step that this replica's own p_{t+1} would give as the average,
-//   w_r = g - lr * (p_{t+1} + mu * (mu * m + p_{t+1}))   (m itself unchanged),
-// and at the next round end the true average's step replaces that estimate.
+// Eager overlap (OuterOptions::eager, the default with overlap; Kale et al. section 4): each
+// replica's outer step takes, in place of the average still in flight, the last average with its
+// own part replaced by its fresh pseudo-gradient, avg_t + (p_{t+1} - p_t) / R. Outer SGD with
+// Nesterov is linear, so that is the consensus (g, m), which takes the true averages one round
+// late, plus this replica's own correction c = (p_{t+1} - p_t) / R through the same step:
+//   m_c = mu * m_c + c;  d = d - lr * (c + mu * m_c);  w_r = g + d,
+// and the last round's average is waited for, every replica ending on g.
 //
 // SparseLoCo (--outer-codec sparseloco, Sarfi et al., arXiv 2508.15706, Algorithm 1): the
 // momentum array holds this replica's error-feedback accumulator e instead of Nesterov's m (so
@@ -82,8 +84,8 @@ struct OuterOptions {
   std::string codec = "none";  // none, bf16, int8, int4, optionally "name:key=value,..."
   bool overlap = false;        // average round t while round t + 1 computes; apply it late
   // With overlap: eager updates (arXiv 2502.12996): round t + 1 starts from the outer step taken
-  // with this replica's own pseudo-gradient in place of the average still in flight, and the
-  // average's step replaces it when it arrives. false: the naive one-round-late overlap.
+  // with an estimate of the average still in flight (the last one with this replica's own part
+  // fresh), and the average's step replaces it when it arrives. false: the naive overlap.
   bool eager = true;
   // Streaming DiLoCo's fragments (arXiv 2501.18512, section 2.2): the stage's parameters cut into
   // this many contiguous groups (in layer order), fragment k's rounds shifted by k * H / F steps,
@@ -145,6 +147,11 @@ class OuterSync {
     // Overlap only: the averaged pseudo-gradient to apply at the next round end, zeros in the
     // fragments with none pending (empty when no fragment has one).
     std::vector<float> pending;
+    // Eager overlap only, this replica's own: its last pseudo-gradient, and the momentum and sum
+    // of its eager corrections (its weights minus the global ones between rounds).
+    std::vector<float> own;
+    std::vector<float> own_momentum;
+    std::vector<float> displacement;
   };
   // Completes an average still in flight (waits for it and averages the tied copies: collective
   // over the data-parallel and tied groups, so every rank of the job calls it at the same step)

@@ -171,21 +171,25 @@ TEST(OuterSyncSparseLoCo, BadOptionsAreErrorsNamingTheFix) {
   EXPECT_NO_THROW(validate(sparse_options("sparseloco:beta=0.5,density=0.01,bits=3")));
 }
 
-// Eager overlap in double: the consensus (g, m) takes the true average a round late; a round
-// starts from the outer step with the replica's own p. At the last step the last average at once.
+// Eager overlap in double, as the paper writes it: each replica's own outer state takes, each
+// round, the last average with its own part fresh: avg_t + (p_{t+1} - p_t) / R. At the last step
+// every replica ends on the consensus (all averages applied, the last at once).
 std::vector<std::vector<double>> eager_reference(int replicas, int steps, const OuterOptions& o,
                                                  std::size_t n) {
-  std::vector<double> g(n), m(n, 0.0);
   const std::vector<float> w0 = start_weights(n);
-  for (std::size_t i = 0; i < n; ++i) g[i] = w0[i];
   const auto rs = static_cast<std::size_t>(replicas);
-  std::vector<std::vector<double>> w(rs, g), start(rs, g), pending;
-  const auto apply = [&](const std::vector<std::vector<double>>& p) {
+  // Each replica's own outer state (Kale et al.'s eager step, no consensus kept apart), and the
+  // average of each round as it arrives one round later.
+  std::vector<std::vector<double>> g(rs, std::vector<double>(w0.begin(), w0.end()));
+  std::vector<std::vector<double>> m(rs, std::vector<double>(n, 0.0));
+  std::vector<std::vector<double>> w = g, start = g, prev(rs, std::vector<double>(n, 0.0));
+  std::vector<double> last_avg(n, 0.0), pending_avg;
+  std::vector<double> cg(w0.begin(), w0.end()), cm(n, 0.0);  // the consensus, for the end
+  const auto nesterov = [&](std::vector<double>& gg, std::vector<double>& mm,
+                            const std::vector<double>& d) {
     for (std::size_t i = 0; i < n; ++i) {
-      double d = 0;
-      for (std::size_t r = 0; r < rs; ++r) d += p[r][i] / replicas;
-      m[i] = o.momentum * m[i] + d;
-      g[i] -= o.lr * (d + o.momentum * m[i]);
+      mm[i] = o.momentum * mm[i] + d[i];
+      gg[i] -= o.lr * (d[i] + o.momentum * mm[i]);
     }
   };
   for (int step = 0; step < steps; ++step) {
@@ -193,27 +197,35 @@ std::vector<std::vector<double>> eager_reference(int replicas, int steps, const 
     const bool last = step + 1 == steps;
     if ((step + 1) % o.outer_steps != 0 && !last) continue;
     std::vector<std::vector<double>> p(rs, std::vector<double>(n));
-    for (std::size_t r = 0; r < rs; ++r) {
-      for (std::size_t i = 0; i < n; ++i) p[r][i] = start[r][i] - w[r][i];
-    }
-    if (!pending.empty()) apply(pending);
+    std::vector<double> avg(n, 0.0);
     for (std::size_t r = 0; r < rs; ++r) {
       for (std::size_t i = 0; i < n; ++i) {
-        const double look = o.momentum * m[i] + p[r][i];
-        w[r][i] = g[i] - o.lr * (p[r][i] + o.momentum * look);
+        p[r][i] = start[r][i] - w[r][i];
+        avg[i] += p[r][i] / replicas;
       }
     }
-    pending = p;
+    if (!pending_avg.empty()) {
+      nesterov(cg, cm, pending_avg);
+      last_avg = pending_avg;
+    }
+    for (std::size_t r = 0; r < rs; ++r) {
+      std::vector<double> d(n);
+      for (std::size_t i = 0; i < n; ++i) d[i] = last_avg[i] + (p[r][i] - prev[r][i]) / replicas;
+      nesterov(g[r], m[r], d);
+      prev[r] = p[r];
+      w[r] = g[r];
+    }
+    pending_avg = avg;
     if (last) {
-      apply(pending);
-      for (auto& wr : w) wr = g;
+      nesterov(cg, cm, pending_avg);
+      for (auto& wr : w) wr = cg;
     }
     start = w;
   }
   return w;
 }
 
-TEST(OuterSyncEager, OverlapStartsEachRoundFromTheOwnEstimateAndMatchesTheDoubleReference) {
+TEST(OuterSyncEager, OverlapStartsEachRoundFromTheEagerEstimateAndMatchesTheDoubleReference) {
   constexpr int kReplicas = 2, kSteps = 9;  // rounds end after steps 2, 4, 6, 8 and 9
   constexpr std::size_t kN = 129;
   OuterOptions o;
