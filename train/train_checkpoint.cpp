@@ -26,6 +26,10 @@ constexpr std::string_view kOuterGlobal = "outer.global.";
 constexpr std::string_view kOuterMomentum = "outer.momentum.";
 constexpr std::string_view kOuterStart = "outer.start.";
 constexpr std::string_view kOuterPending = "outer.pending.";
+// Eager overlap, each replica's own: its last pseudo-gradient, its correction's momentum and sum.
+constexpr std::string_view kOuterOwn = "outer.own.";
+constexpr std::string_view kOuterOwnMomentum = "outer.own_momentum.";
+constexpr std::string_view kOuterDisplacement = "outer.displacement.";
 
 json model_json(const TrainConfig& c) {
   return {{"vocab", 256}, {"ctx", c.ctx}, {"layers", c.layers}, {"dim", c.dim}, {"heads", c.heads}};
@@ -120,6 +124,13 @@ void save_diloco(comm::Communicator& world, const TrainConfig& c, int replica,
     tensors.push_back({own + std::string(kExpAvgSq) + t.name, shape, view(v, t)});
     if (!state.start.empty())
       tensors.push_back({own + std::string(kOuterStart) + t.name, shape, view(state.start, t)});
+    if (!state.own.empty()) {
+      tensors.push_back({own + std::string(kOuterOwn) + t.name, shape, view(state.own, t)});
+      tensors.push_back(
+          {own + std::string(kOuterOwnMomentum) + t.name, shape, view(state.own_momentum, t)});
+      tensors.push_back(
+          {own + std::string(kOuterDisplacement) + t.name, shape, view(state.displacement, t)});
+    }
     if (outer.local_momentum()) {  // SparseLoCo's error feedback: each replica's own
       tensors.push_back(
           {own + std::string(kOuterMomentum) + t.name, shape, view(state.momentum, t)});
@@ -188,6 +199,15 @@ void load_diloco(const sched::CheckpointReader& reader, const TrainConfig& c,
     pending = pending || reader.contains(std::string(kOuterPending) + t.name);
   if (pending) state.pending.resize(n);
   const std::string own = replica_prefix(replica);
+  // Saved by a run with eager overlap (older checkpoints: its corrections start at zero).
+  bool eager = false;
+  for (const sched::TensorInfo& t : model.tensors())
+    eager = eager || reader.contains(own + std::string(kOuterOwn) + t.name);
+  if (eager) {
+    state.own.resize(n);
+    state.own_momentum.resize(n);
+    state.displacement.resize(n);
+  }
   const auto params = model.params();
   const auto part = [](std::vector<float>& a, const sched::TensorInfo& t) {
     return std::span<float>(a).subspan(t.offset, t.count);
@@ -201,6 +221,11 @@ void load_diloco(const sched::CheckpointReader& reader, const TrainConfig& c,
         (outer.local_momentum() ? own : std::string()) + std::string(kOuterMomentum) + t.name,
         part(state.momentum, t));
     if (c.outer_overlap) reader.read(own + std::string(kOuterStart) + t.name, part(state.start, t));
+    if (eager) {
+      reader.read(own + std::string(kOuterOwn) + t.name, part(state.own, t));
+      reader.read(own + std::string(kOuterOwnMomentum) + t.name, part(state.own_momentum, t));
+      reader.read(own + std::string(kOuterDisplacement) + t.name, part(state.displacement, t));
+    }
     if (pending) reader.read(std::string(kOuterPending) + t.name, part(state.pending, t));
   }
   moments.write_moments(m, v);

@@ -326,6 +326,9 @@ TEST(StraitTrainCheckpoint, ResumedDiLoCoRunContinuesBitIdentically) {
     EXPECT_EQ(names.contains("outer.pending.wpe"), v.name == "overlap") << v.name;
     EXPECT_EQ(names.contains("replica.1.outer.start.wpe"), v.name == "overlap") << v.name;
     EXPECT_EQ(names.contains("replica.1.outer.momentum.wte"), v.name == "sparseloco") << v.name;
+    // Eager overlap: each replica's own correction.
+    EXPECT_EQ(names.contains("replica.1.outer.displacement.wpe"), v.name == "overlap") << v.name;
+    EXPECT_EQ(names.contains("outer.own.wpe"), v.name == "overlap") << v.name;
     {
       std::ifstream in(mid / "manifest.json");
       EXPECT_EQ(json::parse(in)["files"].size(), 4U) << v.name;
