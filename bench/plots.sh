@@ -10,6 +10,8 @@
 #                (tools/plot/plot_convergence.py; no tolerances: nothing is judged)
 #   DiLoCo       data-parallel.jsonl + diloco-*.jsonl (diloco.sh) -> loss_bytes.png
 #                (bench/diloco_plot.py; the -seedN runs left out, as diloco.sh does)
+#   frontier     data-parallel-seedN.jsonl + other *-seedN.jsonl (diloco.sh SWEEP=frontier)
+#                -> loss_bytes_frontier.png (bench/diloco_frontier.py; over seeds)
 #   elastic      report.args (elastic_rejoin.sh)                 -> loss_rejoin.png
 #                (bench/elastic_rejoin_report.py)
 #   schedules    NAME.png.json (`strait schedule --png`, compare_schedules.sh) -> NAME.png
@@ -62,6 +64,10 @@ while IFS= read -r -d '' dir; do
   if [ -f "$dir/data-parallel.jsonl" ] && [ ${#diloco[@]} -gt 0 ]; then
     draw "$out/loss_bytes.png" "$python" "$root/bench/diloco_plot.py" --out "$out/loss_bytes.png" \
       "$dir/data-parallel.jsonl" "${diloco[@]}"
+  fi
+  if [ -f "$dir/data-parallel-seed1.jsonl" ]; then
+    draw "$out/loss_bytes_frontier.png" "$python" "$root/bench/diloco_frontier.py" \
+      --out "$out/loss_bytes_frontier.png" "$dir"
   fi
   if [ -f "$dir/report.args" ]; then
     mapfile -t args < "$dir/report.args"
