@@ -267,8 +267,11 @@ void add_diloco_options(CLI::App* train, TrainOptions& o) {
       ->capture_default_str();
   train->add_flag("--outer-overlap", o.config.outer_overlap,
                   "Average round t's pseudo-gradients in the background while round t + 1 "
-                  "computes; round t + 1 starts from the outer step with this replica's own "
-                  "pseudo-gradient (eager updates), the average's step replacing it a round late");
+                  "computes, and apply them one round late (Streaming DiLoCo's overlap)");
+  train->add_flag("--outer-eager", o.config.outer_eager,
+                  "With --outer-overlap: eager updates (arXiv 2502.12996): each replica's outer "
+                  "step takes the last average with its own part fresh, corrected when the "
+                  "average in flight arrives");
 }
 
 // The data and what is offloaded.

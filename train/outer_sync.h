@@ -24,7 +24,7 @@
 // (g: the global weights, identical on every replica) so the replica keeps its own progress of
 // round t + 1 on top of the new global weights, and p_{t+1} goes out in turn. The last round's
 // average is waited for and applied at once, so every replica ends with the same weights g.
-// Eager overlap (OuterOptions::eager, the default with overlap; Kale et al. section 4): each
+// Eager overlap (OuterOptions::eager, --outer-eager; Kale et al. section 4): each
 // replica's outer step takes, in place of the average still in flight, the last average with its
 // own part replaced by its fresh pseudo-gradient, avg_t + (p_{t+1} - p_t) / R. Outer SGD with
 // Nesterov is linear, so that is the consensus (g, m), which takes the true averages one round
@@ -85,8 +85,9 @@ struct OuterOptions {
   bool overlap = false;        // average round t while round t + 1 computes; apply it late
   // With overlap: eager updates (arXiv 2502.12996): round t + 1 starts from the outer step taken
   // with an estimate of the average still in flight (the last one with this replica's own part
-  // fresh), and the average's step replaces it when it arrives. false: the naive overlap.
-  bool eager = true;
+  // fresh), and the average's step replaces it when it arrives. false: the naive overlap (the
+  // default: at 1000 steps, H = 50 it trained better here; see bench/diloco.sh SWEEP=frontier).
+  bool eager = false;
   // Streaming DiLoCo's fragments (arXiv 2501.18512, section 2.2): the stage's parameters cut into
   // this many contiguous groups (in layer order), fragment k's rounds shifted by k * H / F steps,
   // so that each sync sends 1/F of the stage and the link's peak load flattens. 1 <= F <= H. The

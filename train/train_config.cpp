@@ -289,6 +289,9 @@ void DilocoConfig::validate() const {
         "--outer-steps H (inner steps per round) to turn it on");
   }
   if (outer_steps > 0) train::validate(outer());
+  if (outer_eager && !outer_overlap) {
+    throw bad("--outer-eager changes how --outer-overlap starts a round: pass --outer-overlap too");
+  }
   if (quorum < 0 || !(grace_s >= 0)) {
     throw bad(fmt::format("--quorum {} must be >= 0 and --grace {} >= 0 seconds", quorum, grace_s));
   }
@@ -308,6 +311,7 @@ OuterOptions DilocoConfig::outer() const {
   o.momentum = outer_momentum;
   o.codec = outer_codec;
   o.overlap = outer_overlap;
+  o.eager = outer_eager;
   o.fragments = outer_fragments;
   return o;
 }

@@ -109,7 +109,8 @@ struct DilocoConfig {
   double outer_momentum = 0.9;
   std::string outer_codec = "none";
   bool outer_overlap = false;
-  int outer_fragments = 1;  // Streaming DiLoCo's fragments: parameter groups synced in turn
+  bool outer_eager = false;  // with outer_overlap: eager updates (OuterOptions::eager)
+  int outer_fragments = 1;   // Streaming DiLoCo's fragments: parameter groups synced in turn
   // Where the outer state (global weights, momentum) lives between rounds: Cpu (pinned RAM) or
   // Nvme (a SwapStore file per rank in offload_dir, in RAM only during the outer step).
   offload::OptimizerOffload outer_state = offload::OptimizerOffload::Cpu;

@@ -306,7 +306,9 @@ TEST(StraitTrainCheckpoint, ResumedDiLoCoRunContinuesBitIdentically) {
   };
   const std::vector<Variant> variants = {
       {"plain", {}},
-      {"overlap", {"--outer-overlap", "", "--outer-fragments", "3", "--outer-state", "nvme"}},
+      {"overlap",
+       {"--outer-overlap", "", "--outer-eager", "", "--outer-fragments", "3", "--outer-state",
+        "nvme"}},
       // SparseLoCo: each replica's error feedback is its own, saved per replica.
       {"sparseloco",
        {"--outer-codec", "sparseloco:density=0.05,chunk=256", "--outer-momentum", "0"}}};

@@ -234,7 +234,7 @@ TEST(OuterSyncEager, OverlapStartsEachRoundFromTheEagerEstimateAndMatchesTheDoub
   o.momentum = 0.9;
   o.codec = "none";
   o.overlap = true;
-  ASSERT_TRUE(o.eager);  // the default
+  o.eager = true;
   const auto ref = eager_reference(kReplicas, kSteps, o, kN);
   std::vector<std::vector<float>> out(kReplicas), mid(kReplicas), naive_mid(kReplicas);
   for (const bool eager : {true, false}) {
