@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Quorum rounds against waiting for every replica, with one replica of three slowed for real: its
-# rank runs in a cgroup (v1 cpu controller, root) with half a process's CPU weight (cpu.shares 512:
-# half speed on a loaded machine) and capped at QUOTA (default 50%) of one core (on an idle one).
+# rank runs in a cgroup (v1 cpu controller, root) with half a process's CPU weight (cpu.shares 512)
+# and capped at QUOTA (default 50%) of one core. Whether that made it slower shows in the report's
+# last column (rounds it was in): on a machine loaded by other jobs it may not.
 # `strait train --stages 1 --replicas 3 --outer-steps H` (plain DiLoCo: every round waits for all)
 # and the same with `--quorum 2 --grace 0` (bench/diloco.sh's small model, the same token budget),
 # interleaved per seed; then tokens/s and held-out loss per seed (bench/quorum_report.py).
