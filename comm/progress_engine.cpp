@@ -459,7 +459,7 @@ void ProgressEngine::wait_ended(std::chrono::steady_clock::duration waited) {
   // engine thread and back costs milliseconds on a loaded host): grow the budget. `waited` ends at
   // the completion, not at this thread's wake-up: counting the wake-up's own milliseconds made a
   // loaded host shrink the budget after every hand-over and never recover (every later wait then
-  // handed over too and took 4-5 ms; bench/RESULTS.md, "torch.distributed backend"). One far longer
+  // handed over too and took 4-5 ms; docs/results/torch.md). One far longer
   // (a peer computing through a pipeline bubble) only burns CPU that ranks sharing the cores need:
   // shrink it. 4 training ranks on 2 cores, 300 steps: 131 s polling 5 ms always, 109 s adaptive; 4
   // ranks' back-to-back 8-byte allreduces: 2.7 ms polling 50 us always, tens of us adaptive.
