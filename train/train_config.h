@@ -84,7 +84,8 @@ struct CompressionConfig {
   // On: AdamW's second moment stops updating when the codec takes over (kernels::AdamWHyper::
   // freeze_variance_after; 1-bit Adam's compression stage). Auto: on with compress ==
   // Momentum, which needs it, else off (for gradient compression it did not close top-k's gap
-  // on the reference transformer: docs/results/training.md, "Compressed gradient averages"). Off: never.
+  // on the reference transformer: docs/results/training.md, "Compressed gradient averages").
+  // Off: never.
   FreezeVariance freeze_variance = FreezeVariance::Auto;
   // What the codec compresses: the gradients' average or the replicas' local AdamW momenta (as
   // 1-bit Adam; data_parallel_sync.h's GradientCompression::momentum), which freezes the variance
