@@ -218,6 +218,7 @@ Timeline simulate(const Schedule& sched, const std::vector<StageCosts>& per_stag
           }
           case ActionKind::Offload: end += cost(a).offload; break;
           case ActionKind::Reload: end += cost(a).reload; break;
+          case ActionKind::OverlapFB: break;  // marks a pair; its F and B are priced
         }
         if (blocked) break;  // its send, or a member of its collective, has not run yet
         if (compute) tl.busy[r] += end - start;
@@ -379,7 +380,8 @@ void CostTally::tally_actions() {
           arrival_[a.kind == ActionKind::AllreduceGrad ? 0 : 1][r] = t.start;
           break;
         case ActionKind::RecvF:
-        case ActionKind::RecvB: break;
+        case ActionKind::RecvB:
+        case ActionKind::OverlapFB: break;
       }
     }
   }
@@ -510,7 +512,8 @@ int peak_live_stashes(const Schedule& sched, int rank, std::optional<int> only) 
       case ActionKind::SendB:
       case ActionKind::RecvB:
       case ActionKind::AllreduceGrad:
-      case ActionKind::Optim: break;
+      case ActionKind::Optim:
+      case ActionKind::OverlapFB: break;
     }
   }
   return peak;

@@ -202,9 +202,7 @@ std::string table(const std::vector<Row>& rows) {
 // The schedule with the zero-bubble generators planning with the given costs (per chunk).
 Schedule build(ScheduleKind kind, int stages, int microbatches, int chunks,
                const ActionCosts& costs) {
-  const int v = chunks != 0
-                    ? chunks
-                    : (kind == ScheduleKind::Interleaved || kind == ScheduleKind::ZbV ? 2 : 1);
+  const int v = chunks != 0 ? chunks : default_chunks(kind);
   return make_schedule(kind, stages, microbatches, chunks, per_chunk(costs, v));
 }
 
@@ -471,7 +469,7 @@ void run_schedule(const ScheduleOptions& o) {
   const ActionCosts& compute = costs.rank.compute;
   if (o.schedule == "all") {
     std::vector<Row> rows;
-    for (const char* name : {"gpipe", "1f1b", "interleaved", "zb-h1", "zbv"}) {
+    for (const char* name : {"gpipe", "1f1b", "interleaved", "zb-h1", "zbv", "dualpipev"}) {
       const ScheduleKind kind = parse_schedule_kind(name);
       std::vector<int> chunk_list = {0};
       if (kind == ScheduleKind::Interleaved) chunk_list = {2, 4};
@@ -533,8 +531,9 @@ void add_schedule_command(CLI::App& app, int& exit_code) {
       "or compare a --trace of `strait train` with its plan");
   cmd->footer(kFooter);
   auto o = std::make_shared<ScheduleOptions>();
-  cmd->add_option("--schedule", o->schedule,
-                  "gpipe, 1f1b, interleaved, zb-h1, zbv, or all (a table of every schedule)")
+  cmd->add_option(
+         "--schedule", o->schedule,
+         "gpipe, 1f1b, interleaved, zb-h1, zbv, dualpipev, or all (a table of every schedule)")
       ->capture_default_str();
   cmd->add_option("-p,--stages", o->stages, "P: pipeline ranks")
       ->check(CLI::Range(1, 1024))

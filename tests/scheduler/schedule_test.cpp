@@ -293,7 +293,7 @@ TEST(Schedule, ParsesNamesCaseInsensitively) {
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::InvalidArgument);
     EXPECT_NE(
-        std::string(e.what()).find("'zb-h2': choose one of gpipe, 1f1b, interleaved, zb-h1, zbv"),
+        std::string(e.what()).find("'zb-h2': choose one of gpipe, 1f1b, interleaved, zb-h1, zbv, dualpipev"),
         std::string::npos)
         << e.what();
   }

@@ -524,6 +524,15 @@ TEST(StraitTrain, InterleavedAndZbVTrainTheSameTrajectory) {
             with({"--stages", "2", "--replicas", "1", "--microbatches", "8", "--schedule", "zbv",
                   "--offload-activations", "nvme", "--offload-prefetch", "0"}));
   same_bits(zbv_off, zbv, "zbv with offload");
+  // DualPipeV on ZB-V's split (stages r and 3 - r on rank r): the same bits, with offload too.
+  same_bits(train(job, "dualpipev",
+                  with({"--stages", "2", "--replicas", "1", "--microbatches", "8", "--schedule",
+                        "dualpipev"})),
+            zbv, "dualpipev vs zbv");
+  same_bits(train(job, "dualpipev-offload",
+                  with({"--stages", "2", "--replicas", "1", "--microbatches", "8", "--schedule",
+                        "dualpipev", "--offload-activations", "cpu"})),
+            zbv, "dualpipev with offload vs zbv");
   EXPECT_LT(zbv_off.summary.at("activation_bytes").get<double>(),
             zbv_off.summary.at("activation_bytes_without_offload").get<double>());
 
