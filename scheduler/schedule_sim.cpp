@@ -300,6 +300,7 @@ class CostTally {
         S_(static_cast<std::size_t>(std::max(0, stage_count(sched)))),
         M_(static_cast<std::size_t>(sched.microbatches)),
         measured_(measured),
+        split_(weight_keys(sched)),
         mean_(S_),
         sends_{std::vector<const TimedAction*>(S_ * M_, nullptr),
                std::vector<const TimedAction*>(S_ * M_, nullptr)},
@@ -320,7 +321,21 @@ class CostTally {
     }
     return P;
   }
-  enum Kind : std::size_t { kF, kB, kW, kSend, kRecv, kLatency, kOffload, kReload, kAll, kOpt, kN };
+  // kB: B's with a W (input gradient only); kBFull: B's without (both gradients).
+  enum Kind : std::size_t {
+    kF,
+    kB,
+    kBFull,
+    kW,
+    kSend,
+    kRecv,
+    kLatency,
+    kOffload,
+    kReload,
+    kAll,
+    kOpt,
+    kN
+  };
   [[nodiscard]] bool in_range(const Action& a) const {
     return a.stage >= 0 && static_cast<std::size_t>(a.stage) < S_ &&
            (a.microbatch == kNoMicrobatch || static_cast<std::size_t>(a.microbatch) < M_);
@@ -349,6 +364,7 @@ class CostTally {
 
   std::size_t P_, S_, M_;
   const Timeline& measured_;
+  std::vector<bool> split_;  // weight_keys
   std::vector<std::array<Mean, kN>> mean_;
   // The SENDs by direction and (sender stage, microbatch), to pair with their RECVs.
   std::array<std::vector<const TimedAction*>, 2> sends_;
@@ -365,7 +381,9 @@ void CostTally::tally_actions() {
       const double d = t.end - t.start;
       switch (a.kind) {
         case ActionKind::F: mean_[v][kF].add(d); break;
-        case ActionKind::B: mean_[v][kB].add(d); break;
+        case ActionKind::B:
+          mean_[v][split_[v * M_ + static_cast<std::size_t>(a.microbatch)] ? kB : kBFull].add(d);
+          break;
         case ActionKind::W: mean_[v][kW].add(d); break;
         case ActionKind::SendF:
         case ActionKind::SendB:
@@ -386,7 +404,7 @@ void CostTally::tally_actions() {
     }
   }
   for (std::size_t v = 0; v < S_; ++v) {
-    if (mean_[v][kF].n == 0 || mean_[v][kB].n == 0) {
+    if (mean_[v][kF].n == 0 || mean_[v][kB].n + mean_[v][kBFull].n == 0) {
       throw Error(ErrorCode::InvalidArgument,
                   fmt::format("measured_stage_costs: the timeline has no F or no B of stage {}: "
                               "give it a complete step",
@@ -464,7 +482,12 @@ std::vector<StageCosts> CostTally::costs() const {
   std::vector<StageCosts> out(S_);
   for (std::size_t v = 0; v < S_; ++v) {
     const auto& m = mean_[v];
-    out[v].compute = ActionCosts{m[kF].get(), m[kB].get(), m[kW].get()};
+    // The simulator prices a full B at b + w: b is chosen so that the stage's B's, split and full,
+    // take their measured total (DualPipeV mixes both on one stage).
+    const double w = m[kW].get();
+    const double n_b = static_cast<double>(m[kB].n + m[kBFull].n);
+    const double b = (m[kB].sum + m[kBFull].sum - static_cast<double>(m[kBFull].n) * w) / n_b;
+    out[v].compute = ActionCosts{m[kF].get(), std::max(b, 1e-9), w};
     out[v].send = m[kSend].get();
     out[v].recv = m[kRecv].get();
     out[v].link.latency = m[kLatency].get();

@@ -139,7 +139,9 @@ STRAIT_API double bubble_fraction(const Schedule& schedule, double time_f, doubl
 
 /// Per model stage (size P * V), the mean cost of every kind of action in a measured step
 /// (measured_timeline of scheduler/schedule_trace.h, or any Timeline), for simulate() to replay:
-/// - compute: the mean F, B and W durations (w = 0 when the stage ran no W: its B held them).
+/// - compute: the mean F and W durations (w = 0 when the stage ran no W: its B held them), and b
+///   such that the stage's B's, split ones priced b and full ones b + w, take their measured total
+///   (the mean B when all are split or all full; DualPipeV mixes both).
 /// - send, offload, reload: the mean durations of those actions.
 /// - recv: the mean duration of the stage's RECVs that found their data there (they started after
 ///   their SEND's end plus the transfer time seen whole below); when all of a stage's receives

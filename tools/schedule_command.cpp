@@ -51,7 +51,8 @@ holds P. With --offload D, stashes leave the model after their F and come back D
 of their B (scheduler/schedule.h, add_activation_offload).
 --schedule all prints the table for every schedule with and without offload. The zero-bubble
 schedules (zb-h1, zbv) are planned with the compute costs (list scheduling on those times), the
-others do not depend on them.
+others do not depend on them. dualpipev's OVERLAP_F_B pairs take no time of their own: their F and
+B are priced back to back, as a CPU rank runs them.
 --png FILE draws a Gantt chart with /usr/bin/python3 and matplotlib (tools/plot/plot_schedule.py;
 STRAIT_PLOT_DIR overrides where it is looked for).
 --from-trace FILE reads `strait train --trace FILE`: for every step, the measured bubble (mean over

@@ -292,9 +292,9 @@ TEST(Schedule, ParsesNamesCaseInsensitively) {
     ADD_FAILURE() << "accepted an unknown name";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::InvalidArgument);
-    EXPECT_NE(
-        std::string(e.what()).find("'zb-h2': choose one of gpipe, 1f1b, interleaved, zb-h1, zbv, dualpipev"),
-        std::string::npos)
+    EXPECT_NE(std::string(e.what()).find(
+                  "'zb-h2': choose one of gpipe, 1f1b, interleaved, zb-h1, zbv, dualpipev"),
+              std::string::npos)
         << e.what();
   }
 }
@@ -391,7 +391,7 @@ TEST(ScheduleSimCosts, GPipeWithTransfersMatchesItsClosedForm) {
 
 TEST(ScheduleSimCosts, FreeCommunicationKeepsTheComputeOnlyResults) {
   for (ScheduleKind kind : {ScheduleKind::GPipe, ScheduleKind::OneFOneB, ScheduleKind::Interleaved,
-                            ScheduleKind::ZbH1, ScheduleKind::ZbV}) {
+                            ScheduleKind::ZbH1, ScheduleKind::ZbV, ScheduleKind::DualPipeV}) {
     const Schedule s = make_schedule(kind, 4, 8);
     const ActionCosts a{1.0, 1.5, 0.5};
     std::vector<StageCosts> c(static_cast<std::size_t>(stage_count(s)));
