@@ -240,6 +240,28 @@ std::vector<std::vector<bool>> one_f_one_b_orders(int P, int M) {
   return order;
 }
 
+// Stage 0's input gradient goes nowhere (no SEND_B), so a W that directly follows its own B there
+// (no compute between) only costs the split's overhead: the B computes both instead. The plan is
+// unchanged (a fused B costs b + w, what B then W took) and the stash is freed one action earlier.
+void fuse_first_stage_weights(Schedule& sched) {
+  auto& list = sched.ranks[static_cast<std::size_t>(rank_of(sched, 0))];
+  const auto is_compute = [](const Action& a) {
+    return a.kind == ActionKind::F || a.kind == ActionKind::B || a.kind == ActionKind::W;
+  };
+  std::vector<Action> out;
+  out.reserve(list.size());
+  std::ptrdiff_t last_compute = -1;  // in `out`
+  for (const Action& a : list) {
+    if (a.kind == ActionKind::W && a.stage == 0 && last_compute >= 0 &&
+        out[static_cast<std::size_t>(last_compute)] == Action{ActionKind::B, 0, a.microbatch}) {
+      continue;
+    }
+    if (is_compute(a)) last_compute = static_cast<std::ptrdiff_t>(out.size());
+    out.push_back(a);
+  }
+  list = std::move(out);
+}
+
 Schedule greedy_zero_bubble(Schedule sched, const GreedyPolicy& policy, const ActionCosts& costs,
                             std::string_view what) {
   check_plan_costs(costs, what);
@@ -355,6 +377,7 @@ Schedule greedy_zero_bubble(Schedule sched, const GreedyPolicy& policy, const Ac
     free_at[ru] = next;
   }
   for (int r = 0; r < P; ++r) builders[static_cast<std::size_t>(r)].finish();
+  fuse_first_stage_weights(sched);
   return sched;
 }
 

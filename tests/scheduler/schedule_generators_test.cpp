@@ -65,8 +65,16 @@ TEST_P(GeneratorGrid, ValidSimulatedOffloadableAndExchangeable) {
         for (int mb = 0; mb < M; ++mb) {
           ASSERT_EQ(count(list, K::F, v, mb), 1);
           ASSERT_EQ(count(list, K::B, v, mb), 1);
-          if (kind != ScheduleKind::DualPipeV) {
+          // Stage 0 of the zero-bubble schedules fuses a W that would directly follow its B.
+          if (kind != ScheduleKind::DualPipeV && (v != 0 || !zero_bubble)) {
             ASSERT_EQ(count(list, K::W, v, mb), zero_bubble ? 1 : 0);
+          }
+          if (zero_bubble && v == 0 && count(list, K::W, v, mb) == 1) {
+            const auto b = std::find(list.begin(), list.end(), Action{K::B, v, mb});
+            const auto next = std::find_if(b + 1, list.end(), [](const Action& a) {
+              return a.kind == K::F || a.kind == K::B || a.kind == K::W;
+            });
+            ASSERT_NE(*next, (Action{K::W, v, mb})) << "an unfused W right after its B";
           }
         }
       }
@@ -298,9 +306,10 @@ TEST(ScheduleStrings, InterleavedTwoRanksExactly) {
 // ------------------------------------------------------------------------------------------
 
 TEST(ScheduleCsv, WritesOneRowPerRankWithTorchNames) {
+  // Stage 0's W directly follows its B and is fused into it: a plain B.
   const Schedule s = make_zb_h1(2, 1);
   EXPECT_EQ(schedule_to_csv(s),
-            "0F0,0SEND_F0,0RECV_B0,0I0,0W0,ALLREDUCE_GRAD,OPTIM\n"
+            "0F0,0SEND_F0,0RECV_B0,0B0,ALLREDUCE_GRAD,OPTIM\n"
             "1RECV_F0,1F0,1I0,1SEND_B0,1W0,ALLREDUCE_GRAD,OPTIM\n");
 }
 
@@ -387,18 +396,18 @@ TEST(ScheduleValidator, RejectsTransfersInsideARank) {
 TEST(ScheduleValidator, RejectsAnOverlapPairThatIsNotItsFThenAB) {
   // A pair marker in front of a W, and one whose F is followed by another F.
   Schedule s = make_zb_h1(2, 2);
-  auto& r0 = s.ranks[0];
-  const auto w = std::find(r0.begin(), r0.end(), Action{K::W, 0, 0});
-  ASSERT_NE(w, r0.end());
-  const auto at = static_cast<std::size_t>(w - r0.begin());
-  r0.insert(w, Action{K::OverlapFB, 0, 1});
+  auto& r1 = s.ranks[1];
+  const auto w = std::find(r1.begin(), r1.end(), Action{K::W, 1, 0});
+  ASSERT_NE(w, r1.end());
+  const auto at = static_cast<std::size_t>(w - r1.begin());
+  r1.insert(w, Action{K::OverlapFB, 1, 1});
   std::string msg = error_of([&] { validate_schedule(s); });
-  EXPECT_NE(msg.find(fmt::format("rank 0 action {} (0OVERLAP_F_B1) must be followed by 0F1 and "
+  EXPECT_NE(msg.find(fmt::format("rank 1 action {} (1OVERLAP_F_B1) must be followed by 1F1 and "
                                  "then a B of another stage",
                                  at)),
             std::string::npos)
       << msg;
-  EXPECT_NE(msg.find("found 0W0"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("found 1W0"), std::string::npos) << msg;
   s = make_gpipe(1, 2);
   s.ranks[0].insert(s.ranks[0].begin(), Action{K::OverlapFB, 0, 0});
   msg = error_of([&] { validate_schedule(s); });
@@ -451,6 +460,26 @@ TEST(ScheduleGenerators, RejectBadChunksWithAClearMessage) {
   EXPECT_EQ(parse_schedule_kind("ZB-H1"), ScheduleKind::ZbH1);
   EXPECT_EQ(parse_schedule_kind("zbv"), ScheduleKind::ZbV);
   EXPECT_EQ(parse_schedule_kind("Interleaved"), ScheduleKind::Interleaved);
+}
+
+TEST(ScheduleGenerators, ZbH1FusesStageZerosWeightsWithoutChangingThePlan) {
+  // With P = 2 every W of rank 0 directly follows its B: all fused, rank 1 keeps its eight; the
+  // plan (3M + P-1 with F = B = W) and every other rank's list are those of the split schedule.
+  const Schedule s = make_zb_h1(2, 8);
+  const auto n_w = [](const std::vector<Action>& l) {
+    return std::count_if(l.begin(), l.end(), [](const Action& a) { return a.kind == K::W; });
+  };
+  EXPECT_EQ(n_w(s.ranks[0]), 0);
+  EXPECT_EQ(n_w(s.ranks[1]), 8);
+  EXPECT_DOUBLE_EQ(simulate(s, ActionCosts{1.0, 1.0, 1.0}).makespan, 3.0 * 8 + 1);
+  EXPECT_EQ(peak_stashed_microbatches(s, 0), 2);  // 1F1B's rank-0 peak; split it would hold more
+  const std::vector<std::string> rank0 = {"F0", "F1", "B0", "F2", "B1"};
+  std::vector<std::string> got;
+  for (const Action& a : s.ranks[0]) {
+    if (a.kind == K::F || a.kind == K::B || a.kind == K::W) got.push_back(to_string(a));
+    if (got.size() == rank0.size()) break;
+  }
+  EXPECT_EQ(got, rank0);
 }
 
 TEST(ScheduleSim, PeakWeightInputsAndCosts) {
