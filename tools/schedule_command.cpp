@@ -544,7 +544,7 @@ void add_schedule_command(CLI::App& app, int& exit_code) {
       ->capture_default_str();
   cmd->add_option("--chunks", o->chunks,
                   "V: model chunks per rank (interleaved; 0 = the schedule's own: 2 for "
-                  "interleaved and zbv, 1 otherwise)")
+                  "interleaved, zbv and dualpipev, 1 otherwise)")
       ->check(CLI::Range(0, 64))
       ->capture_default_str();
   cmd->add_option("--costs", o->costs,
