@@ -70,11 +70,7 @@ json train_checkpoint_meta(const TrainConfig& c, std::int64_t step) {
            {{"stages", c.stages},
             {"replicas", c.replicas},
             {"schedule", sched::schedule_kind_name(c.schedule)},
-            {"chunks", c.chunks != 0 ? c.chunks
-                       : c.schedule == sched::ScheduleKind::Interleaved ||
-                               c.schedule == sched::ScheduleKind::ZbV
-                           ? 2
-                           : 1},
+            {"chunks", c.chunks != 0 ? c.chunks : sched::default_chunks(c.schedule)},
             {"microbatches", c.microbatches},
             {"microbatch_size", c.microbatch_size},
             {"offload_optimizer", offload::to_string(c.offload_optimizer)}}}};
