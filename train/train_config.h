@@ -38,9 +38,9 @@ struct ParallelConfig {
   int stages = 2;
   int replicas = 2;
   sched::ScheduleKind schedule = sched::ScheduleKind::OneFOneB;
-  // Model chunks per rank (scheduler/schedule.h): V for interleaved, 2 for zbv, 1 for the others;
-  // 0: the schedule's own (2 for interleaved and zbv). The layers are split into stages x chunks
-  // pipeline stages, placed by the schedule (model/rank_model.h).
+  // Model chunks per rank (scheduler/schedule.h): V for interleaved, 2 for zbv and dualpipev, 1 for
+  // the others; 0: the schedule's own (2 for interleaved, zbv and dualpipev). The layers are split
+  // into stages x chunks pipeline stages, placed by the schedule (model/rank_model.h).
   int chunks = 0;
   int microbatches = 4;     // per replica per step
   int microbatch_size = 4;  // sequences per microbatch
