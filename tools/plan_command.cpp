@@ -50,11 +50,17 @@ the measured steps through the simulator; the memory beyond the model's figures 
 The traces' per-action compute against the profile's, send, receive and latency are printed, not
 priced (on shared cores they are mostly waits for a core). The same table, re-predicted, follows.
 Unlike sites: --sites 0,0,1,1 labels the ranks' sites; --site-link MS,MBIT prices the links
-between them (e.g. the WAN testbed's 100 Mbit/s) when the measured links are loopback's.)";
+between them (e.g. the WAN testbed's 100 Mbit/s) when the measured links are loopback's.
+Unlike ranks: --rank-speed 1,1,1,0.5 prices each rank's compute at that fraction of the profile's
+(measure it: a rank's F+B+W per layer in a --trace of an even split against the fastest rank's);
+the search then also tries, for every layout, the layers per stage that balance the stages' times
+(layers=4,4,4,2 in the plan; strait train --stage-layers), e.g.
+  strait plan -n 4 --rank-speed 1,1,1,0.5 --model layers=14,dim=128,heads=4,ctx=128 --output p.json
+  strait train --plan p.json)";
 
 struct PlanOptions {
   int nproc = 4;
-  std::string sites, links, site_link, memory = "0", max_codec = "none";
+  std::string sites, links, site_link, memory = "0", max_codec = "none", rank_speed;
   std::string model = "layers=4,dim=128,heads=4,ctx=128";
   int batch = 32, top = 5, validate = 0, sample = 8, steps = 6, max_microbatches = 16, repeat = 2;
   std::string output, profile, offload_dir = "/var/tmp", outer_steps = "8,32", data;
@@ -104,6 +110,35 @@ std::vector<int> parse_ints(const std::string& text) {
   return out;
 }
 
+// --rank-speed: one positive number per rank ("" gives all 1).
+std::vector<double> parse_speeds(const std::string& text, int ranks) {
+  std::vector<double> out;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    std::size_t used = 0;
+    double v = 0;
+    try {
+      v = std::stod(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != item.size() || !(v > 0) || v > 1e3) {
+      throw Error(ErrorCode::InvalidArgument,
+                  fmt::format("--rank-speed {}: '{}' is not a speed > 0 (1: as profiled, 0.5: "
+                              "half as fast)",
+                              text, item));
+    }
+    out.push_back(v);
+  }
+  if (!out.empty() && static_cast<int>(out.size()) != ranks) {
+    throw Error(ErrorCode::InvalidArgument,
+                fmt::format("--rank-speed {}: {} speeds for -n {} ranks; give one per rank", text,
+                            out.size(), ranks));
+  }
+  return out;
+}
+
 // Codecs within the accuracy budget that strait train accepts without arguments.
 std::vector<std::string> allowed_codecs(const std::string& max_codec, bool outer) {
   const int level = tune::parse_max_codec(max_codec);
@@ -129,6 +164,7 @@ PlanRequest make_request(const PlanOptions& o) {
   r.outer_codecs = allowed_codecs(o.max_codec, true);
   r.outer_steps = parse_ints(o.outer_steps);
   r.max_microbatches = o.max_microbatches;
+  r.rank_speed = parse_speeds(o.rank_speed, o.nproc);
   return r;
 }
 
@@ -336,6 +372,9 @@ void add_plan_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--links", o->links, "Links and sites from a strait tune file");
   cmd->add_option("--site-link", o->site_link,
                   "LATENCY_MS,MBIT between sites (e.g. 10,100), instead of the measured links");
+  cmd->add_option("--rank-speed", o->rank_speed,
+                  "Compute speed of each rank against the profile's, e.g. 1,1,1,0.5 (a rank "
+                  "limited to half a core); unlike speeds add splits that balance the stages");
   cmd->add_option("--memory-per-rank", o->memory, "Memory limit per rank (K, M, G; 0: none)")
       ->capture_default_str();
   cmd->add_option(

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -272,6 +273,10 @@ void print_costs(const train::PlanRequest& r, const train::PlanProfile& p) {
   std::set<int> sites(r.links.site.begin(), r.links.site.end());
   fmt::print("  links: latency {:.1f}-{:.1f} us, bandwidth {:.0f}-{:.0f} MB/s, {} site(s) ({})\n",
              lat_lo * 1e6, lat_hi * 1e6, bw_lo / 1e6, bw_hi / 1e6, sites.size(), r.links.source);
+  if (!r.rank_speed.empty()) {
+    fmt::print("  rank speed (x the profile's compute): {} (--rank-speed)\n",
+               fmt::join(r.rank_speed, ","));
+  }
   const auto l = p.learned.find(train::learned_key(r.ranks, r.threads, r.site_count()));
   if (l != p.learned.end() && l->second.runs > 0) {
     const auto& x = l->second;
