@@ -543,7 +543,8 @@ TEST(StraitTrain, InterleavedAndZbVTrainTheSameTrajectory) {
 // Where the pipeline is cut does not change the model's math: every layer runs the same kernels on
 // the same inputs, and the tied embedding's gradient is the sum of its two copies' (a + b == b +
 // a), so with clipping off (the global norm is summed over other parts) uneven splits of 4 layers
-// into 2, 3 or 4 stages give the even 2-stage split's losses, held-out loss and sample bit for bit.
+// into 2 or 3 stages give the even 2-stage split's losses, held-out loss and sample bit for bit
+// (on the same schedule, 1F1B: GPipe accumulates the microbatches in another order).
 // With clipping the norm's rounding differs, so they agree with one stage up to float rounding, as
 // any split does. A split that does not fit the layers or the stages is refused, naming the fix.
 TEST(StraitTrain, UnevenStageLayersTrainTheEvenSplitsLossesBitForBit) {
