@@ -194,13 +194,13 @@ struct Row {
 
 void print_validation(const std::vector<Row>& rows, const PlanRequest& r, const PlanProfile& prof,
                       const char* title) {
-  fmt::print("\n{}\n{:>4}  {:<44} {:>9} {:>9} {:>7} {:>9} {:>9} {:>7}\n", title, "#", "plan",
+  fmt::print("\n{}\n{:>4}  {:<50} {:>9} {:>9} {:>7} {:>9} {:>9} {:>7}\n", title, "#", "plan",
              "pred ms", "meas ms", "err", "pred MiB", "meas MiB", "err");
   std::vector<double> pred, meas, mem_err;
   double best_meas = 1e30, chosen_meas = -1, chosen_pred = 1e30, chosen_mem = 1e30;
   for (const auto& row : rows) {
     if (row.m.step_s <= 0) {
-      fmt::print("{:>4}  {:<44} failed: {}\n", row.rank, row.plan->plan.describe(), row.m.source);
+      fmt::print("{:>4}  {:<50} failed: {}\n", row.rank, row.plan->plan.describe(), row.m.source);
       continue;
     }
     const auto x = train::predict(row.plan->plan, r, prof);
@@ -209,7 +209,7 @@ void print_validation(const std::vector<Row>& rows, const PlanRequest& r, const 
     const double me =
         row.m.peak_memory > 0 ? (x.peak_memory - row.m.peak_memory) / row.m.peak_memory : 0;
     mem_err.push_back(std::abs(me));
-    fmt::print("{:>4}  {:<44} {:>9.1f} {:>9.1f} {:>+6.1f}% {:>9.1f} {:>9.1f} {:>+6.1f}%\n",
+    fmt::print("{:>4}  {:<50} {:>9.1f} {:>9.1f} {:>+6.1f}% {:>9.1f} {:>9.1f} {:>+6.1f}%\n",
                row.rank, row.plan->plan.describe(), x.step_s * 1e3, row.m.step_s * 1e3,
                100 * (x.step_s - row.m.step_s) / row.m.step_s, x.peak_memory / (1 << 20),
                row.m.peak_memory / (1 << 20), 100 * me);
