@@ -52,10 +52,11 @@ priced (on shared cores they are mostly waits for a core). The same table, re-pr
 Unlike sites: --sites 0,0,1,1 labels the ranks' sites; --site-link MS,MBIT prices the links
 between them (e.g. the WAN testbed's 100 Mbit/s) when the measured links are loopback's.
 Unlike ranks: --rank-speed 1,1,1,0.5 prices each rank's compute at that fraction of the profile's
-(measure it: a rank's F+B+W per layer in a --trace of an even split against the fastest rank's);
+(measured by bench/rank_speed.py: a rank's F+B+W in a --trace of an even split against what the
+profile prices for its layers, over the fastest rank's);
 the search then also tries, for every layout, the layers per stage that balance the stages' times
 (layers=4,4,4,2 in the plan; strait train --stage-layers), e.g.
-  strait plan -n 4 --rank-speed 1,1,1,0.5 --model layers=14,dim=128,heads=4,ctx=128 --output p.json
+  strait plan -n 4 --rank-speed 1,1,1,0.25 --model layers=12,dim=128,heads=4,ctx=128 --output p.json
   strait train --plan p.json)";
 
 struct PlanOptions {
