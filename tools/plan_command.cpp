@@ -55,7 +55,7 @@ Unlike ranks: --rank-speed 1,1,1,0.5 prices each rank's compute at that fraction
 (measured by bench/rank_speed.py: a rank's F+B+W in a --trace of an even split against what the
 profile prices for its layers, over the fastest rank's);
 the search then also tries, for every layout, the layers per stage that balance the stages' times
-(layers=4,4,4,2 in the plan; strait train --stage-layers), e.g.
+(layers=3,4,4,1 in the plan; strait train --stage-layers), e.g.
   strait plan -n 4 --rank-speed 1,1,1,0.25 --model layers=12,dim=128,heads=4,ctx=128 --output p.json
   strait train --plan p.json)";
 
