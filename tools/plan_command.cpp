@@ -1,6 +1,7 @@
 #include "tools/plan_command.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -54,6 +55,7 @@ between them (e.g. the WAN testbed's 100 Mbit/s) when the measured links are loo
 Unlike ranks: --rank-speed 1,1,1,0.5 prices each rank's compute at that fraction of the profile's
 (measured by bench/rank_speed.py: a rank's F+B+W in a --trace of an even split against what the
 profile prices for its layers, over the fastest rank's);
+--site-speed 1,0.5 gives every rank of --sites label 1 half the speed;
 the search then also tries, for every layout, the layers per stage that balance the stages' times
 (layers=3,4,4,1 in the plan; strait train --stage-layers), e.g.
   strait plan -n 4 --rank-speed 1,1,1,0.25 --model layers=12,dim=128,heads=4,ctx=128 --output p.json
@@ -61,7 +63,7 @@ the search then also tries, for every layout, the layers per stage that balance 
 
 struct PlanOptions {
   int nproc = 4;
-  std::string sites, links, site_link, memory = "0", max_codec = "none", rank_speed;
+  std::string sites, links, site_link, memory = "0", max_codec = "none", rank_speed, site_speed;
   std::string model = "layers=4,dim=128,heads=4,ctx=128";
   int batch = 32, top = 5, validate = 0, sample = 8, steps = 6, max_microbatches = 16, repeat = 2;
   std::string output, profile, offload_dir = "/var/tmp", outer_steps = "8,32", data;
@@ -111,8 +113,8 @@ std::vector<int> parse_ints(const std::string& text) {
   return out;
 }
 
-// --rank-speed: one positive number per rank ("" gives all 1).
-std::vector<double> parse_speeds(const std::string& text, int ranks) {
+// --rank-speed or --site-speed (`what`): one positive number per rank or site ("" gives none).
+std::vector<double> parse_speeds(const std::string& text, int ranks, const char* what) {
   std::vector<double> out;
   std::stringstream ss(text);
   std::string item;
@@ -126,18 +128,40 @@ std::vector<double> parse_speeds(const std::string& text, int ranks) {
     }
     if (used != item.size() || !(v > 0) || v > 1e3) {
       throw Error(ErrorCode::InvalidArgument,
-                  fmt::format("--rank-speed {}: '{}' is not a speed > 0 (1: as profiled, 0.5: "
+                  fmt::format("{} {}: '{}' is not a speed > 0 (1: as profiled, 0.5: "
                               "half as fast)",
-                              text, item));
+                              what, text, item));
     }
     out.push_back(v);
   }
   if (!out.empty() && static_cast<int>(out.size()) != ranks) {
     throw Error(ErrorCode::InvalidArgument,
-                fmt::format("--rank-speed {}: {} speeds for -n {} ranks; give one per rank", text,
+                fmt::format("{} {}: {} speeds for -n {} ranks; give one per rank", what, text,
                             out.size(), ranks));
   }
   return out;
+}
+
+// --site-speed: one speed per site label (0, 1, ...), given to every rank of the site once the
+// sites are known (after prepare_costs).
+void apply_site_speed(const std::string& text, PlanRequest& r) {
+  if (text.empty()) return;
+  if (!r.rank_speed.empty()) {
+    throw Error(ErrorCode::InvalidArgument,
+                "--site-speed and --rank-speed both give the ranks' speeds: pass one of them");
+  }
+  const std::vector<double> speeds = parse_speeds(
+      text, static_cast<int>(std::count(text.begin(), text.end(), ',')) + 1, "--site-speed");
+  for (const int site : r.links.site) {
+    if (site < 0 || site >= static_cast<int>(speeds.size())) {
+      throw Error(ErrorCode::InvalidArgument,
+                  fmt::format("--site-speed {}: {} speeds, but the ranks' sites are {}: give one "
+                              "per site label 0..{}",
+                              text, speeds.size(), fmt::join(r.links.site, ","),
+                              *std::max_element(r.links.site.begin(), r.links.site.end())));
+    }
+    r.rank_speed.push_back(speeds[static_cast<std::size_t>(site)]);
+  }
 }
 
 // Codecs within the accuracy budget that strait train accepts without arguments.
@@ -165,7 +189,7 @@ PlanRequest make_request(const PlanOptions& o) {
   r.outer_codecs = allowed_codecs(o.max_codec, true);
   r.outer_steps = parse_ints(o.outer_steps);
   r.max_microbatches = o.max_microbatches;
-  r.rank_speed = parse_speeds(o.rank_speed, o.nproc);
+  r.rank_speed = parse_speeds(o.rank_speed, o.nproc, "--rank-speed");
   return r;
 }
 
@@ -311,6 +335,7 @@ void run_plan(const PlanOptions& o) {
   const PlanSetup setup = make_setup(o);
   PlanProfile prof = PlanProfile::load(setup.profile_path);
   const double measured_s = prepare_costs(r, prof, setup);
+  apply_site_speed(o.site_speed, r);
   print_costs(r, prof);
   std::fflush(stdout);  // before an error the search may print on stderr
   const auto t0 = std::chrono::steady_clock::now();
@@ -376,6 +401,9 @@ void add_plan_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--rank-speed", o->rank_speed,
                   "Compute speed of each rank against the profile's, e.g. 1,1,1,0.5 (a rank "
                   "limited to half a core); unlike speeds add splits that balance the stages");
+  cmd->add_option("--site-speed", o->site_speed,
+                  "Compute speed of each site (by --sites label 0, 1, ...), e.g. 1,0.5: every "
+                  "rank of the site gets it (instead of --rank-speed)");
   cmd->add_option("--memory-per-rank", o->memory, "Memory limit per rank (K, M, G; 0: none)")
       ->capture_default_str();
   cmd->add_option(

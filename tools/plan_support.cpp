@@ -274,7 +274,7 @@ void print_costs(const train::PlanRequest& r, const train::PlanProfile& p) {
   fmt::print("  links: latency {:.1f}-{:.1f} us, bandwidth {:.0f}-{:.0f} MB/s, {} site(s) ({})\n",
              lat_lo * 1e6, lat_hi * 1e6, bw_lo / 1e6, bw_hi / 1e6, sites.size(), r.links.source);
   if (!r.rank_speed.empty()) {
-    fmt::print("  rank speed (x the profile's compute): {} (--rank-speed)\n",
+    fmt::print("  rank speed (x the profile's compute): {} (--rank-speed / --site-speed)\n",
                fmt::join(r.rank_speed, ","));
   }
   const auto l = p.learned.find(train::learned_key(r.ranks, r.threads, r.site_count()));

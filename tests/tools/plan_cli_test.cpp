@@ -89,7 +89,8 @@ TEST(StraitPlan, NoPlanFitsATinyMemoryLimit) {
 
 // Unlike ranks: rank 1 at a quarter of rank 0's speed. Every plan of 2 stages tried with a split
 // other than the even one gives rank 1 fewer layers; the plan file carries the split into strait
-// train, which says it. Bad speeds are refused, naming the fix.
+// train, which says it. --site-speed gives each site's ranks its speed. Bad speeds are refused,
+// naming the fix.
 TEST(StraitPlan, RankSpeedGivesTheSlowRankFewerLayersAndTheFileCarriesThem) {
   const TempDir dir;
   const fs::path corpus = strait::test::write_word_corpus(dir.path());
@@ -156,6 +157,19 @@ TEST(StraitPlan, RankSpeedGivesTheSlowRankFewerLayersAndTheFileCarriesThem) {
     }
     EXPECT_TRUE(contains(train.output(), "(per stage " + counts + ")")) << train.output();
   }
+  // Per site: every rank of site 1 at a quarter; a site without a speed is named.
+  Strait sites({"plan", "-n", "2", "--model", "layers=6,dim=32,heads=2,ctx=32", "--batch", "4",
+                "--sites", "0,1", "--site-speed", "1,0.25", "--offload-dir", dir.path().string()},
+               dir.path() / "sites.out", env);
+  ASSERT_EQ(sites.exit_code(120s), 0) << sites.output();
+  EXPECT_TRUE(contains(sites.output(), "rank speed (x the profile's compute): 1,0.25"))
+      << sites.output();
+  Strait short_sites({"plan", "-n", "2", "--model", "layers=6,dim=32,heads=2,ctx=32", "--sites",
+                      "0,1", "--site-speed", "1", "--offload-dir", dir.path().string()},
+                     dir.path() / "short.out", env);
+  EXPECT_NE(short_sites.exit_code(60s), 0) << short_sites.output();
+  EXPECT_TRUE(contains(short_sites.output(), "give one per site label 0..1"))
+      << short_sites.output();
   for (const auto& [speeds, message] : std::vector<std::pair<std::string, std::string>>{
            {"1,0", "is not a speed > 0"}, {"1", "1 speeds for -n 2 ranks"}}) {
     Strait bad({"plan", "-n", "2", "--model", "layers=6,dim=32,heads=2,ctx=32", "--rank-speed",
