@@ -47,7 +47,7 @@ speed=$(python3 "$root/bench/rank_speed.py" "$out/probe.trace.json" "$profile" 1
 echo "rank speeds (x the profile's compute): $speed"
 "$build/strait" plan -n 4 --model layers=12,dim=128,heads=4,ctx=128 --batch 16 \
   --profile "$profile" --rank-speed "$speed" --top 400 --output "$out/plan.json" > "$out/plan.out"
-grep -E '^ +1 |4x1 1f1b M=16 b=1  ' "$out/plan.out"
+grep -E '^  1  |4x1 1f1b M=16 b=1  ' "$out/plan.out"
 for round in $(seq 1 "$rounds"); do
   echo "round $round, $(uptime)"
   train "even-$round" "${even[@]}" --steps "$steps"
