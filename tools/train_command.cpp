@@ -163,6 +163,12 @@ void add_parallel_options(CLI::App* train, TrainOptions& o) {
       ->capture_default_str();
   train->add_option("--microbatch-size", o.config.microbatch_size, "Sequences per microbatch")
       ->capture_default_str();
+  train
+      ->add_option("--stage-layers", o.config.stage_layers,
+                   "Layers of each pipeline stage, e.g. 3,1 (stages x chunks counts in model-stage "
+                   "order, summing to --layers): an uneven split gives a slower rank fewer layers; "
+                   "default: as even as possible")
+      ->delimiter(',');
 }
 
 // The model and its optimizer.

@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "model/sampling.h"
 #include "model/transformer.h"
@@ -44,6 +45,9 @@ struct ParallelConfig {
   int chunks = 0;
   int microbatches = 4;     // per replica per step
   int microbatch_size = 4;  // sequences per microbatch
+  // Layers of each pipeline stage (stages x chunks entries, in model-stage order, summing to the
+  // layers): an uneven split gives a slower rank fewer layers. Empty: as even as possible.
+  std::vector<int> stage_layers;
 
   void validate() const;
   [[nodiscard]] int world_size() const { return stages * replicas; }
@@ -223,6 +227,9 @@ struct TrainConfig : ParallelConfig,
 
 // The job's pipeline schedule, with activation offload when asked for.
 [[nodiscard]] sched::Schedule job_schedule(const TrainConfig& config);
+
+// The layers of every model stage (stage_layers, or the even split), in model-stage order.
+[[nodiscard]] std::vector<sched::LayerRange> job_layer_ranges(const TrainConfig& config);
 
 // Learning rate at `step` (0-based): linear warm-up, then cosine decay to min_lr_ratio * lr.
 double learning_rate(const TrainConfig& config, std::int64_t step);
