@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 
@@ -54,6 +55,7 @@ ProgressEngine::ProgressEngine(std::unique_ptr<Transport> transport)
   // With more local ranks than cores it yields the core between polls, so the peer can run.
   const auto env = spin_from_env();
   spin_ = env.value_or(std::chrono::microseconds(50));
+  engine_spin_ = spin_;
   adaptive_spin_ = !env.has_value();
   drive_spin_us_.store(env ? env->count() : kMaxDriveSpin.count());
   yield_when_idle_ = !transport_->core_per_local_rank();
@@ -404,27 +406,40 @@ bool ProgressEngine::drive(const WorkState& work) {
   } const driving(inline_drivers_);
   std::vector<Command> commands;
   const std::chrono::microseconds budget(drive_spin_us_.load(std::memory_order_relaxed));
-  // The budget is for idle polling: while messages move, the caller keeps driving.
-  auto until = Clock::now() + budget;
-  // The clock is read every kClockEvery idle polls (and after every poll that moved).
-  for (unsigned polls = 1; !work.done() && (polls % kClockEvery != 0 || Clock::now() < until);
-       ++polls) {
+  // The budget is for idle polling over the whole wait, not since the last message: a caller may
+  // poll idle for the budget plus as long as it spent moving data. Restarting it on every move
+  // kept a caller polling through a whole transfer over a slow link, whose bytes trickle in (a
+  // 4 MiB allreduce at 500 Mbit/s: 6.6-19 ms of CPU against Gloo's 3.2-3.7, taken from the
+  // training thread beside it); copies between local ranks, which move on most polls, go on.
+  // The clock is read every kClockEvery polls and after every poll that moved; an interval
+  // counts as busy when a poll in it moved.
+  Clock::duration idle{0};
+  Clock::duration busy{0};
+  auto last = Clock::now();
+  bool batch_moved = false;
+  for (unsigned polls = 1; !work.done(); ++polls) {
     std::unique_lock lock(progress_mutex_, std::try_to_lock);
-    if (!lock.owns_lock()) {
+    if (lock.owns_lock()) {
+      tls_progressing = true;
+      const bool moved = iterate(commands);
+      tls_progressing = false;
+      batch_moved |= moved;
+      // More ranks than cores: the peer this rank waits for may need this core. Yielding hands
+      // it over at once (as Open MPI's yield_when_idle does), where sleeping on an event fd
+      // would wait for a wake-up behind every other runnable thread.
+      if (!moved && yield_when_idle_) {
+        lock.unlock();
+        std::this_thread::yield();
+      }
+    } else {
       std::this_thread::yield();
-      continue;
     }
-    tls_progressing = true;
-    const bool moved = iterate(commands);
-    tls_progressing = false;
-    if (moved) until = Clock::now() + budget;
-    // More ranks than cores: the peer this rank waits for may need this core. Yielding hands it
-    // over at once (as Open MPI's yield_when_idle does), where sleeping on an event fd would
-    // wait for a wake-up behind every other runnable thread.
-    if (!moved && yield_when_idle_) {
-      lock.unlock();
-      std::this_thread::yield();
-    }
+    if (!batch_moved && polls % kClockEvery != 0) continue;
+    const auto now = Clock::now();
+    (batch_moved ? busy : idle) += now - last;
+    last = now;
+    batch_moved = false;
+    if (idle > budget + busy) break;
   }
   if (adaptive_spin_ && work.done()) grow_spin();
   // Not done within the spin, or other operations still pending: the engine thread (asleep, and
@@ -444,7 +459,7 @@ void ProgressEngine::wait_ended(std::chrono::steady_clock::duration waited) {
   // engine thread and back costs milliseconds on a loaded host): grow the budget. `waited` ends at
   // the completion, not at this thread's wake-up: counting the wake-up's own milliseconds made a
   // loaded host shrink the budget after every hand-over and never recover (every later wait then
-  // handed over too and took 4-5 ms; bench/RESULTS.md, "torch.distributed backend"). One far longer
+  // handed over too and took 4-5 ms; docs/results/torch.md). One far longer
   // (a peer computing through a pipeline bubble) only burns CPU that ranks sharing the cores need:
   // shrink it. 4 training ranks on 2 cores, 300 steps: 131 s polling 5 ms always, 109 s adaptive; 4
   // ranks' back-to-back 8-byte allreduces: 2.7 ms polling 50 us always, tens of us adaptive.
@@ -455,6 +470,8 @@ void ProgressEngine::wait_ended(std::chrono::steady_clock::duration waited) {
 }
 
 void ProgressEngine::run() {
+  // Named, so that top -H, perf and /proc/PID/task show whose CPU time this is.
+  pthread_setname_np(pthread_self(), "strait-progress");
   std::vector<Command> commands;
   tls_progressing = true;
   for (;;) {
@@ -468,7 +485,7 @@ void ProgressEngine::run() {
     if (moved) continue;
     // A caller spinning in drive() progresses for us: do not compete with it for the cores.
     const bool driven = inline_drivers_.load(std::memory_order_relaxed) > 0;
-    if (!active_.empty() && !driven && now - last_activity_ < spin_) {
+    if (!active_.empty() && !driven && now - last_activity_ < engine_spin_) {
       // More local ranks than cores: hand the core over between polls (see drive()).
       if (yield_when_idle_) {
         lock.unlock();
@@ -496,8 +513,10 @@ void ProgressEngine::run() {
     }
     if (transport_->event_fd() >= 0 && !transport_->arm()) continue;  // events already pending
     lock.unlock();
+    const auto slept_at = Clock::now();
     sleep_until_event(wake);
     lock.lock();
+    adapt_engine_spin(Clock::now() - slept_at, !active_.empty());
     transport_->check_peers();
     last_peer_check_ = last_activity_ = Clock::now();
   }
@@ -520,6 +539,22 @@ void ProgressEngine::run() {
                                                            e.work->description())));
   }
   incoming_.clear();
+}
+
+void ProgressEngine::adapt_engine_spin(Clock::duration slept, bool active) {
+  // Adaptive, as drive()'s budget: polling spin_ after each message pays when the next one comes
+  // within it (a sleep that short would have been cheaper polled through: grow the window), and
+  // only burns a core when messages trickle in further apart (a slow link's bytes, one segment
+  // every ~100 us at 500 Mbit/s: 50 us of polling after each took 40% of a core from the
+  // training thread beside it): shrink it. Idle sleeps (nothing pending) say nothing.
+  if (!active || !adaptive_spin_) return;  // STRAIT_SPIN_US fixes it
+  const Clock::duration floor = std::min(spin_, kMinEngineSpin);
+  const Clock::duration most = spin_;
+  if (slept < spin_) {
+    engine_spin_ = std::min(std::max(engine_spin_ * 2, floor), most);
+  } else {
+    engine_spin_ = std::max(engine_spin_ / 2, floor);
+  }
 }
 
 std::vector<std::pair<int, std::string>> ProgressEngine::lost_peers() {

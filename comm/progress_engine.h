@@ -176,6 +176,11 @@ class ProgressEngine final : public WorkDriver,
   Fd wake_fd_;                                           // eventfd: submissions and commands
   Fd epoll_fd_;                                          // wake_fd_ and the transport's event fd
   std::chrono::microseconds spin_;                       // the engine thread's, before it sleeps
+  // The engine thread's polling window after a message, adaptive within [kMinEngineSpin, spin_]
+  // (adapt_engine_spin); engine thread only.
+  std::chrono::steady_clock::duration engine_spin_{};
+  static constexpr std::chrono::microseconds kMinEngineSpin{2};
+  void adapt_engine_spin(std::chrono::steady_clock::duration slept, bool active);
   // A caller's polling budget in drive() before it hands over: STRAIT_SPIN_US, or adaptive
   // between these bounds.
   static constexpr std::chrono::microseconds kMinDriveSpin{50};

@@ -1,6 +1,7 @@
 #include "model/rank_model.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 
@@ -10,8 +11,35 @@
 
 namespace strait::sched {
 
+std::vector<LayerRange> split_layers(int layers, int stages, std::span<const int> counts) {
+  if (counts.empty()) return split_layers(layers, stages);
+  int sum = 0;
+  for (const int n : counts) {
+    if (n < 1) {
+      throw Error(ErrorCode::InvalidArgument,
+                  fmt::format("layers per stage {}: every stage needs at least one layer",
+                              fmt::join(counts, ",")));
+    }
+    sum += n;
+  }
+  if (static_cast<int>(counts.size()) != stages || sum != layers) {
+    throw Error(ErrorCode::InvalidArgument,
+                fmt::format("layers per stage {}: {} stages of {} layers in all, but the model "
+                            "has {} pipeline stages of {} layers in all; give one count per "
+                            "stage, summing to the layers",
+                            fmt::join(counts, ","), counts.size(), sum, stages, layers));
+  }
+  std::vector<LayerRange> out;
+  int first = 0;
+  for (const int n : counts) {
+    out.push_back({first, first + n});
+    first += n;
+  }
+  return out;
+}
+
 RankModel::RankModel(const GptConfig& config, const Schedule& schedule, int rank, int max_batch,
-                     std::uint64_t seed, int min_slots) {
+                     std::uint64_t seed, int min_slots, std::span<const int> stage_layers) {
   const int stages = stage_count(schedule);
   if (stages > config.layers) {
     throw Error(ErrorCode::InvalidArgument,
@@ -26,7 +54,7 @@ RankModel::RankModel(const GptConfig& config, const Schedule& schedule, int rank
                 fmt::format("RankModel: rank {} is outside the schedule's {} ranks", rank,
                             schedule.stages));
   }
-  const std::vector<LayerRange> ranges = split_layers(config.layers, stages);
+  const std::vector<LayerRange> ranges = split_layers(config.layers, stages, stage_layers);
   std::vector<std::size_t> offsets;
   std::size_t total = 0;
   for (int c = 0; c < schedule.chunks; ++c) {

@@ -5,13 +5,16 @@
 // what the executor's gradient sync and optimizer step (scheduler/executor.h), the optimizer state
 // and checkpoints see as the rank's parameters.
 //
-// Layers: the model's L layers are split into P * V stages (split_layers), stage v holding
-// layers[v]. Tensor names stay global ("h.3.attn.c_attn.weight"), so a rank's tensors are named
-// the same whatever the split, and checkpoints do not depend on it. The wte of the last stage is a
-// copy of the first stage's (transformer.h): is_tied_copy() says which one a checkpoint skips.
-// Thread-safety: none; one thread drives a RankModel.
-// Errors: InvalidArgument when the schedule has more stages than the model has layers (naming the
-// fix), or for the StageModel's own reasons.
+// Layers: the model's L layers are split into P * V stages, stage v holding layers[v]: evenly
+// (split_layers) or with the layer count of every stage given (uneven splits, which give a slower
+// rank fewer layers: Megatron-LM's --decoder-first/last-pipeline-num-layers, or Holmes's splits
+// for unlike clusters). The loss does not depend on where the pipeline is cut. Tensor names stay
+// global ("h.3.attn.c_attn.weight"), so a rank's tensors are named the same whatever the split, and
+// checkpoints do not depend on it. The wte of the last stage is a copy of the first stage's
+// (transformer.h): is_tied_copy() says which one a checkpoint skips. Thread-safety: none; one
+// thread drives a RankModel. Errors: InvalidArgument when the schedule has more stages than the
+// model has layers (naming the fix), for a bad layer count per stage, or for the StageModel's own
+// reasons.
 #pragma once
 
 #include <cstddef>
@@ -28,13 +31,19 @@
 
 namespace strait::sched {
 
+// The stages' layer ranges for `counts[v]` layers in model stage v, in order; empty `counts`:
+// split_layers(layers, stages). Throws InvalidArgument naming the fix when counts has other than
+// `stages` entries, an entry below 1, or a sum other than `layers`.
+std::vector<LayerRange> split_layers(int layers, int stages, std::span<const int> counts);
+
 class RankModel {
  public:
   // Rank `rank` of `schedule` (valid) for `config`; each chunk gets
   // peak_stashed_microbatches_of_stage of its stage (at least `min_slots`), max_batch sequences per
-  // microbatch, weights from `seed` (the same bits as any other split: transformer.h).
+  // microbatch, weights from `seed` (the same bits as any other split: transformer.h);
+  // `stage_layers`: the layers of each model stage (split_layers' counts; empty: even).
   RankModel(const GptConfig& config, const Schedule& schedule, int rank, int max_batch,
-            std::uint64_t seed, int min_slots = 1);
+            std::uint64_t seed, int min_slots = 1, std::span<const int> stage_layers = {});
 
   [[nodiscard]] int chunks() const noexcept { return static_cast<int>(chunks_.size()); }
   // The model stage chunk c holds, and the chunk.

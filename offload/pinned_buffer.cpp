@@ -117,7 +117,7 @@ PinnedBuffer::PinnedBuffer(std::size_t bytes, const PinnedBufferOptions& options
     // Before mlock faults the pages in. Huge pages make each 2 MiB one segment for the block
     // layer: a 1 MiB O_DIRECT read into a registered io_uring buffer is then one request instead
     // of two of 512 KiB (virtio's 254-segment limit), 1.33 -> 2.4 GB/s on the development VM
-    // (bench/RESULTS.md, "Offload I/O"). Where THP is off the advice is ignored.
+    // (docs/results/offload.md). Where THP is off the advice is ignored.
     if (huge) ::madvise(p, size_, MADV_HUGEPAGE);
     if (::mlock(p, size_) == 0) {
       locked_ = true;

@@ -4,7 +4,7 @@
 /// The size is rounded up to a whole number of pages (so O_DIRECT and registered io_uring buffers
 /// can use any prefix of it). Buffers of kHugePageBytes or more start on a 2 MiB boundary and are
 /// advised to use transparent huge pages (MADV_HUGEPAGE): a device then gets one segment per huge
-/// page, which doubled registered O_DIRECT reads (bench/RESULTS.md, "Offload I/O"). The pages are
+/// page, which doubled registered O_DIRECT reads (docs/results/offload.md). The pages are
 /// locked with mlock so they cannot be swapped out under an in-flight transfer; when the kernel
 /// refuses (RLIMIT_MEMLOCK too small and no CAP_IPC_LOCK) the buffer stays usable but unlocked, and
 /// the process logs one warning (spdlog) saying how to raise the limit. Options: bind the pages to

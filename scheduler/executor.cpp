@@ -364,6 +364,8 @@ void PipelineExecutor::Step::run(const Action& a, const OptimizerStep& optimizer
       break;
     case ActionKind::Offload: offload(a, c, k); break;
     case ActionKind::Reload: reload(a, c, k); break;
+    // The pair runs as the list goes on: F, SEND_F posted, then B, whose gradient arrived during F.
+    case ActionKind::OverlapFB: break;
     case ActionKind::B: backward(a, c, i, k); break;
     case ActionKind::W:
       ch.model->backward_weight(slot_of_[k]);

@@ -54,6 +54,12 @@ class RankBuilder {
     if (remote(stage - 1)) push(ActionKind::SendB, stage, mb);
   }
   void weight(int stage, int mb) { push(ActionKind::W, stage, mb); }
+  // An OVERLAP_F_B pair: the F, then the B, each with its transfers.
+  void overlapped(int f_stage, int f_mb, int b_stage, int b_mb) {
+    push(ActionKind::OverlapFB, f_stage, f_mb);
+    forward(f_stage, f_mb);
+    backward(b_stage, b_mb);
+  }
   void finish() {
     const int first = stage_of(sched_, rank_, 0);
     push(ActionKind::AllreduceGrad, first, kNoMicrobatch);
@@ -107,6 +113,7 @@ std::string_view action_kind_name(ActionKind kind) noexcept {
     case ActionKind::Optim: return "OPTIM";
     case ActionKind::Offload: return "OFFLOAD";
     case ActionKind::Reload: return "RELOAD";
+    case ActionKind::OverlapFB: return "OVERLAP_F_B";
   }
   return "?";
 }
@@ -233,6 +240,28 @@ std::vector<std::vector<bool>> one_f_one_b_orders(int P, int M) {
   return order;
 }
 
+// Stage 0's input gradient goes nowhere (no SEND_B), so a W that directly follows its own B there
+// (no compute between) only costs the split's overhead: the B computes both instead. The plan is
+// unchanged (a fused B costs b + w, what B then W took) and the stash is freed one action earlier.
+void fuse_first_stage_weights(Schedule& sched) {
+  auto& list = sched.ranks[static_cast<std::size_t>(rank_of(sched, 0))];
+  const auto is_compute = [](const Action& a) {
+    return a.kind == ActionKind::F || a.kind == ActionKind::B || a.kind == ActionKind::W;
+  };
+  std::vector<Action> out;
+  out.reserve(list.size());
+  std::ptrdiff_t last_compute = -1;  // in `out`
+  for (const Action& a : list) {
+    if (a.kind == ActionKind::W && a.stage == 0 && last_compute >= 0 &&
+        out[static_cast<std::size_t>(last_compute)] == Action{ActionKind::B, 0, a.microbatch}) {
+      continue;
+    }
+    if (is_compute(a)) last_compute = static_cast<std::ptrdiff_t>(out.size());
+    out.push_back(a);
+  }
+  list = std::move(out);
+}
+
 Schedule greedy_zero_bubble(Schedule sched, const GreedyPolicy& policy, const ActionCosts& costs,
                             std::string_view what) {
   check_plan_costs(costs, what);
@@ -348,6 +377,7 @@ Schedule greedy_zero_bubble(Schedule sched, const GreedyPolicy& policy, const Ac
     free_at[ru] = next;
   }
   for (int r = 0; r < P; ++r) builders[static_cast<std::size_t>(r)].finish();
+  fuse_first_stage_weights(sched);
   return sched;
 }
 
@@ -368,9 +398,109 @@ Schedule make_zb_v(int stages, int microbatches, const ActionCosts& plan_costs) 
 }
 
 namespace {
-constexpr std::array kKinds = {ScheduleKind::GPipe, ScheduleKind::OneFOneB,
-                               ScheduleKind::Interleaved, ScheduleKind::ZbH1, ScheduleKind::ZbV};
+
+// One rank of DualPipeV: the phases of make_dualpipev's comment, with per-chunk counters of the
+// next F and B and a queue of the B's whose W is pending.
+class DualPipeVRank {
+ public:
+  DualPipeVRank(Schedule& sched, int rank)
+      : b_(sched, rank), stage_{stage_of(sched, rank, 0), stage_of(sched, rank, 1)} {}
+
+  void f(int c) { b_.forward(stage_[c], next_f_[c]++); }
+  // split: the B computes the input gradient only and its W joins the queue.
+  void b(int c, bool split) {
+    const int mb = next_b_[c]++;
+    b_.backward(stage_[c], mb);
+    if (split) pending_w_.emplace_back(stage_[c], mb);
+  }
+  void w() {
+    const auto [stage, mb] = pending_w_.front();
+    pending_w_.pop_front();
+    b_.weight(stage, mb);
+  }
+  // F of chunk fc paired with a full B of chunk bc.
+  void overlapped(int fc, int bc) {
+    b_.overlapped(stage_[fc], next_f_[fc]++, stage_[bc], next_b_[bc]++);
+  }
+  void finish() { b_.finish(); }
+
+ private:
+  RankBuilder b_;
+  std::array<int, 2> stage_;
+  std::array<int, 2> next_f_{0, 0};
+  std::array<int, 2> next_b_{0, 0};
+  std::deque<std::pair<int, int>> pending_w_;
+};
+
 }  // namespace
+
+Schedule make_dualpipev(int stages, int microbatches) {
+  check_shape("dualpipev", stages, microbatches);
+  const int P = stages;
+  const int M = microbatches;
+  if (M < 2 * P) {
+    throw Error(ErrorCode::InvalidArgument,
+                fmt::format("dualpipev schedule: {} microbatches for {} ranks; it needs at least "
+                            "2 x ranks = {} (one per model stage) to fill its steady phase",
+                            M, P, 2 * P));
+  }
+  Schedule sched = empty_schedule(P, M, 2, StagePlacement::V);
+  for (int r = 0; r < P; ++r) {
+    DualPipeVRank x(sched, r);
+    const int rest = P - r - 1;  // ranks after this one
+    for (int i = 0; i < 2 * rest; ++i) x.f(0);
+    for (int i = 0; i <= r; ++i) {
+      x.f(0);
+      x.f(1);
+    }
+    for (int i = 0; i < rest; ++i) {
+      x.b(1, true);
+      x.w();
+      x.f(1);
+    }
+    for (int i = 0; i < M - 2 * P + r + 1; ++i) {
+      if (i == 0 && rest == 0) {
+        // The turn of the V: F0's output feeds B1's own F1 right here; DeepSeek leaves these two
+        // unpaired to shorten the bubble.
+        x.f(0);
+        x.b(1, false);
+      } else {
+        x.overlapped(0, 1);
+      }
+      x.overlapped(1, 0);
+    }
+    for (int i = 0; i < rest; ++i) {
+      x.b(1, false);
+      x.overlapped(1, 0);
+    }
+    // Splitting the second half of these backwards lets the W's fill the cool-down.
+    const int h = (r + 1) / 2;
+    for (int i = 0; i <= r; ++i) {
+      x.b(1, i > h || (i == h && r % 2 == 1));
+      x.b(0, i >= h);
+    }
+    for (int i = 0; i < rest; ++i) {
+      x.w();
+      x.b(0, true);
+    }
+    for (int i = 0; i <= r; ++i) x.w();
+    x.finish();
+  }
+  return sched;
+}
+
+namespace {
+constexpr std::array kKinds = {ScheduleKind::GPipe,       ScheduleKind::OneFOneB,
+                               ScheduleKind::Interleaved, ScheduleKind::ZbH1,
+                               ScheduleKind::ZbV,         ScheduleKind::DualPipeV};
+}  // namespace
+
+int default_chunks(ScheduleKind kind) noexcept {
+  return kind == ScheduleKind::Interleaved || kind == ScheduleKind::ZbV ||
+                 kind == ScheduleKind::DualPipeV
+             ? 2
+             : 1;
+}
 
 std::string_view schedule_kind_name(ScheduleKind kind) noexcept {
   switch (kind) {
@@ -379,6 +509,7 @@ std::string_view schedule_kind_name(ScheduleKind kind) noexcept {
     case ScheduleKind::Interleaved: return "interleaved";
     case ScheduleKind::ZbH1: return "zb-h1";
     case ScheduleKind::ZbV: return "zbv";
+    case ScheduleKind::DualPipeV: return "dualpipev";
   }
   return "?";
 }
@@ -399,7 +530,7 @@ ScheduleKind parse_schedule_kind(std::string_view name) {
 
 Schedule make_schedule(ScheduleKind kind, int stages, int microbatches, int chunks,
                        const ActionCosts& plan_costs) {
-  const int own = kind == ScheduleKind::Interleaved || kind == ScheduleKind::ZbV ? 2 : 1;
+  const int own = default_chunks(kind);
   if (chunks == 0) chunks = own;
   if (kind != ScheduleKind::Interleaved && chunks != own) {
     throw Error(ErrorCode::InvalidArgument,
@@ -413,6 +544,7 @@ Schedule make_schedule(ScheduleKind kind, int stages, int microbatches, int chun
     case ScheduleKind::Interleaved: return make_interleaved_1f1b(stages, microbatches, chunks);
     case ScheduleKind::ZbH1: return make_zb_h1(stages, microbatches, plan_costs);
     case ScheduleKind::ZbV: return make_zb_v(stages, microbatches, plan_costs);
+    case ScheduleKind::DualPipeV: return make_dualpipev(stages, microbatches);
   }
   throw Error(ErrorCode::Internal, "make_schedule: unhandled schedule kind");
 }

@@ -14,9 +14,9 @@
 /// lives is the schedule's placement:
 /// - Loop (GPipe, 1F1B, interleaved 1F1B; Megatron-LM's virtual pipeline): stage v is chunk v / P
 ///   of rank v % P, so the microbatch loops over the ranks V times.
-/// - V (ZB-V, V = 2 only): stage v < P is chunk 0 of rank v, stage v >= P is chunk 1 of rank
-///   2P-1-v; the microbatch goes down the ranks and back up, so rank 0 holds the first and the last
-///   stage and rank P-1 the two middle ones.
+/// - V (ZB-V and DualPipeV, V = 2 only): stage v < P is chunk 0 of rank v, stage v >= P is chunk 1
+///   of rank 2P-1-v; the microbatch goes down the ranks and back up, so rank 0 holds the first and
+///   the last stage and rank P-1 the two middle ones.
 /// With V = 1 both are the same and stage v is rank v.
 /// Every Action names the *stage* it runs (the model chunk whose forward, backward or weight
 /// gradient it is), as torch.distributed.pipelining's _Action does; the rank is the list it is in,
@@ -73,6 +73,15 @@ enum class ActionKind : std::uint8_t {
   /// for a RELOAD's copy only at the B, and for an OFFLOAD's copy only when it needs the slot.
   Offload,
   Reload,
+  /// OVERLAP_F_B (DualPipe's F&B; torch.distributed.pipelining's OVERLAP_F_B): pairs the F it names
+  /// (its stage and microbatch) with the B that follows it. On the rank's list the next compute
+  /// (F, B, W) after it is that F and the one after that a B of another stage; only transfers and
+  /// activation copies lie between (validate_schedule checks it). It computes nothing itself: the
+  /// executor runs the pair back to back, F, its SEND_F posted, then the B, whose output gradient
+  /// was received during the F (see scheduler/executor.h), and the simulator prices it so (F&B = F
+  /// + B). On a GPU the two would share the device; on a CPU rank there is no idle unit to give
+  /// the second half, so only the transfers of one overlap the compute of the other.
+  OverlapFB,
 };
 
 /// Action::microbatch of the per-rank actions (ALLREDUCE_GRAD, OPTIM), which belong to no
@@ -92,7 +101,7 @@ struct Action {
 };
 
 /// "F", "B", "W", "SEND_F", "RECV_F", "SEND_B", "RECV_B", "ALLREDUCE_GRAD", "OPTIM", "OFFLOAD",
-/// "RELOAD".
+/// "RELOAD", "OVERLAP_F_B".
 STRAIT_API std::string_view action_kind_name(ActionKind kind) noexcept;
 /// The kind's name followed by the microbatch, e.g. "F3", "RECV_B0", "OPTIM": the short form, for
 /// one rank's list when every rank holds one stage.
@@ -165,6 +174,10 @@ STRAIT_API Schedule make_interleaved_1f1b(int stages, int microbatches, int chun
 /// peak, on its rank 0), and with F = B = W the step is 3M + P-1 units for M >= P: bubble
 /// (P-1)/(3M+P-1) against 1F1B's 3(P-1)/(3M + 3(P-1)), a third (tested). plan_costs: the F, B, W
 /// times the list scheduling plans with (default: all equal).
+/// Stage 0 (here and in make_zb_v): a W that directly follows its own B is fused into it (the B
+/// computes both; no W). Nobody waits for stage 0's input gradient, so the plan is the same, and
+/// the split's own cost (B + W measured 1.03-1.11x the fused B) is not paid where it buys nothing.
+/// With P = 2 that is every W of rank 0.
 STRAIT_API Schedule make_zb_h1(int stages, int microbatches,
                                const ActionCosts& plan_costs = ActionCosts{1.0, 1.0, 1.0});
 
@@ -182,15 +195,33 @@ STRAIT_API Schedule make_zb_h1(int stages, int microbatches,
 STRAIT_API Schedule make_zb_v(int stages, int microbatches,
                               const ActionCosts& plan_costs = ActionCosts{1.0, 1.0, 1.0});
 
-/// The schedule generators make_schedule knows.
-enum class ScheduleKind : std::uint8_t { GPipe, OneFOneB, Interleaved, ZbH1, ZbV };
+/// DualPipeV (DeepSeek's DualPipe cut in half, github.com/deepseek-ai/DualPipe dualpipev.py;
+/// torch's ScheduleDualPipeV): two chunks per rank in V placement, as ZB-V, in eight phases per
+/// rank r (chunk 0 is stage r, chunk 1 stage 2P-1-r):
+///  1. 2(P-r-1) F of chunk 0;  2. r+1 times F0 F1;  3. P-r-1 times B1 (split) W F1;
+///  4. M-2P+r+1 times (F0 & B1) (F1 & B0), "&" an OVERLAP_F_B pair with a full B (the last rank
+///     runs its first F0 B1 unpaired);  5. P-r-1 times B1 (F1 & B0);  6. r+1 times B1 B0, split
+///     from the middle one on;  7. P-r-1 times W B0 (split);  8. r+1 W.
+/// F's and B's of a chunk run in microbatch order, W's oldest first. Peak stashes per rank: 2P+1
+/// chunks (DualPipe's PP+1 with PP = 2P model stages), one more than ZB-V. With f = b = w per chunk
+/// and F&B = f + b + w (the pair back to back, as a CPU runs it) the step is 6M + P-1 units, the
+/// bound ZB-V's greedy plan reaches only for P <= 2 and P = 4. With other costs either may win
+/// (`strait schedule --schedule all --costs F,B,W` prices both). On a GPU, F&B < f + b + w (two
+/// streams) would shorten the steady phase further.
+/// Errors: InvalidArgument for M < 2P (the steady phase would be empty), naming the least M.
+STRAIT_API Schedule make_dualpipev(int stages, int microbatches);
 
-/// "gpipe", "1f1b", "interleaved", "zb-h1" or "zbv".
+/// The schedule generators make_schedule knows.
+enum class ScheduleKind : std::uint8_t { GPipe, OneFOneB, Interleaved, ZbH1, ZbV, DualPipeV };
+
+/// "gpipe", "1f1b", "interleaved", "zb-h1", "zbv" or "dualpipev".
 STRAIT_API std::string_view schedule_kind_name(ScheduleKind kind) noexcept;
 /// Case-insensitive names as above; InvalidArgument listing the choices otherwise.
 STRAIT_API ScheduleKind parse_schedule_kind(std::string_view name);
-/// chunks: V for interleaved (any V >= 1); must be 1 for gpipe, 1f1b and zb-h1 and 2 for zbv
-/// (0 = the schedule's own: 2 for interleaved and zbv, 1 otherwise).
+/// The schedule's own number of chunks per rank: 2 for interleaved, zbv and dualpipev, 1 otherwise.
+STRAIT_API int default_chunks(ScheduleKind kind) noexcept;
+/// chunks: V for interleaved (any V >= 1); must be 1 for gpipe, 1f1b and zb-h1 and 2 for zbv and
+/// dualpipev (0 = the schedule's own, default_chunks).
 /// plan_costs: passed to the zero-bubble generators; the others do not depend on costs.
 STRAIT_API Schedule make_schedule(ScheduleKind kind, int stages, int microbatches, int chunks = 0,
                                   const ActionCosts& plan_costs = ActionCosts{1.0, 1.0, 1.0});

@@ -56,7 +56,8 @@ Cell parse_cell(std::string_view text, int row, std::size_t col) {
     return Cell{Action{ActionKind::AllreduceGrad, -1, kNoMicrobatch}, false, true};
   }
   // Longest names first, so that "SEND_F" is not read as an unknown "S...".
-  static constexpr std::array<std::pair<std::string_view, ActionKind>, 10> kinds = {{
+  static constexpr std::array<std::pair<std::string_view, ActionKind>, 11> kinds = {{
+      {"OVERLAP_F_B", ActionKind::OverlapFB},
       {"SEND_F", ActionKind::SendF},
       {"RECV_F", ActionKind::RecvF},
       {"SEND_B", ActionKind::SendB},

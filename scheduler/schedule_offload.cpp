@@ -31,7 +31,8 @@ bool is_compute(ActionKind kind) {
     case ActionKind::AllreduceGrad:
     case ActionKind::Optim:
     case ActionKind::Offload:
-    case ActionKind::Reload: return false;
+    case ActionKind::Reload:
+    case ActionKind::OverlapFB: return false;
   }
   return false;
 }

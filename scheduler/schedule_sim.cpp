@@ -218,6 +218,7 @@ Timeline simulate(const Schedule& sched, const std::vector<StageCosts>& per_stag
           }
           case ActionKind::Offload: end += cost(a).offload; break;
           case ActionKind::Reload: end += cost(a).reload; break;
+          case ActionKind::OverlapFB: break;  // marks a pair; its F and B are priced
         }
         if (blocked) break;  // its send, or a member of its collective, has not run yet
         if (compute) tl.busy[r] += end - start;
@@ -299,6 +300,7 @@ class CostTally {
         S_(static_cast<std::size_t>(std::max(0, stage_count(sched)))),
         M_(static_cast<std::size_t>(sched.microbatches)),
         measured_(measured),
+        split_(weight_keys(sched)),
         mean_(S_),
         sends_{std::vector<const TimedAction*>(S_ * M_, nullptr),
                std::vector<const TimedAction*>(S_ * M_, nullptr)},
@@ -319,7 +321,21 @@ class CostTally {
     }
     return P;
   }
-  enum Kind : std::size_t { kF, kB, kW, kSend, kRecv, kLatency, kOffload, kReload, kAll, kOpt, kN };
+  // kB: B's with a W (input gradient only); kBFull: B's without (both gradients).
+  enum Kind : std::size_t {
+    kF,
+    kB,
+    kBFull,
+    kW,
+    kSend,
+    kRecv,
+    kLatency,
+    kOffload,
+    kReload,
+    kAll,
+    kOpt,
+    kN
+  };
   [[nodiscard]] bool in_range(const Action& a) const {
     return a.stage >= 0 && static_cast<std::size_t>(a.stage) < S_ &&
            (a.microbatch == kNoMicrobatch || static_cast<std::size_t>(a.microbatch) < M_);
@@ -348,6 +364,7 @@ class CostTally {
 
   std::size_t P_, S_, M_;
   const Timeline& measured_;
+  std::vector<bool> split_;  // weight_keys
   std::vector<std::array<Mean, kN>> mean_;
   // The SENDs by direction and (sender stage, microbatch), to pair with their RECVs.
   std::array<std::vector<const TimedAction*>, 2> sends_;
@@ -364,7 +381,9 @@ void CostTally::tally_actions() {
       const double d = t.end - t.start;
       switch (a.kind) {
         case ActionKind::F: mean_[v][kF].add(d); break;
-        case ActionKind::B: mean_[v][kB].add(d); break;
+        case ActionKind::B:
+          mean_[v][split_[v * M_ + static_cast<std::size_t>(a.microbatch)] ? kB : kBFull].add(d);
+          break;
         case ActionKind::W: mean_[v][kW].add(d); break;
         case ActionKind::SendF:
         case ActionKind::SendB:
@@ -379,12 +398,13 @@ void CostTally::tally_actions() {
           arrival_[a.kind == ActionKind::AllreduceGrad ? 0 : 1][r] = t.start;
           break;
         case ActionKind::RecvF:
-        case ActionKind::RecvB: break;
+        case ActionKind::RecvB:
+        case ActionKind::OverlapFB: break;
       }
     }
   }
   for (std::size_t v = 0; v < S_; ++v) {
-    if (mean_[v][kF].n == 0 || mean_[v][kB].n == 0) {
+    if (mean_[v][kF].n == 0 || mean_[v][kB].n + mean_[v][kBFull].n == 0) {
       throw Error(ErrorCode::InvalidArgument,
                   fmt::format("measured_stage_costs: the timeline has no F or no B of stage {}: "
                               "give it a complete step",
@@ -462,7 +482,12 @@ std::vector<StageCosts> CostTally::costs() const {
   std::vector<StageCosts> out(S_);
   for (std::size_t v = 0; v < S_; ++v) {
     const auto& m = mean_[v];
-    out[v].compute = ActionCosts{m[kF].get(), m[kB].get(), m[kW].get()};
+    // The simulator prices a full B at b + w: b is chosen so that the stage's B's, split and full,
+    // take their measured total (DualPipeV mixes both on one stage).
+    const double w = m[kW].get();
+    const double n_b = static_cast<double>(m[kB].n + m[kBFull].n);
+    const double b = (m[kB].sum + m[kBFull].sum - static_cast<double>(m[kBFull].n) * w) / n_b;
+    out[v].compute = ActionCosts{m[kF].get(), std::max(b, 1e-9), w};
     out[v].send = m[kSend].get();
     out[v].recv = m[kRecv].get();
     out[v].link.latency = m[kLatency].get();
@@ -510,7 +535,8 @@ int peak_live_stashes(const Schedule& sched, int rank, std::optional<int> only) 
       case ActionKind::SendB:
       case ActionKind::RecvB:
       case ActionKind::AllreduceGrad:
-      case ActionKind::Optim: break;
+      case ActionKind::Optim:
+      case ActionKind::OverlapFB: break;
     }
   }
   return peak;

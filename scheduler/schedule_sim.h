@@ -27,6 +27,10 @@
 ///   (P-1)/(V*M+P-1) (Narayanan et al. 2021, sec. 2.2.1: the bubble shrinks by V).
 /// - ZB-H1 with f = b = w: makespan 3M + P-1 for M >= P, bubble (P-1)/(3M+P-1) (Qi et al. 2023,
 ///   arXiv:2401.10241, sec. 3.1: (P-1)(f+b-w) per rank against 1F1B's (P-1)(f+b+w)).
+/// - OVERLAP_F_B takes no time: its F and B run back to back (F&B = f + b + w, the B being full).
+///   DualPipeV with f = b = w and M >= 2P: makespan 6M + P-1 chunk units, bubble P-1 units per
+///   rank (derived from the phases; tested), the bound ZB-V's greedy plan reaches only for P <= 2
+///   and P = 4.
 /// - GPipe with a transfer time t per message and nothing else priced: makespan
 ///   (M+P-1)(f+b+w) + 2(P-1)t (the forward and the backward wave each cross P-1 links; derived
 ///   here, tested). 1F1B with links priced: a hand-computed timeline in
@@ -135,7 +139,9 @@ STRAIT_API double bubble_fraction(const Schedule& schedule, double time_f, doubl
 
 /// Per model stage (size P * V), the mean cost of every kind of action in a measured step
 /// (measured_timeline of scheduler/schedule_trace.h, or any Timeline), for simulate() to replay:
-/// - compute: the mean F, B and W durations (w = 0 when the stage ran no W: its B held them).
+/// - compute: the mean F and W durations (w = 0 when the stage ran no W: its B held them), and b
+///   such that the stage's B's, split ones priced b and full ones b + w, take their measured total
+///   (the mean B when all are split or all full; DualPipeV mixes both).
 /// - send, offload, reload: the mean durations of those actions.
 /// - recv: the mean duration of the stage's RECVs that found their data there (they started after
 ///   their SEND's end plus the transfer time seen whole below); when all of a stage's receives
@@ -158,10 +164,10 @@ STRAIT_API std::vector<StageCosts> measured_stage_costs(const Schedule& schedule
 /// F to W (to B when there is no W), minus those offloaded (between an OFFLOAD and its RELOAD).
 /// That is the number of activation slots the rank must allocate, each a chunk's activations.
 /// GPipe: M. 1F1B: min(P - rank, M). ZB-H1: at most P. ZB-V: at most 2P chunk slots (P stages'
-/// worth, 1F1B's rank-0 peak). With add_activation_offload(..., d): at most d + 1 plus the stashes
-/// waiting between B and W. An OFFLOAD's slot counts as free from the OFFLOAD on; the executor
-/// waits for its copy before reusing it.
-/// Errors also for a rank outside [0, P).
+/// worth, 1F1B's rank-0 peak). DualPipeV: at most 2P + 1 (a pair's F stashes before its B frees).
+/// With add_activation_offload(..., d): at most d + 1 plus the stashes waiting between B and W. An
+/// OFFLOAD's slot counts as free from the OFFLOAD on; the executor waits for its copy before
+/// reusing it. Errors also for a rank outside [0, P).
 STRAIT_API int peak_stashed_microbatches(const Schedule& schedule, int stage);
 /// The same for model stage `model_stage` alone (one chunk of its rank): the slots that chunk
 /// needs. Equal to peak_stashed_microbatches for one chunk per rank. Errors also for a stage

@@ -16,7 +16,7 @@ ActionKind kind_from_name(const std::string& name) {
   for (ActionKind k :
        {ActionKind::F, ActionKind::B, ActionKind::W, ActionKind::SendF, ActionKind::RecvF,
         ActionKind::SendB, ActionKind::RecvB, ActionKind::AllreduceGrad, ActionKind::Optim,
-        ActionKind::Offload, ActionKind::Reload}) {
+        ActionKind::Offload, ActionKind::Reload, ActionKind::OverlapFB}) {
     if (name == action_kind_name(k)) return k;
   }
   throw Error(ErrorCode::InvalidArgument,

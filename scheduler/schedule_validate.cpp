@@ -29,7 +29,8 @@ constexpr std::size_t slot(ActionKind kind) {
     case ActionKind::Offload: return 7;
     case ActionKind::Reload: return 8;
     case ActionKind::AllreduceGrad:
-    case ActionKind::Optim: return 9;  // per rank, not indexed by (stage, microbatch)
+    case ActionKind::Optim:
+    case ActionKind::OverlapFB: return 9;  // not indexed by (stage, microbatch)
   }
   return 0;
 }
@@ -118,6 +119,7 @@ void check_shape_and_index(const Schedule& sched, Index& index, Problems& proble
                      action_string(a), a.microbatch, M);
         continue;
       }
+      if (a.kind == ActionKind::OverlapFB) continue;  // check_overlaps
       const bool to_prev = a.kind == ActionKind::RecvF || a.kind == ActionKind::SendB;
       const bool to_next = a.kind == ActionKind::SendF || a.kind == ActionKind::RecvB;
       if ((to_prev && !remote(sched, a.stage, a.stage - 1)) ||
@@ -132,6 +134,41 @@ void check_shape_and_index(const Schedule& sched, Index& index, Problems& proble
           .positions[slot(a.kind)][static_cast<std::size_t>(a.stage) * index.m +
                                    static_cast<std::size_t>(a.microbatch)]
           .push_back(i);
+    }
+  }
+}
+
+bool is_compute(ActionKind k) {
+  return k == ActionKind::F || k == ActionKind::B || k == ActionKind::W;
+}
+
+// An OVERLAP_F_B pairs the next two computes of its rank: its own F, then a B of another stage.
+// Between them only transfers and activation copies (no W, no other pair, no ALLREDUCE / OPTIM).
+void check_overlaps(const Schedule& sched, Problems& problems) {
+  for (int r = 0; r < sched.stages; ++r) {
+    const auto& list = sched.ranks[static_cast<std::size_t>(r)];
+    for (std::size_t i = 0; i < list.size(); ++i) {
+      const Action& pair = list[i];
+      if (pair.kind != ActionKind::OverlapFB) continue;
+      std::vector<const Action*> next;  // the next two computes, or what stops the pair
+      for (std::size_t j = i + 1; j < list.size() && next.size() < 2; ++j) {
+        const ActionKind k = list[j].kind;
+        if (is_compute(k) || k == ActionKind::OverlapFB || !has_microbatch(k)) {
+          next.push_back(&list[j]);
+        }
+      }
+      const Action f{ActionKind::F, pair.stage, pair.microbatch};
+      const bool ok = next.size() == 2 && *next[0] == f && next[1]->kind == ActionKind::B &&
+                      next[1]->stage != pair.stage;
+      if (!ok) {
+        problems.add(
+            "rank {} action {} ({}) must be followed by {} and then a B of another stage, with "
+            "only transfers or activation copies between; found {}",
+            r, i, action_string(pair), action_string(f),
+            next.empty() ? std::string("nothing")
+                         : fmt::format("{}{}", action_string(*next[0]),
+                                       next.size() > 1 ? ", " + action_string(*next[1]) : ""));
+      }
     }
   }
 }
@@ -331,6 +368,8 @@ void validate_schedule(const Schedule& sched) {
   }
   Index index;
   check_shape_and_index(sched, index, problems);
+  if (!problems.empty()) problems.raise(sched);
+  check_overlaps(sched, problems);
   if (!problems.empty()) problems.raise(sched);
   check_counts(sched, index, problems);
   if (!problems.empty()) problems.raise(sched);

@@ -7,6 +7,8 @@
 ///    [0, M) (kNoMicrobatch for ALLREDUCE_GRAD and OPTIM), and a neighbour stage that exists on
 ///    another rank (no RECV_F / SEND_B on stage 0, no SEND_F / RECV_B on the last stage, none
 ///    between two stages of one rank).
+/// 1b. Pairs: every OVERLAP_F_B is followed, among its rank's computes, by its own F and then a B
+///    of another stage, with only transfers and activation copies between.
 /// 2. Counts: every stage runs exactly one F and one B of every microbatch and at most one W; every
 ///    rank one ALLREDUCE_GRAD and one OPTIM; OFFLOAD and RELOAD of a (stage, microbatch) come as a
 ///    pair, at most once; every SEND has exactly one matching RECV (same direction, stage pair and

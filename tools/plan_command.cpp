@@ -1,6 +1,7 @@
 #include "tools/plan_command.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -50,11 +51,19 @@ the measured steps through the simulator; the memory beyond the model's figures 
 The traces' per-action compute against the profile's, send, receive and latency are printed, not
 priced (on shared cores they are mostly waits for a core). The same table, re-predicted, follows.
 Unlike sites: --sites 0,0,1,1 labels the ranks' sites; --site-link MS,MBIT prices the links
-between them (e.g. the WAN testbed's 100 Mbit/s) when the measured links are loopback's.)";
+between them (e.g. the WAN testbed's 100 Mbit/s) when the measured links are loopback's.
+Unlike ranks: --rank-speed 1,1,1,0.5 prices each rank's compute at that fraction of the profile's
+(measured by bench/rank_speed.py: a rank's F+B+W in a --trace of an even split against what the
+profile prices for its layers, over the fastest rank's);
+--site-speed 1,0.5 gives every rank of --sites label 1 half the speed;
+the search then also tries, for every layout, the layers per stage that balance the stages' times
+(layers=3,4,4,1 in the plan; strait train --stage-layers), e.g.
+  strait plan -n 4 --rank-speed 1,1,1,0.25 --model layers=12,dim=128,heads=4,ctx=128 --output p.json
+  strait train --plan p.json)";
 
 struct PlanOptions {
   int nproc = 4;
-  std::string sites, links, site_link, memory = "0", max_codec = "none";
+  std::string sites, links, site_link, memory = "0", max_codec = "none", rank_speed, site_speed;
   std::string model = "layers=4,dim=128,heads=4,ctx=128";
   int batch = 32, top = 5, validate = 0, sample = 8, steps = 6, max_microbatches = 16, repeat = 2;
   std::string output, profile, offload_dir = "/var/tmp", outer_steps = "8,32", data;
@@ -104,6 +113,57 @@ std::vector<int> parse_ints(const std::string& text) {
   return out;
 }
 
+// --rank-speed or --site-speed (`what`): one positive number per rank or site ("" gives none).
+std::vector<double> parse_speeds(const std::string& text, int ranks, const char* what) {
+  std::vector<double> out;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    std::size_t used = 0;
+    double v = 0;
+    try {
+      v = std::stod(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != item.size() || !(v > 0) || v > 1e3) {
+      throw Error(ErrorCode::InvalidArgument,
+                  fmt::format("{} {}: '{}' is not a speed > 0 (1: as profiled, 0.5: "
+                              "half as fast)",
+                              what, text, item));
+    }
+    out.push_back(v);
+  }
+  if (!out.empty() && static_cast<int>(out.size()) != ranks) {
+    throw Error(ErrorCode::InvalidArgument,
+                fmt::format("{} {}: {} speeds for -n {} ranks; give one per rank", what, text,
+                            out.size(), ranks));
+  }
+  return out;
+}
+
+// --site-speed: one speed per site label (0, 1, ...), given to every rank of the site once the
+// sites are known (after prepare_costs).
+void apply_site_speed(const std::string& text, PlanRequest& r) {
+  if (text.empty()) return;
+  if (!r.rank_speed.empty()) {
+    throw Error(ErrorCode::InvalidArgument,
+                "--site-speed and --rank-speed both give the ranks' speeds: pass one of them");
+  }
+  const std::vector<double> speeds = parse_speeds(
+      text, static_cast<int>(std::count(text.begin(), text.end(), ',')) + 1, "--site-speed");
+  for (const int site : r.links.site) {
+    if (site < 0 || site >= static_cast<int>(speeds.size())) {
+      throw Error(ErrorCode::InvalidArgument,
+                  fmt::format("--site-speed {}: {} speeds, but the ranks' sites are {}: give one "
+                              "per site label 0..{}",
+                              text, speeds.size(), fmt::join(r.links.site, ","),
+                              *std::max_element(r.links.site.begin(), r.links.site.end())));
+    }
+    r.rank_speed.push_back(speeds[static_cast<std::size_t>(site)]);
+  }
+}
+
 // Codecs within the accuracy budget that strait train accepts without arguments.
 std::vector<std::string> allowed_codecs(const std::string& max_codec, bool outer) {
   const int level = tune::parse_max_codec(max_codec);
@@ -129,6 +189,7 @@ PlanRequest make_request(const PlanOptions& o) {
   r.outer_codecs = allowed_codecs(o.max_codec, true);
   r.outer_steps = parse_ints(o.outer_steps);
   r.max_microbatches = o.max_microbatches;
+  r.rank_speed = parse_speeds(o.rank_speed, o.nproc, "--rank-speed");
   return r;
 }
 
@@ -158,13 +219,13 @@ struct Row {
 
 void print_validation(const std::vector<Row>& rows, const PlanRequest& r, const PlanProfile& prof,
                       const char* title) {
-  fmt::print("\n{}\n{:>4}  {:<44} {:>9} {:>9} {:>7} {:>9} {:>9} {:>7}\n", title, "#", "plan",
+  fmt::print("\n{}\n{:>4}  {:<50} {:>9} {:>9} {:>7} {:>9} {:>9} {:>7}\n", title, "#", "plan",
              "pred ms", "meas ms", "err", "pred MiB", "meas MiB", "err");
   std::vector<double> pred, meas, mem_err;
   double best_meas = 1e30, chosen_meas = -1, chosen_pred = 1e30, chosen_mem = 1e30;
   for (const auto& row : rows) {
     if (row.m.step_s <= 0) {
-      fmt::print("{:>4}  {:<44} failed: {}\n", row.rank, row.plan->plan.describe(), row.m.source);
+      fmt::print("{:>4}  {:<50} failed: {}\n", row.rank, row.plan->plan.describe(), row.m.source);
       continue;
     }
     const auto x = train::predict(row.plan->plan, r, prof);
@@ -173,7 +234,7 @@ void print_validation(const std::vector<Row>& rows, const PlanRequest& r, const 
     const double me =
         row.m.peak_memory > 0 ? (x.peak_memory - row.m.peak_memory) / row.m.peak_memory : 0;
     mem_err.push_back(std::abs(me));
-    fmt::print("{:>4}  {:<44} {:>9.1f} {:>9.1f} {:>+6.1f}% {:>9.1f} {:>9.1f} {:>+6.1f}%\n",
+    fmt::print("{:>4}  {:<50} {:>9.1f} {:>9.1f} {:>+6.1f}% {:>9.1f} {:>9.1f} {:>+6.1f}%\n",
                row.rank, row.plan->plan.describe(), x.step_s * 1e3, row.m.step_s * 1e3,
                100 * (x.step_s - row.m.step_s) / row.m.step_s, x.peak_memory / (1 << 20),
                row.m.peak_memory / (1 << 20), 100 * me);
@@ -274,6 +335,7 @@ void run_plan(const PlanOptions& o) {
   const PlanSetup setup = make_setup(o);
   PlanProfile prof = PlanProfile::load(setup.profile_path);
   const double measured_s = prepare_costs(r, prof, setup);
+  apply_site_speed(o.site_speed, r);
   print_costs(r, prof);
   std::fflush(stdout);  // before an error the search may print on stderr
   const auto t0 = std::chrono::steady_clock::now();
@@ -336,6 +398,12 @@ void add_plan_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--links", o->links, "Links and sites from a strait tune file");
   cmd->add_option("--site-link", o->site_link,
                   "LATENCY_MS,MBIT between sites (e.g. 10,100), instead of the measured links");
+  cmd->add_option("--rank-speed", o->rank_speed,
+                  "Compute speed of each rank against the profile's, e.g. 1,1,1,0.5 (a rank "
+                  "limited to half a core); unlike speeds add splits that balance the stages");
+  cmd->add_option("--site-speed", o->site_speed,
+                  "Compute speed of each site (by --sites label 0, 1, ...), e.g. 1,0.5: every "
+                  "rank of the site gets it (instead of --rank-speed)");
   cmd->add_option("--memory-per-rank", o->memory, "Memory limit per rank (K, M, G; 0: none)")
       ->capture_default_str();
   cmd->add_option(

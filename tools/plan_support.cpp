@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -272,6 +273,10 @@ void print_costs(const train::PlanRequest& r, const train::PlanProfile& p) {
   std::set<int> sites(r.links.site.begin(), r.links.site.end());
   fmt::print("  links: latency {:.1f}-{:.1f} us, bandwidth {:.0f}-{:.0f} MB/s, {} site(s) ({})\n",
              lat_lo * 1e6, lat_hi * 1e6, bw_lo / 1e6, bw_hi / 1e6, sites.size(), r.links.source);
+  if (!r.rank_speed.empty()) {
+    fmt::print("  rank speed (x the profile's compute): {} (--rank-speed / --site-speed)\n",
+               fmt::join(r.rank_speed, ","));
+  }
   const auto l = p.learned.find(train::learned_key(r.ranks, r.threads, r.site_count()));
   if (l != p.learned.end() && l->second.runs > 0) {
     const auto& x = l->second;
@@ -286,13 +291,13 @@ void print_costs(const train::PlanRequest& r, const train::PlanProfile& p) {
 }
 
 void print_plans(const std::vector<train::ScoredPlan>& plans, int top) {
-  fmt::print("{:>3}  {:<44} {:>9} {:>9} {:>9} {:>9}  {:<10} {}\n", "#", "plan", "step ms",
+  fmt::print("{:>3}  {:<50} {:>9} {:>9} {:>9} {:>9}  {:<10} {}\n", "#", "plan", "step ms",
              "tokens/s", "peak MiB", "xsite MiB", "bottleneck", "compute/bubble/link/disk ms");
   const int n = std::min<int>(top, static_cast<int>(plans.size()));
   for (int i = 0; i < n; ++i) {
     const auto& x = plans[static_cast<std::size_t>(i)].predicted;
     fmt::print(
-        "{:>3}  {:<44} {:>9.1f} {:>9.0f} {:>9.1f} {:>9.2f}  {:<10} {:.1f}/{:.1f}/{:.1f}/{:.1f}\n",
+        "{:>3}  {:<50} {:>9.1f} {:>9.0f} {:>9.1f} {:>9.2f}  {:<10} {:.1f}/{:.1f}/{:.1f}/{:.1f}\n",
         i + 1, plans[static_cast<std::size_t>(i)].plan.describe(), x.step_s * 1e3, x.tokens_per_s,
         x.peak_memory / (1 << 20), x.cross_site_bytes / (1 << 20), x.bottleneck, x.compute_s * 1e3,
         x.bubble_s * 1e3, x.link_s * 1e3, x.disk_s * 1e3);

@@ -51,7 +51,8 @@ holds P. With --offload D, stashes leave the model after their F and come back D
 of their B (scheduler/schedule.h, add_activation_offload).
 --schedule all prints the table for every schedule with and without offload. The zero-bubble
 schedules (zb-h1, zbv) are planned with the compute costs (list scheduling on those times), the
-others do not depend on them.
+others do not depend on them. dualpipev's OVERLAP_F_B pairs take no time of their own: their F and
+B are priced back to back, as a CPU rank runs them.
 --png FILE draws a Gantt chart with /usr/bin/python3 and matplotlib (tools/plot/plot_schedule.py;
 STRAIT_PLOT_DIR overrides where it is looked for).
 --from-trace FILE reads `strait train --trace FILE`: for every step, the measured bubble (mean over
@@ -202,9 +203,7 @@ std::string table(const std::vector<Row>& rows) {
 // The schedule with the zero-bubble generators planning with the given costs (per chunk).
 Schedule build(ScheduleKind kind, int stages, int microbatches, int chunks,
                const ActionCosts& costs) {
-  const int v = chunks != 0
-                    ? chunks
-                    : (kind == ScheduleKind::Interleaved || kind == ScheduleKind::ZbV ? 2 : 1);
+  const int v = chunks != 0 ? chunks : default_chunks(kind);
   return make_schedule(kind, stages, microbatches, chunks, per_chunk(costs, v));
 }
 
@@ -471,7 +470,7 @@ void run_schedule(const ScheduleOptions& o) {
   const ActionCosts& compute = costs.rank.compute;
   if (o.schedule == "all") {
     std::vector<Row> rows;
-    for (const char* name : {"gpipe", "1f1b", "interleaved", "zb-h1", "zbv"}) {
+    for (const char* name : {"gpipe", "1f1b", "interleaved", "zb-h1", "zbv", "dualpipev"}) {
       const ScheduleKind kind = parse_schedule_kind(name);
       std::vector<int> chunk_list = {0};
       if (kind == ScheduleKind::Interleaved) chunk_list = {2, 4};
@@ -533,8 +532,9 @@ void add_schedule_command(CLI::App& app, int& exit_code) {
       "or compare a --trace of `strait train` with its plan");
   cmd->footer(kFooter);
   auto o = std::make_shared<ScheduleOptions>();
-  cmd->add_option("--schedule", o->schedule,
-                  "gpipe, 1f1b, interleaved, zb-h1, zbv, or all (a table of every schedule)")
+  cmd->add_option(
+         "--schedule", o->schedule,
+         "gpipe, 1f1b, interleaved, zb-h1, zbv, dualpipev, or all (a table of every schedule)")
       ->capture_default_str();
   cmd->add_option("-p,--stages", o->stages, "P: pipeline ranks")
       ->check(CLI::Range(1, 1024))
@@ -544,7 +544,7 @@ void add_schedule_command(CLI::App& app, int& exit_code) {
       ->capture_default_str();
   cmd->add_option("--chunks", o->chunks,
                   "V: model chunks per rank (interleaved; 0 = the schedule's own: 2 for "
-                  "interleaved and zbv, 1 otherwise)")
+                  "interleaved, zbv and dualpipev, 1 otherwise)")
       ->check(CLI::Range(0, 64))
       ->capture_default_str();
   cmd->add_option("--costs", o->costs,

@@ -150,19 +150,25 @@ void add_parallel_options(CLI::App* train, TrainOptions& o) {
       ->capture_default_str();
   train
       ->add_option("--schedule", o.words.schedule,
-                   "Pipeline schedule: 1f1b, gpipe, interleaved, zb-h1 or zbv (interleaved and "
-                   "zbv hold several model chunks per rank: the layers are split into stages x "
-                   "chunks pipeline stages)")
+                   "Pipeline schedule: 1f1b, gpipe, interleaved, zb-h1, zbv or dualpipev "
+                   "(interleaved, zbv and dualpipev hold several model chunks per rank: the "
+                   "layers are split into stages x chunks pipeline stages)")
       ->capture_default_str();
   train
       ->add_option("--chunks", o.config.chunks,
-                   "Model chunks per rank: any V >= 1 for interleaved (default 2), 2 for zbv, "
-                   "1 for the others (0: the schedule's own)")
+                   "Model chunks per rank: any V >= 1 for interleaved (default 2), 2 for zbv "
+                   "and dualpipev, 1 for the others (0: the schedule's own)")
       ->capture_default_str();
   train->add_option("--microbatches", o.config.microbatches, "Microbatches per replica per step")
       ->capture_default_str();
   train->add_option("--microbatch-size", o.config.microbatch_size, "Sequences per microbatch")
       ->capture_default_str();
+  train
+      ->add_option("--stage-layers", o.config.stage_layers,
+                   "Layers of each pipeline stage, e.g. 3,1 (stages x chunks counts in model-stage "
+                   "order, summing to --layers): an uneven split gives a slower rank fewer layers; "
+                   "default: as even as possible")
+      ->delimiter(',');
 }
 
 // The model and its optimizer.

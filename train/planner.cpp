@@ -1,6 +1,7 @@
 #include "train/planner.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cmath>
@@ -9,6 +10,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "model/rank_model.h"
 #include "scheduler/schedule_sim.h"
 
 namespace strait::train {
@@ -83,11 +85,18 @@ std::pair<double, double> ring_allreduce(const Plan& p, const PlanRequest& r,
   return {t, crossings * per_link};  // each ring link carries per_link bytes
 }
 
-// Parameters of model stage v (layers split into parts).
-double stage_params(const PlanRequest& r, int parts, int v) {
-  const auto ranges = sched::split_layers(r.model.layers, parts);
+// Parameters of model stage v of the plan.
+double stage_params(const Plan& p, const PlanRequest& r, int parts, int v) {
+  const auto ranges = sched::split_layers(r.model.layers, parts, p.stage_layers);
   return static_cast<double>(
       sched::StageModel<float>::parameter_count(r.model, ranges[static_cast<std::size_t>(v)]));
+}
+
+// The speed of pipeline rank `stage`: its slowest replica's (the gradient sync waits for it).
+double pipeline_speed(const Plan& p, const PlanRequest& r, int stage) {
+  double s = std::numeric_limits<double>::infinity();
+  for (int k = 0; k < p.replicas; ++k) s = std::min(s, r.speed(world_rank(p, k, stage)));
+  return s;
 }
 
 struct RankFigures {
@@ -104,12 +113,12 @@ std::vector<RankFigures> rank_memory(const Plan& p, const PlanRequest& r, const 
   std::vector<RankFigures> out(static_cast<std::size_t>(p.stages));
   for (int v = 0; v < parts; ++v) {
     RankFigures& f = out[static_cast<std::size_t>(sched::rank_of(s, v))];
-    const int nl = stage_layers(r.model.layers, parts, v);
+    const int nl = stage_layers(p, r.model.layers, v);
     const bool first = v == 0, last = v == parts - 1;
     const double stash =
         nl * mc.block_stash + (first ? mc.first_stash : 0.0) + (last ? mc.last_stash : 0.0);
     const int slots = std::max(1, sched::peak_stashed_microbatches_of_stage(s, v));
-    f.params += stage_params(r, parts, v);
+    f.params += stage_params(p, r, parts, v);
     f.activations += slots * stash;
     if (split_w) {
       const double w = 11.0 * nc * nl + (last ? bt * r.model.vocab + nc : 0.0) + (first ? nc : 0.0);
@@ -125,7 +134,7 @@ std::vector<RankFigures> rank_memory(const Plan& p, const PlanRequest& r, const 
     plain.activations = ActivationOffload::None;
     const sched::Schedule ps = plan_schedule(plain);
     for (int v = 0; v < parts; ++v) {
-      const int nl = stage_layers(r.model.layers, parts, v);
+      const int nl = stage_layers(p, r.model.layers, v);
       const double stash = nl * mc.block_stash + (v == 0 ? mc.first_stash : 0.0) +
                            (v == parts - 1 ? mc.last_stash : 0.0);
       const int freed = std::max(1, sched::peak_stashed_microbatches_of_stage(ps, v)) -
@@ -150,14 +159,15 @@ std::vector<StageCosts> stage_costs(const Plan& p, const PlanRequest& r, const P
   const auto mem = rank_memory(p, r, mc, s);
   for (int v = 0; v < parts; ++v) {
     StageCosts& c = out[static_cast<std::size_t>(v)];
-    const int nl = stage_layers(r.model.layers, parts, v);
+    const int nl = stage_layers(p, r.model.layers, v);
     const bool first = v == 0, last = v == parts - 1;
-    c.compute.f = scale * (nl * mc.block.f + (first ? mc.first.f : 0) + (last ? mc.last.f : 0));
-    c.compute.b = scale * (nl * mc.block.b + (first ? mc.first.b : 0) + (last ? mc.last.b : 0));
-    c.compute.w = scale * (nl * mc.block.w + (first ? mc.first.w : 0) + (last ? mc.last.w : 0));
     const int rank = sched::rank_of(s, v);
+    const double slow = scale / pipeline_speed(p, r, rank);
+    c.compute.f = slow * (nl * mc.block.f + (first ? mc.first.f : 0) + (last ? mc.last.f : 0));
+    c.compute.b = slow * (nl * mc.block.b + (first ? mc.first.b : 0) + (last ? mc.last.b : 0));
+    c.compute.w = slow * (nl * mc.block.w + (first ? mc.first.w : 0) + (last ? mc.last.w : 0));
     const double params = mem[static_cast<std::size_t>(rank)].params;
-    const double adamw = scale * params * shape.adamw_s_per_param;
+    const double adamw = slow * params * shape.adamw_s_per_param;
     double optim = adamw;
     if (p.optimizer == offload::OptimizerOffload::Nvme) {
       optim = std::max(adamw, params * 8.0 / prof.disk_read_bytes_per_s +
@@ -206,9 +216,62 @@ int PlanRequest::site_count() const {
   return static_cast<int>(std::unique(s.begin(), s.end()) - s.begin());
 }
 
-int stage_layers(int layers, int parts, int v) {
-  const auto r = sched::split_layers(layers, parts)[static_cast<std::size_t>(v)];
+double PlanRequest::speed(int rank) const {
+  return rank_speed.empty() ? 1.0 : rank_speed.at(static_cast<std::size_t>(rank));
+}
+
+bool PlanRequest::unlike_speeds() const {
+  return std::any_of(rank_speed.begin(), rank_speed.end(),
+                     [&](double s) { return s != rank_speed.front(); });
+}
+
+int stage_layers(const Plan& p, int layers, int v) {
+  if (!p.stage_layers.empty()) return p.stage_layers.at(static_cast<std::size_t>(v));
+  const auto r = sched::split_layers(layers, p.stages * p.chunks)[static_cast<std::size_t>(v)];
   return r.last - r.first;
+}
+
+std::vector<int> balanced_stage_layers(const Plan& p, const PlanRequest& r,
+                                       const PlanProfile& prof) {
+  const MicrobatchCosts& mc = costs_at(prof, r, p.microbatch_size);
+  const sched::Schedule s = sched::make_schedule(p.schedule, p.stages, p.microbatches, p.chunks);
+  const int parts = p.stages * p.chunks;
+  const int layers = r.model.layers;
+  const auto sum = [](const FbwSeconds& x) { return x.f + x.b + x.w; };
+  // time(v, n): stage v holding n layers, at its rank's speed.
+  const auto time = [&](int v, int n) {
+    return (n * sum(mc.block) + (v == 0 ? sum(mc.first) : 0.0) +
+            (v == parts - 1 ? sum(mc.last) : 0.0)) /
+           pipeline_speed(p, r, sched::rank_of(s, v));
+  };
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+  // best[v][l]: the smallest slowest-stage time of stages [0, v) holding l layers; pick[v][l]: the
+  // layers of stage v - 1 there.
+  std::vector<std::vector<double>> best(
+      static_cast<std::size_t>(parts) + 1,
+      std::vector<double>(static_cast<std::size_t>(layers) + 1, kInf));
+  std::vector<std::vector<int>> pick(best.size(),
+                                     std::vector<int>(static_cast<std::size_t>(layers) + 1, 0));
+  best[0][0] = 0;
+  for (int v = 1; v <= parts; ++v) {
+    for (int l = v; l <= layers - (parts - v); ++l) {
+      for (int n = 1; n <= l - (v - 1); ++n) {
+        const double t = std::max(
+            best[static_cast<std::size_t>(v) - 1][static_cast<std::size_t>(l - n)], time(v - 1, n));
+        // Ties keep the first found (the fewest layers on stage v - 1).
+        if (t < best[static_cast<std::size_t>(v)][static_cast<std::size_t>(l)]) {
+          best[static_cast<std::size_t>(v)][static_cast<std::size_t>(l)] = t;
+          pick[static_cast<std::size_t>(v)][static_cast<std::size_t>(l)] = n;
+        }
+      }
+    }
+  }
+  std::vector<int> out(static_cast<std::size_t>(parts));
+  for (int v = parts, l = layers; v > 0; l -= out[static_cast<std::size_t>(v) - 1], --v) {
+    out[static_cast<std::size_t>(v) - 1] =
+        pick[static_cast<std::size_t>(v)][static_cast<std::size_t>(l)];
+  }
+  return out;
 }
 
 std::string Plan::describe() const {
@@ -219,6 +282,7 @@ std::string Plan::describe() const {
   if (optimizer != offload::OptimizerOffload::Cpu) {
     s += fmt::format(" opt={}", offload::to_string(optimizer));
   }
+  if (!stage_layers.empty()) s += fmt::format(" layers={}", fmt::join(stage_layers, ","));
   if (codec != "none") s += " codec=" + codec;
   if (outer_steps > 0) s += fmt::format(" diloco H={} outer={}", outer_steps, outer_codec);
   return s;

@@ -41,8 +41,10 @@ struct Plan {
   std::string codec = "none";  // gradient codec ("none": uncompressed)
   int outer_steps = 0;         // DiLoCo's H (0: plain data parallel)
   std::string outer_codec = "none";
+  // Layers of each model stage (stages x chunks, model-stage order); empty: the even split.
+  std::vector<int> stage_layers;
 
-  [[nodiscard]] std::string describe() const;  // "2x2 1f1b M=4 b=4 ..."
+  [[nodiscard]] std::string describe() const;  // "2x2 1f1b M=4 b=4 ..." ("layers=3,1": uneven)
 };
 
 // What the search may choose from, and for what.
@@ -57,8 +59,15 @@ struct PlanRequest {
   std::vector<std::string> outer_codecs;
   int max_microbatches = 32;
   PlanLinks links;  // world ranks; site per rank
+  // Compute speed of each world rank against the profile's (1: as profiled, 0.5: half as fast, e.g.
+  // a site limited to half a core); empty: all 1. Unlike speeds make the search also try the
+  // split that balances the stages' times (balanced_stage_layers).
+  std::vector<double> rank_speed;
 
   [[nodiscard]] int site_count() const;  // distinct sites in links.site
+  // The speed of world rank `rank` (1 when rank_speed is empty), and whether any differs.
+  [[nodiscard]] double speed(int rank) const;
+  [[nodiscard]] bool unlike_speeds() const;
 };
 
 struct Prediction {
@@ -78,8 +87,16 @@ struct ScoredPlan {
   Prediction predicted;
 };
 
-// The layers of model stage v when `layers` are split into `parts` (model/transformer.h's rule).
-int stage_layers(int layers, int parts, int v);
+// The layers of model stage v of `plan` for a model of `layers` layers (its stage_layers, or
+// model/transformer.h's even split).
+int stage_layers(const Plan& plan, int layers, int v);
+
+// The split of `plan`'s model stages that minimises the slowest stage's F+B+W (the profiled
+// per-block and embedding / head costs at its microbatch size, divided by the speed of the slowest
+// replica's rank holding the stage): Holmes's uneven split for unlike ranks. Exact (dynamic
+// programming over stages x layers). InvalidArgument when the profile lacks the costs.
+std::vector<int> balanced_stage_layers(const Plan& plan, const PlanRequest& request,
+                                       const PlanProfile& profile);
 
 // The schedule strait train runs for the plan (with its offload; zero-bubble schedules list-
 // scheduled with the default costs, as strait train does).

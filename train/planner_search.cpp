@@ -1,5 +1,6 @@
 // The planner's search, its plan file and what it learns from measured runs (train/planner.h).
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cmath>
@@ -90,7 +91,7 @@ std::vector<ScoredPlan> search_plans(const PlanRequest& r, const PlanProfile& pr
   double smallest_peak = std::numeric_limits<double>::infinity();
   std::string smallest;
   std::set<int> sites(r.links.site.begin(), r.links.site.end());
-  const auto consider = [&](const Plan& p) {
+  const auto consider_split = [&](const Plan& p) {
     if (!trains(p, r)) return;
     Prediction pred = predict(p, r, prof);
     Plan q = p;
@@ -104,6 +105,17 @@ std::vector<ScoredPlan> search_plans(const PlanRequest& r, const PlanProfile& pr
     }
     if (r.memory_per_rank > 0 && pred.peak_memory > r.memory_per_rank) return;
     out.push_back({q, pred});
+  };
+  // Unlike ranks: the even split and the one that balances the stages' times at their speeds.
+  const auto consider = [&](const Plan& p) {
+    consider_split(p);
+    if (!r.unlike_speeds() || p.stages < 2) return;
+    Plan u = p;
+    u.stage_layers = balanced_stage_layers(p, r, prof);
+    std::vector<int> even;
+    for (int v = 0; v < p.stages * p.chunks; ++v)
+      even.push_back(stage_layers(p, r.model.layers, v));
+    if (u.stage_layers != even) consider_split(u);
   };
   const std::vector<int> sizes = candidate_microbatch_sizes(r);
   for (int P = 1; P <= std::min(r.ranks, r.model.layers); ++P) {
@@ -208,6 +220,9 @@ std::vector<std::string> plan_train_args(const Plan& p) {
                                 std::string(to_string(p.activations)),
                                 "--offload-optimizer",
                                 std::string(offload::to_string(p.optimizer))};
+  if (!p.stage_layers.empty()) {
+    a.insert(a.end(), {"--stage-layers", fmt::format("{}", fmt::join(p.stage_layers, ","))});
+  }
   if (p.codec != "none") a.insert(a.end(), {"--codec", p.codec});
   if (p.outer_steps > 0) {
     a.insert(a.end(),
@@ -229,6 +244,7 @@ void apply_plan(const Plan& p, TrainConfig& c) {
   c.codec = p.codec == "none" ? std::string() : p.codec;
   c.outer_steps = p.outer_steps;
   c.outer_codec = p.outer_codec;
+  c.stage_layers = p.stage_layers;
 }
 
 nlohmann::json plan_to_json(const ScoredPlan& s, const PlanRequest& r) {
@@ -245,7 +261,8 @@ nlohmann::json plan_to_json(const ScoredPlan& s, const PlanRequest& r) {
             {"offload_optimizer", offload::to_string(p.optimizer)},
             {"codec", p.codec},
             {"outer_steps", p.outer_steps},
-            {"outer_codec", p.outer_codec}}},
+            {"outer_codec", p.outer_codec},
+            {"stage_layers", p.stage_layers}}},
           {"model",
            {{"layers", r.model.layers},
             {"dim", r.model.dim},
@@ -278,6 +295,7 @@ Plan plan_from_json(const nlohmann::json& j) {
     p.codec = q.at("codec").get<std::string>();
     p.outer_steps = q.at("outer_steps").get<int>();
     p.outer_codec = q.at("outer_codec").get<std::string>();
+    p.stage_layers = q.value("stage_layers", std::vector<int>{});  // absent: the even split
     return p;
   } catch (const nlohmann::json::exception& e) {
     throw bad(fmt::format("plan file: {} (write it with strait plan --output)", e.what()));

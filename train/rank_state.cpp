@@ -155,7 +155,8 @@ void RankState::build(int local_world_size) {
     dataset.emplace(ByteCorpus::load(cfg.data), dopt);
   }
   rss_before_model = process_memory_bytes(false);  // the planner's memory figure starts here
-  model = std::make_unique<RankModel>(cfg.gpt(), schedule, stage, cfg.microbatch_size, cfg.seed);
+  model = std::make_unique<RankModel>(cfg.gpt(), schedule, stage, cfg.microbatch_size, cfg.seed, 1,
+                                      cfg.stage_layers);
   offload::OptimizerOffloadOptions mopt;
   mopt.where = cfg.offload_optimizer;
   mopt.threads = threads;  // the update shares the cores as GEMMs do

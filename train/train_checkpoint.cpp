@@ -31,6 +31,13 @@ constexpr std::string_view kOuterOwn = "outer.own.";
 constexpr std::string_view kOuterOwnMomentum = "outer.own_momentum.";
 constexpr std::string_view kOuterDisplacement = "outer.displacement.";
 
+// The layers of each model stage (the even split's counts when --stage-layers is not given).
+std::vector<int> layer_counts(const TrainConfig& c) {
+  std::vector<int> out;
+  for (const sched::LayerRange& r : job_layer_ranges(c)) out.push_back(r.last - r.first);
+  return out;
+}
+
 json model_json(const TrainConfig& c) {
   return {{"vocab", 256}, {"ctx", c.ctx}, {"layers", c.layers}, {"dim", c.dim}, {"heads", c.heads}};
 }
@@ -74,13 +81,10 @@ json train_checkpoint_meta(const TrainConfig& c, std::int64_t step) {
            {{"stages", c.stages},
             {"replicas", c.replicas},
             {"schedule", sched::schedule_kind_name(c.schedule)},
-            {"chunks", c.chunks != 0 ? c.chunks
-                       : c.schedule == sched::ScheduleKind::Interleaved ||
-                               c.schedule == sched::ScheduleKind::ZbV
-                           ? 2
-                           : 1},
+            {"chunks", c.chunks != 0 ? c.chunks : sched::default_chunks(c.schedule)},
             {"microbatches", c.microbatches},
             {"microbatch_size", c.microbatch_size},
+            {"stage_layers", layer_counts(c)},
             {"offload_optimizer", offload::to_string(c.offload_optimizer)}}}};
 }
 
@@ -97,6 +101,7 @@ json outer_meta(const TrainConfig& c, bool ended, int replicas) {
           {"fragments", c.outer_fragments},
           {"stages", c.stages},
           {"replicas", replicas},
+          {"stage_layers", layer_counts(c)},
           {"rounds_closed_at_step", ended}};
 }
 
@@ -171,15 +176,21 @@ void load_diloco(const sched::CheckpointReader& reader, const TrainConfig& c,
   const json& saved = meta.at("outer");
   const json now = outer_meta(c, false, c.replicas);
   std::vector<std::string> wrong;
-  for (const char* key : {"outer_steps", "codec", "overlap", "fragments", "stages", "replicas"}) {
-    if (saved.at(key) != now.at(key)) {
-      wrong.push_back(fmt::format("--{} {} (the checkpoint has {})",
-                                  std::string(key) == "outer_steps" ? std::string("outer-steps")
-                                  : std::string(key) == "stages" || std::string(key) == "replicas"
-                                      ? std::string(key)
-                                      : "outer-" + std::string(key),
-                                  now.at(key).dump(), saved.at(key).dump()));
-    }
+  // Streaming DiLoCo's fragments cut each stage's parameters, so the split counts too (checkpoints
+  // older than --stage-layers have the even split).
+  TrainConfig even = c;
+  even.stage_layers.clear();
+  for (const char* key :
+       {"outer_steps", "codec", "overlap", "fragments", "stages", "replicas", "stage_layers"}) {
+    const std::string k = key;
+    const json then = saved.contains(k) ? saved.at(k) : json(layer_counts(even));
+    if (then == now.at(k)) continue;
+    wrong.push_back(fmt::format("--{} {} (the checkpoint has {})",
+                                k == "outer_steps"                 ? std::string("outer-steps")
+                                : k == "stage_layers"              ? std::string("stage-layers")
+                                : k == "stages" || k == "replicas" ? k
+                                                                   : "outer-" + k,
+                                now.at(k).dump(), then.dump()));
   }
   if (!wrong.empty()) {
     throw Error(ErrorCode::InvalidArgument,
@@ -414,6 +425,15 @@ Resumed load_checkpoint(const TrainConfig& c, sched::RankModel& model, offload::
     };
     note_outer("lr", c.outer_lr, "--outer-lr");
     note_outer("momentum", c.outer_momentum, "--outer-momentum");
+  }
+  // Tensors are found by name, so any split resumes a plain checkpoint; the log says it changed.
+  const json& saved_split = meta.at("saved_by").value("stage_layers", json());
+  if (!saved_split.is_null() && saved_split != now.at("saved_by").at("stage_layers")) {
+    out.notes.push_back(fmt::format(
+        "the layers per stage {} differ from the checkpoint's {} (tensors are found by name, so "
+        "the weights and moments load into the new split): training goes on with {}",
+        now.at("saved_by").at("stage_layers").dump(), saved_split.dump(),
+        now.at("saved_by").at("stage_layers").dump()));
   }
   note("data", "global_batch_sequences",
        "the global batch (--microbatches x --microbatch-size x --replicas)");

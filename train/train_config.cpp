@@ -1,6 +1,7 @@
 #include "train/train_config.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -15,6 +16,7 @@
 #include "comm/compress/codec_factory.h"
 #include "core/error.h"
 #include "kernels/adamw.h"
+#include "model/rank_model.h"
 #include "offload/io_engine_factory.h"
 #include "scheduler/schedule_sim.h"
 #include "scheduler/schedule_validate.h"
@@ -64,7 +66,7 @@ void check_writable(const std::filesystem::path& dir) {
 void check_memory(const TrainConfig& c) {
   const Schedule schedule = job_schedule(c);
   const int stages = sched::stage_count(schedule);  // model stages: ranks x chunks
-  const auto ranges = sched::split_layers(c.layers, stages);
+  const auto ranges = job_layer_ranges(c);
   double bytes = 0;
   for (int s = 0; s < stages; ++s) {
     const auto& r = ranges[static_cast<std::size_t>(s)];
@@ -112,6 +114,22 @@ void check_schedule(const TrainConfig& c) {
         c.schedule == sched::ScheduleKind::Interleaved && c.layers >= c.stages
             ? fmt::format(", or --chunks {} (at most --layers / --stages)", c.layers / c.stages)
             : std::string()));
+  }
+  if (!c.stage_layers.empty()) {
+    int sum = 0;
+    bool positive = true;
+    for (const int n : c.stage_layers) {
+      sum += n;
+      positive = positive && n >= 1;
+    }
+    if (static_cast<int>(c.stage_layers.size()) != model_stages || sum != c.layers || !positive) {
+      throw bad(fmt::format(
+          "--stage-layers {} gives {} stages {} layers, but --schedule {} --stages {} --chunks {} "
+          "has {} pipeline stages and --layers is {}: give one count >= 1 per pipeline stage (in "
+          "model-stage order), summing to --layers",
+          fmt::join(c.stage_layers, ","), c.stage_layers.size(), sum,
+          sched::schedule_kind_name(c.schedule), c.stages, plan.chunks, model_stages, c.layers));
+    }
   }
   const bool local_tied_copies =
       model_stages > 1 && sched::rank_of(plan, 0) == sched::rank_of(plan, model_stages - 1);
@@ -450,6 +468,10 @@ sched::Schedule job_schedule(const TrainConfig& c) {
     s = sched::add_activation_offload(s, c.offload_prefetch);
   }
   return s;
+}
+
+std::vector<sched::LayerRange> job_layer_ranges(const TrainConfig& c) {
+  return sched::split_layers(c.layers, sched::stage_count(job_schedule(c)), c.stage_layers);
 }
 
 double learning_rate(const TrainConfig& c, std::int64_t step) {

@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "model/sampling.h"
 #include "model/transformer.h"
@@ -38,12 +39,15 @@ struct ParallelConfig {
   int stages = 2;
   int replicas = 2;
   sched::ScheduleKind schedule = sched::ScheduleKind::OneFOneB;
-  // Model chunks per rank (scheduler/schedule.h): V for interleaved, 2 for zbv, 1 for the others;
-  // 0: the schedule's own (2 for interleaved and zbv). The layers are split into stages x chunks
-  // pipeline stages, placed by the schedule (model/rank_model.h).
+  // Model chunks per rank (scheduler/schedule.h): V for interleaved, 2 for zbv and dualpipev, 1 for
+  // the others; 0: the schedule's own (2 for interleaved, zbv and dualpipev). The layers are split
+  // into stages x chunks pipeline stages, placed by the schedule (model/rank_model.h).
   int chunks = 0;
   int microbatches = 4;     // per replica per step
   int microbatch_size = 4;  // sequences per microbatch
+  // Layers of each pipeline stage (stages x chunks entries, in model-stage order, summing to the
+  // layers): an uneven split gives a slower rank fewer layers. Empty: as even as possible.
+  std::vector<int> stage_layers;
 
   void validate() const;
   [[nodiscard]] int world_size() const { return stages * replicas; }
@@ -84,7 +88,8 @@ struct CompressionConfig {
   // On: AdamW's second moment stops updating when the codec takes over (kernels::AdamWHyper::
   // freeze_variance_after; 1-bit Adam's compression stage). Auto: on with compress ==
   // Momentum, which needs it, else off (for gradient compression it did not close top-k's gap
-  // on the reference transformer: bench/RESULTS.md, "Convergence"). Off: never.
+  // on the reference transformer: docs/results/training.md, "Compressed gradient averages").
+  // Off: never.
   FreezeVariance freeze_variance = FreezeVariance::Auto;
   // What the codec compresses: the gradients' average or the replicas' local AdamW momenta (as
   // 1-bit Adam; data_parallel_sync.h's GradientCompression::momentum), which freezes the variance
@@ -228,6 +233,9 @@ struct TrainConfig : ParallelConfig,
 
 // The job's pipeline schedule, with activation offload when asked for.
 [[nodiscard]] sched::Schedule job_schedule(const TrainConfig& config);
+
+// The layers of every model stage (stage_layers, or the even split), in model-stage order.
+[[nodiscard]] std::vector<sched::LayerRange> job_layer_ranges(const TrainConfig& config);
 
 // Learning rate at `step` (0-based): linear warm-up, then cosine decay to min_lr_ratio * lr.
 double learning_rate(const TrainConfig& config, std::int64_t step);

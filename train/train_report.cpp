@@ -132,10 +132,13 @@ void Reporter::start(const RankState& state, const ActivationTotals& activations
       plural(cfg_.microbatches, "microbatch", "microbatches"),
       plural(cfg_.microbatch_size, "sequence"), cfg_.ctx);
   fmt::print(
-      "model: GPT-2, {} layers, dim {}, {} heads, context {}, {:.2f} M parameters; AdamW "
+      "model: GPT-2, {} layers{}, dim {}, {} heads, context {}, {:.2f} M parameters; AdamW "
       "lr {} (warm-up {} steps), weight decay {}\n",
-      g.layers, g.dim, g.heads, g.ctx, static_cast<double>(g.num_params()) / 1e6, cfg_.lr,
-      cfg_.warmup_steps, cfg_.weight_decay);
+      g.layers,
+      cfg_.stage_layers.empty() ? std::string()
+                                : fmt::format(" (per stage {})", fmt::join(cfg_.stage_layers, ",")),
+      g.dim, g.heads, g.ctx, static_cast<double>(g.num_params()) / 1e6, cfg_.lr, cfg_.warmup_steps,
+      cfg_.weight_decay);
   fmt::print("data: {} ({} train / {} held-out)\n", cfg_.data.string(),
              human_bytes(static_cast<double>(corpus.train().size())),
              human_bytes(static_cast<double>(corpus.eval().size())));

@@ -78,7 +78,7 @@ constexpr std::array kAlgorithms = {
 // Vectors below 1 MiB between ranks that all share this host's memory take the mailbox: one
 // synchronisation through shared memory and no message, faster than Open MPI's shared-memory
 // allreduce at every size from 8 B to 512 KiB with 2 and 4 ranks here, and than the ring below
-// 1 MiB (bench/RESULTS.md, "mailbox"); where it cannot run the earlier rules decide
+// 1 MiB (docs/results/collectives.md); where it cannot run the earlier rules decide
 // (Communicator::post). Declared sites keep the hierarchical allreduce from 8249 bytes (the last
 // rule wins).
 constexpr std::string_view kDefaultRules =

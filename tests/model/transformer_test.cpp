@@ -13,6 +13,8 @@
 #include <vector>
 
 #include "core/error.h"
+#include "model/rank_model.h"
+#include "scheduler/schedule.h"
 #include "tests/kernels/gradcheck.h"
 
 namespace strait::sched {
@@ -226,6 +228,50 @@ TEST(SplitLayers, EvenAsPossibleAndContiguous) {
   }
   EXPECT_THROW(split_layers(2, 3), Error);
   EXPECT_THROW(split_layers(2, 0), Error);
+}
+
+// Given counts: the ranges they name, in order; an even split's own counts give it back.
+TEST(SplitLayers, GivenCountsAreTakenAsTheyAreAndCheckedAgainstTheModel) {
+  EXPECT_EQ(split_layers(12, 4, std::vector<int>{3, 4, 4, 1}),
+            (std::vector<LayerRange>{{0, 3}, {3, 7}, {7, 11}, {11, 12}}));
+  EXPECT_EQ(split_layers(5, 3, std::vector<int>{}), split_layers(5, 3));
+  EXPECT_EQ(split_layers(5, 3, std::vector<int>{2, 2, 1}), split_layers(5, 3));
+  for (const std::vector<int>& bad : {std::vector<int>{3, 2}, std::vector<int>{4, 0},
+                                      std::vector<int>{1, 1, 2}, std::vector<int>{5, -1}}) {
+    try {
+      (void)split_layers(4, 2, bad);
+      ADD_FAILURE() << "accepted " << bad.size() << " counts";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::InvalidArgument);
+      EXPECT_NE(e.message().find("layers per stage"), std::string::npos) << e.message();
+    }
+  }
+}
+
+// A pipeline rank of an uneven split holds exactly its layers' tensors, named as in one stage.
+TEST(RankModel, UnevenSplitHoldsItsLayersUnderTheirGlobalNames) {
+  const GptConfig cfg = tiny(4);
+  const Schedule s = make_schedule(ScheduleKind::OneFOneB, 2, 2);
+  const std::vector<int> split = {3, 1};
+  const RankModel first(cfg, s, 0, 2, 7, 1, split);
+  const RankModel last(cfg, s, 1, 2, 7, 1, split);
+  EXPECT_EQ(first.params().size(), StageModel<float>::parameter_count(cfg, {0, 3}));
+  EXPECT_EQ(last.params().size(), StageModel<float>::parameter_count(cfg, {3, 4}));
+  const StageModel<float> whole(cfg, {0, 4}, 2, 1, 7);
+  for (const RankModel* m : {&first, &last}) {
+    for (const TensorInfo& t : m->tensors()) {
+      const TensorInfo& w = whole.tensor(t.name);
+      ASSERT_EQ(t.count, w.count) << t.name;
+      // The same initial bits as the unsplit model's (the names seed them).
+      EXPECT_EQ(std::memcmp(m->params().data() + t.offset, whole.params().data() + w.offset,
+                            t.count * sizeof(float)),
+                0)
+          << t.name;
+    }
+  }
+  EXPECT_NO_THROW((void)first.chunk(0).tensor("h.2.mlp.c_fc.weight"));
+  EXPECT_THROW((void)last.chunk(0).tensor("h.2.mlp.c_fc.weight"), Error);
+  EXPECT_THROW(RankModel(cfg, s, 0, 2, 7, 1, std::vector<int>{2, 1}), Error);
 }
 
 TEST(StageModel, TensorLayoutIsContiguousWithDecayOnMatrices) {

@@ -295,6 +295,10 @@ TEST(ExecutorChunks, ChunksOnOneRankTrainTheSameModel) {
   const Result zbv = train_chunks(make_zb_v(1, kM));
   EXPECT_EQ(inter.losses, zbv.losses);
   EXPECT_TRUE(inter.params == zbv.params);
+  // DualPipeV (OVERLAP_F_B pairs, full and split backwards mixed) on the same split: the same bits.
+  const Result dual = train_chunks(make_dualpipev(1, kM));
+  EXPECT_EQ(dual.losses, zbv.losses);
+  EXPECT_TRUE(dual.params == zbv.params);
   // Against the model as one stage (one chunk, a single wte): the same up to float rounding of
   // the sums taken in another order (the tied gradient is a + b instead of one accumulation).
   const Result one = train_chunks(make_gpipe(1, kM));

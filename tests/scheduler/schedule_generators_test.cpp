@@ -1,6 +1,7 @@
-// The schedules beyond GPipe / 1F1B (interleaved 1F1B, ZB-H1, ZB-V), W, chunks, the CSV exchange
-// format, and the validator's messages for broken schedules. The references are closed forms from
-// the papers and counts written out independently of the generators.
+// The schedules beyond GPipe / 1F1B (interleaved 1F1B, ZB-H1, ZB-V, DualPipeV), W, chunks, the CSV
+// exchange format, and the validator's messages for broken schedules. The references are closed
+// forms from the papers and counts written out independently of the generators.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -34,7 +35,7 @@ TEST_P(GeneratorGrid, ValidSimulatedOffloadableAndExchangeable) {
   const auto [kind, P] = GetParam();
   const std::vector<int> chunk_choices = kind == ScheduleKind::Interleaved
                                              ? std::vector<int>{1, 2, 3, 4}
-                                             : std::vector<int>{kind == ScheduleKind::ZbV ? 2 : 1};
+                                             : std::vector<int>{default_chunks(kind)};
   for (const int V : chunk_choices) {
     for (int M = 1; M <= 32; ++M) {
       SCOPED_TRACE(std::string(schedule_kind_name(kind)) + " P=" + std::to_string(P) +
@@ -42,6 +43,13 @@ TEST_P(GeneratorGrid, ValidSimulatedOffloadableAndExchangeable) {
       if (kind == ScheduleKind::Interleaved && V > 1 && M % P != 0) {
         const std::string msg = error_of([&] { (void)make_schedule(kind, P, M, V); });
         EXPECT_NE(msg.find("is not a multiple of the " + std::to_string(P) + " stages"),
+                  std::string::npos)
+            << msg;
+        continue;
+      }
+      if (kind == ScheduleKind::DualPipeV && M < 2 * P) {
+        const std::string msg = error_of([&] { (void)make_schedule(kind, P, M, V); });
+        EXPECT_NE(msg.find("it needs at least 2 x ranks = " + std::to_string(2 * P)),
                   std::string::npos)
             << msg;
         continue;
@@ -57,8 +65,33 @@ TEST_P(GeneratorGrid, ValidSimulatedOffloadableAndExchangeable) {
         for (int mb = 0; mb < M; ++mb) {
           ASSERT_EQ(count(list, K::F, v, mb), 1);
           ASSERT_EQ(count(list, K::B, v, mb), 1);
-          ASSERT_EQ(count(list, K::W, v, mb), zero_bubble ? 1 : 0);
+          // Stage 0 of the zero-bubble schedules fuses a W that would directly follow its B.
+          if (kind != ScheduleKind::DualPipeV && (v != 0 || !zero_bubble)) {
+            ASSERT_EQ(count(list, K::W, v, mb), zero_bubble ? 1 : 0);
+          }
+          if (zero_bubble && v == 0 && count(list, K::W, v, mb) == 1) {
+            const auto b = std::find(list.begin(), list.end(), Action{K::B, v, mb});
+            const auto next = std::find_if(b + 1, list.end(), [](const Action& a) {
+              return a.kind == K::F || a.kind == K::B || a.kind == K::W;
+            });
+            ASSERT_NE(*next, (Action{K::W, v, mb})) << "an unfused W right after its B";
+          }
         }
+      }
+      if (kind == ScheduleKind::DualPipeV) {
+        // Split B's (with a W): phases 3 and 7 (P-r-1 each) and half of phase 6 (r+1); and as
+        // many OVERLAP_F_B pairs as the steady phases hold (the last rank's first F0 B1 unpaired).
+        for (int r = 0; r < P; ++r) {
+          const auto& list = s.ranks[static_cast<std::size_t>(r)];
+          const auto n = [&](K k) {
+            return std::count_if(list.begin(), list.end(), [&](auto& a) { return a.kind == k; });
+          };
+          EXPECT_EQ(n(K::W), 2 * P - r - 1) << "rank " << r;
+          EXPECT_EQ(n(K::OverlapFB), 2 * (M - 2 * P + r + 1) + (P - r - 1) - (r == P - 1 ? 1 : 0))
+              << "rank " << r;
+        }
+        // f = b = w: 6M + P-1 chunk units, P-1 idle units per rank.
+        EXPECT_DOUBLE_EQ(simulate(s, ActionCosts{1.0, 1.0, 1.0}).makespan, 6.0 * M + P - 1);
       }
       // The simulator terminates and every rank computes all its work.
       const Timeline tl = simulate(s, ActionCosts{1.0, 1.0, 1.0});
@@ -79,8 +112,10 @@ TEST_P(GeneratorGrid, ValidSimulatedOffloadableAndExchangeable) {
           }
           case ScheduleKind::ZbH1: EXPECT_LE(peak, std::min(P, M)) << "rank " << r; break;
           case ScheduleKind::ZbV: EXPECT_LE(peak, 2 * P) << "rank " << r; break;
+          // A pair's F stashes before its B frees: DualPipe's PP + 1 chunks.
+          case ScheduleKind::DualPipeV: EXPECT_LE(peak, 2 * P + 1) << "rank " << r; break;
         }
-        if (!zero_bubble) {
+        if (!zero_bubble && kind != ScheduleKind::DualPipeV) {
           EXPECT_EQ(peak_stashed_weight_inputs(s, r), 0);
         }
         // A chunk's own slots: with one chunk per rank, the rank's; with several, each at most
@@ -128,7 +163,7 @@ INSTANTIATE_TEST_SUITE_P(
     AllSchedules, GeneratorGrid,
     ::testing::Combine(::testing::Values(ScheduleKind::GPipe, ScheduleKind::OneFOneB,
                                          ScheduleKind::Interleaved, ScheduleKind::ZbH1,
-                                         ScheduleKind::ZbV),
+                                         ScheduleKind::ZbV, ScheduleKind::DualPipeV),
                        ::testing::Range(1, 9)),
     [](const ::testing::TestParamInfo<GeneratorGrid::ParamType>& p) {
       std::string name(schedule_kind_name(std::get<0>(p.param)));
@@ -271,9 +306,10 @@ TEST(ScheduleStrings, InterleavedTwoRanksExactly) {
 // ------------------------------------------------------------------------------------------
 
 TEST(ScheduleCsv, WritesOneRowPerRankWithTorchNames) {
+  // Stage 0's W directly follows its B and is fused into it: a plain B.
   const Schedule s = make_zb_h1(2, 1);
   EXPECT_EQ(schedule_to_csv(s),
-            "0F0,0SEND_F0,0RECV_B0,0I0,0W0,ALLREDUCE_GRAD,OPTIM\n"
+            "0F0,0SEND_F0,0RECV_B0,0B0,ALLREDUCE_GRAD,OPTIM\n"
             "1RECV_F0,1F0,1I0,1SEND_B0,1W0,ALLREDUCE_GRAD,OPTIM\n");
 }
 
@@ -357,6 +393,62 @@ TEST(ScheduleValidator, RejectsTransfersInsideARank) {
       << msg;
 }
 
+TEST(ScheduleValidator, RejectsAnOverlapPairThatIsNotItsFThenAB) {
+  // A pair marker in front of a W, and one whose F is followed by another F.
+  Schedule s = make_zb_h1(2, 2);
+  auto& r1 = s.ranks[1];
+  const auto w = std::find(r1.begin(), r1.end(), Action{K::W, 1, 0});
+  ASSERT_NE(w, r1.end());
+  const auto at = static_cast<std::size_t>(w - r1.begin());
+  r1.insert(w, Action{K::OverlapFB, 1, 1});
+  std::string msg = error_of([&] { validate_schedule(s); });
+  EXPECT_NE(msg.find(fmt::format("rank 1 action {} (1OVERLAP_F_B1) must be followed by 1F1 and "
+                                 "then a B of another stage",
+                                 at)),
+            std::string::npos)
+      << msg;
+  EXPECT_NE(msg.find("found 1W0"), std::string::npos) << msg;
+  s = make_gpipe(1, 2);
+  s.ranks[0].insert(s.ranks[0].begin(), Action{K::OverlapFB, 0, 0});
+  msg = error_of([&] { validate_schedule(s); });
+  EXPECT_NE(msg.find("found 0F0, 0F1"), std::string::npos) << msg;
+}
+
+TEST(ScheduleGenerators, DualPipeVFollowsDeepSeeksPhasesOnTwoRanks) {
+  // Written out by hand from the phases (DeepSeek's dualpipev.py) for P = 2, M = 4; [x y] is an
+  // OVERLAP_F_B pair, I a B whose W comes later. Rank 0 holds stages 0 and 3, rank 1 stages 1, 2.
+  const Schedule s = make_dualpipev(2, 4);
+  const std::vector<std::string> want = {
+      "0F0 0F1 0F2 3F0 3I0 3W0 3F1 [0F3 3B1] [3F2 0B0] 3B2 [3F3 0B1] 3B3 0I2 0W2 0I3 0W3",
+      "1F0 2F0 1F1 2F1 1F2 2B0 [2F2 1B0] [1F3 2B1] [2F3 1B1] 2B2 1B2 2I3 1I3 2W3 1W3"};
+  for (int r = 0; r < 2; ++r) {
+    std::string got;
+    bool in_pair = false;
+    for (const Action& a : s.ranks[static_cast<std::size_t>(r)]) {
+      if (a.kind == K::OverlapFB) {
+        got += got.empty() ? "[" : " [";
+        in_pair = true;
+        continue;
+      }
+      if (a.kind != K::F && a.kind != K::B && a.kind != K::W) continue;
+      const bool split = a.kind == K::B && has_weight_action(s, a.stage, a.microbatch);
+      if (!got.empty() && got.back() != '[') got += ' ';
+      got += split ? fmt::format("{}I{}", a.stage, a.microbatch) : action_string(a);
+      if (in_pair && a.kind == K::B) {
+        got += ']';
+        in_pair = false;
+      }
+    }
+    EXPECT_EQ(got, want[static_cast<std::size_t>(r)]) << "rank " << r;
+  }
+  EXPECT_EQ(parse_schedule_kind("DualPipeV"), ScheduleKind::DualPipeV);
+  EXPECT_EQ(default_chunks(ScheduleKind::DualPipeV), 2);
+  EXPECT_NE(error_of([] {
+              (void)make_schedule(ScheduleKind::DualPipeV, 2, 8, 1);
+            }).find("dualpipev schedule: 1 chunks per rank asked for, but it runs exactly 2"),
+            std::string::npos);
+}
+
 TEST(ScheduleGenerators, RejectBadChunksWithAClearMessage) {
   std::string msg = error_of([] { (void)make_interleaved_1f1b(4, 6, 2); });
   EXPECT_NE(msg.find("6 microbatches is not a multiple of the 4 stages"), std::string::npos) << msg;
@@ -368,6 +460,26 @@ TEST(ScheduleGenerators, RejectBadChunksWithAClearMessage) {
   EXPECT_EQ(parse_schedule_kind("ZB-H1"), ScheduleKind::ZbH1);
   EXPECT_EQ(parse_schedule_kind("zbv"), ScheduleKind::ZbV);
   EXPECT_EQ(parse_schedule_kind("Interleaved"), ScheduleKind::Interleaved);
+}
+
+TEST(ScheduleGenerators, ZbH1FusesStageZerosWeightsWithoutChangingThePlan) {
+  // With P = 2 every W of rank 0 directly follows its B: all fused, rank 1 keeps its eight; the
+  // plan (3M + P-1 with F = B = W) and every other rank's list are those of the split schedule.
+  const Schedule s = make_zb_h1(2, 8);
+  const auto n_w = [](const std::vector<Action>& l) {
+    return std::count_if(l.begin(), l.end(), [](const Action& a) { return a.kind == K::W; });
+  };
+  EXPECT_EQ(n_w(s.ranks[0]), 0);
+  EXPECT_EQ(n_w(s.ranks[1]), 8);
+  EXPECT_DOUBLE_EQ(simulate(s, ActionCosts{1.0, 1.0, 1.0}).makespan, 3.0 * 8 + 1);
+  EXPECT_EQ(peak_stashed_microbatches(s, 0), 2);  // 1F1B's rank-0 peak; split it would hold more
+  const std::vector<std::string> rank0 = {"F0", "F1", "B0", "F2", "B1"};
+  std::vector<std::string> got;
+  for (const Action& a : s.ranks[0]) {
+    if (a.kind == K::F || a.kind == K::B || a.kind == K::W) got.push_back(to_string(a));
+    if (got.size() == rank0.size()) break;
+  }
+  EXPECT_EQ(got, rank0);
 }
 
 TEST(ScheduleSim, PeakWeightInputsAndCosts) {

@@ -8,6 +8,8 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "tests/common/strait_process.h"
 #include "tests/common/temp_dir.h"
@@ -83,6 +85,99 @@ TEST(StraitPlan, NoPlanFitsATinyMemoryLimit) {
   EXPECT_EQ(plan.exit_code(120s), 2) << plan.output();
   EXPECT_TRUE(contains(plan.output(), "no plan of 2 ranks fits --memory-per-rank"))
       << plan.output();
+}
+
+// Unlike ranks: rank 1 at a quarter of rank 0's speed. Every plan of 2 stages tried with a split
+// other than the even one gives rank 1 fewer layers; the plan file carries the split into strait
+// train, which says it. --site-speed gives each site's ranks its speed. Bad speeds are refused,
+// naming the fix.
+TEST(StraitPlan, RankSpeedGivesTheSlowRankFewerLayersAndTheFileCarriesThem) {
+  const TempDir dir;
+  const fs::path corpus = strait::test::write_word_corpus(dir.path());
+  const std::vector<std::string> env = {"STRAIT_PLAN_PROFILE=" +
+                                        (dir.path() / "profile.json").string()};
+  const fs::path file = dir.path() / "plan.json";
+  Strait plan({"plan", "-n", "2", "--model", "layers=6,dim=32,heads=2,ctx=32", "--batch", "4",
+               "--rank-speed", "1,0.25", "--top", "200", "--output", file.string(), "--offload-dir",
+               dir.path().string()},
+              dir.path() / "plan.out", env);
+  ASSERT_EQ(plan.exit_code(180s), 0) << plan.output();
+  EXPECT_TRUE(contains(plan.output(), "rank speed (x the profile's compute): 1,0.25"))
+      << plan.output();
+  ASSERT_TRUE(contains(plan.output(), " 2x1 1f1b M=1 b=4 layers=")) << plan.output();
+  // Every one-chunk 2-stage plan with a split: "layers=A,B " with A > B.
+  std::istringstream lines(plan.output());
+  int splits = 0;
+  for (std::string line; std::getline(lines, line);) {
+    const auto at = line.find(" layers=");
+    if (line.find(" 2x1 ") == std::string::npos || at == std::string::npos) continue;
+    int a = 0, b = 0;
+    char comma = 0, end = 0;
+    std::istringstream(line.substr(at + 8)) >> a >> comma >> b >> std::noskipws >> end;
+    if (end != ' ') continue;  // more than two stages (interleaved, zbv)
+    EXPECT_GT(a, b) << line;
+    ++splits;
+  }
+  EXPECT_GT(splits, 0) << plan.output();
+  std::ifstream in(file);
+  const auto j = nlohmann::json::parse(in);
+  const auto split = j.at("plan").at("stage_layers").get<std::vector<int>>();
+  if (j.at("plan").at("stages").get<int>() == 2 && j.at("plan").at("chunks").get<int>() == 1) {
+    ASSERT_EQ(split.size(), 2U) << j.dump();
+    EXPECT_GT(split[0], split[1]) << j.dump();
+  }
+  Strait train({"train",
+                "--plan",
+                file.string(),
+                "--layers",
+                "6",
+                "--dim",
+                "32",
+                "--heads",
+                "2",
+                "--ctx",
+                "32",
+                "--steps",
+                "1",
+                "--sample-bytes",
+                "0",
+                "--eval-sequences",
+                "2",
+                "--data",
+                corpus.string(),
+                "--offload-dir",
+                dir.path().string()},
+               dir.path() / "train.out", env);
+  ASSERT_EQ(train.exit_code(180s), 0) << train.output();
+  if (!split.empty()) {
+    std::string counts;
+    for (const int n : split) {
+      if (!counts.empty()) counts += ',';
+      counts += std::to_string(n);
+    }
+    EXPECT_TRUE(contains(train.output(), "(per stage " + counts + ")")) << train.output();
+  }
+  // Per site: every rank of site 1 at a quarter; a site without a speed is named.
+  Strait sites({"plan", "-n", "2", "--model", "layers=6,dim=32,heads=2,ctx=32", "--batch", "4",
+                "--sites", "0,1", "--site-speed", "1,0.25", "--offload-dir", dir.path().string()},
+               dir.path() / "sites.out", env);
+  ASSERT_EQ(sites.exit_code(120s), 0) << sites.output();
+  EXPECT_TRUE(contains(sites.output(), "rank speed (x the profile's compute): 1,0.25"))
+      << sites.output();
+  Strait short_sites({"plan", "-n", "2", "--model", "layers=6,dim=32,heads=2,ctx=32", "--sites",
+                      "0,1", "--site-speed", "1", "--offload-dir", dir.path().string()},
+                     dir.path() / "short.out", env);
+  EXPECT_NE(short_sites.exit_code(60s), 0) << short_sites.output();
+  EXPECT_TRUE(contains(short_sites.output(), "give one per site label 0..1"))
+      << short_sites.output();
+  for (const auto& [speeds, message] : std::vector<std::pair<std::string, std::string>>{
+           {"1,0", "is not a speed > 0"}, {"1", "1 speeds for -n 2 ranks"}}) {
+    Strait bad({"plan", "-n", "2", "--model", "layers=6,dim=32,heads=2,ctx=32", "--rank-speed",
+                speeds, "--offload-dir", dir.path().string()},
+               dir.path() / "bad.out", env);
+    EXPECT_NE(bad.exit_code(60s), 0) << bad.output();
+    EXPECT_TRUE(contains(bad.output(), message)) << bad.output();
+  }
 }
 
 }  // namespace

@@ -68,7 +68,7 @@ TEST(ScheduleCli, TableOfEverySchedule) {
   const TempDir dir;
   std::string out;
   ASSERT_EQ(strait_schedule(dir, {"--schedule", "all", "-p", "4", "-m", "8"}, out), 0) << out;
-  for (const char* name : {"gpipe", "1f1b", "interleaved", "zb-h1", "zbv"}) {
+  for (const char* name : {"gpipe", "1f1b", "interleaved", "zb-h1", "zbv", "dualpipev"}) {
     EXPECT_TRUE(contains(out, name)) << name << " missing in " << out;
   }
   // 1F1B: (P-1)/(M+P-1) = 3/11, rank 0 holds P = 4 stashes, 2 with offload at distance 1.

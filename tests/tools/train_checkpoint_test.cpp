@@ -198,6 +198,49 @@ TEST(StraitTrainCheckpoint, TwoStageCheckpointResumesWithOneOrFourStages) {
   }
 }
 
+// An uneven split (--stage-layers) is recorded in the checkpoint's meta. The same split resumes
+// bit-identically to a run that never stopped; another split loads the same tensors by name (saved
+// again at once: the same bits) and the log says the split changed. DiLoCo's fragments cut each
+// stage's parameters, so its checkpoint refuses another split, naming it.
+TEST(StraitTrainCheckpoint, UnevenSplitIsRecordedAndResumes) {
+  const Job job;
+  const std::vector<std::string> uneven = {"--stages",       "2", "--replicas",     "1",
+                                           "--microbatches", "8", "--stage-layers", "3,1"};
+  const auto full = job.train("full", with(uneven, {"--steps", "5"}));
+  ASSERT_EQ(full.size(), 5U);
+  (void)job.train("saved", with(uneven, {"--steps", "3", "--save", job.path("saved").string()}));
+  const std::string step3 = (job.path("saved") / "step-00000003").string();
+  {
+    std::ifstream in(fs::path(step3) / "manifest.json");
+    EXPECT_EQ(json::parse(in)["meta"]["saved_by"]["stage_layers"], json({3, 1}));
+  }
+  const auto resumed = job.train("resumed", with(uneven, {"--steps", "5", "--resume", step3}));
+  ASSERT_EQ(resumed.size(), 2U);
+  for (std::size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(resumed[i]["loss"].get<double>(), full[i + 3]["loss"].get<double>()) << i + 4;
+  }
+  const auto original = checksums(step3);
+  for (const std::string split : {"1,3", "2,2"}) {
+    const std::string name = "resaved-" + split;
+    (void)job.train(name, with(uneven, {"--stage-layers", split, "--steps", "3", "--resume", step3,
+                                        "--save", job.path(name).string()}));
+    EXPECT_EQ(checksums(job.path(name) / "step-00000003"), original) << split;
+    const std::string out = strait::test::read_file(job.path(name + ".out"));
+    EXPECT_TRUE(
+        contains(out, "the layers per stage [" + split + "] differ from the checkpoint's [3,1]"))
+        << out;
+  }
+
+  const std::vector<std::string> diloco = {"--stages",       "2",  "--replicas",    "2",
+                                           "--microbatches", "2",  "--outer-steps", "2",
+                                           "--stage-layers", "1,3"};
+  (void)job.train("diloco", with(diloco, {"--steps", "2", "--save", job.path("diloco").string()}));
+  const std::string other =
+      job.fail("diloco-even", with(diloco, {"--stage-layers", "2,2", "--steps", "4", "--resume",
+                                            (job.path("diloco") / "step-00000002").string()}));
+  EXPECT_TRUE(contains(other, "--stage-layers [2,2] (the checkpoint has [1,3])")) << other;
+}
+
 // A checkpoint does not depend on how the schedule placed the layers: one saved by interleaved 1F1B
 // (2 ranks x 2 chunks: rank 0 holds layers 0 and 2) or ZB-V (rank 0 holds layers 0 and 3 and both
 // wte copies) holds every tensor once, under its global name, one shard per rank. Interleaved

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
@@ -94,6 +95,56 @@ TEST(Planner, SharedCoresStretchCompute) {
   const Prediction two_cores =
       predict(plan(1, 2, sched::ScheduleKind::OneFOneB, 4, 1), r, profile(r, 2));
   EXPECT_NEAR(two_cores.step_s, 24e-3, 1e-9);
+}
+
+TEST(Planner, HalfSpeedRankGetsFewerLayers) {
+  // 2 ranks, 6 blocks of F = B = W = 1 ms, rank 1 at half speed. The even split 3,3 costs rank 0
+  // 9 ms and rank 1 18 ms per microbatch; 4,2 costs both 12 ms, the best any split does. 1F1B with
+  // one microbatch of 4 runs F0 F1 B1 B0 in turn: even 3 + 6 + 12 + 6 = 27 ms, balanced
+  // 4 + 4 + 8 + 8 = 24 ms; with 4 microbatches (M + P - 1) x 12 = 60 ms balanced, and even rank 1
+  // computes 4 x 18 ms after rank 0's first F (3 ms) and before its last B (6 ms): 81 ms.
+  PlanRequest r = request(2, 6, 4);
+  r.rank_speed = {1.0, 0.5};
+  const PlanProfile prof = profile(r, 2);
+  Plan one = plan(2, 1, sched::ScheduleKind::OneFOneB, 1, 4);
+  EXPECT_EQ(balanced_stage_layers(one, r, prof), (std::vector<int>{4, 2}));
+  EXPECT_NEAR(predict(one, r, prof).step_s, 27e-3, 1e-9);
+  Plan four = plan(2, 1, sched::ScheduleKind::OneFOneB, 4, 1);
+  EXPECT_NEAR(predict(four, r, prof).step_s, 81e-3, 1e-9);
+  four.stage_layers = {4, 2};
+  EXPECT_NEAR(predict(four, r, prof).step_s, 60e-3, 1e-9);
+  one.stage_layers = {4, 2};
+  EXPECT_NEAR(predict(one, r, prof).step_s, 24e-3, 1e-9);
+  // The search finds such splits, and says so in the plan, its flags and its file. Its best is
+  // ZB-V (rank 0 holds model stages 0 and 3, rank 1 stages 1 and 2) at 2,1,1,2: every stage 6 ms
+  // per microbatch, rank 1 holds 2 layers and rank 0 4, in 18 ms (data parallel waits for the
+  // slow replica: one microbatch of 2 through 6 blocks at half speed, 36 ms).
+  const auto plans = search_plans(r, prof);
+  ASSERT_FALSE(plans.empty());
+  const Plan& best = plans.front().plan;
+  EXPECT_EQ(best.describe(), "2x1 zbv M=1 b=4 layers=2,1,1,2");
+  EXPECT_NEAR(plans.front().predicted.step_s, 18e-3, 1e-9);
+  const auto args = plan_train_args(best);
+  EXPECT_NE(std::find(args.begin(), args.end(), "2,1,1,2"), args.end());
+  EXPECT_EQ(plan_from_json(plan_to_json(plans.front(), r)).stage_layers, best.stage_layers);
+  // Among 1F1B plans of one microbatch the balanced 4,2 is the best.
+  const auto ofob = std::find_if(plans.begin(), plans.end(), [](const ScoredPlan& p) {
+    return p.plan.schedule == sched::ScheduleKind::OneFOneB && p.plan.microbatches == 1 &&
+           p.plan.stages == 2;
+  });
+  ASSERT_NE(ofob, plans.end());
+  EXPECT_EQ(ofob->plan.stage_layers, (std::vector<int>{4, 2}));
+  // The slow rank first: the split turns round. Like ranks: the even split, and no uneven plans.
+  r.rank_speed = {0.5, 1.0};
+  EXPECT_EQ(balanced_stage_layers(one, r, prof), (std::vector<int>{2, 4}));
+  r.rank_speed = {};
+  for (const auto& p : search_plans(r, prof)) EXPECT_TRUE(p.plan.stage_layers.empty());
+  // With 2 replicas of 2 stages the slowest replica sets each pipeline rank's speed.
+  PlanRequest dp = request(4, 6, 8);
+  dp.rank_speed = {1.0, 1.0, 1.0, 0.5};  // rank 3 = replica 1's stage 1
+  const PlanProfile dprof = profile(dp, 4);
+  EXPECT_EQ(balanced_stage_layers(plan(2, 2, sched::ScheduleKind::OneFOneB, 1, 4), dp, dprof),
+            (std::vector<int>{4, 2}));
 }
 
 TEST(Planner, SearchPicksValidPlansWithinMemory) {
