@@ -73,12 +73,13 @@ enum class ActionKind : std::uint8_t {
   /// for a RELOAD's copy only at the B, and for an OFFLOAD's copy only when it needs the slot.
   Offload,
   Reload,
-  /// OVERLAP_F_B (DualPipe's F&B; torch.distributed.pipelining's OVERLAP_F_B): pairs the F it names
-  /// (its stage and microbatch) with the B that follows it. On the rank's list the next compute
-  /// (F, B, W) after it is that F and the one after that a B of another stage; only transfers and
-  /// activation copies lie between (validate_schedule checks it). It computes nothing itself: the
-  /// executor runs the pair back to back, F, its SEND_F posted, then the B, whose output gradient
-  /// was received during the F (see scheduler/executor.h), and the simulator prices it so (F&B = F
+  /// OVERLAP_F_B (DualPipe's F&B pair; torch.distributed.pipelining's OVERLAP_F_B): pairs the F it
+  /// names (its stage and microbatch) with the B that follows it. On the rank's list the next
+  /// compute (F, B, W) after it is that F and the one after that a B of another stage; only
+  /// transfers and activation copies lie between (validate_schedule checks it). It computes nothing
+  /// itself: the executor runs the pair back to back, F, its SEND_F posted, then the B, whose
+  /// output gradient was received during the F (see scheduler/executor.h), and the simulator prices
+  /// it so (F&B = F
   /// + B). On a GPU the two would share the device; on a CPU rank there is no idle unit to give
   /// the second half, so only the transfers of one overlap the compute of the other.
   OverlapFB,
