@@ -16,6 +16,7 @@
 
 #include "core/error.h"
 #include "tests/common/process.h"
+#include "tests/common/small_model.h"
 #include "tests/common/strait_process.h"
 #include "tests/common/temp_dir.h"
 #include "tests/common/word_corpus.h"
@@ -217,32 +218,12 @@ TEST(DiagnoseHungJob, NamesTheStoppedRankOfStraitTrain) {
   const TempDir dir;
   const fs::path corpus = strait::test::write_word_corpus(dir.path());
   const fs::path dumps = dir.path() / "fr";
-  Strait job({"train",
-              "--stages",
-              "2",
-              "--replicas",
-              "2",
-              "--microbatches",
-              "4",
-              "--layers",
-              "2",
-              "--dim",
-              "32",
-              "--heads",
-              "2",
-              "--ctx",
-              "32",
-              "--microbatch-size",
-              "2",
-              "--steps",
-              "1000000",
-              "--timeout",
-              "3",
-              "--eval-sequences",
-              "8",
-              "--data",
-              corpus.string()},
-             dir.path() / "out", {"STRAIT_FR_DUMP_DIR=" + dumps.string()});
+  Strait job(
+      strait::test::joined({"train", "--stages", "2", "--replicas", "2", "--microbatches", "4"},
+                           strait::test::small_model_flags(2),
+                           {"--microbatch-size", "2", "--steps", "1000000", "--timeout", "3",
+                            "--eval-sequences", "8", "--data", corpus.string()}),
+      dir.path() / "out", {"STRAIT_FR_DUMP_DIR=" + dumps.string()});
   const auto ranks = ranks_once(job, "\nstep ", 4);
   ASSERT_EQ(ranks.size(), 4U) << job.output();
   stop_rank_and_diagnose(job, ranks, 2, dumps, dir.path());

@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "tests/common/small_model.h"
 #include "tests/common/strait_process.h"
 #include "tests/common/temp_dir.h"
 #include "tests/common/text.h"
@@ -29,8 +30,7 @@ TEST(StraitPlan, AutoPlansOnceTrainsWithThePlanAndTheNextPlanReusesTheProfile) {
   const fs::path corpus = strait::test::write_word_corpus(dir.path());
   const fs::path profile = dir.path() / "profile.json";
   const std::vector<std::string> env = {"STRAIT_PLAN_PROFILE=" + profile.string()};
-  const std::vector<std::string> model = {"--layers", "2", "--dim", "32",
-                                          "--heads",  "2", "--ctx", "32"};
+  const std::vector<std::string> model = strait::test::small_model_flags(2);
   std::vector<std::string> train = {"train",
                                     "--plan",
                                     "auto",
@@ -126,28 +126,11 @@ TEST(StraitPlan, RankSpeedGivesTheSlowRankFewerLayersAndTheFileCarriesThem) {
     ASSERT_EQ(split.size(), 2U) << j.dump();
     EXPECT_GT(split[0], split[1]) << j.dump();
   }
-  Strait train({"train",
-                "--plan",
-                file.string(),
-                "--layers",
-                "6",
-                "--dim",
-                "32",
-                "--heads",
-                "2",
-                "--ctx",
-                "32",
-                "--steps",
-                "1",
-                "--sample-bytes",
-                "0",
-                "--eval-sequences",
-                "2",
-                "--data",
-                corpus.string(),
-                "--offload-dir",
-                dir.path().string()},
-               dir.path() / "train.out", env);
+  Strait train(
+      strait::test::joined({"train", "--plan", file.string()}, strait::test::small_model_flags(6),
+                           {"--steps", "1", "--sample-bytes", "0", "--eval-sequences", "2",
+                            "--data", corpus.string(), "--offload-dir", dir.path().string()}),
+      dir.path() / "train.out", env);
   ASSERT_EQ(train.exit_code(180s), 0) << train.output();
   if (!split.empty()) {
     std::string counts;

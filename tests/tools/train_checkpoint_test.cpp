@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "tests/common/process.h"
+#include "tests/common/small_model.h"
 #include "tests/common/strait_process.h"
 #include "tests/common/word_corpus.h"
 
@@ -43,28 +44,11 @@ class Job {
   // pairs, a later pair replacing an earlier one of the same flag (CLI11 refuses repeats); an
   // empty value passes a flag that takes none (--outer-overlap).
   [[nodiscard]] std::vector<std::string> args(const std::vector<std::string>& extra) const {
-    std::vector<std::string> pairs = {"--layers",
-                                      "4",
-                                      "--dim",
-                                      "32",
-                                      "--heads",
-                                      "2",
-                                      "--ctx",
-                                      "32",
-                                      "--microbatch-size",
-                                      "2",
-                                      "--eval-sequences",
-                                      "8",
-                                      "--sample-bytes",
-                                      "8",
-                                      "--warmup",
-                                      "2",
-                                      "--blas-threads",
-                                      "1",
-                                      "--data",
-                                      corpus_.string(),
-                                      "--offload-dir",
-                                      path("offload").string()};
+    std::vector<std::string> pairs =
+        strait::test::joined({}, strait::test::small_model_flags(4),
+                             {"--microbatch-size", "2", "--eval-sequences", "8", "--sample-bytes",
+                              "8", "--warmup", "2", "--blas-threads", "1", "--data",
+                              corpus_.string(), "--offload-dir", path("offload").string()});
     pairs.insert(pairs.end(), extra.begin(), extra.end());
     std::vector<std::string> all = {"train"};
     for (std::size_t i = 0; i + 1 < pairs.size(); i += 2) {

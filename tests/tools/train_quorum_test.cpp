@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "tests/common/process.h"
+#include "tests/common/small_model.h"
 #include "tests/common/strait_process.h"
 #include "tests/common/word_corpus.h"
 
@@ -29,37 +30,29 @@ using strait::test::TempDir;
 
 std::vector<std::string> quorum_args(const fs::path& corpus,
                                      const std::vector<std::string>& extra) {
-  std::vector<std::string> a = {"train",
-                                "--layers",
-                                "2",
-                                "--dim",
-                                "32",
-                                "--heads",
-                                "2",
-                                "--ctx",
-                                "32",
-                                "--microbatch-size",
-                                "2",
-                                "--microbatches",
-                                "2",
-                                "--warmup",
-                                "2",
-                                "--sample-bytes",
-                                "0",
-                                "--blas-threads",
-                                "1",
-                                "--stages",
-                                "1",
-                                "--replicas",
-                                "3",
-                                "--outer-steps",
-                                "5",
-                                "--outer-lr",
-                                "1",
-                                "--outer-momentum",
-                                "0.5",
-                                "--data",
-                                corpus.string()};
+  std::vector<std::string> a = strait::test::joined({"train"}, strait::test::small_model_flags(2),
+                                                    {"--microbatch-size",
+                                                     "2",
+                                                     "--microbatches",
+                                                     "2",
+                                                     "--warmup",
+                                                     "2",
+                                                     "--sample-bytes",
+                                                     "0",
+                                                     "--blas-threads",
+                                                     "1",
+                                                     "--stages",
+                                                     "1",
+                                                     "--replicas",
+                                                     "3",
+                                                     "--outer-steps",
+                                                     "5",
+                                                     "--outer-lr",
+                                                     "1",
+                                                     "--outer-momentum",
+                                                     "0.5",
+                                                     "--data",
+                                                     corpus.string()});
   a.insert(a.end(), extra.begin(), extra.end());
   return a;
 }

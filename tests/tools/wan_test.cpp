@@ -14,6 +14,7 @@
 
 #include "core/error.h"
 #include "tests/common/elastic_log.h"
+#include "tests/common/small_model.h"
 #include "tests/common/strait_process.h"
 #include "tests/common/temp_dir.h"
 #include "tests/common/text.h"
@@ -135,41 +136,33 @@ TEST_F(Wan, ElasticJobLosesSiteOnesReplicaAndAdmitsAJoinerStartedThere) {
   const test::TempDir dir;
   const auto corpus = test::write_word_corpus(dir.path());
   const auto metrics = dir.path() / "job.jsonl";
-  const std::vector<std::string> train = {STRAIT_BIN,
-                                          "train",
-                                          "--layers",
-                                          "2",
-                                          "--dim",
-                                          "32",
-                                          "--heads",
-                                          "2",
-                                          "--ctx",
-                                          "32",
-                                          "--microbatch-size",
-                                          "2",
-                                          "--microbatches",
-                                          "2",
-                                          "--eval-sequences",
-                                          "8",
-                                          "--sample-bytes",
-                                          "0",
-                                          "--warmup",
-                                          "2",
-                                          "--blas-threads",
-                                          "1",
-                                          "--stages",
-                                          "1",
-                                          "--replicas",
-                                          "2",
-                                          "--outer-steps",
-                                          "2",
-                                          "--elastic",
-                                          "--min-replicas",
-                                          "1",
-                                          "--steps",
-                                          "12",
-                                          "--data",
-                                          corpus.string()};
+  const std::vector<std::string> train =
+      strait::test::joined({STRAIT_BIN, "train"}, strait::test::small_model_flags(2),
+                           {"--microbatch-size",
+                            "2",
+                            "--microbatches",
+                            "2",
+                            "--eval-sequences",
+                            "8",
+                            "--sample-bytes",
+                            "0",
+                            "--warmup",
+                            "2",
+                            "--blas-threads",
+                            "1",
+                            "--stages",
+                            "1",
+                            "--replicas",
+                            "2",
+                            "--outer-steps",
+                            "2",
+                            "--elastic",
+                            "--min-replicas",
+                            "1",
+                            "--steps",
+                            "12",
+                            "--data",
+                            corpus.string()});
   std::vector<std::string> job_args = {"wan",       "run",           "--prefix", prefix_,
                                        "--elastic", "--master-port", "29500",    "--"};
   job_args.insert(job_args.end(), train.begin(), train.end());
