@@ -9,6 +9,8 @@
 // with the value computed in double from every rank's inputs (bench/bench_data.h); #wrong is the
 // count of wrong elements over all ranks. Rank 0 prints the table (and writes --json); errors are
 // printed by every rank that meets them. Any wrong element makes every rank exit with status 1.
+// With --bound, before each size every rank copies --bound-bytes at once (bench/bound.h), and the
+// row also shows that copy rate, the collective's memory bound and busbw / bound per variant.
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
@@ -27,6 +29,7 @@
 #include "bench/bench_data.h"
 #include "bench/bench_options.h"
 #include "bench/bench_report.h"
+#include "bench/bound.h"
 #include "bench/collectives.h"
 #include "bench/offload_bench.h"
 #include "comm/bootstrap/hash_store.h"
@@ -46,7 +49,10 @@ RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT); without RANK it runs as a single
 Columns as nccl-tests: size is the largest buffer of a rank in bytes (the whole gathered buffer for
 allgather), count the count argument of the call, algbw = size / time, busbw = algbw * factor
 (allreduce 2(n-1)/n; allgather, reduce_scatter, alltoall (n-1)/n; others 1). n/a marks a form
-strait does not have (out-of-place broadcast, in-place sendrecv).)";
+strait does not have (out-of-place broadcast, in-place sendrecv).
+--bound adds: copy = GB/s one rank copies while all copy --bound-bytes at once (memcpy, measured
+before each size); bound = the busbw the collective's bytes moved per rank allow at that rate;
+of_bd = busbw / bound. Derivation: docs/commands/bench.md, "The bound".)";
 
 // /proc/loadavg's 1, 5 and 15 minute figures: other work on the machine skews every time shown.
 std::string load_average() {
@@ -168,8 +174,15 @@ void print_header(const Collective& coll, int n, const BenchOptions& o) {
       o.check ? "on" : "off");
   fmt::print("# host: {} CPUs, load average {}\n", std::thread::hardware_concurrency(),
              load_average());
-  fmt::print("# time: {} mean time per call (-a {})\n#\n{}", bench::time_stat_name(o.time_stat),
-             static_cast<int>(o.time_stat), bench::table_header());
+  fmt::print("# time: {} mean time per call (-a {})\n", bench::time_stat_name(o.time_stat),
+             static_cast<int>(o.time_stat));
+  if (o.bound) {
+    fmt::print(
+        "# bound: before each size every rank copies {} B at once (copy: the mean per-rank GB/s); "
+        "bound = busbw allowed by the bytes moved per rank at that rate, of_bd = busbw / bound\n",
+        o.bound_bytes);
+  }
+  fmt::print("#\n{}", bench::table_header(o.bound));
   std::fflush(stdout);
 }
 
@@ -185,6 +198,7 @@ void write_json(std::ofstream& json, const Collective& coll, int n, const BenchO
                    {"iters", o.iters},
                    {"check", o.check},
                    {"codec", o.codec},
+                   {"bound_bytes", o.bound ? nlohmann::json(o.bound_bytes) : nlohmann::json()},
                    {"time", bench::time_stat_name(o.time_stat)},
                    {"avg_busbw_gbs", bench::average_busbw(rows)},
                    {"wrong", wrong},
@@ -250,6 +264,8 @@ int run(const BenchOptions& o) {
                            .codec = o.codec};
     for (int i = 0; i < o.warmup; ++i) coll.run(call);
   }
+  std::unique_ptr<bench::CopyBuffers> copy;
+  if (o.bound) copy = std::make_unique<bench::CopyBuffers>(o.bound_bytes);
   std::vector<bench::Row> rows;
   for (const std::size_t bytes : sizes) {
     const bench::Shape shape = coll.shape(bytes, elem, n);
@@ -260,10 +276,23 @@ int run(const BenchOptions& o) {
                                          : std::string("none"),
                    .root = coll.rooted ? o.root : -1,
                    .out_of_place = std::nullopt,
-                   .in_place = std::nullopt};
-    if (coll.out_of_place) row.out_of_place = run_variant(*comm, coll, o, shape, buffers, false);
+                   .in_place = std::nullopt,
+                   .copy_gbs = std::nullopt};
+    if (copy) row.copy_gbs = bench::measure_copy(*comm, *copy, 3).mean_gbs;
+    const auto bounded = [&](bench::Measurement m, bool in_place) {
+      if (row.copy_gbs) {
+        const auto moved = bench::bytes_moved_per_rank(coll.name, shape.bytes, n, in_place);
+        m.bound_gbs =
+            moved ? bench::bound_busbw_gbs(shape.bytes, *moved, coll.bus_factor(n), *row.copy_gbs)
+                  : 0.0;
+      }
+      return m;
+    };
+    if (coll.out_of_place) {
+      row.out_of_place = bounded(run_variant(*comm, coll, o, shape, buffers, false), false);
+    }
     if (coll.in_place != nullptr) {
-      row.in_place = run_variant(*comm, coll, o, shape, buffers, true);
+      row.in_place = bounded(run_variant(*comm, coll, o, shape, buffers, true), true);
     }
     if (print) {
       fmt::print("{}\n", bench::table_row(row));
@@ -325,6 +354,12 @@ int bench_main(int argc, char** argv) {
                  "allreduce: run allreduce_compressed with this codec spec (int8, int4, "
                  "topk:fraction=0.01, powersgd:rank=4 (the buffer as one near-square matrix), "
                  "...; f32 sum/avg, -c 0)");
+  std::string bound_text = "64M";
+  app.add_flag("--bound", o.bound,
+               "Measure the copy rate of all ranks copying at once before each size and show "
+               "busbw / the collective's memory bound");
+  app.add_option("--bound-bytes", bound_text, "Bytes each rank copies for --bound")
+      ->capture_default_str();
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -334,6 +369,7 @@ int bench_main(int argc, char** argv) {
   try {
     o.min_bytes = bench::parse_size(min_text);
     o.max_bytes = bench::parse_size(max_text);
+    o.bound_bytes = bench::parse_size(bound_text);
     o.dtype = bench::parse_dtype(dtype_text);
     o.op = bench::parse_op(op_text);
     o.check = check != 0;
