@@ -210,9 +210,14 @@ Communicator::Prepared Communicator::prepare(const CollectiveArgs& args) const {
     p.chosen.algorithm = &choose_compressed(*p.codec, multi_site);
   } else {
     const std::size_t bytes = p.args.count * kernels::dtype_size(p.args.dtype);
-    p.chosen =
-        shared_->algorithms->choose(collective_name(p.args.kind), size(), bytes, sites_.count(),
-                                    mailbox_fits(bytes) ? nullptr : mailbox_algorithm());
+    const std::string_view name = collective_name(p.args.kind);
+    p.chosen = shared_->algorithms->choose(name, size(), bytes, sites_.count(),
+                                           mailbox_fits(bytes) ? nullptr : mailbox_algorithm());
+    // The single-copy collectives need the mailbox too (all ranks have one, or none has).
+    if (!group_->mailbox && p.chosen.algorithm->name == "single_copy") {
+      p.chosen =
+          shared_->algorithms->choose(name, size(), bytes, sites_.count(), p.chosen.algorithm);
+    }
   }
   // Without a hierarchy (a split communicator: one site), hierarchical is the ring.
   static const AlgorithmInfo* const kHierarchical = find_algorithm("allreduce", "hierarchical");
