@@ -21,7 +21,9 @@
 /// CommOptions::algorithms), and with several sites (sites(), comm/sites.h) the hierarchical
 /// allreduce (comm/algorithms/hierarchical_allreduce.h); reduce_scatter and allgather(_v) are
 /// rings, broadcast, reduce, gather and scatter binomial trees, alltoall(_v) a pairwise exchange,
-/// barrier the dissemination algorithm.
+/// barrier the dissemination algorithm. Between ranks that all share this host, broadcast,
+/// allgather, reduce_scatter and alltoall from 64 KiB (256 KiB for broadcast) read their peers'
+/// buffers in place instead (comm/algorithms/local_copy.h; by rule, like allreduce's).
 ///
 /// Device buffers (CUDA builds with NCCL): when an operation's buffers are GPU memory
 /// (cudaMalloc; see kernels/device_memory.h), the same call goes to NCCL instead

@@ -87,6 +87,10 @@ constexpr std::array kAlgorithms = {
 // 1 MiB (bench/RESULTS.md, "mailbox"); where it cannot run the earlier rules decide
 // (Communicator::post). Declared sites keep the hierarchical allreduce from 8249 bytes (the last
 // rule wins).
+// Broadcast, allgather, reduce_scatter and alltoall between ranks on one host read their peers'
+// buffers in place from 64 KiB of a block (broadcast: 256 KiB of the buffer), where the
+// transport's messages take its rendezvous protocol anyway (comm/algorithms/local_copy.h); where
+// the ranks share no memory the earlier rules (none: the first row) decide.
 constexpr std::string_view kDefaultRules =
     "allreduce:0-8249:recursive_doubling;"
     "allreduce:8249-1M:ring@seg=8K;"
