@@ -39,6 +39,8 @@ struct BenchOptions {
   // and show each busbw as a fraction of the collective's memory bound (bench/bound.h).
   bool bound = false;
   std::size_t bound_bytes = 64U << 20U;
+  // --symmetric: buffers from Communicator::alloc (comm/symmetric_memory.h).
+  bool symmetric = false;
 };
 
 // "8", "64K", "1M", "2G" (powers of 1024, either case, an optional trailing B).

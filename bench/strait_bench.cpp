@@ -12,6 +12,7 @@
 // With --bound, before each size every rank copies --bound-bytes at once (bench/bound.h), and the
 // row also shows that copy rate, the collective's memory bound and busbw / bound per variant.
 #include <fmt/format.h>
+#include <sys/mman.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -118,21 +119,36 @@ long long count_wrong(Communicator& comm, const Collective& coll, const bench::C
   return wrong;
 }
 
+// Out of place: the send buffer; the receive buffer (in place: the one buffer). Ordinary memory,
+// or with --symmetric memory every local peer maps (Communicator::alloc).
 struct Buffers {
-  std::vector<std::byte> send;  // out of place: the send buffer
-  std::vector<std::byte> recv;  // the receive buffer; in place: the one buffer
+  comm::SymmetricBuffer send;
+  comm::SymmetricBuffer recv;
+  Buffers(Communicator& comm, bool symmetric, std::size_t send_bytes, std::size_t recv_bytes) {
+    const auto get = [&](std::size_t bytes) {
+      if (bytes == 0) return comm::SymmetricBuffer{};
+      if (symmetric) return comm.alloc(bytes);
+      void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      if (p == MAP_FAILED) throw Error(ErrorCode::Unavailable, "strait-bench: mmap failed");
+      return comm::SymmetricBuffer(nullptr, 0, p, bytes);
+    };
+    send = get(send_bytes);
+    recv = get(recv_bytes);
+  }
+  std::byte* send_data() const { return static_cast<std::byte*>(send.data()); }
+  std::byte* recv_data() const { return static_cast<std::byte*>(recv.data()); }
 };
 
 // One size, out of place or in place: fill, time, then (with -c) fill afresh, run once, check.
 bench::Measurement run_variant(Communicator& comm, const Collective& coll, const BenchOptions& o,
-                               const bench::Shape& shape, Buffers& buffers, bool in_place) {
+                               const bench::Shape& shape, const Buffers& buffers, bool in_place) {
   const std::size_t elem = strait::kernels::dtype_size(o.dtype);
-  std::byte* send = buffers.send.data();
-  std::byte* recv = buffers.recv.data();
+  std::byte* send = buffers.send_data();
+  std::byte* recv = buffers.recv_data();
   if (in_place) {
     const auto offsets = coll.in_place(shape, comm.rank());
-    send = buffers.recv.data() + offsets.send * elem;
-    recv = buffers.recv.data() + offsets.recv * elem;
+    send = buffers.recv_data() + offsets.send * elem;
+    recv = buffers.recv_data() + offsets.recv * elem;
   }
   const auto fill = [&] {
     bench::fill_inputs(o.dtype, o.op, comm.rank(), 0, send, shape.send_count);
@@ -146,7 +162,7 @@ bench::Measurement run_variant(Communicator& comm, const Collective& coll, const
   if (o.check) {
     // Poison (NaN for floats) what the call must overwrite, so stale results cannot pass.
     std::memset(
-        in_place ? buffers.recv.data() : recv, 0xff,
+        in_place ? buffers.recv_data() : recv, 0xff,
         (in_place ? std::max(shape.send_count, shape.recv_count) : shape.recv_count) * elem);
     fill();
     comm.barrier();
@@ -199,6 +215,7 @@ void write_json(std::ofstream& json, const Collective& coll, int n, const BenchO
                    {"check", o.check},
                    {"codec", o.codec},
                    {"bound_bytes", o.bound ? nlohmann::json(o.bound_bytes) : nlohmann::json()},
+                   {"symmetric", o.symmetric},
                    {"time", bench::time_stat_name(o.time_stat)},
                    {"avg_busbw_gbs", bench::average_busbw(rows)},
                    {"wrong", wrong},
@@ -243,20 +260,19 @@ int run(const BenchOptions& o) {
   }
   const std::size_t elem = strait::kernels::dtype_size(o.dtype);
   const bench::Shape largest = coll.shape(sizes.back(), elem, n);
-  Buffers buffers{
-      .send = std::vector<std::byte>(coll.out_of_place ? largest.send_count * elem : 0),
-      .recv = std::vector<std::byte>(std::max(largest.send_count, largest.recv_count) * elem)};
+  const Buffers buffers(*comm, o.symmetric, coll.out_of_place ? largest.send_count * elem : 0,
+                        std::max(largest.send_count, largest.recv_count) * elem);
 
   if (print) print_header(coll, n, o);
   // As nccl-tests does: warm up at the largest size, then the smallest, before any row is timed,
   // so the first row does not pay for first touches of buffers and the library's pools.
   for (const std::size_t bytes : {sizes.back(), sizes.front()}) {
     const bench::Shape shape = coll.shape(bytes, elem, n);
-    std::byte* send = buffers.send.empty() ? buffers.recv.data() : buffers.send.data();
+    std::byte* send = buffers.send.data() == nullptr ? buffers.recv_data() : buffers.send_data();
     bench::fill_inputs(o.dtype, o.op, comm->rank(), 0, send, shape.send_count);
     const bench::Call call{.comm = *comm,
                            .send = send,
-                           .recv = buffers.recv.data(),
+                           .recv = buffers.recv_data(),
                            .count = shape.count,
                            .dtype = o.dtype,
                            .op = o.op,
@@ -360,6 +376,9 @@ int bench_main(int argc, char** argv) {
                "busbw / the collective's memory bound");
   app.add_option("--bound-bytes", bound_text, "Bytes each rank copies for --bound")
       ->capture_default_str();
+  app.add_flag("--symmetric", o.symmetric,
+               "Allocate the buffers with Communicator::alloc (symmetric memory every local rank "
+               "maps: single-copy collectives read them in place)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

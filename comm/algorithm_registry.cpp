@@ -211,6 +211,7 @@ constexpr std::array kBuilders = {
     Builder{"allgather", "single_copy", local_copy<LocalCopy::Kind::Allgather>},
     Builder{"reduce_scatter", "single_copy", local_copy<LocalCopy::Kind::ReduceScatter>},
     Builder{"alltoall", "single_copy", local_copy<LocalCopy::Kind::Alltoall>},
+    Builder{"allreduce", "single_copy", local_copy<LocalCopy::Kind::Allreduce>},
 };
 
 const AlgorithmInfo& row(std::string_view collective, std::string_view name) {

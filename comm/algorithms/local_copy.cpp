@@ -7,16 +7,23 @@
 #include <cstring>
 
 #include "comm/algorithms/local_mailbox.h"
+#include "comm/symmetric_heap.h"
+#include "comm/transport/partition.h"
 #include "comm/transport/peer_memory.h"
 
 namespace strait::comm {
 namespace {
 
-// reduce_scatter reads a peer's block in pieces this size and reduces each while it is in cache.
+// Reductions read a peer's data in pieces this size and reduce each while it is in cache.
 constexpr std::size_t kPiece = 256 << 10;
 
 std::uint64_t address(const void* p) {
   return reinterpret_cast<std::uintptr_t>(p);
+}
+
+// The id of the symmetric buffer holding [p, p + len) on this rank, 0 when none.
+std::uint64_t symmetric_id(const Group& g, const void* p, std::size_t len) {
+  return g.symmetric && p != nullptr ? g.symmetric->id_of(p, len) : 0;
 }
 
 }  // namespace
@@ -26,11 +33,23 @@ LocalCopy::LocalCopy(OpContext ctx, Kind kind, const Buffers& b)
       kind_(kind),
       b_(b),
       block_(b.count * kernels::dtype_size(b.dtype)),
-      addresses_{address(kind == Kind::Broadcast ? b.recv : b.send), address(b.recv)},
-      publish_(*group().mailbox, group(), addresses_, nullptr, 2, kernels::DType::I64,
+      addresses_{address(kind == Kind::Broadcast ? b.recv : b.send), address(b.recv), 0, 0},
+      publish_(*group().mailbox, group(), addresses_, nullptr, 4, kernels::DType::I64,
                kernels::ReduceOp::Sum),
+      reduced_(kind == Kind::Allreduce ? std::optional<MailboxCall>(
+                                             std::in_place, *group().mailbox, group(), nullptr,
+                                             nullptr, 0, kernels::DType::U8, kernels::ReduceOp::Sum)
+                                       : std::nullopt),
       done_(*group().mailbox, group(), nullptr, nullptr, 0, kernels::DType::U8,
-            kernels::ReduceOp::Sum) {}
+            kernels::ReduceOp::Sum) {
+  // The extent of each buffer that peers read, for the symmetric lookup.
+  const auto p = static_cast<std::size_t>(group().size());
+  const bool whole = kind == Kind::Broadcast || kind == Kind::Allreduce;
+  const std::size_t send_bytes = whole || kind == Kind::Allgather ? block_ : block_ * p;
+  const std::size_t recv_bytes = whole || kind == Kind::ReduceScatter ? block_ : block_ * p;
+  addresses_[2] = symmetric_id(group(), kind == Kind::Broadcast ? b.recv : b.send, send_bytes);
+  addresses_[3] = symmetric_id(group(), b.recv, recv_bytes);
+}
 
 bool LocalCopy::round(Transport& t, MailboxCall& call) {
   const Fingerprint f = fingerprint() != nullptr ? *fingerprint() : Fingerprint{};
@@ -58,7 +77,23 @@ std::string LocalCopy::also_gone(int r, const Transport* t) const {
   return also;
 }
 
-void LocalCopy::read(int r, std::uint64_t at, std::byte* into, std::size_t len) const {
+std::uint64_t LocalCopy::published(int r, int word) const {
+  std::uint64_t v = 0;
+  std::memcpy(&v, group().mailbox->of(r, publish_.ticket()).data + word * sizeof v, sizeof v);
+  return v;
+}
+
+const std::byte* LocalCopy::mapped(int r, std::uint64_t at, std::size_t len, bool recv) const {
+  if (!group().symmetric) return nullptr;
+  return group().symmetric->find(r, published(r, recv ? 3 : 2), at, len);
+}
+
+void LocalCopy::read(int r, std::uint64_t at, std::byte* into, std::size_t len, bool recv) const {
+  if (const std::byte* in_place = mapped(r, at, len, recv)) {
+    std::memcpy(into, in_place, len);
+    group().symmetric->count_in_place(len);
+    return;
+  }
   const LocalMailbox& box = *group().mailbox;
   const PeerRead got = read_peer_memory(box.pid(r), at, into, len);
   // A readable pidfd: the pid may since name another process, whose bytes these would be.
@@ -78,52 +113,49 @@ void LocalCopy::read(int r, std::uint64_t at, std::byte* into, std::size_t len) 
   }
 }
 
-void LocalCopy::reduce_own_block() {
+void LocalCopy::reduce_block(std::size_t offset, std::byte* out, std::size_t bytes) {
   const int p = group().size();
   const int me = group().rank;
   const std::size_t elem = kernels::dtype_size(b_.dtype);
   const auto op = b_.op == kernels::ReduceOp::Avg ? kernels::ReduceOp::Sum : b_.op;
-  const LocalMailbox& box = *group().mailbox;
-  const auto* own = static_cast<const std::byte*>(b_.send) + me * block_;
-  auto* out = static_cast<std::byte*>(b_.recv);
-  scratch_ = std::make_unique_for_overwrite<std::byte[]>(std::min(kPiece, block_));
-  for (std::size_t at = 0; at < block_; at += kPiece) {
-    const std::size_t m = std::min(kPiece, block_ - at);
+  const auto* own = static_cast<const std::byte*>(b_.send) + offset;
+  if (!scratch_) scratch_ = std::make_unique_for_overwrite<std::byte[]>(std::min(kPiece, bytes));
+  for (std::size_t at = 0; at < bytes; at += kPiece) {
+    const std::size_t m = std::min(kPiece, bytes - at);
     if (own != out) std::memcpy(out + at, own + at, m);
     for (int k = 1; k < p; ++k) {
       const int q = (me + k) % p;
-      std::uint64_t base = 0;
-      std::memcpy(&base, box.of(q, publish_.ticket()).data, sizeof base);
-      read(q, base + me * block_ + at, scratch_.get(), m);
-      kernels::reduce(b_.dtype, op, out + at, scratch_.get(), m / elem);
+      const std::uint64_t theirs = published(q, 0) + offset + at;
+      const std::byte* in = mapped(q, theirs, m, false);
+      if (in != nullptr) {
+        group().symmetric->count_in_place(m);
+      } else {
+        read(q, theirs, scratch_.get(), m);
+        in = scratch_.get();
+      }
+      kernels::reduce(b_.dtype, op, out + at, in, m / elem);
     }
   }
-  if (b_.op == kernels::ReduceOp::Avg) kernels::scale(b_.dtype, out, b_.count, 1.0 / p);
+  if (b_.op == kernels::ReduceOp::Avg) kernels::scale(b_.dtype, out, bytes / elem, 1.0 / p);
 }
 
 void LocalCopy::copy_from_peers() {
   const int p = group().size();
   const int me = group().rank;
-  const LocalMailbox& box = *group().mailbox;
-  const auto peer_send = [&](int q) {
-    std::uint64_t a = 0;
-    std::memcpy(&a, box.of(q, publish_.ticket()).data, sizeof a);
-    return a;
-  };
   const auto* send = static_cast<const std::byte*>(b_.send);
   auto* recv = static_cast<std::byte*>(b_.recv);
   switch (kind_) {
     case Kind::Broadcast:
-      if (me != b_.root && block_ != 0) read(b_.root, peer_send(b_.root), recv, block_);
+      if (me != b_.root) read(b_.root, published(b_.root, 0), recv, block_);
       break;
     case Kind::Allgather:
       if (send != recv + me * block_) std::memcpy(recv + me * block_, send, block_);
       for (int k = 1; k < p; ++k) {
         const int q = (me + k) % p;
-        read(q, peer_send(q), recv + q * block_, block_);
+        read(q, published(q, 0), recv + q * block_, block_);
       }
       break;
-    case Kind::ReduceScatter: reduce_own_block(); break;
+    case Kind::ReduceScatter: reduce_block(me * block_, recv, block_); break;
     case Kind::Alltoall: {
       // In place a peer still reads block q of this buffer, where block q from it lands: stage.
       const bool in_place = send == recv;
@@ -132,8 +164,14 @@ void LocalCopy::copy_from_peers() {
       if (!in_place) std::memcpy(recv + me * block_, send + me * block_, block_);
       for (int k = 1; k < p; ++k) {
         const int q = (me + k) % p;
-        read(q, peer_send(q) + me * block_, into + q * block_, block_);
+        read(q, published(q, 0) + me * block_, into + q * block_, block_);
       }
+      break;
+    }
+    case Kind::Allreduce: {
+      const std::size_t elem = kernels::dtype_size(b_.dtype);
+      const Part c = part(b_.count, static_cast<std::size_t>(p), static_cast<std::size_t>(me));
+      if (c.count != 0) reduce_block(c.offset * elem, recv + c.offset * elem, c.count * elem);
       break;
     }
   }
@@ -145,6 +183,20 @@ bool LocalCopy::advance(Transport& t) {
     if (block_ != 0) copy_from_peers();
     copied_ = true;
   }
+  if (reduced_ && !gathered_) {  // allreduce: every chunk reduced, then gather them
+    if (!round(t, *reduced_)) return false;
+    const int p = group().size();
+    const std::size_t elem = kernels::dtype_size(b_.dtype);
+    auto* recv = static_cast<std::byte*>(b_.recv);
+    for (int k = 1; k < p && block_ != 0; ++k) {
+      const int q = (group().rank + k) % p;
+      const Part c = part(b_.count, static_cast<std::size_t>(p), static_cast<std::size_t>(q));
+      if (c.count != 0) {
+        read(q, published(q, 1) + c.offset * elem, recv + c.offset * elem, c.count * elem, true);
+      }
+    }
+    gathered_ = true;
+  }
   if (!round(t, done_)) return false;
   if (kind_ == Kind::Alltoall && scratch_) {  // in place: every peer has read this buffer
     auto* recv = static_cast<std::byte*>(b_.recv);
@@ -154,12 +206,16 @@ bool LocalCopy::advance(Transport& t) {
   }
   // What the peers read from this rank.
   const bool sends = kind_ != Kind::Broadcast || group().rank == b_.root;
-  count_sent(sends ? block_ * static_cast<std::size_t>(group().size() - 1) : 0);
+  const std::size_t shared = kind_ == Kind::Allreduce ? block_ / group().size() * 2 : block_;
+  count_sent(sends ? shared * static_cast<std::size_t>(group().size() - 1) : 0);
   return true;
 }
 
 std::string LocalCopy::waiting_for() const {
   if (!copied_) return publish_.waiting_for();
+  if (reduced_ && !gathered_) {
+    return fmt::format("every rank to reduce its chunk; {}", reduced_->waiting_for());
+  }
   return fmt::format("{} to finish reading this rank's memory (single copy); {}",
                      done_.waiting_on() >= 0 ? group().describe_rank(done_.waiting_on())
                                              : std::string("the peers"),

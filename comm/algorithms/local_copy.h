@@ -16,6 +16,11 @@
 //                        ...; Avg = Sum, then * 1/P)
 //        alltoall        block r of rank q's send buffer into block q of the output (in place:
 //                        into scratch first, copied over once every peer has read this rank)
+//        allreduce       chunk r (of P) reduced as reduce_scatter's block, into the output; then
+//                        a round ("reduced"), then chunk q of rank q's output, q != r
+//      A buffer from Communicator::alloc (comm/symmetric_memory.h) is published with its id, and a
+//      peer that maps it reads (and reduces) straight from its mapping: no system call, no
+//      pinning; other buffers are read with process_vm_readv.
 //   2. done: every rank publishes that it has read; a rank returns only once all have, so no
 //      peer still reads a buffer its caller may reuse.
 // Bytes copied per rank: what the memory bound counts (docs/commands/bench.md, "The bound"), plus
@@ -29,6 +34,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "comm/algorithms/collective_op.h"
@@ -40,7 +46,7 @@ namespace strait::comm {
 
 class LocalCopy final : public CollectiveOp {
  public:
-  enum class Kind : std::uint8_t { Broadcast, Allgather, ReduceScatter, Alltoall };
+  enum class Kind : std::uint8_t { Broadcast, Allgather, ReduceScatter, Alltoall, Allreduce };
   struct Buffers {
     const void* send = nullptr;  // broadcast: the one buffer (recv)
     void* recv = nullptr;
@@ -60,18 +66,25 @@ class LocalCopy final : public CollectiveOp {
   // Polls one round; throws its errors (Mismatch, PeerLost).
   bool round(Transport& t, MailboxCall& call);
   void copy_from_peers();
-  // `len` bytes at address `at` of group rank `r` into `into`; PeerLost when it cannot.
-  void read(int r, std::uint64_t at, std::byte* into, std::size_t len) const;
-  void reduce_own_block();
+  // `len` bytes at address `at` of group rank `r`'s send (or recv) buffer into `into`; PeerLost
+  // when it cannot.
+  void read(int r, std::uint64_t at, std::byte* into, std::size_t len, bool recv = false) const;
+  // Where rank r's bytes [at, at + len) are mapped here (a symmetric buffer), or null.
+  [[nodiscard]] const std::byte* mapped(int r, std::uint64_t at, std::size_t len, bool recv) const;
+  [[nodiscard]] std::uint64_t published(int r, int word) const;
+  // The reduction over all ranks of their send bytes [offset, offset + bytes) into `out`.
+  void reduce_block(std::size_t offset, std::byte* out, std::size_t bytes);
   // "; also gone: rank 2's process exited" for every rank but `r` that has exited, or "".
   [[nodiscard]] std::string also_gone(int r, const Transport* t) const;
 
   Kind kind_;
   Buffers b_;
-  std::size_t block_;  // bytes of one block (broadcast: of the buffer)
-  std::uint64_t addresses_[2];
+  std::size_t block_;           // bytes of one block (broadcast: of the buffer)
+  std::uint64_t addresses_[4];  // send, recv, and their symmetric ids (0: ordinary memory)
   MailboxCall publish_;
+  std::optional<MailboxCall> reduced_;  // allreduce: every chunk reduced
   MailboxCall done_;
+  bool gathered_ = false;
   bool copied_ = false;
   std::unique_ptr<std::byte[]> scratch_;  // in-place alltoall; reduce_scatter's pieces
 };

@@ -129,6 +129,11 @@ class LocalMailbox {
   // Rank r's process id (this process's for this rank), for reading its memory
   // (comm/transport/peer_memory.h); check peer_exited() after a read.
   [[nodiscard]] pid_t pid(int r) const noexcept { return peers_[static_cast<std::size_t>(r)].pid; }
+  // Rank r's pidfd (-1 for this rank): what comm/symmetric_memory.h takes descriptors through.
+  [[nodiscard]] int pidfd(int r) const noexcept {
+    const Fd& fd = peers_[static_cast<std::size_t>(r)].pidfd;
+    return fd ? fd.get() : -1;
+  }
 
  private:
   struct Mapping {  // one segment mapped into this process

@@ -484,8 +484,13 @@ class LocalCopyFailures : public ::testing::TestWithParam<std::string> {};
 std::vector<std::string> local_copy_worker(const std::string& collective,
                                            const std::string& scenario,
                                            const std::string& timeout_s) {
-  return {"env", "COMM_WORKER_COLLECTIVE=" + collective, "STRAIT_TIMEOUT_S=" + timeout_s,
-          COMM_WORKER_BIN, scenario};
+  // Broadcast takes the single-copy path by rule only.
+  return {"env",
+          "COMM_WORKER_COLLECTIVE=" + collective,
+          "STRAIT_TIMEOUT_S=" + timeout_s,
+          "STRAIT_TUNE=broadcast:256K-inf:single_copy",
+          COMM_WORKER_BIN,
+          scenario};
 }
 
 TEST_P(LocalCopyFailures, ARankKilledWhileItsMemoryIsReadIsPeerLostOnTheOthers) {

@@ -1,7 +1,7 @@
 // The single-copy collectives between ranks on one host (comm/algorithms/local_copy.h): broadcast,
-// allgather, reduce_scatter and alltoall taken by the built-in rules from 64 KiB (256 KiB for
-// broadcast), checked against naive references: reductions in double over every rank's inputs
-// (tests/comm/comm_test_data.h), copies byte for byte; out of place and in place, counts not
+// allgather, reduce_scatter and alltoall taken by the built-in rules from 64 KiB (broadcast by a
+// rule from 256 KiB), checked against naive references: reductions in double over every rank's
+// inputs (tests/comm/comm_test_data.h), copies byte for byte; out of place and in place, counts not
 // divisible by anything, 2 to 4 ranks, mixed with mailbox allreduces and transport collectives on
 // one communicator. Failures across processes (killed, stopped, mismatching peers):
 // communicator_multiprocess_test.cpp, LocalCopyFailures.
@@ -9,9 +9,12 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <fstream>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "comm/algorithms/selection.h"
 #include "comm/communicator.h"
 #include "tests/comm/comm_test_data.h"
 #include "tests/comm/comm_test_ranks.h"
@@ -104,12 +107,24 @@ TEST_P(LocalCopy, AllgatherIsByteExact) {
 
 TEST_P(LocalCopy, BroadcastIsByteExactFromEveryRoot) {
   const int p = GetParam();
-  run_ranks(p, [p](Communicator& comm) {
+  // Broadcast takes the single-copy path by rule only.
+  const auto options = [](int) {
+    CommOptions o = testing::options_with_timeout(testing::kTestTimeout);
+    auto t = std::make_shared<AlgorithmTable>(AlgorithmTable::defaults());
+    t->append(AlgorithmTable::parse("broadcast:256K-inf:single_copy", "test"));
+    o.algorithms = std::move(t);
+    return o;
+  };
+  testing::run_ranks_with(p, options, [p](Communicator& comm) {
     const int r = comm.rank();
     for (const std::size_t bytes : {std::size_t{0}, std::size_t{5}, std::size_t{300'007}}) {
       for (int root = 0; root < p; ++root) {
         Buffer buf = r == root ? patterned(root, bytes) : Buffer(bytes, std::byte{0xee});
-        comm.broadcast(buf.data(), bytes, DType::U8, root);
+        Work w = comm.ibroadcast(buf.data(), bytes, DType::U8, root);
+        if (bytes >= 256 * 1024) {
+          EXPECT_TRUE(contains(w.description(), "single_copy")) << w.description();
+        }
+        w.wait();
         EXPECT_EQ(buf, patterned(root, bytes)) << bytes << " bytes from root " << root;
       }
     }
@@ -167,6 +182,125 @@ TEST_P(LocalCopy, CallsInterleaveWithMailboxAllreducesAndOthersInFlight) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Ranks, LocalCopy, ::testing::Values(2, 3, 4));
+// ---------------------------------------------------------------------------------------------
+// Symmetric memory (comm/symmetric_memory.h): buffers from Communicator::alloc are read in place
+// from every peer's mapping; the allreduce by single copy (by rule) on them matches the double
+// reference, ordinary and symmetric buffers mix per rank, and a freed buffer leaves no mapping.
+
+std::shared_ptr<const AlgorithmTable> single_copy_allreduce() {
+  auto t = std::make_shared<AlgorithmTable>(AlgorithmTable::defaults());
+  t->append(AlgorithmTable::parse("allreduce:1M-inf:single_copy", "test"));
+  return t;
+}
+
+// Lines of /proc/self/maps naming this job's symmetric memfds.
+int symmetric_mappings() {
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  int n = 0;
+  while (std::getline(maps, line)) n += contains(line, "strait-symmetric") ? 1 : 0;
+  return n;
+}
+
+class Symmetric : public ::testing::TestWithParam<int> {};
+
+TEST_P(Symmetric, AllreduceReadsPeersInPlaceAndMatchesTheDoubleReference) {
+  const int p = GetParam();
+  testing::run_ranks_with(
+      p,
+      [](int) {
+        CommOptions o = testing::options_with_timeout(testing::kTestTimeout);
+        o.algorithms = single_copy_allreduce();
+        return o;
+      },
+      [p](Communicator& comm) {
+        const int r = comm.rank();
+        const std::size_t n = 1'000'003;  // not divisible by any world size
+        SymmetricBuffer x = comm.alloc(n * sizeof(float));
+        SymmetricBuffer y = comm.alloc(n * sizeof(float));
+        ASSERT_TRUE(x.symmetric());
+        EXPECT_EQ(static_cast<const float*>(x.data())[n - 1], 0.0F);  // zero-filled
+        std::uint64_t seed = 900;
+        for (const bool in_place : {false, true}) {
+          const Buffer in = make_input(DType::F32, ReduceOp::Sum, ++seed, r, n);
+          std::memcpy(x.data(), in.data(), in.size());
+          const std::uint64_t before = comm.stats().symmetric_bytes;
+          Work w = comm.iallreduce(x.data(), in_place ? x.data() : y.data(), n, DType::F32,
+                                   ReduceOp::Sum);
+          EXPECT_TRUE(contains(w.description(), "single_copy")) << w.description();
+          w.wait();
+          // Chunk r of every peer's input, then every peer's reduced chunk: all in place.
+          EXPECT_GE(comm.stats().symmetric_bytes - before, 2 * (n / static_cast<std::size_t>(p)) *
+                                                               sizeof(float) *
+                                                               static_cast<std::size_t>(p - 1));
+          const auto* got = static_cast<const std::byte*>(in_place ? x.data() : y.data());
+          const auto wrong =
+              check_reduced("allreduce", DType::F32, ReduceOp::Sum, seed, p, got, 0, n);
+          EXPECT_FALSE(wrong) << *wrong << (in_place ? " in place" : "");
+        }
+        // The same collectives with an ordinary buffer on odd ranks: read with process_vm_readv
+        // from those, in place from the others.
+        Buffer plain = make_input(DType::F32, ReduceOp::Sum, ++seed, r, n);
+        if (r % 2 == 0) std::memcpy(x.data(), plain.data(), plain.size());
+        const void* send = r % 2 == 0 ? x.data() : static_cast<const void*>(plain.data());
+        comm.allreduce(send, y.data(), n, DType::F32, ReduceOp::Sum);
+        const auto wrong = check_reduced("allreduce (mixed)", DType::F32, ReduceOp::Sum, seed, p,
+                                         static_cast<const std::byte*>(y.data()), 0, n);
+        EXPECT_FALSE(wrong) << *wrong;
+        comm.barrier();
+      });
+}
+
+TEST_P(Symmetric, EveryCollectiveReadsSymmetricBuffersInPlace) {
+  const int p = GetParam();
+  run_ranks(p, [p](Communicator& comm) {
+    const int r = comm.rank();
+    const auto np = static_cast<std::size_t>(p);
+    const std::size_t n = 70'001;
+    const std::size_t block = n * sizeof(float);
+    SymmetricBuffer send = comm.alloc(block * np);
+    SymmetricBuffer out = comm.alloc(block * np);
+    const Buffer mine = patterned(r, block * np);
+    std::memcpy(send.data(), mine.data(), mine.size());
+    const std::uint64_t before = comm.stats().symmetric_bytes;
+    comm.allgather(send.data(), out.data(), n, DType::F32);
+    for (int q = 0; q < p; ++q) {
+      EXPECT_EQ(std::memcmp(static_cast<std::byte*>(out.data()) + q * block,
+                            patterned(q, block).data(), block),
+                0)
+          << "allgather block " << q;
+    }
+    comm.alltoall(send.data(), out.data(), n, DType::F32);
+    for (int q = 0; q < p; ++q) {
+      EXPECT_EQ(std::memcmp(static_cast<std::byte*>(out.data()) + q * block,
+                            patterned(q, block, static_cast<std::size_t>(r) * block).data(), block),
+                0)
+          << "alltoall block from " << q;
+    }
+    EXPECT_EQ(comm.stats().symmetric_bytes - before, 2 * (np - 1) * block);
+  });
+}
+
+TEST(SymmetricLifetime, AFreedBufferLeavesNoMappingAndSizesMustAgree) {
+  const int before = symmetric_mappings();
+  run_ranks(2, [](Communicator& comm) {
+    {
+      SymmetricBuffer a = comm.alloc(1 << 20);
+      comm.barrier();
+    }
+    comm.barrier();
+    // Each rank maps its own and its peer's: none is left once both have freed theirs.
+    EXPECT_EQ(symmetric_mappings(), 0);
+    comm.barrier();  // before either maps the next one
+    const auto e = testing::error_of([&] { (void)comm.alloc(comm.rank() == 0 ? 4096 : 8192); });
+    ASSERT_TRUE(e);
+    EXPECT_EQ(e->code(), ErrorCode::InvalidArgument) << e->what();
+    EXPECT_TRUE(contains(e->what(), "must ask for the same size")) << e->what();
+  });
+  EXPECT_EQ(symmetric_mappings(), before);
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, Symmetric, ::testing::Values(2, 3));
 
 }  // namespace
 }  // namespace strait::comm
