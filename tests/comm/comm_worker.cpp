@@ -206,16 +206,16 @@ int one_rank_absent(Communicator& world, Absent absent) {
 // The collective COMM_WORKER_COLLECTIVE names (allreduce when unset) on `count` elements per
 // block; `buf` and `out` hold a block per rank.
 void run_collective(Communicator& world, std::vector<float>& buf, std::vector<float>& out,
-                    std::size_t count) {
+                    std::size_t count, ReduceOp op = ReduceOp::Avg) {
   const char* env = std::getenv("COMM_WORKER_COLLECTIVE");
   const std::string name = env == nullptr ? "allreduce" : env;
   const auto n = static_cast<std::size_t>(world.size());
   buf.resize(std::max(buf.size(), count * n), 1.0F);
   out.resize(count * n);
   if (name == "allreduce") {
-    world.allreduce(buf.data(), buf.data(), count, DType::F32, ReduceOp::Avg);
+    world.allreduce(buf.data(), buf.data(), count, DType::F32, op);
   } else if (name == "reduce_scatter") {
-    world.reduce_scatter(buf.data(), out.data(), count, DType::F32, ReduceOp::Avg);
+    world.reduce_scatter(buf.data(), out.data(), count, DType::F32, op);
   } else if (name == "allgather") {
     world.allgather(buf.data(), out.data(), count, DType::F32);
   } else if (name == "broadcast") {
@@ -234,7 +234,7 @@ int mismatch_scenario(Communicator& world, std::size_t base) {
   std::vector<float> out;
   const auto start = Clock::now();
   try {
-    run_collective(world, buf, out, count);
+    run_collective(world, buf, out, count, ReduceOp::Sum);
   } catch (const Error& e) {
     const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start);
     say_error(me, "failed after {} ms: {}", ms.count(), e.what());
