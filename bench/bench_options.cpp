@@ -155,6 +155,12 @@ void validate(const BenchOptions& o) {
                   "(tests/comm/compressed_allreduce_test.cpp checks each codec's error bound)");
     }
   }
+  if (o.bound && o.bound_bytes < 4096) {
+    throw Error(ErrorCode::InvalidArgument,
+                fmt::format("--bound-bytes is {} B: copy at least 4K (64M measures memory, not "
+                            "caches)",
+                            o.bound_bytes));
+  }
   if (o.root < 0) {
     throw Error(ErrorCode::InvalidArgument,
                 fmt::format("-r (ROOT) is {}: give a rank, 0 .. world size - 1", o.root));

@@ -35,6 +35,12 @@ struct BenchOptions {
   // allreduce only: a codec spec (comm/compress/codec.h) to run allreduce_compressed with
   // (f32, sum or avg; results are lossy, so -c 0).
   std::string codec;
+  // --bound: before each size, measure the copy rate with every rank copying bound_bytes at once
+  // and show each busbw as a fraction of the collective's memory bound (bench/bound.h).
+  bool bound = false;
+  std::size_t bound_bytes = 64U << 20U;
+  // --symmetric: buffers from Communicator::alloc (comm/symmetric_memory.h).
+  bool symmetric = false;
 };
 
 // "8", "64K", "1M", "2G" (powers of 1024, either case, an optional trailing B).

@@ -9,7 +9,10 @@
 // with the value computed in double from every rank's inputs (bench/bench_data.h); #wrong is the
 // count of wrong elements over all ranks. Rank 0 prints the table (and writes --json); errors are
 // printed by every rank that meets them. Any wrong element makes every rank exit with status 1.
+// With --bound, before each size every rank copies --bound-bytes at once (bench/bound.h), and the
+// row also shows that copy rate, the collective's memory bound and busbw / bound per variant.
 #include <fmt/format.h>
+#include <sys/mman.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -27,6 +30,7 @@
 #include "bench/bench_data.h"
 #include "bench/bench_options.h"
 #include "bench/bench_report.h"
+#include "bench/bound.h"
 #include "bench/collectives.h"
 #include "bench/offload_bench.h"
 #include "comm/bootstrap/hash_store.h"
@@ -46,7 +50,10 @@ RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT); without RANK it runs as a single
 Columns as nccl-tests: size is the largest buffer of a rank in bytes (the whole gathered buffer for
 allgather), count the count argument of the call, algbw = size / time, busbw = algbw * factor
 (allreduce 2(n-1)/n; allgather, reduce_scatter, alltoall (n-1)/n; others 1). n/a marks a form
-strait does not have (out-of-place broadcast, in-place sendrecv).)";
+strait does not have (out-of-place broadcast, in-place sendrecv).
+--bound adds: copy = GB/s one rank copies while all copy --bound-bytes at once (memcpy, measured
+before each size); bound = the busbw the collective's bytes moved per rank allow at that rate;
+of_bd = busbw / bound. Derivation: docs/commands/bench.md, "The bound".)";
 
 // /proc/loadavg's 1, 5 and 15 minute figures: other work on the machine skews every time shown.
 std::string load_average() {
@@ -112,21 +119,36 @@ long long count_wrong(Communicator& comm, const Collective& coll, const bench::C
   return wrong;
 }
 
+// Out of place: the send buffer; the receive buffer (in place: the one buffer). Ordinary memory,
+// or with --symmetric memory every local peer maps (Communicator::alloc).
 struct Buffers {
-  std::vector<std::byte> send;  // out of place: the send buffer
-  std::vector<std::byte> recv;  // the receive buffer; in place: the one buffer
+  comm::SymmetricBuffer send;
+  comm::SymmetricBuffer recv;
+  Buffers(Communicator& comm, bool symmetric, std::size_t send_bytes, std::size_t recv_bytes) {
+    const auto get = [&](std::size_t bytes) {
+      if (bytes == 0) return comm::SymmetricBuffer{};
+      if (symmetric) return comm.alloc(bytes);
+      void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      if (p == MAP_FAILED) throw Error(ErrorCode::Unavailable, "strait-bench: mmap failed");
+      return comm::SymmetricBuffer(nullptr, 0, p, bytes);
+    };
+    send = get(send_bytes);
+    recv = get(recv_bytes);
+  }
+  std::byte* send_data() const { return static_cast<std::byte*>(send.data()); }
+  std::byte* recv_data() const { return static_cast<std::byte*>(recv.data()); }
 };
 
 // One size, out of place or in place: fill, time, then (with -c) fill afresh, run once, check.
 bench::Measurement run_variant(Communicator& comm, const Collective& coll, const BenchOptions& o,
-                               const bench::Shape& shape, Buffers& buffers, bool in_place) {
+                               const bench::Shape& shape, const Buffers& buffers, bool in_place) {
   const std::size_t elem = strait::kernels::dtype_size(o.dtype);
-  std::byte* send = buffers.send.data();
-  std::byte* recv = buffers.recv.data();
+  std::byte* send = buffers.send_data();
+  std::byte* recv = buffers.recv_data();
   if (in_place) {
     const auto offsets = coll.in_place(shape, comm.rank());
-    send = buffers.recv.data() + offsets.send * elem;
-    recv = buffers.recv.data() + offsets.recv * elem;
+    send = buffers.recv_data() + offsets.send * elem;
+    recv = buffers.recv_data() + offsets.recv * elem;
   }
   const auto fill = [&] {
     bench::fill_inputs(o.dtype, o.op, comm.rank(), 0, send, shape.send_count);
@@ -140,7 +162,7 @@ bench::Measurement run_variant(Communicator& comm, const Collective& coll, const
   if (o.check) {
     // Poison (NaN for floats) what the call must overwrite, so stale results cannot pass.
     std::memset(
-        in_place ? buffers.recv.data() : recv, 0xff,
+        in_place ? buffers.recv_data() : recv, 0xff,
         (in_place ? std::max(shape.send_count, shape.recv_count) : shape.recv_count) * elem);
     fill();
     comm.barrier();
@@ -168,8 +190,15 @@ void print_header(const Collective& coll, int n, const BenchOptions& o) {
       o.check ? "on" : "off");
   fmt::print("# host: {} CPUs, load average {}\n", std::thread::hardware_concurrency(),
              load_average());
-  fmt::print("# time: {} mean time per call (-a {})\n#\n{}", bench::time_stat_name(o.time_stat),
-             static_cast<int>(o.time_stat), bench::table_header());
+  fmt::print("# time: {} mean time per call (-a {})\n", bench::time_stat_name(o.time_stat),
+             static_cast<int>(o.time_stat));
+  if (o.bound) {
+    fmt::print(
+        "# bound: before each size every rank copies {} B at once (copy: the mean per-rank GB/s); "
+        "bound = busbw allowed by the bytes moved per rank at that rate, of_bd = busbw / bound\n",
+        o.bound_bytes);
+  }
+  fmt::print("#\n{}", bench::table_header(o.bound));
   std::fflush(stdout);
 }
 
@@ -185,6 +214,8 @@ void write_json(std::ofstream& json, const Collective& coll, int n, const BenchO
                    {"iters", o.iters},
                    {"check", o.check},
                    {"codec", o.codec},
+                   {"bound_bytes", o.bound ? nlohmann::json(o.bound_bytes) : nlohmann::json()},
+                   {"symmetric", o.symmetric},
                    {"time", bench::time_stat_name(o.time_stat)},
                    {"avg_busbw_gbs", bench::average_busbw(rows)},
                    {"wrong", wrong},
@@ -229,20 +260,19 @@ int run(const BenchOptions& o) {
   }
   const std::size_t elem = strait::kernels::dtype_size(o.dtype);
   const bench::Shape largest = coll.shape(sizes.back(), elem, n);
-  Buffers buffers{
-      .send = std::vector<std::byte>(coll.out_of_place ? largest.send_count * elem : 0),
-      .recv = std::vector<std::byte>(std::max(largest.send_count, largest.recv_count) * elem)};
+  const Buffers buffers(*comm, o.symmetric, coll.out_of_place ? largest.send_count * elem : 0,
+                        std::max(largest.send_count, largest.recv_count) * elem);
 
   if (print) print_header(coll, n, o);
   // As nccl-tests does: warm up at the largest size, then the smallest, before any row is timed,
   // so the first row does not pay for first touches of buffers and the library's pools.
   for (const std::size_t bytes : {sizes.back(), sizes.front()}) {
     const bench::Shape shape = coll.shape(bytes, elem, n);
-    std::byte* send = buffers.send.empty() ? buffers.recv.data() : buffers.send.data();
+    std::byte* send = buffers.send.data() == nullptr ? buffers.recv_data() : buffers.send_data();
     bench::fill_inputs(o.dtype, o.op, comm->rank(), 0, send, shape.send_count);
     const bench::Call call{.comm = *comm,
                            .send = send,
-                           .recv = buffers.recv.data(),
+                           .recv = buffers.recv_data(),
                            .count = shape.count,
                            .dtype = o.dtype,
                            .op = o.op,
@@ -250,6 +280,8 @@ int run(const BenchOptions& o) {
                            .codec = o.codec};
     for (int i = 0; i < o.warmup; ++i) coll.run(call);
   }
+  std::unique_ptr<bench::CopyBuffers> copy;
+  if (o.bound) copy = std::make_unique<bench::CopyBuffers>(o.bound_bytes);
   std::vector<bench::Row> rows;
   for (const std::size_t bytes : sizes) {
     const bench::Shape shape = coll.shape(bytes, elem, n);
@@ -260,10 +292,23 @@ int run(const BenchOptions& o) {
                                          : std::string("none"),
                    .root = coll.rooted ? o.root : -1,
                    .out_of_place = std::nullopt,
-                   .in_place = std::nullopt};
-    if (coll.out_of_place) row.out_of_place = run_variant(*comm, coll, o, shape, buffers, false);
+                   .in_place = std::nullopt,
+                   .copy_gbs = std::nullopt};
+    if (copy) row.copy_gbs = bench::measure_copy(*comm, *copy, 3).mean_gbs;
+    const auto bounded = [&](bench::Measurement m, bool in_place) {
+      if (row.copy_gbs) {
+        const auto moved = bench::bytes_moved_per_rank(coll.name, shape.bytes, n, in_place);
+        m.bound_gbs =
+            moved ? bench::bound_busbw_gbs(shape.bytes, *moved, coll.bus_factor(n), *row.copy_gbs)
+                  : 0.0;
+      }
+      return m;
+    };
+    if (coll.out_of_place) {
+      row.out_of_place = bounded(run_variant(*comm, coll, o, shape, buffers, false), false);
+    }
     if (coll.in_place != nullptr) {
-      row.in_place = run_variant(*comm, coll, o, shape, buffers, true);
+      row.in_place = bounded(run_variant(*comm, coll, o, shape, buffers, true), true);
     }
     if (print) {
       fmt::print("{}\n", bench::table_row(row));
@@ -325,6 +370,15 @@ int bench_main(int argc, char** argv) {
                  "allreduce: run allreduce_compressed with this codec spec (int8, int4, "
                  "topk:fraction=0.01, powersgd:rank=4 (the buffer as one near-square matrix), "
                  "...; f32 sum/avg, -c 0)");
+  std::string bound_text = "64M";
+  app.add_flag("--bound", o.bound,
+               "Measure the copy rate of all ranks copying at once before each size and show "
+               "busbw / the collective's memory bound");
+  app.add_option("--bound-bytes", bound_text, "Bytes each rank copies for --bound")
+      ->capture_default_str();
+  app.add_flag("--symmetric", o.symmetric,
+               "Allocate the buffers with Communicator::alloc (symmetric memory every local rank "
+               "maps: single-copy collectives read them in place)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -334,6 +388,7 @@ int bench_main(int argc, char** argv) {
   try {
     o.min_bytes = bench::parse_size(min_text);
     o.max_bytes = bench::parse_size(max_text);
+    o.bound_bytes = bench::parse_size(bound_text);
     o.dtype = bench::parse_dtype(dtype_text);
     o.op = bench::parse_op(op_text);
     o.check = check != 0;

@@ -29,6 +29,7 @@ set(STRAIT_PUBLIC_HEADERS
   comm/bootstrap/tcp_store.h
   comm/collective_args.h
   comm/communicator.h
+  comm/symmetric_memory.h
   comm/compress/matrix_shape.h
   comm/reform.h
   comm/sites.h

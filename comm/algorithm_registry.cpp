@@ -14,6 +14,7 @@
 #include "comm/algorithms/direct_allreduce.h"
 #include "comm/algorithms/dissemination_barrier.h"
 #include "comm/algorithms/hierarchical_allreduce.h"
+#include "comm/algorithms/local_copy.h"
 #include "comm/algorithms/mailbox_allreduce.h"
 #include "comm/algorithms/pairwise_alltoall.h"
 #include "comm/algorithms/point_to_point.h"
@@ -89,6 +90,20 @@ Op point_to_point(const Ctx& c) {
 Op hierarchical_allreduce(const Ctx& c, InterSite inter) {
   return std::make_unique<HierarchicalAllreduce>(c.context, c.hierarchy, reduction(c),
                                                  std::move(inter), c.fingerprint);
+}
+
+// Broadcast has one buffer (recv); the others count elements per block.
+template <LocalCopy::Kind kind>
+Op local_copy(const Ctx& c) {
+  const auto& a = c.args;
+  return std::make_unique<LocalCopy>(
+      c.context, kind,
+      LocalCopy::Buffers{.send = kind == LocalCopy::Kind::Broadcast ? a.recv : a.send,
+                         .recv = a.recv,
+                         .count = a.count,
+                         .dtype = a.dtype,
+                         .op = a.op,
+                         .root = a.root});
 }
 
 // The constructor of each row of selection.cpp's table, in the same order (build_algorithm checks
@@ -192,6 +207,11 @@ constexpr std::array kBuilders = {
             [](const Ctx& c) -> Op { return std::make_unique<DisseminationBarrier>(c.context); }},
     Builder{"send", "point_to_point", point_to_point},
     Builder{"recv", "point_to_point", point_to_point},
+    Builder{"broadcast", "single_copy", local_copy<LocalCopy::Kind::Broadcast>},
+    Builder{"allgather", "single_copy", local_copy<LocalCopy::Kind::Allgather>},
+    Builder{"reduce_scatter", "single_copy", local_copy<LocalCopy::Kind::ReduceScatter>},
+    Builder{"alltoall", "single_copy", local_copy<LocalCopy::Kind::Alltoall>},
+    Builder{"allreduce", "single_copy", local_copy<LocalCopy::Kind::Allreduce>},
 };
 
 const AlgorithmInfo& row(std::string_view collective, std::string_view name) {

@@ -7,7 +7,8 @@
 //
 // How a collective's row is chosen (AlgorithmInfo::choice):
 //   Rules  the selection rules pick among the collective's rows by size, world size and sites
-//          (allreduce); the rule parser accepts these collectives only.
+//          (allreduce, broadcast, allgather, reduce_scatter, alltoall); the rule parser accepts
+//          these collectives only.
 //   Codec  the codec spec picks (allreduce_compressed: ring for the elementwise codecs, allgather
 //          for top-k, powersgd, hierarchical with several sites): choose_compressed().
 //   Only   the collective has this one algorithm.

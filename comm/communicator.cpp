@@ -4,11 +4,13 @@
 #include "comm/communicator.h"
 
 #include <fmt/format.h>
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <numeric>
 #include <optional>
 #include <string>
@@ -31,6 +33,7 @@
 #include "comm/flight_dump.h"
 #include "comm/flight_recorder.h"
 #include "comm/progress_engine.h"
+#include "comm/symmetric_heap.h"
 #include "core/error.h"
 
 namespace strait::comm {
@@ -210,9 +213,14 @@ Communicator::Prepared Communicator::prepare(const CollectiveArgs& args) const {
     p.chosen.algorithm = &choose_compressed(*p.codec, multi_site);
   } else {
     const std::size_t bytes = p.args.count * kernels::dtype_size(p.args.dtype);
-    p.chosen =
-        shared_->algorithms->choose(collective_name(p.args.kind), size(), bytes, sites_.count(),
-                                    mailbox_fits(bytes) ? nullptr : mailbox_algorithm());
+    const std::string_view name = collective_name(p.args.kind);
+    p.chosen = shared_->algorithms->choose(name, size(), bytes, sites_.count(),
+                                           mailbox_fits(bytes) ? nullptr : mailbox_algorithm());
+    // The single-copy collectives need the mailbox too (all ranks have one, or none has).
+    if (!group_->mailbox && p.chosen.algorithm->name == "single_copy") {
+      p.chosen =
+          shared_->algorithms->choose(name, size(), bytes, sites_.count(), p.chosen.algorithm);
+    }
   }
   // Without a hierarchy (a split communicator: one site), hierarchical is the ring.
   static const AlgorithmInfo* const kHierarchical = find_algorithm("allreduce", "hierarchical");
@@ -334,6 +342,21 @@ bool Communicator::run_in_mailbox(const CollectiveArgs& args) {
   if (recorder_) recorder_->finished(id);
   counter_for(Kind::Allreduce)->fetch_add(bytes, std::memory_order_relaxed);
   return true;
+}
+
+SymmetricBuffer Communicator::alloc(std::size_t bytes) {
+  if (!group_->symmetric) {  // ranks on several hosts: ordinary memory, read as any other
+    if (bytes == 0) throw Error(ErrorCode::InvalidArgument, "alloc: 0 bytes; ask for at least 1");
+    void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) {
+      throw Error(ErrorCode::Unavailable,
+                  fmt::format("alloc of {} bytes: mmap: {}", bytes, std::strerror(errno)));
+    }
+    return SymmetricBuffer(nullptr, 0, p, bytes);
+  }
+  return group_->symmetric->allocate(*shared_->store,
+                                     fmt::format("strait/symmetric/{}", group_->comm_id),
+                                     *group_->mailbox, bytes, timeout());
 }
 
 // The entry points: one record each.

@@ -21,7 +21,9 @@
 /// CommOptions::algorithms), and with several sites (sites(), comm/sites.h) the hierarchical
 /// allreduce (comm/algorithms/hierarchical_allreduce.h); reduce_scatter and allgather(_v) are
 /// rings, broadcast, reduce, gather and scatter binomial trees, alltoall(_v) a pairwise exchange,
-/// barrier the dissemination algorithm.
+/// barrier the dissemination algorithm. Between ranks that all share this host, allgather,
+/// reduce_scatter and alltoall from 64 KiB read their peers' buffers in place instead
+/// (comm/algorithms/local_copy.h; broadcast and allreduce too by rule: `single_copy`).
 ///
 /// Device buffers (CUDA builds with NCCL): when an operation's buffers are GPU memory
 /// (cudaMalloc; see kernels/device_memory.h), the same call goes to NCCL instead
@@ -58,6 +60,7 @@
 #include "comm/compress/matrix_shape.h"
 #include "comm/reform.h"
 #include "comm/sites.h"
+#include "comm/symmetric_memory.h"
 #include "comm/work.h"
 #include "core/export.h"
 #include "kernels/cuda_stream.h"
@@ -143,6 +146,9 @@ struct CommStats {
   /// one transport), those that a rank on this host copied straight from this process's memory
   /// (CommOptions::single_copy_min).
   std::uint64_t single_copy_bytes = 0;
+  /// Bytes this rank read straight out of its mappings of peers' symmetric buffers
+  /// (Communicator::alloc), with no system call.
+  std::uint64_t symmetric_bytes = 0;
 };
 
 /// How a compressed allreduce encodes its messages (comm/compress/codec.h lists the codecs).
@@ -250,6 +256,19 @@ class STRAIT_API Communicator {
   Work ibroadcast(void* buf, std::size_t count, kernels::DType dtype, int root);
   /// Blocking ibroadcast().
   void broadcast(void* buf, std::size_t count, kernels::DType dtype, int root);
+
+  /// Symmetric memory (comm/symmetric_memory.h): `bytes` zero-filled, page-aligned bytes that
+  /// every rank on this host maps once, so that the single-copy collectives
+  /// (comm/algorithms/local_copy.h) read a peer's data from their own mapping instead of
+  /// process_vm_readv (no per-call pinning). Collective: every rank calls it with the same size,
+  /// in the same order. Ranks on several hosts get ordinary memory. Buffers may be any argument of
+  /// any collective; ordinary buffers keep working, and may be mixed with these per rank. The
+  /// buffer is freed by its destructor (memfd-backed: it cannot outlive the job).
+  ///   auto x = comm.alloc(n * sizeof(float));
+  ///   comm.allreduce(x.data(), x.data(), n, DType::F32, ReduceOp::Sum);
+  /// Errors: InvalidArgument (0 bytes, sizes differ between ranks), Unavailable (memfd/mmap
+  /// refused), Timeout (a rank did not call it). Thread-safety: as the collectives.
+  SymmetricBuffer alloc(std::size_t bytes);
 
   /// recv[i] = op over ranks of send[i], i < count. Avg is defined for floating-point dtypes.
   /// With several sites, vectors of 8249 bytes and more run the hierarchical allreduce

@@ -31,6 +31,7 @@
 #include "comm/flight_recorder.h"
 #include "comm/links.h"
 #include "comm/progress_engine.h"
+#include "comm/symmetric_heap.h"
 #include "comm/transport/sealed_transport.h"
 #include "comm/transport/ucx/ucx_transport.h"
 #include "core/error.h"
@@ -175,6 +176,7 @@ std::unique_ptr<Communicator> Communicator::create_world(std::shared_ptr<Store> 
   const bool sealed = dynamic_cast<const SealedTransport*>(&shared->engine->transport()) != nullptr;
   group->mailbox = LocalMailbox::create(*shared->store, "strait/mailbox/0", rank, size,
                                         options.timeout, sealed ? "links are sealed" : "");
+  if (group->mailbox) group->symmetric = std::make_shared<SymmetricMemory>(rank, size);
   auto world =
       std::make_unique<Communicator>(Key{}, std::move(shared), std::move(group), options.timeout);
   // No rank leaves creation (and could finish and tear down its endpoints) before every rank has
@@ -365,6 +367,9 @@ std::unique_ptr<Communicator> Communicator::split(int color, int key) {
   group->mailbox =
       LocalMailbox::create(*shared_->store, fmt::format("strait/mailbox/{}", id), group->rank,
                            group->size(), timeout(), sealed ? "links are sealed" : "");
+  if (group->mailbox) {
+    group->symmetric = std::make_shared<SymmetricMemory>(group->rank, group->size());
+  }
   return std::make_unique<Communicator>(Key{}, shared_, std::move(group), timeout());
 }
 
@@ -396,6 +401,7 @@ CommStats Communicator::stats() const noexcept {
   s.scatter_bytes = bytes(StatSlot::Scatter);
   s.alltoall_bytes = bytes(StatSlot::Alltoall);
   s.single_copy_bytes = shared_->engine->transport().single_copy_bytes();
+  if (group_->symmetric) s.symmetric_bytes = group_->symmetric->read_in_place();
   return s;
 }
 

@@ -25,6 +25,7 @@ namespace strait::comm {
 
 // A communicator as algorithms see it: its id, this process's rank, and world rank of every rank.
 class LocalMailbox;
+class SymmetricMemory;
 
 struct Group {
   int comm_id = 0;
@@ -33,6 +34,8 @@ struct Group {
   // Shared-memory slots for short vectors when every rank is on this host (null otherwise):
   // comm/algorithms/local_mailbox.h, used by comm/algorithms/mailbox_allreduce.h.
   std::shared_ptr<LocalMailbox> mailbox;
+  // Buffers every local rank maps (comm/symmetric_memory.h); with the mailbox, else null.
+  std::shared_ptr<SymmetricMemory> symmetric;
   [[nodiscard]] int size() const noexcept { return static_cast<int>(world_ranks.size()); }
   // "rank 2" in the world communicator, "rank 2 (world rank 5)" in a sub-communicator.
   [[nodiscard]] std::string describe_rank(int group_rank) const;

@@ -113,6 +113,7 @@ std::shared_ptr<LocalMailbox> LocalMailbox::create(Store& store, const std::stri
                                                    const std::string& refuse,
                                                    std::string* why_not) {
   auto box = std::make_shared<LocalMailbox>(Key{}, rank, size);
+  box->peers_[static_cast<std::size_t>(rank)].pid = ::getpid();
   std::string why = refuse;
   // This rank's segment: a memfd, closed once mapped here and taken by every peer (the
   // store's barrier below keeps it open until then).
@@ -151,6 +152,7 @@ std::shared_ptr<LocalMailbox> LocalMailbox::create(Store& store, const std::stri
       break;
     }
     Peer& peer = box->peers_[static_cast<std::size_t>(r)];
+    peer.pid = rec.pid;
     peer.pidfd.reset(pidfd_open(rec.pid));
     const Fd fd(peer.pidfd ? pidfd_getfd(peer.pidfd.get(), rec.fd) : -1);
     if (!fd) {

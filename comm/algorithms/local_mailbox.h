@@ -126,6 +126,14 @@ class LocalMailbox {
   // True once rank `r`'s process has exited (its pidfd is readable). A system call: call it every
   // millisecond or so, not on every poll.
   [[nodiscard]] bool peer_exited(int r) const noexcept;
+  // Rank r's process id (this process's for this rank), for reading its memory
+  // (comm/transport/peer_memory.h); check peer_exited() after a read.
+  [[nodiscard]] pid_t pid(int r) const noexcept { return peers_[static_cast<std::size_t>(r)].pid; }
+  // Rank r's pidfd (-1 for this rank): what comm/symmetric_memory.h takes descriptors through.
+  [[nodiscard]] int pidfd(int r) const noexcept {
+    const Fd& fd = peers_[static_cast<std::size_t>(r)].pidfd;
+    return fd ? fd.get() : -1;
+  }
 
  private:
   struct Mapping {  // one segment mapped into this process
@@ -137,6 +145,7 @@ class LocalMailbox {
     const Announcement* announcement = nullptr;
     Mapping mapping;  // empty for this rank
     Fd pidfd;         // empty for this rank
+    pid_t pid = 0;
   };
   int rank_;
   Mapping own_mapping_;

@@ -69,7 +69,7 @@ bool MailboxCall::try_finish() {
   // Every rank sums in rank order, from the slots: the same bits everywhere.
   const std::size_t bytes = count_ * kernels::dtype_size(dtype_);
   auto* out = static_cast<std::byte*>(recv_);
-  if (bytes != 0) {
+  if (bytes != 0 && out != nullptr) {
     std::memcpy(out, box_.of(0, ticket_).data, bytes);
     const auto op = op_ == kernels::ReduceOp::Avg ? kernels::ReduceOp::Sum : op_;
     for (int r = 1; r < p; ++r) kernels::reduce(dtype_, op, out, box_.of(r, ticket_).data, count_);

@@ -43,7 +43,9 @@ namespace strait::comm {
 // communicator's order).
 class MailboxCall {
  public:
-  // `send` may equal `recv`; count * size(dtype) <= LocalMailbox::kPayloadBytes.
+  // `send` may equal `recv`; count * size(dtype) <= LocalMailbox::kPayloadBytes. `recv` null: the
+  // slots are not reduced (the caller reads them: box.of(r, ticket()),
+  // comm/algorithms/local_copy.h).
   MailboxCall(LocalMailbox& box, const Group& group, const void* send, void* recv,
               std::size_t count, kernels::DType dtype, kernels::ReduceOp op);
   // Writes this rank's slot once the earlier calls have finished on this rank; true once written.
@@ -55,6 +57,7 @@ class MailboxCall {
   bool try_finish();
   // The group rank whose slot this call waits for (-1: none), and that as words.
   [[nodiscard]] int waiting_on() const noexcept;
+  [[nodiscard]] std::uint64_t ticket() const noexcept { return ticket_; }
   [[nodiscard]] std::string waiting_for() const;
   // Rank r's process has exited (the pidfd; a system call), as PeerLost's words, or empty.
   [[nodiscard]] std::string lost(int r) const;

@@ -43,19 +43,28 @@ constexpr std::array kAlgorithms = {
     AlgorithmInfo{"allreduce_compressed", "powersgd", 7, false, Choice::Codec, false},
     // Compressed only between sites: which ranks share a site is not in the codec spec.
     AlgorithmInfo{"allreduce_compressed", "hierarchical", 8, false, Choice::Codec, true},
-    AlgorithmInfo{"broadcast", "binomial", 9},
+    AlgorithmInfo{"broadcast", "binomial", 9, false, Choice::Rules, true},
     AlgorithmInfo{"reduce", "binomial", 10},
     AlgorithmInfo{"gather", "binomial", 11},
     AlgorithmInfo{"scatter", "binomial", 12},
-    AlgorithmInfo{"allgather", "ring", 13},
+    AlgorithmInfo{"allgather", "ring", 13, false, Choice::Rules, true},
     AlgorithmInfo{"allgather_v", "ring", 14},
-    AlgorithmInfo{"reduce_scatter", "ring", 15},
+    AlgorithmInfo{"reduce_scatter", "ring", 15, false, Choice::Rules, true},
     AlgorithmInfo{"reduce_scatter_v", "ring", 16},
-    AlgorithmInfo{"alltoall", "pairwise", 17},
+    AlgorithmInfo{"alltoall", "pairwise", 17, false, Choice::Rules, true},
     AlgorithmInfo{"alltoall_v", "pairwise", 18},
     AlgorithmInfo{"barrier", "dissemination", 19},
     AlgorithmInfo{"send", "point_to_point", 20},
     AlgorithmInfo{"recv", "point_to_point", 21},
+    // comm/algorithms/local_copy.h: ranks on one host (the mailbox's), read in place; where it
+    // cannot run, the next matching rule decides (Communicator::prepare).
+    AlgorithmInfo{"broadcast", "single_copy", 24, false, Choice::Rules, true},
+    AlgorithmInfo{"allgather", "single_copy", 25, false, Choice::Rules, true},
+    AlgorithmInfo{"reduce_scatter", "single_copy", 26, false, Choice::Rules, true},
+    AlgorithmInfo{"alltoall", "single_copy", 27, false, Choice::Rules, true},
+    // The same for allreduce (reduce-scatter and allgather by reads): by rule only; with buffers
+    // from Communicator::alloc it reads peers' data in place (comm/symmetric_memory.h).
+    AlgorithmInfo{"allreduce", "single_copy", 28, false, Choice::Rules, true},
 };
 
 // The built-in choices, from f32 sum allreduces timed with `strait run -n 2` and `-n 4` on the
@@ -81,12 +90,22 @@ constexpr std::array kAlgorithms = {
 // 1 MiB (docs/results/collectives.md); where it cannot run the earlier rules decide
 // (Communicator::post). Declared sites keep the hierarchical allreduce from 8249 bytes (the last
 // rule wins).
+// Allgather, reduce_scatter and alltoall between ranks on one host read their peers' buffers in
+// place from 64 KiB of a block, where the transport's messages take its rendezvous protocol
+// anyway (comm/algorithms/local_copy.h); where the ranks share no memory the earlier rules (none:
+// the first row) decide. Broadcast and allreduce have the same by rule only: with 2 ranks under
+// load the binomial broadcast (one message, read once by the transport) measured as fast or
+// faster (2 ranks, 1-256 MiB, strait-bench --bound, load 8-16), and the allreduce pays off with
+// buffers from Communicator::alloc, which the table cannot see.
 constexpr std::string_view kDefaultRules =
     "allreduce:0-8249:recursive_doubling;"
     "allreduce:8249-1M:ring@seg=8K;"
     "allreduce:1M-inf:ring@seg=1M;"
     "allreduce:0-1M:mailbox;"
-    "allreduce:sites=2-inf:8249-inf:hierarchical@seg=1M";
+    "allreduce:sites=2-inf:8249-inf:hierarchical@seg=1M;"
+    "allgather:64K-inf:single_copy;"
+    "reduce_scatter:64K-inf:single_copy;"
+    "alltoall:64K-inf:single_copy";
 
 constexpr std::string_view kSyntax =
     "rules look like collective[:ranks=LO-HI][:sites=LO-HI][:LO-HI]:algorithm[@seg=SIZE], "

@@ -5,11 +5,13 @@
 
 #include <cmath>
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <vector>
 
 #include "bench/bench_data.h"
 #include "bench/bench_options.h"
 #include "bench/bench_report.h"
+#include "bench/bound.h"
 #include "bench/collectives.h"
 #include "core/error.h"
 #include "kernels/reduce.h"
@@ -205,7 +207,8 @@ TEST(BenchReport, RowsLineUpWithTheHeader) {
                .redop = "sum",
                .root = -1,
                .out_of_place = std::nullopt,
-               .in_place = std::nullopt};
+               .in_place = std::nullopt,
+               .copy_gbs = std::nullopt};
   r.out_of_place = bench::measure(8, 6.5, 1.0, 0);
   const std::string line = bench::table_row(r);
   const std::string header = bench::table_header();
@@ -214,6 +217,56 @@ TEST(BenchReport, RowsLineUpWithTheHeader) {
   EXPECT_NE(line.find("6.50"), std::string::npos);
   EXPECT_NE(line.find("n/a"), std::string::npos);
   EXPECT_DOUBLE_EQ(bench::average_busbw({r}), r.out_of_place->busbw_gbs);
+}
+
+// The bytes a single-copy algorithm moves per rank (docs/commands/bench.md, "The bound"), written
+// out for 2 and 4 ranks, and issue 26's figure: 2 ranks sharing 20 GB/s of copy (10 each) bound a
+// 2-rank allreduce at 8 GB/s busbw (2.5 n bytes per rank at 20 GB/s of traffic).
+TEST(BenchBound, BytesMovedPerRankAndTheBusbwTheyAllow) {
+  const std::size_t n = 64U << 20U;
+  const double d = n;
+  const auto moved = [&](const char* c, int p, bool in_place) {
+    return bench::bytes_moved_per_rank(c, n, p, in_place).value_or(-1);
+  };
+  EXPECT_DOUBLE_EQ(moved("allreduce", 2, false), 2.5 * d);
+  EXPECT_DOUBLE_EQ(moved("allreduce", 4, true), d + d / 4 + 2 * 3 * d / 4);
+  EXPECT_DOUBLE_EQ(moved("reduce", 2, false), 2.5 * d);
+  EXPECT_DOUBLE_EQ(moved("reduce_scatter", 2, false), 1.5 * d);
+  EXPECT_DOUBLE_EQ(moved("allgather", 2, false), 2 * d);
+  EXPECT_DOUBLE_EQ(moved("allgather", 4, true), 1.5 * d);
+  EXPECT_DOUBLE_EQ(moved("alltoall", 2, true), d);
+  EXPECT_DOUBLE_EQ(moved("broadcast", 4, true), 2 * d);
+  EXPECT_DOUBLE_EQ(moved("sendrecv", 2, false), 2 * d);
+  EXPECT_FALSE(bench::bytes_moved_per_rank("gather", n, 2, false));
+
+  EXPECT_NEAR(bench::bound_busbw_gbs(n, moved("allreduce", 2, false), 1.0, 10.0), 8.0, 1e-9);
+  // reduce_scatter, 2 ranks: 1.5 n at 20 GB/s, busbw factor 1/2.
+  EXPECT_NEAR(bench::bound_busbw_gbs(n, moved("reduce_scatter", 2, false), 0.5, 10.0),
+              0.5 * 20.0 / 1.5, 1e-9);
+  EXPECT_EQ(bench::bound_busbw_gbs(n, moved("allreduce", 1, false), 0.0, 10.0), 0.0);
+}
+
+TEST(BenchReport, BoundColumnsLineUpWithTheHeader) {
+  bench::Row r{.bytes = 8,
+               .count = 2,
+               .type = "f32",
+               .redop = "sum",
+               .root = -1,
+               .out_of_place = std::nullopt,
+               .in_place = std::nullopt,
+               .copy_gbs = 10.0};
+  r.out_of_place = bench::measure(8, 6.5, 1.0, 0);
+  r.out_of_place->bound_gbs = 4.0;
+  r.in_place = bench::measure(8, 6.5, 1.0, 0);
+  r.in_place->bound_gbs = 0.0;  // no bound: shown as "-"
+  const std::string line = bench::table_row(r);
+  const std::string header = bench::table_header(true);
+  const auto last_line = header.substr(header.rfind('\n', header.size() - 2) + 1);
+  EXPECT_EQ(line.size() + 1, last_line.size()) << header << line;
+  EXPECT_NE(line.find("10.00"), std::string::npos) << line;
+  EXPECT_NEAR(*r.out_of_place->of_bound(), r.out_of_place->busbw_gbs / 4.0, 1e-12);
+  EXPECT_FALSE(r.in_place->of_bound());
+  EXPECT_EQ(bench::to_json(r)["out_of_place"]["bound_busbw_gbs"], 4.0);
 }
 
 }  // namespace

@@ -168,17 +168,53 @@ TEST_P(StraitBenchRefuses, WithAClearError) {
 
 INSTANTIATE_TEST_SUITE_P(
     BadArguments, StraitBenchRefuses,
-    testing::Values(BadCase{{"allreduse"}, "unknown collective 'allreduse'"},
-                    BadCase{{"allreduce", "-b", "1M", "-e", "1K"}, "larger than -e"},
-                    BadCase{{"allreduce", "-d", "f8"}, "unknown dtype 'f8'"},
-                    BadCase{{"allreduce", "-o", "xor"}, "unknown reduction 'xor'"},
-                    BadCase{{"allreduce", "-d", "i32", "-o", "avg"},
-                            "-o avg needs a floating-point dtype"},
-                    BadCase{{"allreduce", "-b", "8", "-e", "1K", "-f", "1"}, "-f (FACTOR)"},
-                    BadCase{{"allreduce", "-b", "lots"}, "size 'lots' is not a size"},
-                    BadCase{{"broadcast", "-r", "3", "-b", "8", "-e", "8"}, "-r (ROOT) is 3"},
-                    BadCase{{"sendrecv", "-b", "8", "-e", "8"}, "sendrecv needs at least 2 ranks"}),
+    testing::Values(
+        BadCase{{"allreduse"}, "unknown collective 'allreduse'"},
+        BadCase{{"allreduce", "-b", "1M", "-e", "1K"}, "larger than -e"},
+        BadCase{{"allreduce", "-d", "f8"}, "unknown dtype 'f8'"},
+        BadCase{{"allreduce", "-o", "xor"}, "unknown reduction 'xor'"},
+        BadCase{{"allreduce", "-d", "i32", "-o", "avg"}, "-o avg needs a floating-point dtype"},
+        BadCase{{"allreduce", "-b", "8", "-e", "1K", "-f", "1"}, "-f (FACTOR)"},
+        BadCase{{"allreduce", "-b", "lots"}, "size 'lots' is not a size"},
+        BadCase{{"broadcast", "-r", "3", "-b", "8", "-e", "8"}, "-r (ROOT) is 3"},
+        BadCase{{"sendrecv", "-b", "8", "-e", "8"}, "sendrecv needs at least 2 ranks"},
+        BadCase{{"allreduce", "--bound", "--bound-bytes", "1K"}, "--bound-bytes is 1024 B"}),
     [](const testing::TestParamInfo<BadCase>& i) { return fmt::format("case{}", i.index); });
+
+// --bound: rows gain the copy rate and, per variant, the bound and busbw / bound (18 columns),
+// and the JSON carries them.
+TEST(StraitBenchBound, RowsShowTheCopyRateTheBoundAndTheFraction) {
+  const TempDir dir;
+  const auto r =
+      run_bench(2,
+                {"reduce_scatter", "-b", "64K", "-e", "256K", "-f", "4", "-n", "2", "-w", "1",
+                 "--bound", "--bound-bytes", "1M", "--json", (dir.path() / "j").string()},
+                dir);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "# bound: before each size every rank copies 1048576 B"))
+      << r.output;
+  int rows = 0;
+  std::istringstream in(r.output);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    std::istringstream fields(line);
+    std::vector<std::string> f;
+    std::string x;
+    while (fields >> x) f.push_back(x);
+    ASSERT_EQ(f.size(), 18U) << line;
+    EXPECT_GT(std::stod(f[13]), 0.0) << line;  // copy GB/s
+    // bound = size / (1.5 size / (2 copy)) * 1/2 for 2 ranks.
+    EXPECT_NEAR(std::stod(f[14]), std::stod(f[13]) * 2 / 1.5 / 2, 0.011) << line;
+    EXPECT_NEAR(std::stod(f[15]), std::stod(f[7]) / std::stod(f[14]), 0.011) << line;
+    ++rows;
+  }
+  EXPECT_EQ(rows, 2) << r.output;
+  const auto j = nlohmann::json::parse(read_file(dir.path() / "j"));
+  EXPECT_EQ(j["bound_bytes"], 1U << 20U);
+  EXPECT_GT(j["rows"][0]["copy_gbs"].get<double>(), 0.0);
+  EXPECT_GT(j["rows"][0]["in_place"]["of_bound"].get<double>(), 0.0);
+}
 
 TEST(StraitBenchJson, UnwritablePathIsAnError) {
   const TempDir dir;

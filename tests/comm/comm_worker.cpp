@@ -23,6 +23,8 @@
 //   comm_worker mismatch_large  rank 1 allreduces kLarge + 1 elements, the others kLarge.
 //   comm_worker stop_short / kill_short  the loops of stop and kill_loop with 16-element vectors,
 //                           which ranks on one host exchange through their shared-memory mailbox.
+// COMM_WORKER_COLLECTIVE=reduce_scatter|allgather|broadcast|alltoall runs that collective instead
+// of the allreduce in kill_loop, stop and mismatch_large (count elements per block, root 0).
 // The loops' failure lines say how many bytes this rank's peers copied straight from its memory
 // (CommStats::single_copy_bytes), so a test can tell that the single-copy path was taken.
 //   comm_worker nan         rank 1's input to an int8 allreduce_compressed holds a NaN, which it
@@ -39,6 +41,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <csignal>
@@ -200,13 +203,38 @@ int one_rank_absent(Communicator& world, Absent absent) {
   return kWrong;
 }
 
+// The collective COMM_WORKER_COLLECTIVE names (allreduce when unset) on `count` elements per
+// block; `buf` and `out` hold a block per rank.
+void run_collective(Communicator& world, std::vector<float>& buf, std::vector<float>& out,
+                    std::size_t count, ReduceOp op = ReduceOp::Avg) {
+  const char* env = std::getenv("COMM_WORKER_COLLECTIVE");
+  const std::string name = env == nullptr ? "allreduce" : env;
+  const auto n = static_cast<std::size_t>(world.size());
+  buf.resize(std::max(buf.size(), count * n), 1.0F);
+  out.resize(count * n);
+  if (name == "allreduce") {
+    world.allreduce(buf.data(), buf.data(), count, DType::F32, op);
+  } else if (name == "reduce_scatter") {
+    world.reduce_scatter(buf.data(), out.data(), count, DType::F32, op);
+  } else if (name == "allgather") {
+    world.allgather(buf.data(), out.data(), count, DType::F32);
+  } else if (name == "broadcast") {
+    world.broadcast(buf.data(), count, DType::F32, 0);
+  } else if (name == "alltoall") {
+    world.alltoall(buf.data(), out.data(), count, DType::F32);
+  } else {
+    throw Error(ErrorCode::InvalidArgument, "COMM_WORKER_COLLECTIVE: unknown collective " + name);
+  }
+}
+
 int mismatch_scenario(Communicator& world, std::size_t base) {
   const int me = world.rank();
   const std::size_t count = me == 1 ? base + 1 : base;
   std::vector<float> buf(count, 1.0F);
+  std::vector<float> out;
   const auto start = Clock::now();
   try {
-    world.allreduce(buf.data(), buf.data(), count, DType::F32, ReduceOp::Sum);
+    run_collective(world, buf, out, count, ReduceOp::Sum);
   } catch (const Error& e) {
     const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start);
     say_error(me, "failed after {} ms: {}", ms.count(), e.what());
@@ -231,14 +259,13 @@ int interrupted_loop(Communicator& world, int who, Interrupt interrupt,
     });
   }
   std::vector<float> buf(count, 1.0F);
+  std::vector<float> out;
   const auto start = Clock::now();
   int status = kWrong;
   try {
     // Until the interruption, or a minute: a count would end early for short vectors (the
     // mailbox does 100000 of them in a fraction of the 300 ms before the interruption).
-    while (Clock::now() - start < 60s) {
-      world.allreduce(buf.data(), buf.data(), buf.size(), DType::F32, ReduceOp::Avg);
-    }
+    while (Clock::now() - start < 60s) run_collective(world, buf, out, count);
     say(me, "WRONG a minute of allreduces went by without the interruption");
   } catch (const Error& e) {
     const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start);

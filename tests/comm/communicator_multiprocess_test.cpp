@@ -475,4 +475,76 @@ INSTANTIATE_TEST_SUITE_P(Modes, SingleCopyFailures, ::testing::ValuesIn(kSingleC
                            return std::string(p.param.name);
                          });
 
+// The single-copy collectives between local ranks (comm/algorithms/local_copy.h): the failures of
+// the allreduce's single-copy path, each collective in turn (comm_worker's
+// COMM_WORKER_COLLECTIVE): a rank killed while its memory is read, a stopped one, and counts that
+// differ, all named within the timeout.
+class LocalCopyFailures : public ::testing::TestWithParam<std::string> {};
+
+std::vector<std::string> local_copy_worker(const std::string& collective,
+                                           const std::string& scenario,
+                                           const std::string& timeout_s) {
+  // Broadcast takes the single-copy path by rule only.
+  return {"env",
+          "COMM_WORKER_COLLECTIVE=" + collective,
+          "STRAIT_TIMEOUT_S=" + timeout_s,
+          "STRAIT_TUNE=broadcast:256K-inf:single_copy",
+          COMM_WORKER_BIN,
+          scenario};
+}
+
+TEST_P(LocalCopyFailures, ARankKilledWhileItsMemoryIsReadIsPeerLostOnTheOthers) {
+  const auto run = strait_run(concat({"-n", "3", "--kill-grace", "30", "--"},
+                                     local_copy_worker(GetParam(), "kill_loop", "20")));
+  EXPECT_NE(run.exit_code, 0) << run.output;
+  EXPECT_EQ(launcher_says(run.output, 1), "was killed by signal 9 (SIGKILL)") << run.output;
+  // A survivor waiting on the other survivor may hear first that that one has gone (it failed
+  // and exited, and rank 1's own exit may not show in its pidfd yet): each names a rank that
+  // exited, and one of them rank 1.
+  EXPECT_TRUE(contains(line_of(run.output, 0), "rank 1's process exited") ||
+              contains(line_of(run.output, 2), "rank 1's process exited"))
+      << run.output;
+  for (const int r : {0, 2}) {
+    const std::string line = line_of(run.output, r);
+    EXPECT_TRUE(contains(line, "PeerLost")) << run.output;
+    EXPECT_TRUE(contains(line, "rank 1's process exited") ||
+                contains(line, "rank " + std::to_string(2 - r) + "'s process exited") ||
+                contains(line, "left the collective"))
+        << line;
+    EXPECT_TRUE(contains(line, GetParam())) << line;
+    const long ms = failed_after_ms(line);
+    EXPECT_GE(ms, 0) << line;
+    EXPECT_LT(ms, 10'000) << "well within STRAIT_TIMEOUT_S=20: " << line;
+  }
+}
+
+TEST_P(LocalCopyFailures, AStoppedRankIsATimeoutNamingIt) {
+  const auto run = strait_run(
+      concat({"-n", "3", "--kill-grace", "1", "--"}, local_copy_worker(GetParam(), "stop", "2")));
+  EXPECT_NE(run.exit_code, 0) << run.output;
+  EXPECT_TRUE(contains(run.output, "Timeout")) << run.output;
+  // Waiting for its addresses, or for it to finish reading a survivor's memory.
+  EXPECT_TRUE(contains(run.output, "the vector from rank 1 in the shared-memory mailbox") ||
+              contains(run.output, "rank 1 to finish reading this rank's memory"))
+      << run.output;
+  EXPECT_TRUE(contains(run.output, "rank 1: was suspended by SIGSTOP at")) << run.output;
+  expect_survivors_failed_in_time(run);
+}
+
+TEST_P(LocalCopyFailures, MismatchedCountsAreAMismatchNamingBothSides) {
+  const auto run = strait_run(concat({"-n", "2", "--kill-grace", "30", "--"},
+                                     local_copy_worker(GetParam(), "mismatch_large", "20")));
+  EXPECT_NE(run.exit_code, 0) << run.output;
+  for (const int r : {0, 1}) {
+    const std::string line = line_of(run.output, r);
+    EXPECT_TRUE(contains(line, "Mismatch")) << run.output;
+    EXPECT_TRUE(contains(line, "1000003")) << line;
+    EXPECT_TRUE(contains(line, "1000004")) << line;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Collectives, LocalCopyFailures,
+                         ::testing::Values("reduce_scatter", "allgather", "broadcast", "alltoall"),
+                         [](const ::testing::TestParamInfo<std::string>& p) { return p.param; });
+
 }  // namespace

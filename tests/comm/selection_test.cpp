@@ -265,7 +265,7 @@ TEST(SelectionJson, BadCodecRulesAreInvalidArgumentNamingTheRule) {
   EXPECT_TRUE(contains(msg, "rules[0].codec must be a codec spec")) << msg;
   msg = json_error(R"({"rules": [{"collective": "allreduce", "codec": "int8", "seg": "8K"}]})");
   EXPECT_TRUE(contains(msg, "\"seg\" but no \"algorithm\"")) << msg;
-  msg = json_error(R"({"rules": [{"collective": "allgather", "codec": "int8"}]})");
+  msg = json_error(R"({"rules": [{"collective": "gather", "codec": "int8"}]})");
   EXPECT_TRUE(contains(msg, "unknown collective")) << msg;
 }
 

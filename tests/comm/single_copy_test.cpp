@@ -20,6 +20,7 @@
 #include <tuple>
 #include <vector>
 
+#include "comm/algorithms/selection.h"
 #include "comm/bootstrap/hash_store.h"
 #include "comm/communicator.h"
 #include "comm/transport/tag.h"
@@ -330,6 +331,12 @@ std::string run_all(int world, bool on, Body body) {
       [on](int) {
         CommOptions o = testing::options_with_timeout(testing::kTestTimeout);
         o.single_copy_min = on ? kMin : 0;
+        // The transport's algorithms, which this file tests: not the ones that read peers'
+        // buffers in place without messages (local_copy_test.cpp).
+        auto table = std::make_shared<AlgorithmTable>(AlgorithmTable::defaults());
+        table->append(AlgorithmTable::parse(
+            "broadcast:binomial;allgather:ring;reduce_scatter:ring;alltoall:pairwise", "test"));
+        o.algorithms = std::move(table);
         return o;
       },
       [&](Communicator& comm) { body(comm, failures[static_cast<std::size_t>(comm.rank())]); });

@@ -1,0 +1,225 @@
+#include "comm/algorithms/local_copy.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "comm/algorithms/local_mailbox.h"
+#include "comm/symmetric_heap.h"
+#include "comm/transport/partition.h"
+#include "comm/transport/peer_memory.h"
+
+namespace strait::comm {
+namespace {
+
+// Reductions read a peer's data in pieces this size and reduce each while it is in cache.
+constexpr std::size_t kPiece = 256 << 10;
+
+std::uint64_t address(const void* p) {
+  return reinterpret_cast<std::uintptr_t>(p);
+}
+
+// The id of the symmetric buffer holding [p, p + len) on this rank, 0 when none.
+std::uint64_t symmetric_id(const Group& g, const void* p, std::size_t len) {
+  return g.symmetric && p != nullptr ? g.symmetric->id_of(p, len) : 0;
+}
+
+}  // namespace
+
+LocalCopy::LocalCopy(OpContext ctx, Kind kind, const Buffers& b)
+    : CollectiveOp(std::move(ctx)),
+      kind_(kind),
+      b_(b),
+      block_(b.count * kernels::dtype_size(b.dtype)),
+      addresses_{address(kind == Kind::Broadcast ? b.recv : b.send), address(b.recv), 0, 0},
+      publish_(*group().mailbox, group(), addresses_, nullptr, 4, kernels::DType::I64,
+               kernels::ReduceOp::Sum),
+      reduced_(kind == Kind::Allreduce ? std::optional<MailboxCall>(
+                                             std::in_place, *group().mailbox, group(), nullptr,
+                                             nullptr, 0, kernels::DType::U8, kernels::ReduceOp::Sum)
+                                       : std::nullopt),
+      done_(*group().mailbox, group(), nullptr, nullptr, 0, kernels::DType::U8,
+            kernels::ReduceOp::Sum) {
+  // The extent of each buffer that peers read, for the symmetric lookup.
+  const auto p = static_cast<std::size_t>(group().size());
+  const bool whole = kind == Kind::Broadcast || kind == Kind::Allreduce;
+  const std::size_t send_bytes = whole || kind == Kind::Allgather ? block_ : block_ * p;
+  const std::size_t recv_bytes = whole || kind == Kind::ReduceScatter ? block_ : block_ * p;
+  addresses_[2] = symmetric_id(group(), kind == Kind::Broadcast ? b.recv : b.send, send_bytes);
+  addresses_[3] = symmetric_id(group(), b.recv, recv_bytes);
+}
+
+bool LocalCopy::round(Transport& t, MailboxCall& call) {
+  const Fingerprint f = fingerprint() != nullptr ? *fingerprint() : Fingerprint{};
+  if (!call.try_post(f, announcement())) return false;
+  if (call.try_finish()) return true;
+  call.check_announced();
+  const int r = call.waiting_on();
+  const int world = group().world_ranks.at(static_cast<std::size_t>(r));
+  if (const auto& lost = t.peer_lost(world); !lost.empty()) {
+    throw call.lost_error(lost + also_gone(r, &t));
+  }
+  return false;
+}
+
+std::string LocalCopy::also_gone(int r, const Transport* t) const {
+  // The awaited rank may have exited on the error of another's loss: name every rank gone.
+  std::string also;
+  for (int q = 0; q < group().size(); ++q) {
+    if (q == r || q == group().rank) continue;
+    const int world = group().world_ranks.at(static_cast<std::size_t>(q));
+    if (group().mailbox->peer_exited(q) || (t != nullptr && !t->peer_lost(world).empty())) {
+      also += fmt::format("; also gone: {}'s process exited", group().describe_rank(q));
+    }
+  }
+  return also;
+}
+
+std::uint64_t LocalCopy::published(int r, int word) const {
+  std::uint64_t v = 0;
+  std::memcpy(&v, group().mailbox->of(r, publish_.ticket()).data + word * sizeof v, sizeof v);
+  return v;
+}
+
+const std::byte* LocalCopy::mapped(int r, std::uint64_t at, std::size_t len, bool recv) const {
+  if (!group().symmetric) return nullptr;
+  return group().symmetric->find(r, published(r, recv ? 3 : 2), at, len);
+}
+
+void LocalCopy::read(int r, std::uint64_t at, std::byte* into, std::size_t len, bool recv) const {
+  if (const std::byte* in_place = mapped(r, at, len, recv)) {
+    std::memcpy(into, in_place, len);
+    group().symmetric->count_in_place(len);
+    return;
+  }
+  const LocalMailbox& box = *group().mailbox;
+  const PeerRead got = read_peer_memory(box.pid(r), at, into, len);
+  // A readable pidfd: the pid may since name another process, whose bytes these would be.
+  // ESRCH: the process is gone (its pidfd may not say so yet).
+  if (got.error == ESRCH || box.peer_exited(r)) {
+    throw Error(ErrorCode::PeerLost,
+                fmt::format("{}'s process exited while this rank read {} bytes of its memory "
+                            "(single copy){}",
+                            group().describe_rank(r), len, also_gone(r, nullptr)));
+  }
+  if (got.error != 0) {
+    throw Error(ErrorCode::PeerLost,
+                fmt::format("reading {} bytes from the memory of {} failed after {}: {} (it "
+                            "left the collective: it failed, or its caller freed the buffer){}",
+                            len, group().describe_rank(r), got.bytes, std::strerror(got.error),
+                            also_gone(r, nullptr)));
+  }
+}
+
+void LocalCopy::reduce_block(std::size_t offset, std::byte* out, std::size_t bytes) {
+  const int p = group().size();
+  const int me = group().rank;
+  const std::size_t elem = kernels::dtype_size(b_.dtype);
+  const auto op = b_.op == kernels::ReduceOp::Avg ? kernels::ReduceOp::Sum : b_.op;
+  const auto* own = static_cast<const std::byte*>(b_.send) + offset;
+  if (!scratch_) scratch_ = std::make_unique_for_overwrite<std::byte[]>(std::min(kPiece, bytes));
+  for (std::size_t at = 0; at < bytes; at += kPiece) {
+    const std::size_t m = std::min(kPiece, bytes - at);
+    if (own != out) std::memcpy(out + at, own + at, m);
+    for (int k = 1; k < p; ++k) {
+      const int q = (me + k) % p;
+      const std::uint64_t theirs = published(q, 0) + offset + at;
+      const std::byte* in = mapped(q, theirs, m, false);
+      if (in != nullptr) {
+        group().symmetric->count_in_place(m);
+      } else {
+        read(q, theirs, scratch_.get(), m);
+        in = scratch_.get();
+      }
+      kernels::reduce(b_.dtype, op, out + at, in, m / elem);
+    }
+  }
+  if (b_.op == kernels::ReduceOp::Avg) kernels::scale(b_.dtype, out, bytes / elem, 1.0 / p);
+}
+
+void LocalCopy::copy_from_peers() {
+  const int p = group().size();
+  const int me = group().rank;
+  const auto* send = static_cast<const std::byte*>(b_.send);
+  auto* recv = static_cast<std::byte*>(b_.recv);
+  switch (kind_) {
+    case Kind::Broadcast:
+      if (me != b_.root) read(b_.root, published(b_.root, 0), recv, block_);
+      break;
+    case Kind::Allgather:
+      if (send != recv + me * block_) std::memcpy(recv + me * block_, send, block_);
+      for (int k = 1; k < p; ++k) {
+        const int q = (me + k) % p;
+        read(q, published(q, 0), recv + q * block_, block_);
+      }
+      break;
+    case Kind::ReduceScatter: reduce_block(me * block_, recv, block_); break;
+    case Kind::Alltoall: {
+      // In place a peer still reads block q of this buffer, where block q from it lands: stage.
+      const bool in_place = send == recv;
+      if (in_place) scratch_ = std::make_unique_for_overwrite<std::byte[]>(p * block_);
+      std::byte* into = in_place ? scratch_.get() : recv;
+      if (!in_place) std::memcpy(recv + me * block_, send + me * block_, block_);
+      for (int k = 1; k < p; ++k) {
+        const int q = (me + k) % p;
+        read(q, published(q, 0) + me * block_, into + q * block_, block_);
+      }
+      break;
+    }
+    case Kind::Allreduce: {
+      const std::size_t elem = kernels::dtype_size(b_.dtype);
+      const Part c = part(b_.count, static_cast<std::size_t>(p), static_cast<std::size_t>(me));
+      if (c.count != 0) reduce_block(c.offset * elem, recv + c.offset * elem, c.count * elem);
+      break;
+    }
+  }
+}
+
+bool LocalCopy::advance(Transport& t) {
+  if (!copied_) {
+    if (!round(t, publish_)) return false;
+    if (block_ != 0) copy_from_peers();
+    copied_ = true;
+  }
+  if (reduced_ && !gathered_) {  // allreduce: every chunk reduced, then gather them
+    if (!round(t, *reduced_)) return false;
+    const int p = group().size();
+    const std::size_t elem = kernels::dtype_size(b_.dtype);
+    auto* recv = static_cast<std::byte*>(b_.recv);
+    for (int k = 1; k < p && block_ != 0; ++k) {
+      const int q = (group().rank + k) % p;
+      const Part c = part(b_.count, static_cast<std::size_t>(p), static_cast<std::size_t>(q));
+      if (c.count != 0) {
+        read(q, published(q, 1) + c.offset * elem, recv + c.offset * elem, c.count * elem, true);
+      }
+    }
+    gathered_ = true;
+  }
+  if (!round(t, done_)) return false;
+  if (kind_ == Kind::Alltoall && scratch_) {  // in place: every peer has read this buffer
+    auto* recv = static_cast<std::byte*>(b_.recv);
+    for (int q = 0; q < group().size(); ++q) {
+      if (q != group().rank) std::memcpy(recv + q * block_, scratch_.get() + q * block_, block_);
+    }
+  }
+  // What the peers read from this rank.
+  const bool sends = kind_ != Kind::Broadcast || group().rank == b_.root;
+  const std::size_t shared = kind_ == Kind::Allreduce ? block_ / group().size() * 2 : block_;
+  count_sent(sends ? shared * static_cast<std::size_t>(group().size() - 1) : 0);
+  return true;
+}
+
+std::string LocalCopy::waiting_for() const {
+  if (!copied_) return publish_.waiting_for();
+  if (reduced_ && !gathered_) {
+    return fmt::format("every rank to reduce its chunk; {}", reduced_->waiting_for());
+  }
+  return fmt::format("{} to finish reading this rank's memory (single copy); {}",
+                     done_.waiting_on() >= 0 ? group().describe_rank(done_.waiting_on())
+                                             : std::string("the peers"),
+                     done_.waiting_for());
+}
+
+}  // namespace strait::comm

@@ -1,0 +1,167 @@
+#include <fmt/format.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <sstream>
+
+#include "comm/algorithms/local_mailbox.h"
+#include "comm/symmetric_heap.h"
+#include "comm/transport/peer_memory.h"
+#include "core/error.h"
+
+namespace strait::comm {
+
+SymmetricBuffer::SymmetricBuffer(std::shared_ptr<SymmetricMemory> owner, std::uint64_t id,
+                                 void* data, std::size_t bytes) noexcept
+    : owner_(std::move(owner)), id_(id), data_(data), bytes_(bytes) {}
+
+SymmetricBuffer::SymmetricBuffer(SymmetricBuffer&& other) noexcept
+    : owner_(std::move(other.owner_)), id_(other.id_), data_(other.data_), bytes_(other.bytes_) {
+  other.id_ = 0;
+  other.data_ = nullptr;
+  other.bytes_ = 0;
+}
+
+SymmetricBuffer& SymmetricBuffer::operator=(SymmetricBuffer&& other) noexcept {
+  if (this != &other) {
+    reset();
+    owner_ = std::move(other.owner_);
+    id_ = other.id_;
+    data_ = other.data_;
+    bytes_ = other.bytes_;
+    other.id_ = 0;
+    other.data_ = nullptr;
+    other.bytes_ = 0;
+  }
+  return *this;
+}
+
+SymmetricBuffer::~SymmetricBuffer() {
+  reset();
+}
+
+void SymmetricBuffer::reset() noexcept {
+  if (owner_ && id_ != 0) {
+    owner_->release(id_);
+  } else if (data_ != nullptr) {
+    ::munmap(data_, bytes_);
+  }
+  owner_.reset();
+  id_ = 0;
+  data_ = nullptr;
+  bytes_ = 0;
+}
+
+SymmetricMemory::~SymmetricMemory() {
+  for (const Entry& e : entries_) {
+    ::munmap(e.mapped, e.bytes);
+    if (e.fd >= 0) ::close(e.fd);
+  }
+}
+
+void SymmetricMemory::release(std::uint64_t id) noexcept {
+  const std::lock_guard lock(mutex_);
+  std::erase_if(entries_, [id](const Entry& e) {
+    if (e.id != id) return false;
+    ::munmap(e.mapped, e.bytes);
+    if (e.fd >= 0) ::close(e.fd);
+    return true;
+  });
+}
+
+std::uint64_t SymmetricMemory::id_of(const void* p, std::size_t len) const {
+  const auto a = reinterpret_cast<std::uintptr_t>(p);
+  const std::lock_guard lock(mutex_);
+  for (const Entry& e : entries_) {
+    if (e.rank == rank_ && a >= e.address && a + len <= e.address + e.bytes) return e.id;
+  }
+  return 0;
+}
+
+const std::byte* SymmetricMemory::find(int r, std::uint64_t id, std::uint64_t address,
+                                       std::size_t len) const {
+  if (id == 0) return nullptr;
+  const std::lock_guard lock(mutex_);
+  for (const Entry& e : entries_) {
+    if (e.rank == r && e.id == id && address >= e.address && address + len <= e.address + e.bytes) {
+      return static_cast<const std::byte*>(e.mapped) + (address - e.address);
+    }
+  }
+  return nullptr;
+}
+
+SymmetricBuffer SymmetricMemory::allocate(Store& store, const std::string& prefix,
+                                          const LocalMailbox& box, std::size_t bytes,
+                                          std::chrono::milliseconds timeout) {
+  if (bytes == 0) {
+    throw Error(ErrorCode::InvalidArgument, "alloc: 0 bytes; ask for at least 1");
+  }
+  const auto fail = [](const std::string& what) {
+    return Error(ErrorCode::Unavailable,
+                 fmt::format("alloc (symmetric memory): {}: {}", what, std::strerror(errno)));
+  };
+  std::uint64_t id = 0;
+  {
+    const std::lock_guard lock(mutex_);
+    id = next_id_++;
+  }
+  const std::string key = fmt::format("{}/{}", prefix, id);
+  const int fd = ::memfd_create("strait-symmetric", MFD_CLOEXEC);
+  if (fd < 0) throw fail("memfd_create");
+  void* mine = MAP_FAILED;
+  if (::ftruncate(fd, static_cast<off_t>(bytes)) != 0 ||
+      (mine = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) == MAP_FAILED) {
+    const Error e = fail("ftruncate/mmap");
+    ::close(fd);
+    throw e;
+  }
+  std::vector<Entry> got{Entry{rank_, id, reinterpret_cast<std::uintptr_t>(mine), bytes, mine, fd}};
+  // Whatever fails below leaves nothing mapped.
+  const auto undo = [&] {
+    for (const Entry& e : got) {
+      ::munmap(e.mapped, e.bytes);
+      if (e.fd >= 0) ::close(e.fd);
+    }
+  };
+  try {
+    store.set(fmt::format("{}/{}", key, rank_),
+              fmt::format("{} {} {} {}", ::getpid(), fd, got[0].address, bytes));
+    for (int r = 0; r < size_; ++r) {
+      if (r == rank_) continue;
+      std::istringstream in(store.get_string(fmt::format("{}/{}", key, r), timeout));
+      pid_t pid = 0;
+      int their_fd = -1;
+      std::uint64_t address = 0;
+      std::size_t their_bytes = 0;
+      in >> pid >> their_fd >> address >> their_bytes;
+      if (their_bytes != bytes) {
+        throw Error(ErrorCode::InvalidArgument,
+                    fmt::format("alloc #{}: rank {} asked for {} bytes, this rank {}: every rank "
+                                "must ask for the same size",
+                                id, r, their_bytes, bytes));
+      }
+      const int taken = pidfd_getfd(box.pidfd(r), their_fd);
+      if (taken < 0) throw fail(fmt::format("taking rank {}'s buffer (pidfd_getfd)", r));
+      void* theirs = ::mmap(nullptr, bytes, PROT_READ, MAP_SHARED, taken, 0);
+      ::close(taken);
+      if (theirs == MAP_FAILED) throw fail(fmt::format("mapping rank {}'s buffer", r));
+      got.push_back(Entry{r, id, address, bytes, theirs, -1});
+    }
+    // Every rank has taken every descriptor before any may free its buffer.
+    store.set(fmt::format("{}/mapped/{}", key, rank_), "1");
+    for (int r = 0; r < size_; ++r)
+      (void)store.get_string(fmt::format("{}/mapped/{}", key, r), timeout);
+  } catch (...) {
+    undo();
+    throw;
+  }
+  {
+    const std::lock_guard lock(mutex_);
+    entries_.insert(entries_.end(), got.begin(), got.end());
+  }
+  return SymmetricBuffer(shared_from_this(), id, mine, bytes);
+}
+
+}  // namespace strait::comm
