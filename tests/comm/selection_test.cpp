@@ -280,11 +280,13 @@ TEST(SelectionDefaults, EagerVectorsTheMailboxThenThePipelinedRing) {
     EXPECT_EQ(chosen(t, world, 8 * K), "mailbox") << world;
     EXPECT_EQ(chosen(t, world, 256 * K), "mailbox") << world;
     EXPECT_EQ(chosen(t, world, M - 1), "mailbox") << world;
+    EXPECT_EQ(chosen(t, world, M), "mailbox") << world;  // a full slot
     EXPECT_EQ(t.choose("allreduce", world, 8, 1, mailbox).describe(), "recursive_doubling");
     EXPECT_EQ(t.choose("allreduce", world, 8248, 1, mailbox).describe(), "recursive_doubling");
     EXPECT_EQ(t.choose("allreduce", world, 8249, 1, mailbox).describe(), "ring@seg=8K");
     EXPECT_EQ(t.choose("allreduce", world, 256 * K, 1, mailbox).describe(), "ring@seg=8K");
-    EXPECT_EQ(chosen(t, world, M), "ring@seg=1M") << world;
+    EXPECT_EQ(t.choose("allreduce", world, M, 1, mailbox).describe(), "ring@seg=1M");
+    EXPECT_EQ(chosen(t, world, M + 1), "ring@seg=1M") << world;
     EXPECT_EQ(chosen(t, world, 64 * M), "ring@seg=1M") << world;
   }
 }
