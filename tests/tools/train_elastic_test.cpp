@@ -213,8 +213,14 @@ TEST(StraitTrainElastic, JoinerIsAdmittedAtARoundBoundaryWithTheSurvivorsState) 
   EXPECT_EQ(metric_steps(metrics), one_to(12));
   // Who computed each step: both for round 1; replica 0 alone from the step replica 1 died in
   // (its aggregate fails, so it reports its own) to step 6, at whose end the joiner arrives (it
-  // did not compute step 6); both again from step 7.
-  EXPECT_EQ(replicas_per_step(metrics), std::vector<int>({2, 2, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2}));
+  // did not compute step 6); both again from step 7. Replica 1 dies early in step 3, so replica 0
+  // may see it gone before its own exchange of step 2's figures (a report, after that step's
+  // gradients were averaged) has finished: then step 2 reports replica 0 alone too.
+  const std::vector<int> per_step = replicas_per_step(metrics);
+  const std::vector<int> seen_in_step_3 = {2, 2, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2};
+  const std::vector<int> seen_in_step_2_report = {2, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2};
+  EXPECT_TRUE(per_step == seen_in_step_3 || per_step == seen_in_step_2_report)
+      << "replicas per step: " << testing::PrintToString(per_step);
   // The "joined" record gives the size of the state the joiner received.
   std::ifstream in(metrics);
   std::int64_t state_bytes = -1;
