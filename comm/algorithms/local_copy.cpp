@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "comm/algorithms/local_mailbox.h"
+#include "comm/algorithms/scratch.h"
 #include "comm/symmetric_heap.h"
 #include "comm/transport/partition.h"
 #include "comm/transport/peer_memory.h"
@@ -119,7 +120,7 @@ void LocalCopy::reduce_block(std::size_t offset, std::byte* out, std::size_t byt
   const std::size_t elem = kernels::dtype_size(b_.dtype);
   const auto op = b_.op == kernels::ReduceOp::Avg ? kernels::ReduceOp::Sum : b_.op;
   const auto* own = static_cast<const std::byte*>(b_.send) + offset;
-  if (!scratch_) scratch_ = std::make_unique_for_overwrite<std::byte[]>(std::min(kPiece, bytes));
+  if (!scratch_) scratch_ = scratch_buffer(std::min(kPiece, bytes));
   for (std::size_t at = 0; at < bytes; at += kPiece) {
     const std::size_t m = std::min(kPiece, bytes - at);
     if (own != out) std::memcpy(out + at, own + at, m);
@@ -159,7 +160,7 @@ void LocalCopy::copy_from_peers() {
     case Kind::Alltoall: {
       // In place a peer still reads block q of this buffer, where block q from it lands: stage.
       const bool in_place = send == recv;
-      if (in_place) scratch_ = std::make_unique_for_overwrite<std::byte[]>(p * block_);
+      if (in_place) scratch_ = scratch_buffer(p * block_);
       std::byte* into = in_place ? scratch_.get() : recv;
       if (!in_place) std::memcpy(recv + me * block_, send + me * block_, block_);
       for (int k = 1; k < p; ++k) {

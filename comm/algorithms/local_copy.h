@@ -86,7 +86,9 @@ class LocalCopy final : public CollectiveOp {
   MailboxCall done_;
   bool gathered_ = false;
   bool copied_ = false;
-  std::unique_ptr<std::byte[]> scratch_;  // in-place alltoall; reduce_scatter's pieces
+  // In-place alltoall's staging; reduce_scatter's pieces. From scratch_buffer's per-thread cache:
+  // a fresh 64 MiB buffer would fault its pages in on every call.
+  std::shared_ptr<std::byte[]> scratch_;
 };
 
 }  // namespace strait::comm
