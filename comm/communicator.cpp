@@ -214,8 +214,10 @@ Communicator::Prepared Communicator::prepare(const CollectiveArgs& args) const {
   } else {
     const std::size_t bytes = p.args.count * kernels::dtype_size(p.args.dtype);
     const std::string_view name = collective_name(p.args.kind);
+    // Rules naming the mailbox are passed over where the ranks share no memory (a vector longer
+    // than a slot goes through it in pieces).
     p.chosen = shared_->algorithms->choose(name, size(), bytes, sites_.count(),
-                                           mailbox_fits(bytes) ? nullptr : mailbox_algorithm());
+                                           group_->mailbox ? nullptr : mailbox_algorithm());
     // The single-copy collectives need the mailbox too (all ranks have one, or none has).
     if (!group_->mailbox && p.chosen.algorithm->name == "single_copy") {
       p.chosen =
@@ -291,15 +293,11 @@ void Communicator::run(const CollectiveArgs& args) {
   post(args).wait();
 }
 
-bool Communicator::mailbox_fits(std::size_t bytes) const noexcept {
-  return group_->mailbox && bytes <= LocalMailbox::kPayloadBytes;
-}
-
 bool Communicator::run_in_mailbox(const CollectiveArgs& args) {
   LocalMailbox& box = *group_->mailbox;
   const std::size_t bytes = args.count * kernels::dtype_size(args.dtype);
   const auto stream = static_cast<std::uint64_t>(group_->comm_id) + 1;
-  if (!mailbox_fits(bytes) || box.finished() != box.taken()) return false;
+  if (box.finished() != box.taken()) return false;
   int device = -1;
   if (memory_of(args, rank(), &device) == MemoryKind::Device) return false;
   if (shared_->engine->broken(stream)) return false;
@@ -311,7 +309,8 @@ bool Communicator::run_in_mailbox(const CollectiveArgs& args) {
   std::unique_lock lock(mutex_);
   p.number(seq_++);
   const std::uint64_t announcement = box.announce(p.fingerprint);
-  MailboxCall call(box, *group_, args.send, args.recv, args.count, args.dtype, args.op);
+  std::vector<MailboxCall> pieces =
+      mailbox_pieces(box, *group_, args.send, args.recv, args.count, args.dtype, args.op);
   lock.unlock();
   const std::uint64_t id = record(p.args, static_cast<std::int64_t>(p.seq), "mailbox", false, true);
   log_op("run", p.what, false);
@@ -328,7 +327,7 @@ bool Communicator::run_in_mailbox(const CollectiveArgs& args) {
       .describe = [what = &p.what] { return what->describe(); },
   };
   try {
-    run_inline(call, p.fingerprint, wait);
+    run_inline(pieces, p.fingerprint, wait);
   } catch (const Error& e) {
     // As the engine does with a failed operation: later calls fail at once (their peers may be
     // gone or out of step).

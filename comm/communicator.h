@@ -430,19 +430,16 @@ class STRAIT_API Communicator {
   /// Bytes sent, by CommStats' counter (StatSlot, comm/algorithms/collective_kind.h).
   using Counters = std::array<std::atomic<std::uint64_t>, kStatSlots>;
   /// The first of n consecutive sequence numbers (an operation made of several takes more than
-  /// one). run()'s fast path for a short allreduce whose ranks are all on this host: the mailbox
-  /// protocol on the caller's thread (comm/algorithms/mailbox_allreduce.h), with no operation, work
-  /// or engine hand-off. False (nothing done) when it does not apply: the selection is another
-  /// algorithm, the vector is longer than a slot, earlier mailbox calls are still in flight, the
-  /// buffers are GPU memory, or the communicator has failed (post() then says why).
+  /// one). run()'s fast path for an allreduce whose ranks are all on this host: the mailbox
+  /// protocol on the caller's thread (comm/algorithms/mailbox_allreduce.h; a slot at a time), with
+  /// no operation, work or engine hand-off. False (nothing done) when it does not apply: the
+  /// selection is another algorithm, earlier mailbox calls are still in flight, the buffers are GPU
+  /// memory, or the communicator has failed (post() then says why).
   bool run_in_mailbox(const CollectiveArgs& args);
   /// An operation on host buffers, checked, its algorithm (and codec) chosen, described, then
   /// numbered: the one preparation of post() and run_in_mailbox() (defined in communicator.cpp).
   struct Prepared;
   [[nodiscard]] Prepared prepare(const CollectiveArgs& args) const;
-  /// Whether a `bytes`-byte vector can take the mailbox: the ranks share memory and it fits a slot
-  /// (otherwise rules naming the mailbox are passed over).
-  [[nodiscard]] bool mailbox_fits(std::size_t bytes) const noexcept;
   std::uint64_t next_seq(std::uint64_t n = 1);
   Work submit(std::unique_ptr<class Op> op, Describer describe, bool ordered,
               DeadlineStart start = DeadlineStart::AtSubmit, std::uint64_t record_id = 0);

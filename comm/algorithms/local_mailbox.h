@@ -58,6 +58,9 @@ class LocalMailbox {
     alignas(64) std::atomic<std::uint64_t> ticket{0};
     std::uint64_t fingerprint_hash = 0;
     std::byte data[kPayloadBytes];  // not initialised: a memfd's pages read as zero until written
+    // A split mailbox allreduce's second publication (mailbox_allreduce.h): ticket + 1 once this
+    // rank's block of `data` holds its reduction over every rank.
+    alignas(64) std::atomic<std::uint64_t> reduced{0};
   };
   static_assert(offsetof(Slot, data) == 64 + 16);
   // A seqlock over a fingerprint: odd version while it is rewritten (announce()).

@@ -34,7 +34,10 @@ MailboxCall::MailboxCall(LocalMailbox& box, const Group& group, const void* send
       count_(count),
       dtype_(dtype),
       op_(op),
-      ticket_(box.take_ticket()) {}
+      ticket_(box.take_ticket()),
+      split_(recv != nullptr && group.size() >= 3 &&
+             count * kernels::dtype_size(dtype) * static_cast<std::size_t>(group.size()) >=
+                 kSplitMinWork) {}
 
 bool MailboxCall::try_post(const Fingerprint& fingerprint,
                            std::optional<std::uint64_t> announcement) {
@@ -52,6 +55,7 @@ bool MailboxCall::try_post(const Fingerprint& fingerprint,
 }
 
 bool MailboxCall::try_finish() {
+  if (reduced_) return finish_split();  // past the first publication
   const int p = group_.size();
   while (arrived_ < p) {
     if (box_.of(arrived_, ticket_).ticket.load(std::memory_order_acquire) != ticket_ + 1) {
@@ -66,14 +70,59 @@ bool MailboxCall::try_finish() {
       throw mismatch_error(group_, r, theirs.fingerprint, fingerprint_);
     }
   }
+  if (split_) return finish_split();
   // Every rank sums in rank order, from the slots: the same bits everywhere.
-  const std::size_t bytes = count_ * kernels::dtype_size(dtype_);
+  if (count_ != 0 && recv_ != nullptr) reduce_slots(0, count_, static_cast<std::byte*>(recv_));
+  box_.finish(ticket_);
+  return true;
+}
+
+void MailboxCall::reduce_slots(std::size_t first, std::size_t last, std::byte* out) const {
+  if (first >= last) return;
+  const std::size_t elem = kernels::dtype_size(dtype_);
+  const std::size_t n = last - first;
+  std::memcpy(out, box_.of(0, ticket_).data + first * elem, n * elem);
+  const auto op = op_ == kernels::ReduceOp::Avg ? kernels::ReduceOp::Sum : op_;
+  for (int r = 1; r < group_.size(); ++r) {
+    kernels::reduce(dtype_, op, out, box_.of(r, ticket_).data + first * elem, n);
+  }
+  if (op_ == kernels::ReduceOp::Avg) kernels::scale(dtype_, out, n, 1.0 / group_.size());
+}
+
+std::pair<std::size_t, std::size_t> MailboxCall::block(int r) const noexcept {
+  // Blocks start on cache lines, so that no two ranks write one line of a slot.
+  const std::size_t align = std::max<std::size_t>(1, 64 / kernels::dtype_size(dtype_));
+  const auto p = static_cast<std::size_t>(group_.size());
+  const std::size_t per = ((count_ + p - 1) / p + align - 1) / align * align;
+  const auto q = static_cast<std::size_t>(r);
+  return {std::min(count_, q * per), std::min(count_, (q + 1) * per)};
+}
+
+bool MailboxCall::finish_split() {
+  const int p = group_.size();
+  const std::size_t elem = kernels::dtype_size(dtype_);
   auto* out = static_cast<std::byte*>(recv_);
-  if (bytes != 0 && out != nullptr) {
-    std::memcpy(out, box_.of(0, ticket_).data, bytes);
-    const auto op = op_ == kernels::ReduceOp::Avg ? kernels::ReduceOp::Sum : op_;
-    for (int r = 1; r < p; ++r) kernels::reduce(dtype_, op, out, box_.of(r, ticket_).data, count_);
-    if (op_ == kernels::ReduceOp::Avg) kernels::scale(dtype_, out, count_, 1.0 / p);
+  if (!reduced_) {
+    // This rank's block, into the output, then into its own slot, where only this rank reads
+    // that block (every other rank reads its own block of each slot meanwhile).
+    const auto [first, last] = block(box_.rank());
+    reduce_slots(first, last, out + first * elem);
+    LocalMailbox::Slot& slot = box_.mine(ticket_);
+    if (last > first)
+      std::memcpy(slot.data + first * elem, out + first * elem, (last - first) * elem);
+    slot.reduced.store(ticket_ + 1, std::memory_order_release);
+    reduced_ = true;
+    arrived_ = 0;
+  }
+  while (arrived_ < p) {
+    const LocalMailbox::Slot& theirs = box_.of(arrived_, ticket_);
+    if (theirs.reduced.load(std::memory_order_acquire) != ticket_ + 1) return false;
+    if (arrived_ != box_.rank()) {
+      const auto [first, last] = block(arrived_);
+      if (last > first)
+        std::memcpy(out + first * elem, theirs.data + first * elem, (last - first) * elem);
+    }
+    ++arrived_;
   }
   box_.finish(ticket_);
   return true;
@@ -88,6 +137,10 @@ std::string MailboxCall::waiting_for() const {
   if (!posted_) return "this rank's earlier mailbox calls to finish";
   const int r = waiting_on();
   if (r < 0) return "nothing (it was about to finish)";
+  if (reduced_) {
+    return fmt::format("the reduced block from {} in the shared-memory mailbox",
+                       group_.describe_rank(r));
+  }
   return fmt::format(
       "the vector from {} in the shared-memory mailbox (if it called an "
       "operation of another size or kind, that one goes through the network)",
@@ -112,31 +165,55 @@ Error MailboxCall::lost_error(const std::string& lost) const {
                fmt::format("{}; this rank was still waiting for {}", lost, waiting_for()));
 }
 
+std::vector<MailboxCall> mailbox_pieces(LocalMailbox& box, const Group& group, const void* send,
+                                        void* recv, std::size_t count, kernels::DType dtype,
+                                        kernels::ReduceOp op) {
+  const std::size_t elem = kernels::dtype_size(dtype);
+  const std::size_t per = LocalMailbox::kPayloadBytes / elem;
+  const std::size_t n = std::max<std::size_t>(1, (count + per - 1) / per);
+  std::vector<MailboxCall> pieces;
+  pieces.reserve(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::size_t first = i * per;
+    const std::size_t len = std::min(per, count - std::min(count, first));
+    pieces.emplace_back(box, group, static_cast<const std::byte*>(send) + first * elem,
+                        recv == nullptr ? nullptr : static_cast<std::byte*>(recv) + first * elem,
+                        len, dtype, op);
+  }
+  return pieces;
+}
+
 MailboxAllreduce::MailboxAllreduce(OpContext ctx, const ReduceBuffers& b)
     : AllreduceOp(std::move(ctx), b),
-      call_(*group().mailbox, group(), b.send, b.recv, b.count, b.dtype, b.op) {}
+      pieces_(mailbox_pieces(*group().mailbox, group(), b.send, b.recv, b.count, b.dtype, b.op)) {}
 
 bool MailboxAllreduce::advance(Transport& t) {
-  if (!call_.try_post(fingerprint() != nullptr ? *fingerprint() : Fingerprint{}, announcement())) {
-    return false;
+  const Fingerprint fp = fingerprint() != nullptr ? *fingerprint() : Fingerprint{};
+  while (next_ < pieces_.size()) {
+    MailboxCall& call = pieces_[next_];
+    if (!call.try_post(fp, announcement())) return false;
+    if (!call.try_finish()) {
+      call.check_announced();
+      // The transport's view of the peer (its pidfd, checked every few ms by the engine).
+      const int r = call.waiting_on();
+      const int world = group().world_ranks.at(static_cast<std::size_t>(r));
+      if (const auto& lost = t.peer_lost(world); !lost.empty()) throw call.lost_error(lost);
+      return false;
+    }
+    ++next_;
   }
-  if (call_.try_finish()) {
-    count_sent(count_ * elem_);
-    return true;
-  }
-  call_.check_announced();
-  // The transport's view of the peer (its pidfd, checked every few ms by the engine).
-  const int r = call_.waiting_on();
-  const int world = group().world_ranks.at(static_cast<std::size_t>(r));
-  if (const auto& lost = t.peer_lost(world); !lost.empty()) throw call_.lost_error(lost);
-  return false;
+  count_sent(count_ * elem_);
+  return true;
 }
 
 std::string MailboxAllreduce::waiting_for() const {
-  return call_.waiting_for();
+  const std::size_t i = std::min(next_, pieces_.size() - 1);
+  if (pieces_.size() == 1) return pieces_[i].waiting_for();
+  return fmt::format("{} (piece {} of {})", pieces_[i].waiting_for(), i + 1, pieces_.size());
 }
 
-void run_inline(MailboxCall& call, const Fingerprint& fingerprint, const InlineWait& wait) {
+void run_inline(std::span<MailboxCall> calls, const Fingerprint& fingerprint,
+                const InlineWait& wait) {
   // Polls between checks of the clock, the peers' pidfds and the communicator's state.
   constexpr unsigned kCheckEvery = 1024;
   // Spinning this long without an answer means the peers are busy elsewhere (computing, or in
@@ -145,43 +222,43 @@ void run_inline(MailboxCall& call, const Fingerprint& fingerprint, const InlineW
   constexpr auto kSpinBudget = std::chrono::milliseconds(2);
   constexpr auto kFirstSleep = std::chrono::microseconds(10);
   constexpr auto kLongestSleep = std::chrono::microseconds(500);
-  std::chrono::steady_clock::time_point start{};  // of the waiting: set at the first check
-  std::chrono::microseconds sleep{0};
-  for (unsigned polls = 1;; ++polls) {
-    try {
-      if (call.try_post(fingerprint, wait.announcement) && call.try_finish()) return;
-    } catch (const Error& e) {  // as the engine reports an operation's errors
-      throw Error(e.code(), fmt::format("{}: {}", wait.describe(), e.message()));
-    }
-    if (sleep.count() > 0) {
-      std::this_thread::sleep_for(sleep);
-      sleep = std::min(2 * sleep, std::chrono::microseconds(kLongestSleep));
-    } else if (wait.yield) {
-      ::sched_yield();
-    } else {
-      relax();
-    }
-    if (sleep.count() == 0 && polls % kCheckEvery != 0) continue;
-    if (auto e = wait.broken ? wait.broken() : std::nullopt) {
-      throw Error(e->code(), fmt::format("{}: {}", wait.describe(), e->message()));
-    }
-    try {
-      call.check_announced();
-    } catch (const Error& e) {
-      throw Error(e.code(), fmt::format("{}: {}", wait.describe(), e.message()));
-    }
-    if (const int r = call.waiting_on(); r >= 0) {
-      if (std::string lost = call.lost(r); !lost.empty()) {
-        const Error e = call.lost_error(lost);
-        throw Error(e.code(), fmt::format("{}: {}", wait.describe(), e.message()));
+  const auto fail = [&wait](const Error& e) {
+    return Error(e.code(), fmt::format("{}: {}", wait.describe(), e.message()));
+  };
+  for (MailboxCall& call : calls) {  // the timeout runs per piece: it bounds a wait, not a call
+    std::chrono::steady_clock::time_point start{};  // of the waiting: set at the first check
+    std::chrono::microseconds sleep{0};
+    for (unsigned polls = 1;; ++polls) {
+      try {
+        if (call.try_post(fingerprint, wait.announcement) && call.try_finish()) break;
+      } catch (const Error& e) {  // as the engine reports an operation's errors
+        throw fail(e);
       }
+      if (sleep.count() > 0) {
+        std::this_thread::sleep_for(sleep);
+        sleep = std::min(2 * sleep, std::chrono::microseconds(kLongestSleep));
+      } else if (wait.yield) {
+        ::sched_yield();
+      } else {
+        relax();
+      }
+      if (sleep.count() == 0 && polls % kCheckEvery != 0) continue;
+      if (auto e = wait.broken ? wait.broken() : std::nullopt) throw fail(*e);
+      try {
+        call.check_announced();
+      } catch (const Error& e) {
+        throw fail(e);
+      }
+      if (const int r = call.waiting_on(); r >= 0) {
+        if (std::string lost = call.lost(r); !lost.empty()) throw fail(call.lost_error(lost));
+      }
+      const auto now = std::chrono::steady_clock::now();
+      if (start == std::chrono::steady_clock::time_point{}) start = now;
+      if (now - start >= wait.timeout) {
+        throw timeout_error(wait.describe(), wait.timeout, call.waiting_for());
+      }
+      if (sleep.count() == 0 && now - start > kSpinBudget) sleep = kFirstSleep;
     }
-    const auto now = std::chrono::steady_clock::now();
-    if (start == std::chrono::steady_clock::time_point{}) start = now;
-    if (now - start >= wait.timeout) {
-      throw timeout_error(wait.describe(), wait.timeout, call.waiting_for());
-    }
-    if (sleep.count() == 0 && now - start > kSpinBudget) sleep = kFirstSleep;
   }
 }
 

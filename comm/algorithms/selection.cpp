@@ -35,8 +35,8 @@ constexpr std::array kAlgorithms = {
     AlgorithmInfo{"allreduce", "hierarchical", 4, true, Choice::Rules, true},
     // comm/algorithms/direct_allreduce.h: ranks on one host, by rule only.
     AlgorithmInfo{"allreduce", "direct", 22, false, Choice::Rules, true},
-    // comm/algorithms/mailbox_allreduce.h: ranks on one host, vectors up to a slot (1 MiB);
-    // where it cannot run, the next matching rule decides (Communicator::post).
+    // comm/algorithms/mailbox_allreduce.h: ranks on one host, a slot (1 MiB) at a time; where it
+    // cannot run, the next matching rule decides (Communicator::post).
     AlgorithmInfo{"allreduce", "mailbox", 23, false, Choice::Rules, true},
     AlgorithmInfo{"allreduce_compressed", "ring", 5, false, Choice::Codec, false},
     AlgorithmInfo{"allreduce_compressed", "allgather", 6, false, Choice::Codec, false},
@@ -89,8 +89,12 @@ constexpr std::array kAlgorithms = {
 // shared-memory allreduce at every size from 8 B to 512 KiB with 2 and 4 ranks here, and than the
 // ring up to 1 MiB (1 MiB, 2 ranks: 80 against the ring's 132 us and Open MPI's 133;
 // docs/results/collectives.md); where it cannot run the earlier rules decide
-// (Communicator::post). Declared sites keep the hierarchical allreduce from 8249 bytes (the last
-// rule wins).
+// (Communicator::post). From 3 ranks longer vectors take it too, a slot at a time, each slot
+// split so that every rank reduces only its 1/P (mailbox_allreduce.h): ranks that outnumber the
+// cores are CPU-bound, and the ring's P - 1 steps each wait for a rank to be scheduled (8 ranks on
+// 2 cores, 2 - 64 MiB: 1.7 - 2.7x faster than the ring; 4 ranks 1.3 - 5x under load). With 2
+// ranks the ring keeps them. Declared sites keep the hierarchical allreduce from 8249 bytes (the
+// last rule wins).
 // Allgather, reduce_scatter and alltoall between ranks on one host read their peers' buffers in
 // place from 64 KiB of a block, where the transport's messages take its rendezvous protocol
 // anyway (comm/algorithms/local_copy.h); where the ranks share no memory the earlier rules (none:
@@ -103,6 +107,7 @@ constexpr std::string_view kDefaultRules =
     "allreduce:8249-1M:ring@seg=8K;"
     "allreduce:1M-inf:ring@seg=1M;"
     "allreduce:0-1048577:mailbox;"  // sizes are [LO, HI): a full slot, 1 MiB, included
+    "allreduce:ranks=3-inf:1048577-inf:mailbox;"
     "allreduce:sites=2-inf:8249-inf:hierarchical@seg=1M;"
     "allgather:64K-inf:single_copy;"
     "reduce_scatter:64K-inf:single_copy;"

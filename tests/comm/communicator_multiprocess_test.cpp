@@ -241,11 +241,7 @@ std::vector<FailureScenario> scenarios() {
        {"PeerLost", "rank 1's process exited"}},
       // A survivor may wait on rank 1 (Timeout) or on the other survivor, which may have exited
       // (PeerLost): the waiting on rank 1 shows in one of them.
-      {"stop",
-       "2",
-       -1,
-       {"Timeout", "a message from rank 1", "rank 1: was suspended by SIGSTOP at"},
-       {}},
+      {"stop", "2", -1, {"Timeout", "from rank 1", "rank 1: was suspended by SIGSTOP at"}, {}},
       {"abort",
        "20",
        0,
@@ -361,10 +357,15 @@ struct SingleCopyMode {
   const char* tune = "";  // STRAIT_TUNE
 };
 
-// "direct": large allreduces by the direct algorithm (comm/algorithms/direct_allreduce.h), every
-// rank reading every peer's memory at once, with the same failure semantics as the ring.
+// "on" and "off": large allreduces by the ring, through the transport (whose large messages are
+// read in place when on). "direct": by the direct algorithm (comm/algorithms/direct_allreduce.h),
+// every rank reading every peer's memory at once, with the same failure semantics as the ring.
+// "mailbox": the default from 3 ranks (comm/algorithms/mailbox_allreduce.h), no transport.
 const SingleCopyMode kSingleCopyModes[] = {
-    {"on", "64K", true}, {"off", "off", false}, {"direct", "64K", true, "allreduce:1M-inf:direct"}};
+    {"on", "64K", true, "allreduce:1048577-inf:ring@seg=1M"},
+    {"off", "off", false, "allreduce:1048577-inf:ring@seg=1M"},
+    {"direct", "64K", true, "allreduce:1M-inf:direct"},
+    {"mailbox", "64K", false, "allreduce:mailbox"}};
 
 void PrintTo(const SingleCopyMode& m, std::ostream* os) {
   *os << m.name;
@@ -450,8 +451,10 @@ TEST_P(SingleCopyFailures, AStoppedRankIsATimeoutNamingIt) {
   // sender of a message a survivor waits for, or as the reader of a survivor's send (a stopped
   // process's memory can still be read: the direct allreduce's survivors may have reduced rank
   // 1's share and then wait for rank 1 to read theirs).
+  // Through the mailbox: its vector, or its share reduced (the split protocol).
   EXPECT_TRUE(contains(run.output, "a message from rank 1") ||
-              contains(run.output, "a send to rank 1"))
+              contains(run.output, "a send to rank 1") ||
+              contains(run.output, "from rank 1 in the shared-memory mailbox"))
       << run.output;
   EXPECT_TRUE(contains(run.output, "rank 1: was suspended by SIGSTOP at")) << run.output;
   expect_survivors_failed_in_time(run);

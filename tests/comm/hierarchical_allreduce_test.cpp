@@ -271,7 +271,11 @@ TEST(HierarchicalSelection, SeveralSitesTakeHierarchicalByDefaultForRingSizedVec
   EXPECT_EQ(t.choose("allreduce", 4, 64 << 20, 2).describe(), "hierarchical@seg=1M");
   EXPECT_EQ(t.choose("allreduce", 4, 8249, 3).describe(), "hierarchical@seg=1M");
   EXPECT_EQ(t.choose("allreduce", 4, 8, 2).describe(), "mailbox");
-  EXPECT_EQ(t.choose("allreduce", 4, 64 << 20, 1).describe(), "ring@seg=1M");
+  // One site: ranks on one host take the mailbox; where it cannot run, the ring.
+  EXPECT_EQ(t.choose("allreduce", 4, 64 << 20, 1).describe(), "mailbox");
+  EXPECT_EQ(
+      t.choose("allreduce", 4, 64 << 20, 1, find_algorithm("allreduce", "mailbox")).describe(),
+      "ring@seg=1M");
   const auto user = AlgorithmTable::parse("allreduce:sites=2:ring;allreduce:sites=3-inf:0-1M:ring",
                                           "STRAIT_TUNE");
   EXPECT_EQ(user.choose("allreduce", 4, 8, 2).describe(), "ring");

@@ -3,13 +3,22 @@
 // vectors take it, blocking and non-blocking calls mixed on one communicator (the two ways a call
 // runs), many calls in flight at once (the two slots), sub-communicators, and failures: a rank that
 // never calls (Timeout naming it, and the communicator unusable afterwards), different counts
-// (Mismatch on both ranks).
+// (Mismatch on both ranks); the split protocol (3 or more ranks) and vectors longer than a slot
+// (pieces) against the double-precision reference.
+#include "comm/algorithms/mailbox_allreduce.h"
+
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
+#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "comm/algorithms/local_mailbox.h"
+#include "comm/algorithms/selection.h"
 #include "comm/communicator.h"
 #include "core/error.h"
 #include "tests/comm/comm_test_data.h"
@@ -23,6 +32,7 @@ using kernels::ReduceOp;
 using testing::check_allreduce;
 using testing::make_input;
 using testing::run_ranks;
+using testing::run_ranks_with;
 using Buffer = std::vector<std::byte>;
 using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
@@ -31,7 +41,7 @@ bool contains(const std::string& s, const std::string& part) {
   return s.find(part) != std::string::npos;
 }
 
-TEST(Mailbox, RanksOnOneHostGetOneAndShortVectorsTakeIt) {
+TEST(Mailbox, RanksOnOneHostGetOneAndVectorsTakeIt) {
   run_ranks(3, [](Communicator& comm) {
     EXPECT_TRUE(comm.shares_memory());
     std::vector<float> buf(100, 1.0F);
@@ -41,14 +51,14 @@ TEST(Mailbox, RanksOnOneHostGetOneAndShortVectorsTakeIt) {
     EXPECT_EQ(buf[0], 3.0F);
     // Each rank writes its vector once, whatever the number of ranks.
     EXPECT_EQ(comm.stats().allreduce_bytes, 100 * sizeof(float));
-    // Up to a slot (1 MiB) too; longer vectors take the transport.
+    // Up to a slot (1 MiB) too, and from 3 ranks longer vectors too, a slot at a time.
     std::vector<double> mid(32'000, 1.0);
     comm.allreduce(mid.data(), mid.data(), mid.size(), DType::F64, ReduceOp::Sum);
     EXPECT_EQ(mid[31'999], 3.0);
     EXPECT_EQ(comm.stats().allreduce_bytes, 100 * sizeof(float) + 32'000 * sizeof(double));
     std::vector<double> big(200'000, 1.0);
     const Work b = comm.iallreduce(big.data(), big.data(), big.size(), DType::F64, ReduceOp::Sum);
-    EXPECT_FALSE(contains(b.description(), "mailbox")) << b.description();
+    EXPECT_TRUE(contains(b.description(), "mailbox")) << b.description();
     b.wait();
     EXPECT_EQ(big[199'999], 3.0);
   });
@@ -101,6 +111,99 @@ TEST(Mailbox, BlockingAndNonBlockingCallsMixAcrossRanksAndInFlight) {
       EXPECT_EQ(results[static_cast<std::size_t>(r)].at(static_cast<std::size_t>(i)), first)
           << "call " << i << ": rank " << r << " differs from rank 0";
     }
+  }
+}
+
+// Options that send every allreduce to the mailbox, whatever its length.
+CommOptions mailbox_only(std::chrono::milliseconds timeout = testing::kTestTimeout) {
+  CommOptions o = testing::options_with_timeout(timeout);
+  o.algorithms = std::make_shared<const AlgorithmTable>(AlgorithmTable::parse("allreduce:mailbox"));
+  return o;
+}
+
+// Counts (of `t`) at the edges of the split protocol and of the slot: one element under and at the
+// split's threshold for `world` ranks, a full slot, one element more (a second piece of one
+// element, which takes the whole-vector protocol), and three slots and a bit.
+std::vector<std::size_t> edge_counts(DType t, int world) {
+  const std::size_t e = kernels::dtype_size(t);
+  const std::size_t split = MailboxCall::kSplitMinWork / static_cast<std::size_t>(world);
+  const std::size_t slot = LocalMailbox::kPayloadBytes / e;
+  return {(split + e - 1) / e - 1, (split + e - 1) / e, slot, slot + 1, 3 * slot + 17};
+}
+
+TEST(Mailbox, SplitAndPiecedCallsMatchTheDoubleReferenceAndAgreeBitForBit) {
+  struct Case {
+    DType dtype;
+    ReduceOp op;
+    std::size_t count;
+    bool in_place;
+    std::uint64_t seed;
+  };
+  for (const int world : {3, 4, 8}) {
+    std::vector<Case> cases;
+    for (const auto& [dtype, op] : {std::pair{DType::F32, ReduceOp::Sum},
+                                    {DType::BF16, ReduceOp::Avg},
+                                    {DType::F64, ReduceOp::Sum},
+                                    {DType::I32, ReduceOp::Max}}) {
+      for (const std::size_t count : edge_counts(dtype, world)) {
+        cases.push_back({dtype, op, count, cases.size() % 2 == 0, 300 + cases.size()});
+      }
+    }
+    std::vector<std::vector<Buffer>> results(static_cast<std::size_t>(world));
+    run_ranks_with(
+        world, [](int) { return mailbox_only(); },
+        [&](Communicator& comm) {
+          for (const Case& c : cases) {
+            const Buffer input = make_input(c.dtype, c.op, c.seed, comm.rank(), c.count);
+            Buffer out = c.in_place ? input : Buffer(input.size(), std::byte{0xa5});
+            comm.allreduce(c.in_place ? out.data() : input.data(), out.data(), c.count, c.dtype,
+                           c.op);
+            results[static_cast<std::size_t>(comm.rank())].push_back(std::move(out));
+          }
+        });
+    for (std::size_t i = 0; i < cases.size(); ++i) {
+      const Case& c = cases[i];
+      SCOPED_TRACE(fmt::format("{} ranks, {} {} x {} {}", world, kernels::reduce_op_name(c.op),
+                               kernels::dtype_name(c.dtype), c.count,
+                               c.in_place ? "in place" : "out of place"));
+      const Buffer& first = results[0].at(i);
+      const auto wrong = check_allreduce(c.dtype, c.op, c.seed, world, first.data(), c.count);
+      EXPECT_FALSE(wrong.has_value()) << *wrong;
+      for (int r = 1; r < world; ++r) {
+        EXPECT_TRUE(results[static_cast<std::size_t>(r)].at(i) == first)
+            << "rank " << r << " differs from rank 0";
+      }
+    }
+  }
+}
+
+// A rank that never calls a call of several pieces taking the split protocol: a Timeout naming
+// it, from every rank that called, within the timeout.
+TEST(Mailbox, APiecedSplitCallWithARankMissingIsATimeoutNamingIt) {
+  constexpr auto kTimeout = 1500ms;
+  std::vector<std::string> errors(3);
+  testing::Gate done;
+  std::atomic<int> failed{0};
+  run_ranks_with(
+      3, [&](int) { return mailbox_only(kTimeout); },
+      [&](Communicator& comm) {
+        if (comm.rank() == 2) {
+          done.wait();
+          return;
+        }
+        std::vector<float> buf(3 * LocalMailbox::kPayloadBytes / sizeof(float), 1.0F);
+        const auto start = Clock::now();
+        try {
+          comm.allreduce(buf.data(), buf.data(), buf.size(), DType::F32, ReduceOp::Sum);
+        } catch (const Error& e) {
+          EXPECT_EQ(e.code(), ErrorCode::Timeout) << e.what();
+          errors[static_cast<std::size_t>(comm.rank())] = e.what();
+        }
+        EXPECT_LT(Clock::now() - start, kTimeout + 2s);
+        if (++failed == 2) done.open();  // rank 2 keeps its communicator until both have failed
+      });
+  for (std::size_t r = 0; r < 2; ++r) {
+    EXPECT_TRUE(contains(errors[r], "from rank 2")) << errors[r];
   }
 }
 

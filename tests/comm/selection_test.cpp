@@ -271,8 +271,8 @@ TEST(SelectionJson, BadCodecRulesAreInvalidArgumentNamingTheRule) {
 
 TEST(SelectionDefaults, EagerVectorsTheMailboxThenThePipelinedRing) {
   // The built-in table, chosen from measurements with 2 and 4 ranks (selection.cpp). Where the
-  // mailbox cannot run (ranks that share no memory, a vector longer than a slot), the rules below
-  // it decide (Communicator::post; mailbox_allreduce_test.cpp).
+  // mailbox cannot run (ranks that share no memory), the rules below it decide
+  // (Communicator::post; mailbox_allreduce_test.cpp).
   const auto t = AlgorithmTable::defaults();
   const AlgorithmInfo* mailbox = find_algorithm("allreduce", "mailbox");
   for (const int world : {2, 3, 4, 8}) {
@@ -286,8 +286,11 @@ TEST(SelectionDefaults, EagerVectorsTheMailboxThenThePipelinedRing) {
     EXPECT_EQ(t.choose("allreduce", world, 8249, 1, mailbox).describe(), "ring@seg=8K");
     EXPECT_EQ(t.choose("allreduce", world, 256 * K, 1, mailbox).describe(), "ring@seg=8K");
     EXPECT_EQ(t.choose("allreduce", world, M, 1, mailbox).describe(), "ring@seg=1M");
-    EXPECT_EQ(chosen(t, world, M + 1), "ring@seg=1M") << world;
-    EXPECT_EQ(chosen(t, world, 64 * M), "ring@seg=1M") << world;
+    EXPECT_EQ(t.choose("allreduce", world, 64 * M, 1, mailbox).describe(), "ring@seg=1M");
+    // Longer vectors: the mailbox a slot at a time from 3 ranks, the ring with 2.
+    const std::string longer = world == 2 ? "ring@seg=1M" : "mailbox";
+    EXPECT_EQ(chosen(t, world, M + 1), longer) << world;
+    EXPECT_EQ(chosen(t, world, 64 * M), longer) << world;
   }
 }
 
