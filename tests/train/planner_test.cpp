@@ -266,6 +266,48 @@ TEST(Planner, PlacementKeepsTheSlowLinkForTheCheaperTraffic) {
   EXPECT_LE(best->predicted.step_s, within.step_s + 1e-12);
 }
 
+TEST(Planner, PlacementKeepsTheGradientRingsInsideSitesWhenTheyAreTheHeavierTraffic) {
+  // The reverse: sites 0,0,1,1 joined by 100 kB/s (no latency). The identity keeps each pipeline
+  // inside a site, so both stages' gradient rings (about 70 kB per stage of 4 blocks and the
+  // embeddings: 0.7 s) cross; a stage's replicas inside a site leave only the activations (512 B
+  // per microbatch and direction) and the tied embedding's sum (2 x 16 kB: 0.33 s) crossing.
+  PlanRequest r = request(4, 8, 8);
+  r.links.site = {0, 0, 1, 1};
+  for (std::size_t i = 0; i < 4; ++i) {
+    for (std::size_t j = 0; j < 4; ++j) {
+      if (r.links.site[i] != r.links.site[j]) r.links.bandwidth[i][j] = 1e5;
+    }
+  }
+  const PlanProfile prof = profile(r, 4);
+  const Plan identity = plan(2, 2, sched::ScheduleKind::OneFOneB, 4, 1);
+  const auto same_site = [&](const std::set<int>& ranks) {
+    std::set<int> sites;
+    for (const int k : ranks) sites.insert(r.links.site[static_cast<std::size_t>(k)]);
+    return sites.size() == 1;
+  };
+  const auto candidates = candidate_placements(identity, r);
+  const auto inside = std::find_if(candidates.begin(), candidates.end(), [&](const auto& c) {
+    Plan q = identity;
+    q.placement = c;
+    return !c.empty() && same_site(stage_ranks(q, 0)) && same_site(stage_ranks(q, 1));
+  });
+  ASSERT_NE(inside, candidates.end());
+  Plan placed = identity;
+  placed.placement = *inside;
+  const Prediction across = predict(identity, r, prof), within = predict(placed, r, prof);
+  EXPECT_LT(within.step_s + 0.3, across.step_s);
+  EXPECT_LT(within.cross_site_bytes, across.cross_site_bytes);
+  const auto plans = search_plans(r, prof);
+  const auto best = std::find_if(plans.begin(), plans.end(), [](const ScoredPlan& p) {
+    return p.plan.stages == 2 && p.plan.replicas == 2 && p.plan.microbatches == 4 &&
+           p.plan.schedule == sched::ScheduleKind::OneFOneB && p.plan.outer_steps == 0 &&
+           p.plan.activations == ActivationOffload::None;
+  });
+  ASSERT_NE(best, plans.end());
+  EXPECT_TRUE(same_site(stage_ranks(best->plan, 0)) && same_site(stage_ranks(best->plan, 1)))
+      << best->plan.describe();
+}
+
 TEST(Planner, PlanFileRefusesABadPlacement) {
   const PlanRequest r = request(4, 4, 16);
   ScoredPlan s{plan(2, 2, sched::ScheduleKind::OneFOneB, 4, 2), {}};
