@@ -59,7 +59,13 @@ profile prices for its layers, over the fastest rank's);
 the search then also tries, for every layout, the layers per stage that balance the stages' times
 (layers=3,4,4,1 in the plan; strait train --stage-layers), e.g.
   strait plan -n 4 --rank-speed 1,1,1,0.25 --model layers=12,dim=128,heads=4,ctx=128 --output p.json
-  strait train --plan p.json)";
+  strait train --plan p.json
+Placement: with unlike speeds or sites the search also chooses which rank runs each (replica,
+stage) slot, jointly with the split: the slowest ranks grouped into one stage (a stage runs at its
+slowest replica's speed) and given the fewest layers, and a pipeline inside a site or a stage's
+replicas inside a site, whichever the links price lower (place=0,2,1,3 in the plan; strait train
+--placement), e.g.
+  strait plan -n 4 --rank-speed 0.5,0.5,1,1 --output p.json)";
 
 struct PlanOptions {
   int nproc = 4;

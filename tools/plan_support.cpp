@@ -22,6 +22,7 @@
 #include "scheduler/schedule_sim.h"
 #include "scheduler/schedule_trace.h"
 #include "tools/wan/subprocess.h"
+#include "train/placement.h"
 
 namespace strait::tools {
 namespace {
@@ -301,6 +302,17 @@ void print_plans(const std::vector<train::ScoredPlan>& plans, int top) {
         i + 1, plans[static_cast<std::size_t>(i)].plan.describe(), x.step_s * 1e3, x.tokens_per_s,
         x.peak_memory / (1 << 20), x.cross_site_bytes / (1 << 20), x.bottleneck, x.compute_s * 1e3,
         x.bubble_s * 1e3, x.link_s * 1e3, x.disk_s * 1e3);
+  }
+  if (!plans.empty() && !train::identity_placement(plans[0].plan.placement)) {
+    const train::Plan& p = plans[0].plan;
+    std::string slots;
+    for (int k = 0; k < p.replicas; ++k) {
+      for (int s = 0; s < p.stages; ++s) {
+        slots +=
+            fmt::format(" r{}s{}->{}", k, s, train::placement_rank(p.placement, p.stages, k, s));
+      }
+    }
+    fmt::print("placement of #1 (replica r stage s -> world rank):{}\n", slots);
   }
   if (plans.size() > 1) {
     fmt::print("why #1 beat #2: {}\n", train::why_better(plans[0], plans[1]));

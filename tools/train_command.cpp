@@ -30,7 +30,9 @@ using namespace strait::train;  // NOLINT(google-build-using-namespace): the lib
 constexpr const char* kFooter = R"(
 Without RANK in the environment, `strait train` checks its settings and starts
 stages x replicas ranks of itself on this machine (as `strait run` does); under torchrun, Slurm or
-`strait run` it runs as the rank the environment names. Rank = replica * stages + stage.
+`strait run` it runs as the rank the environment names. Rank = replica * stages + stage unless
+--placement R0,R1,... names the rank of each (replica, stage) slot, e.g. --stages 2 --replicas 2
+--placement 3,2,1,0 runs replica 0's stages on ranks 3 and 2 (the losses do not change).
 Each step prints the loss (mean over the global batch), the learning rate, the global gradient
 norm, tokens per second and the bytes the gradient all-reduces sent (all ranks together). The end
 prints the held-out loss in nats and bits per byte next to byte n-gram baselines (unigram and
@@ -168,6 +170,12 @@ void add_parallel_options(CLI::App* train, TrainOptions& o) {
                    "Layers of each pipeline stage, e.g. 3,1 (stages x chunks counts in model-stage "
                    "order, summing to --layers): an uneven split gives a slower rank fewer layers; "
                    "default: as even as possible")
+      ->delimiter(',');
+  train
+      ->add_option("--placement", o.config.placement,
+                   "World rank of each (replica, stage) slot in replica-major order, a permutation "
+                   "of 0..stages x replicas - 1, e.g. 3,2,1,0 (the cheapest stage on a slow rank, "
+                   "or a pipeline inside one site); default: rank = replica x stages + stage")
       ->delimiter(',');
 }
 

@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "model/rank_model.h"
 #include "scheduler/schedule_sim.h"
+#include "train/placement.h"
 
 namespace strait::train {
 namespace {
@@ -39,9 +40,9 @@ const Learned* learned_for(const PlanProfile& p, const PlanRequest& r) {
   return it == p.learned.end() || it->second.runs == 0 ? nullptr : &it->second;
 }
 
-// World rank of pipeline rank `stage` of replica `replica` (strait train's order).
+// World rank of pipeline rank `stage` of replica `replica` (strait train's: train/placement.h).
 int world_rank(const Plan& p, int replica, int stage) {
-  return replica * p.stages + stage;
+  return placement_rank(p.placement, p.stages, replica, stage);
 }
 
 // The slowest transfer of `bytes` between pipeline ranks a and b over the replicas.
@@ -283,6 +284,7 @@ std::string Plan::describe() const {
     s += fmt::format(" opt={}", offload::to_string(optimizer));
   }
   if (!stage_layers.empty()) s += fmt::format(" layers={}", fmt::join(stage_layers, ","));
+  if (!identity_placement(placement)) s += fmt::format(" place={}", fmt::join(placement, ","));
   if (codec != "none") s += " codec=" + codec;
   if (outer_steps > 0) s += fmt::format(" diloco H={} outer={}", outer_steps, outer_codec);
   return s;

@@ -43,8 +43,12 @@ struct Plan {
   std::string outer_codec = "none";
   // Layers of each model stage (stages x chunks, model-stage order); empty: the even split.
   std::vector<int> stage_layers;
+  // World rank of each (replica, stage) slot, replica-major (train/placement.h); empty: the
+  // identity, rank = replica * stages + stage.
+  std::vector<int> placement;
 
-  [[nodiscard]] std::string describe() const;  // "2x2 1f1b M=4 b=4 ..." ("layers=3,1": uneven)
+  // "2x2 1f1b M=4 b=4 ..." ("layers=3,1": uneven; "place=0,2,1,3": not the identity).
+  [[nodiscard]] std::string describe() const;
 };
 
 // What the search may choose from, and for what.
@@ -97,6 +101,15 @@ int stage_layers(const Plan& plan, int layers, int v);
 // programming over stages x layers). InvalidArgument when the profile lacks the costs.
 std::vector<int> balanced_stage_layers(const Plan& plan, const PlanRequest& request,
                                        const PlanProfile& profile);
+
+// The placements of `plan`'s stages x replicas slots worth pricing on the request's ranks: the
+// identity first and, when the ranks' speeds or sites differ, the ranks grouped into stages (the
+// slowest together: a stage's speed is its slowest replica's, so one slow rank per stage slows
+// every stage) or into pipelines, in site or speed order, each grouping with its groups given to
+// the stages in every order that matters (which group takes the first and the last stage, the
+// rest by speed either way). Ranks of one speed and site are interchangeable, so placements that
+// give every slot the same (speed, site) are priced once.
+std::vector<std::vector<int>> candidate_placements(const Plan& plan, const PlanRequest& request);
 
 // The schedule strait train runs for the plan (with its offload; zero-bubble schedules list-
 // scheduled with the default costs, as strait train does).

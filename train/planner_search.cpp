@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "train/placement.h"
 #include "train/planner.h"
 
 namespace strait::train {
@@ -84,6 +85,35 @@ bool trains(const Plan& p, const PlanRequest& r) {
   }
 }
 
+// The placements the search carries for a layout: the identity and at most two others that beat
+// it on `base` (1F1B, no offload) with the split balanced for each (Holmes's placement and split
+// chosen jointly); none others when every rank is alike.
+std::vector<std::vector<int>> good_placements(Plan base, const PlanRequest& r,
+                                              const PlanProfile& prof) {
+  std::vector<std::vector<int>> out = {{}};
+  const auto candidates = candidate_placements(base, r);
+  if (candidates.size() < 2) return out;
+  base.schedule = ScheduleKind::OneFOneB;
+  base.chunks = 1;
+  const auto priced = [&](const std::vector<int>& placement) {
+    Plan q = base;
+    q.placement = placement;
+    if (r.unlike_speeds() && q.stages > 1) q.stage_layers = balanced_stage_layers(q, r, prof);
+    return predict(q, r, prof).step_s;
+  };
+  const double identity = priced({});
+  std::vector<std::pair<double, std::size_t>> better;
+  for (std::size_t i = 1; i < candidates.size(); ++i) {
+    const double t = priced(candidates[i]);
+    if (t < identity * (1 - 1e-9)) better.emplace_back(t, i);
+  }
+  std::stable_sort(better.begin(), better.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (std::size_t k = 0; k < std::min<std::size_t>(2, better.size()); ++k)
+    out.push_back(candidates[better[k].second]);
+  return out;
+}
+
 }  // namespace
 
 std::vector<ScoredPlan> search_plans(const PlanRequest& r, const PlanProfile& prof) {
@@ -131,6 +161,7 @@ std::vector<ScoredPlan> search_plans(const PlanRequest& r, const PlanProfile& pr
       base.microbatch_size = b;
       base.microbatches = per / b;
       base.codec = best_codec(base, r, prof);
+      const auto placements = good_placements(base, r, prof);
       for (const auto& [kind, V] : schedules_for(P, base.microbatches, r.model.layers)) {
         Plan p = base;
         p.schedule = kind;
@@ -139,8 +170,10 @@ std::vector<ScoredPlan> search_plans(const PlanRequest& r, const PlanProfile& pr
              {ActivationOffload::None, ActivationOffload::Cpu, ActivationOffload::Nvme}) {
           p.activations = act;
           if (act != ActivationOffload::None && !offload_changes(p)) continue;
-          consider(p);
-          if (sites.size() > 1 && R > 1) {
+          for (const auto& placement : placements) {
+            p.placement = placement;
+            consider(p);
+            if (sites.size() < 2 || R < 2) continue;
             for (const int H : r.outer_steps) {
               if (H <= 0) continue;
               for (const auto& oc : r.outer_codecs) {
@@ -223,6 +256,9 @@ std::vector<std::string> plan_train_args(const Plan& p) {
   if (!p.stage_layers.empty()) {
     a.insert(a.end(), {"--stage-layers", fmt::format("{}", fmt::join(p.stage_layers, ","))});
   }
+  if (!identity_placement(p.placement)) {
+    a.insert(a.end(), {"--placement", fmt::format("{}", fmt::join(p.placement, ","))});
+  }
   if (p.codec != "none") a.insert(a.end(), {"--codec", p.codec});
   if (p.outer_steps > 0) {
     a.insert(a.end(),
@@ -245,6 +281,7 @@ void apply_plan(const Plan& p, TrainConfig& c) {
   c.outer_steps = p.outer_steps;
   c.outer_codec = p.outer_codec;
   c.stage_layers = p.stage_layers;
+  c.placement = identity_placement(p.placement) ? std::vector<int>{} : p.placement;
 }
 
 nlohmann::json plan_to_json(const ScoredPlan& s, const PlanRequest& r) {
@@ -262,7 +299,8 @@ nlohmann::json plan_to_json(const ScoredPlan& s, const PlanRequest& r) {
             {"codec", p.codec},
             {"outer_steps", p.outer_steps},
             {"outer_codec", p.outer_codec},
-            {"stage_layers", p.stage_layers}}},
+            {"stage_layers", p.stage_layers},
+            {"placement", placement_or_identity(p.placement, p.stages * p.replicas)}}},
           {"model",
            {{"layers", r.model.layers},
             {"dim", r.model.dim},
@@ -296,6 +334,9 @@ Plan plan_from_json(const nlohmann::json& j) {
     p.outer_steps = q.at("outer_steps").get<int>();
     p.outer_codec = q.at("outer_codec").get<std::string>();
     p.stage_layers = q.value("stage_layers", std::vector<int>{});  // absent: the even split
+    p.placement = q.value("placement", std::vector<int>{});        // absent: the identity
+    check_placement(p.placement, p.stages, p.replicas, "the plan file's placement");
+    if (identity_placement(p.placement)) p.placement.clear();
     return p;
   } catch (const nlohmann::json::exception& e) {
     throw bad(fmt::format("plan file: {} (write it with strait plan --output)", e.what()));

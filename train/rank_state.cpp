@@ -79,8 +79,11 @@ std::vector<offload::DecayGroup> decay_groups(const RankModel& model, double wei
 
 void RankState::build_groups() {
   rank = world->rank();
-  stage = rank % cfg.stages;
-  replica = rank / cfg.stages;
+  // --placement: which slot this rank runs; the groups below follow it (split's key orders each
+  // group's ranks by stage and by replica).
+  const Slot slot = cfg.slot_of_rank(rank);
+  stage = slot.stage;
+  replica = slot.replica;
   replicas = world->size() / cfg.stages;
   pipe = world->split(replica, stage);
   data = world->split(stage, replica);
@@ -145,9 +148,9 @@ void RankState::build(int local_world_size) {
   kernels::set_gemm_threads(n);
   threads = static_cast<unsigned>(n);
 
-  // Only the first stage reads tokens and only the last reads targets (rank 0 always holds the
-  // corpus: it prints the baselines).
-  if (stage == first_rank || stage == last_rank) {
+  // Only the first stage reads tokens and only the last reads targets; world rank 0 holds the
+  // corpus too (it prints the baselines), whatever slot --placement gives it.
+  if (stage == first_rank || stage == last_rank || rank == 0) {
     DatasetOptions dopt;
     dopt.context = cfg.ctx;
     dopt.seed = cfg.seed;
@@ -301,6 +304,13 @@ std::vector<std::int32_t> RankState::generate() {
                    std::uint64_t{2'000'000} + static_cast<std::uint64_t>(i));
       text.push_back(next);
     }
+  }
+  // World rank 0 prints the sample: with --placement it may not hold replica 0's first stage,
+  // whose text it then receives (every rank takes part: generate is called on all of them).
+  const int holder = cfg.rank_of_slot(0, rank_of(schedule, 0));
+  if (holder != 0) {
+    text.resize(prompt_len + static_cast<std::size_t>(cfg.sample_bytes));
+    world->broadcast(text.data(), text.size(), DType::I32, holder);
   }
   return text;
 }

@@ -85,6 +85,8 @@ json train_checkpoint_meta(const TrainConfig& c, std::int64_t step) {
             {"microbatches", c.microbatches},
             {"microbatch_size", c.microbatch_size},
             {"stage_layers", layer_counts(c)},
+            // World rank of each (replica, stage) slot (--placement; the identity by default).
+            {"placement", placement_or_identity(c.placement, c.world_size())},
             {"offload_optimizer", offload::to_string(c.offload_optimizer)}}}};
 }
 
@@ -434,6 +436,16 @@ Resumed load_checkpoint(const TrainConfig& c, sched::RankModel& model, offload::
         "the weights and moments load into the new split): training goes on with {}",
         now.at("saved_by").at("stage_layers").dump(), saved_split.dump(),
         now.at("saved_by").at("stage_layers").dump()));
+  }
+  // Tensors are found by name, never by rank, so a new placement loads each (replica, stage)'s
+  // own state; the log says it changed (checkpoints older than --placement have the identity).
+  const json saved_placement = meta.at("saved_by").value("placement", json());
+  if (!saved_placement.is_null() && saved_placement != now.at("saved_by").at("placement")) {
+    out.notes.push_back(fmt::format(
+        "the placement {} differs from the checkpoint's {} (each (replica, stage) slot loads its "
+        "own tensors by name, whichever rank runs it): training goes on with {}",
+        now.at("saved_by").at("placement").dump(), saved_placement.dump(),
+        now.at("saved_by").at("placement").dump()));
   }
   note("data", "global_batch_sequences",
        "the global batch (--microbatches x --microbatch-size x --replicas)");

@@ -183,6 +183,22 @@ void check_quorum_use(const TrainConfig& c) {
   }
 }
 
+// Elastic membership numbers replicas by world rank / stages and quorum rounds lead from world rank
+// 0 as replica 0: both assume the identity placement.
+void check_placement_use(const TrainConfig& c) {
+  if (identity_placement(c.placement)) return;
+  const char* feature = c.elastic      ? "--elastic"
+                        : c.join       ? "--join"
+                        : c.quorum > 0 ? "--quorum"
+                                       : nullptr;
+  if (feature != nullptr) {
+    throw bad(fmt::format(
+        "--placement {} with {}: elastic re-formation and quorum rounds number replicas by world "
+        "rank (rank = replica * stages + stage); drop --placement (or {})",
+        fmt::join(c.placement, ","), feature, feature));
+  }
+}
+
 void check_elastic_use(const TrainConfig& c) {
   if (!c.elastic) return;
   if (c.outer_steps == 0) {
@@ -225,6 +241,15 @@ void ParallelConfig::validate() const {
     throw bad(fmt::format("--microbatches {} and --microbatch-size {} must be at least 1",
                           microbatches, microbatch_size));
   }
+  check_placement(placement, stages, replicas, "--placement");
+}
+
+int ParallelConfig::rank_of_slot(int replica, int stage) const {
+  return placement_rank(placement, stages, replica, stage);
+}
+
+Slot ParallelConfig::slot_of_rank(int rank) const {
+  return placement_slot(placement, stages, rank);
 }
 
 void ModelConfig::validate() const {
@@ -458,6 +483,7 @@ void TrainConfig::validate() const {
   ElasticConfig::validate(replicas);
   check_elastic_use(*this);
   check_quorum_use(*this);
+  check_placement_use(*this);
   CheckpointConfig::validate_paths();
   ReportConfig::validate_paths();
 }

@@ -19,6 +19,7 @@
 #include "offload/optimizer_offload.h"
 #include "scheduler/schedule.h"
 #include "train/outer_sync.h"
+#include "train/placement.h"
 
 namespace strait::train {
 
@@ -48,9 +49,16 @@ struct ParallelConfig {
   // Layers of each pipeline stage (stages x chunks entries, in model-stage order, summing to the
   // layers): an uneven split gives a slower rank fewer layers. Empty: as even as possible.
   std::vector<int> stage_layers;
+  // The world rank of each (replica, stage) slot in replica-major order (train/placement.h): e.g.
+  // the slowest ranks on the stage with the fewest layers, or a pipeline inside one site. Empty:
+  // the identity, rank = replica * stages + stage.
+  std::vector<int> placement;
 
   void validate() const;
   [[nodiscard]] int world_size() const { return stages * replicas; }
+  // The world rank of (replica, stage), and the slot of a world rank (train/placement.h).
+  [[nodiscard]] int rank_of_slot(int replica, int stage) const;
+  [[nodiscard]] Slot slot_of_rank(int rank) const;
 };
 
 // Model (GPT-2 shape, byte vocabulary).

@@ -139,6 +139,10 @@ void Reporter::start(const RankState& state, const ActivationTotals& activations
                                 : fmt::format(" (per stage {})", fmt::join(cfg_.stage_layers, ",")),
       g.dim, g.heads, g.ctx, static_cast<double>(g.num_params()) / 1e6, cfg_.lr, cfg_.warmup_steps,
       cfg_.weight_decay);
+  if (!identity_placement(cfg_.placement)) {
+    fmt::print("placement (--placement {}): rank 0 runs replica {}'s stage {}\n",
+               fmt::join(cfg_.placement, ","), state.replica, state.stage);
+  }
   fmt::print("data: {} ({} train / {} held-out)\n", cfg_.data.string(),
              human_bytes(static_cast<double>(corpus.train().size())),
              human_bytes(static_cast<double>(corpus.eval().size())));

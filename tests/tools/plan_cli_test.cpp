@@ -88,9 +88,10 @@ TEST(StraitPlan, NoPlanFitsATinyMemoryLimit) {
 }
 
 // Unlike ranks: rank 1 at a quarter of rank 0's speed. Every plan of 2 stages tried with a split
-// other than the even one gives rank 1 fewer layers; the plan file carries the split into strait
-// train, which says it. --site-speed gives each site's ranks its speed. Bad speeds are refused,
-// naming the fix.
+// other than the even one gives rank 1 fewer layers, on whichever stage its placement puts it
+// (place=1,0: stage 0, whose embedding costs less than the head); the plan file carries the split
+// and the placement into strait train, which says them. --site-speed gives each site's ranks its
+// speed. Bad speeds are refused, naming the fix.
 TEST(StraitPlan, RankSpeedGivesTheSlowRankFewerLayersAndTheFileCarriesThem) {
   const TempDir dir;
   const fs::path corpus = strait::test::write_word_corpus(dir.path());
@@ -115,6 +116,7 @@ TEST(StraitPlan, RankSpeedGivesTheSlowRankFewerLayersAndTheFileCarriesThem) {
     char comma = 0, end = 0;
     std::istringstream(line.substr(at + 8)) >> a >> comma >> b >> std::noskipws >> end;
     if (end != ' ') continue;  // more than two stages (interleaved, zbv)
+    if (line.find(" place=1,0 ") != std::string::npos) std::swap(a, b);  // rank 1 runs stage 0
     EXPECT_GT(a, b) << line;
     ++splits;
   }
@@ -122,9 +124,12 @@ TEST(StraitPlan, RankSpeedGivesTheSlowRankFewerLayersAndTheFileCarriesThem) {
   std::ifstream in(file);
   const auto j = nlohmann::json::parse(in);
   const auto split = j.at("plan").at("stage_layers").get<std::vector<int>>();
+  const auto placement = j.at("plan").at("placement").get<std::vector<int>>();
   if (j.at("plan").at("stages").get<int>() == 2 && j.at("plan").at("chunks").get<int>() == 1) {
     ASSERT_EQ(split.size(), 2U) << j.dump();
-    EXPECT_GT(split[0], split[1]) << j.dump();
+    ASSERT_EQ(placement.size(), 2U) << j.dump();
+    // The stage rank 1 runs holds fewer layers.
+    EXPECT_LT(split[placement[0] == 1 ? 0 : 1], split[placement[0] == 1 ? 1 : 0]) << j.dump();
   }
   Strait train(
       strait::test::joined({"train", "--plan", file.string()}, strait::test::small_model_flags(6),
@@ -139,6 +144,16 @@ TEST(StraitPlan, RankSpeedGivesTheSlowRankFewerLayersAndTheFileCarriesThem) {
       counts += std::to_string(n);
     }
     EXPECT_TRUE(contains(train.output(), "(per stage " + counts + ")")) << train.output();
+  }
+  if (placement == std::vector<int>{1, 0}) {
+    EXPECT_TRUE(contains(plan.output(),
+                         "placement of #1 (replica r stage s -> world rank): "
+                         "r0s0->1 r0s1->0"))
+        << plan.output();
+    EXPECT_TRUE(contains(train.output(),
+                         "placement (--placement 1,0): rank 0 runs replica 0's "
+                         "stage 1"))
+        << train.output();
   }
   // Per site: every rank of site 1 at a quarter; a site without a speed is named.
   Strait sites({"plan", "-n", "2", "--model", "layers=6,dim=32,heads=2,ctx=32", "--batch", "4",

@@ -225,6 +225,46 @@ TEST(StraitTrainCheckpoint, UnevenSplitIsRecordedAndResumes) {
   EXPECT_TRUE(contains(other, "--stage-layers [2,2] (the checkpoint has [1,3])")) << other;
 }
 
+// A placement (--placement) is recorded in the checkpoint's meta, and a resume with another one
+// loads each (replica, stage) slot's own tensors by name, whichever rank now runs it: a plain run
+// saved with 3,2,1,0 and resumed with the identity continues bit-identically to an identity run
+// that never stopped (clipping off), and says the placement changed; so does DiLoCo saved
+// mid-round, whose per-replica tensors sit in the shards of the world ranks that saved them.
+TEST(StraitTrainCheckpoint, PlacementIsRecordedAndAnotherOneResumes) {
+  const Job job;
+  const std::vector<std::string> layout = {"--stages",       "2", "--replicas",  "2",
+                                           "--microbatches", "2", "--grad-clip", "0"};
+  const auto full = job.train("full", with(layout, {"--steps", "5"}));
+  ASSERT_EQ(full.size(), 5U);
+  (void)job.train("saved", with(layout, {"--placement", "3,2,1,0", "--steps", "3", "--save",
+                                         job.path("saved").string()}));
+  const std::string step3 = (job.path("saved") / "step-00000003").string();
+  {
+    std::ifstream in(fs::path(step3) / "manifest.json");
+    EXPECT_EQ(json::parse(in)["meta"]["saved_by"]["placement"], json({3, 2, 1, 0}));
+  }
+  const auto resumed = job.train("resumed", with(layout, {"--steps", "5", "--resume", step3}));
+  ASSERT_EQ(resumed.size(), 2U);
+  for (std::size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(resumed[i]["loss"].get<double>(), full[i + 3]["loss"].get<double>()) << i + 4;
+  }
+  const std::string out = strait::test::read_file(job.path("resumed.out"));
+  EXPECT_TRUE(contains(out, "the placement [0,1,2,3] differs from the checkpoint's [3,2,1,0]"))
+      << out;
+
+  // DiLoCo (H = 2) saved mid-round (after step 3) by 1,3,0,2 resumes under 3,2,1,0.
+  const std::vector<std::string> diloco = with(layout, {"--outer-steps", "2", "--steps", "4"});
+  const auto diloco_full =
+      job.train("diloco-full", with(diloco, {"--placement", "1,3,0,2", "--save",
+                                             job.path("diloco").string(), "--save-every", "3"}));
+  ASSERT_EQ(diloco_full.size(), 4U);
+  const auto diloco_resumed =
+      job.train("diloco-resumed", with(diloco, {"--placement", "3,2,1,0", "--resume",
+                                                (job.path("diloco") / "step-00000003").string()}));
+  ASSERT_EQ(diloco_resumed.size(), 1U);
+  EXPECT_EQ(diloco_resumed[0]["loss"].get<double>(), diloco_full[3]["loss"].get<double>());
+}
+
 // A checkpoint does not depend on how the schedule placed the layers: one saved by interleaved 1F1B
 // (2 ranks x 2 chunks: rank 0 holds layers 0 and 2) or ZB-V (rank 0 holds layers 0 and 3 and both
 // wte copies) holds every tensor once, under its global name, one shard per rank. Interleaved

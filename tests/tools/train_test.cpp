@@ -619,6 +619,73 @@ TEST(StraitTrain, UnevenStageLayersTrainTheEvenSplitsLossesBitForBit) {
   }
 }
 
+// --- Placement (--placement) ---------------------------------------------------------------------
+
+// Which world rank runs each (replica, stage) slot does not change the math: each pipeline's
+// stages exchange the same activations, each stage's data-parallel group is ordered by replica as
+// with the identity, and the job-wide sums add the same two replicas' figures. So with clipping off
+// any permutation gives the identity's losses, held-out loss and sample bit for bit (2 stages x 2
+// replicas; also with an uneven split). Rank 0 says which slot it runs (the proof that the
+// permutation took effect), and bad values are refused, naming what is wrong.
+TEST(StraitTrain, PlacementTrainsTheIdentitysLossesBitForBit) {
+  const Job job;
+  const std::vector<std::string> common = {
+      "--steps",    "4", "--seed",         "7", "--layers",    "4", "--stages", "2",
+      "--replicas", "2", "--microbatches", "4", "--grad-clip", "0"};
+  const auto with = followed_by(common);
+  const Metrics identity = train(job, "identity", with({}));
+  ASSERT_EQ(identity.steps.size(), 4U);
+  // placement -> the slot rank 0 runs (slot i of 3,2,1,0 is rank 3 - i: rank 0 runs slot 3).
+  const std::vector<std::pair<std::string, std::string>> placements = {
+      {"3,2,1,0", "replica 1's stage 1"},
+      {"0,2,1,3", "replica 0's stage 0"},
+      {"1,3,0,2", "replica 1's stage 0"}};
+  int index = 0;
+  for (const auto& [placement, slot] : placements) {
+    const std::string name = "placement" + std::to_string(index++);
+    const Metrics m = train(job, name, with({"--placement", placement}));
+    ASSERT_EQ(m.steps.size(), 4U) << placement;
+    for (std::size_t s = 0; s < 4; ++s) {
+      EXPECT_EQ(m.steps[s].at("loss").get<double>(), identity.steps[s].at("loss").get<double>())
+          << placement << ", step " << s + 1;
+    }
+    EXPECT_EQ(m.summary.at("eval_loss").get<double>(),
+              identity.summary.at("eval_loss").get<double>())
+        << placement;
+    EXPECT_EQ(m.summary.at("sample"), identity.summary.at("sample")) << placement;
+    const std::string out = strait::test::read_file(job.dir().path() / (name + ".out"));
+    EXPECT_TRUE(contains(out, "placement (--placement " + placement + "): rank 0 runs " + slot))
+        << out;
+  }
+  // An uneven split with the short stage placed on ranks 0 and 1 (the slow ones, say).
+  const Metrics uneven = train(job, "uneven", with({"--stage-layers", "3,1"}));
+  const Metrics placed =
+      train(job, "uneven-placed", with({"--stage-layers", "3,1", "--placement", "2,0,3,1"}));
+  ASSERT_EQ(placed.steps.size(), 4U);
+  for (std::size_t s = 0; s < 4; ++s) {
+    EXPECT_EQ(placed.steps[s].at("loss").get<double>(), uneven.steps[s].at("loss").get<double>())
+        << "step " << s + 1;
+  }
+
+  const std::vector<std::pair<std::vector<std::string>, std::string>> bad = {
+      {{"--placement", "0,1,2"}, "--placement 0,1,2 has 3 entries, but --stages 2 x --replicas 2"},
+      {{"--placement", "0,1,2,2"}, "--placement 0,1,2,2 is not a permutation: rank 2 runs two"},
+      {{"--placement", "0,1,2,4"}, "rank 4 is outside the world's ranks 0..3"},
+      {{"--placement", "3,2,1,0", "--elastic", "--outer-steps", "2"},
+       "--placement 3,2,1,0 with --elastic"},
+      {{"--placement", "1,0", "--stages", "1", "--outer-steps", "2", "--quorum", "2"},
+       "--placement 1,0 with --quorum"}};
+  index = 0;
+  for (const auto& [args, message] : bad) {
+    std::vector<std::string> a = args;
+    a.insert(a.end(), {"--layers", "4", "--replicas", "2", "--steps", "1"});
+    if (std::find(a.begin(), a.end(), "--stages") == a.end()) a.insert(a.end(), {"--stages", "2"});
+    Strait run(job.train_args(a), job.dir().path() / ("bad-placement" + std::to_string(index++)));
+    EXPECT_NE(run.exit_code(kQuick), 0) << message;
+    EXPECT_TRUE(contains(run.output(), message)) << run.output();
+  }
+}
+
 TEST(StraitTrainErrors, ChunkedSchedulesNeedALayerPerStageAndAMicrobatchCountThatFits) {
   const Job job;
   // 2 layers cannot make 2 ranks x 2 chunks = 4 stages.

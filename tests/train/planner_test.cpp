@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <set>
 
 #include "core/error.h"
 #include "scheduler/schedule_validate.h"
@@ -145,6 +146,183 @@ TEST(Planner, HalfSpeedRankGetsFewerLayers) {
   const PlanProfile dprof = profile(dp, 4);
   EXPECT_EQ(balanced_stage_layers(plan(2, 2, sched::ScheduleKind::OneFOneB, 1, 4), dp, dprof),
             (std::vector<int>{4, 2}));
+}
+
+// The ranks of pipeline rank s of `p` (its replicas' world ranks, train/placement.h).
+std::set<int> stage_ranks(const Plan& p, int s) {
+  std::set<int> out;
+  for (int k = 0; k < p.replicas; ++k) out.insert(placement_rank(p.placement, p.stages, k, s));
+  return out;
+}
+
+TEST(Planner, PlacementGroupsTheSlowRanksOnTheShortStage) {
+  // 4 ranks, 6 blocks of F = B = W = 1 ms, ranks 0 and 1 at half speed; 2 stages x 2 replicas,
+  // 1F1B with 4 microbatches of 1. A stage runs at its slowest replica's speed. The identity puts
+  // rank 0 on stage 0 and rank 1 on stage 1, so both stages are slow: the split stays 3,3, each
+  // stage 3 x 3 ms / 0.5 = 18 ms per microbatch, (M + P - 1) x 18 = 90 ms. Placing ranks 0 and 1
+  // together on one stage leaves the other fast, and the split balanced for it gives the slow
+  // stage 2 layers (2 x 3 / 0.5 = 12 ms) and the fast one 4 (12 ms): 5 x 12 = 60 ms, 30 ms
+  // faster. (Busy 2 x 48 ms per replica over 60 ms on 4 cores for 2 replicas: no stretch.)
+  PlanRequest r = request(4, 6, 8);
+  r.rank_speed = {0.5, 0.5, 1.0, 1.0};
+  const PlanProfile prof = profile(r, 4);
+  Plan identity = plan(2, 2, sched::ScheduleKind::OneFOneB, 4, 1);
+  EXPECT_EQ(balanced_stage_layers(identity, r, prof), (std::vector<int>{3, 3}));
+  EXPECT_NEAR(predict(identity, r, prof).step_s, 90e-3, 1e-9);
+  Plan placed = identity;
+  placed.placement = {0, 2, 1, 3};  // stage 0: ranks 0 and 1
+  EXPECT_EQ(balanced_stage_layers(placed, r, prof), (std::vector<int>{2, 4}));
+  placed.stage_layers = {2, 4};
+  EXPECT_NEAR(predict(placed, r, prof).step_s, 60e-3, 1e-9);
+  // The candidates hold such a placement; the identity is first, and no two give every slot the
+  // same speed.
+  const auto candidates = candidate_placements(identity, r);
+  ASSERT_GE(candidates.size(), 2U);
+  EXPECT_TRUE(candidates.front().empty());
+  EXPECT_TRUE(std::any_of(candidates.begin(), candidates.end(), [&](const auto& c) {
+    Plan q = identity;
+    q.placement = c;
+    return stage_ranks(q, 0) == std::set<int>{0, 1} || stage_ranks(q, 1) == std::set<int>{0, 1};
+  }));
+  // The search finds it, jointly with the split: its best 2x2 1F1B plan of 4 microbatches puts
+  // ranks 0 and 1 on one stage with 2 layers, in 60 ms; the identity's is the 90 ms one.
+  const auto plans = search_plans(r, prof);
+  const auto is_layout = [](const ScoredPlan& p, bool identity_placed) {
+    return p.plan.stages == 2 && p.plan.replicas == 2 && p.plan.microbatches == 4 &&
+           p.plan.schedule == sched::ScheduleKind::OneFOneB &&
+           p.plan.activations == ActivationOffload::None &&
+           identity_placement(p.plan.placement) == identity_placed;
+  };
+  const auto best = std::find_if(plans.begin(), plans.end(),
+                                 [&](const ScoredPlan& p) { return is_layout(p, false); });
+  ASSERT_NE(best, plans.end());
+  EXPECT_NEAR(best->predicted.step_s, 60e-3, 1e-9) << best->plan.describe();
+  const int slow = stage_ranks(best->plan, 0) == std::set<int>{0, 1} ? 0 : 1;
+  EXPECT_EQ(stage_ranks(best->plan, slow), (std::set<int>{0, 1})) << best->plan.describe();
+  EXPECT_EQ(best->plan.stage_layers.at(static_cast<std::size_t>(slow)), 2);
+  const auto plain = std::find_if(plans.begin(), plans.end(),
+                                  [&](const ScoredPlan& p) { return is_layout(p, true); });
+  ASSERT_NE(plain, plans.end());
+  EXPECT_NEAR(plain->predicted.step_s, 90e-3, 1e-9) << plain->plan.describe();
+  // The plan names it, its flags pass it to strait train, and its file keeps it.
+  EXPECT_NE(best->plan.describe().find(" place="), std::string::npos);
+  const auto args = plan_train_args(best->plan);
+  const auto flag = std::find(args.begin(), args.end(), "--placement");
+  ASSERT_NE(flag, args.end());
+  std::string listed;
+  for (const int rank : best->plan.placement)
+    listed += (listed.empty() ? "" : ",") + std::to_string(rank);
+  EXPECT_EQ(*(flag + 1), listed);
+  const Plan back = plan_from_json(plan_to_json(*best, r));
+  EXPECT_EQ(back.placement, best->plan.placement);
+  TrainConfig c;
+  apply_plan(back, c);
+  EXPECT_EQ(c.placement, best->plan.placement);
+  // Like ranks on one site: the identity only.
+  r.rank_speed = {};
+  EXPECT_EQ(candidate_placements(identity, r).size(), 1U);
+  for (const auto& p : search_plans(r, prof)) EXPECT_TRUE(p.plan.placement.empty());
+}
+
+TEST(Planner, PlacementKeepsTheSlowLinkForTheCheaperTraffic) {
+  // Sites 0,1,0,1 with 10 ms between them (free inside a site): the identity runs each pipeline
+  // across the sites (its activations and the tied embedding's sum cross at every microbatch);
+  // placing a pipeline inside each site leaves only the two stages' gradient rings crossing.
+  PlanRequest r = request(4, 2, 8);
+  r.links.site = {0, 1, 0, 1};
+  for (int i = 0; i < 4; ++i) {
+    for (int j = 0; j < 4; ++j) {
+      if (r.links.site[static_cast<std::size_t>(i)] != r.links.site[static_cast<std::size_t>(j)])
+        r.links.latency_s[static_cast<std::size_t>(i)][static_cast<std::size_t>(j)] = 10e-3;
+    }
+  }
+  const PlanProfile prof = profile(r, 4);
+  const Plan identity = plan(2, 2, sched::ScheduleKind::OneFOneB, 4, 1);
+  const auto candidates = candidate_placements(identity, r);
+  const auto inside = std::find_if(candidates.begin(), candidates.end(), [&](const auto& c) {
+    if (c.empty()) return false;
+    Plan q = identity;
+    q.placement = c;
+    for (int k = 0; k < 2; ++k) {
+      const int a = placement_rank(c, 2, k, 0), b = placement_rank(c, 2, k, 1);
+      if (r.links.site[static_cast<std::size_t>(a)] != r.links.site[static_cast<std::size_t>(b)])
+        return false;
+    }
+    return true;
+  });
+  ASSERT_NE(inside, candidates.end());
+  Plan placed = identity;
+  placed.placement = *inside;
+  const Prediction across = predict(identity, r, prof), within = predict(placed, r, prof);
+  EXPECT_LT(within.step_s, across.step_s);
+  EXPECT_GT(across.cross_site_bytes, 0);
+  const auto plans = search_plans(r, prof);
+  const auto best = std::find_if(plans.begin(), plans.end(), [](const ScoredPlan& p) {
+    return p.plan.stages == 2 && p.plan.replicas == 2 && p.plan.microbatches == 4 &&
+           p.plan.schedule == sched::ScheduleKind::OneFOneB && p.plan.outer_steps == 0;
+  });
+  ASSERT_NE(best, plans.end());
+  EXPECT_FALSE(best->plan.placement.empty()) << best->plan.describe();
+  EXPECT_LE(best->predicted.step_s, within.step_s + 1e-12);
+}
+
+TEST(Planner, PlacementKeepsTheGradientRingsInsideSitesWhenTheyAreTheHeavierTraffic) {
+  // The reverse: sites 0,0,1,1 joined by 100 kB/s (no latency). The identity keeps each pipeline
+  // inside a site, so both stages' gradient rings (about 70 kB per stage of 4 blocks and the
+  // embeddings: 0.7 s) cross; a stage's replicas inside a site leave only the activations (512 B
+  // per microbatch and direction) and the tied embedding's sum (2 x 16 kB: 0.33 s) crossing.
+  PlanRequest r = request(4, 8, 8);
+  r.links.site = {0, 0, 1, 1};
+  for (std::size_t i = 0; i < 4; ++i) {
+    for (std::size_t j = 0; j < 4; ++j) {
+      if (r.links.site[i] != r.links.site[j]) r.links.bandwidth[i][j] = 1e5;
+    }
+  }
+  const PlanProfile prof = profile(r, 4);
+  const Plan identity = plan(2, 2, sched::ScheduleKind::OneFOneB, 4, 1);
+  const auto same_site = [&](const std::set<int>& ranks) {
+    std::set<int> sites;
+    for (const int k : ranks) sites.insert(r.links.site[static_cast<std::size_t>(k)]);
+    return sites.size() == 1;
+  };
+  const auto candidates = candidate_placements(identity, r);
+  const auto inside = std::find_if(candidates.begin(), candidates.end(), [&](const auto& c) {
+    Plan q = identity;
+    q.placement = c;
+    return !c.empty() && same_site(stage_ranks(q, 0)) && same_site(stage_ranks(q, 1));
+  });
+  ASSERT_NE(inside, candidates.end());
+  Plan placed = identity;
+  placed.placement = *inside;
+  const Prediction across = predict(identity, r, prof), within = predict(placed, r, prof);
+  EXPECT_LT(within.step_s + 0.3, across.step_s);
+  EXPECT_LT(within.cross_site_bytes, across.cross_site_bytes);
+  const auto plans = search_plans(r, prof);
+  const auto best = std::find_if(plans.begin(), plans.end(), [](const ScoredPlan& p) {
+    return p.plan.stages == 2 && p.plan.replicas == 2 && p.plan.microbatches == 4 &&
+           p.plan.schedule == sched::ScheduleKind::OneFOneB && p.plan.outer_steps == 0 &&
+           p.plan.activations == ActivationOffload::None;
+  });
+  ASSERT_NE(best, plans.end());
+  EXPECT_TRUE(same_site(stage_ranks(best->plan, 0)) && same_site(stage_ranks(best->plan, 1)))
+      << best->plan.describe();
+}
+
+TEST(Planner, PlanFileRefusesABadPlacement) {
+  const PlanRequest r = request(4, 4, 16);
+  ScoredPlan s{plan(2, 2, sched::ScheduleKind::OneFOneB, 4, 2), {}};
+  nlohmann::json j = plan_to_json(s, r);
+  EXPECT_EQ(j["plan"]["placement"], nlohmann::json({0, 1, 2, 3}));
+  EXPECT_TRUE(plan_from_json(j).placement.empty());  // the identity
+  j["plan"]["placement"] = {0, 1, 1, 3};
+  try {
+    (void)plan_from_json(j);
+    ADD_FAILURE() << "a repeated rank was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("the plan file's placement 0,1,1,3 is not a permutation"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(Planner, SearchPicksValidPlansWithinMemory) {
