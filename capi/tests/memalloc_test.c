@@ -13,6 +13,8 @@
  *                inside a buffer, twice, and with another communicator.
  *   leak         each buffer holds one memfd ("memfd:strait-symmetric" in /proc/self/fd) and its
  *                mappings; straitMemFree drops one, straitCommDestroy the rest: none is left.
+ *   dead_peer    the last rank exits holding a buffer the others map: their allreduce on
+ *                symmetric buffers fails with straitPeerLost naming it, long before the timeout.
  * A rank prints "rank R: ok SCENARIO (N checks)" and exits 0, or prints what failed and exits 1.
  */
 #define _POSIX_C_SOURCE 200809L
@@ -24,6 +26,7 @@
 #include <stdlib.h>
 #include <strait/strait.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 static int g_rank = -1;
@@ -295,6 +298,40 @@ static void scenario_leak(void) {
   CHECK(symmetric_mappings() == 0);
 }
 
+/* ---- dead_peer ---- */
+
+/* The last rank dies (exit status 0, so the launcher lets the others go on) holding a symmetric
+ * buffer that the others have mapped; their allreduce on symmetric buffers fails with
+ * straitPeerLost naming it, well within the timeout. */
+static void scenario_dead_peer(void) {
+  straitComm_t comm = init_world();
+  const size_t n = 300007;
+  float* x = NULL;
+  double t0;
+  straitResult_t rc;
+  OK(straitMemAlloc(comm, n * sizeof(float), (void**)&x));
+  OK(straitBarrier(comm));
+  if (g_rank == g_size - 1) {
+    printf("rank %d: ok dead_peer (dying)\n", g_rank);
+    fflush(stdout);
+    _exit(0);
+  }
+  fill(x, g_rank, 0, n);
+  t0 = (double)time(NULL);
+  rc = straitAllReduce(x, x, (int64_t)n, straitFloat32, straitSum, comm, NULL);
+  ++g_checks;
+  if (rc != straitPeerLost) fail(__LINE__, "allreduce with a dead peer", straitGetErrorString(rc));
+  CHECK((double)time(NULL) - t0 < 30.0); /* the timeout is 60 s */
+  {
+    char name[32];
+    snprintf(name, sizeof name, "rank %d", g_size - 1);
+    CHECK(strstr(straitGetLastError(comm), name) != NULL);
+  }
+  printf("rank %d: %s\n", g_rank, straitGetLastError(comm));
+  OK(straitCommDestroy(comm)); /* frees x; the dead peer's mapping goes too */
+  CHECK(symmetric_mappings() == 0);
+}
+
 int main(int argc, char** argv) {
   const char* scenario = argc > 1 ? argv[1] : "";
   if (strcmp(scenario, "collectives") == 0) {
@@ -303,8 +340,10 @@ int main(int argc, char** argv) {
     scenario_errors();
   } else if (strcmp(scenario, "leak") == 0) {
     scenario_leak();
+  } else if (strcmp(scenario, "dead_peer") == 0) {
+    scenario_dead_peer();
   } else {
-    fprintf(stderr, "usage: %s collectives|errors|leak\n", argv[0]);
+    fprintf(stderr, "usage: %s collectives|errors|leak|dead_peer\n", argv[0]);
     return 2;
   }
   printf("rank %d: ok %s (%ld checks)\n", g_rank, scenario, g_checks);
