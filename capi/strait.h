@@ -333,7 +333,8 @@ STRAIT_C_EXPORT straitResult_t straitCommSplit(straitComm_t comm, int color, int
  * called") goes into their messages. Unlike ncclCommAbort it does not free comm: destroy it. */
 STRAIT_C_EXPORT straitResult_t straitCommAbort(straitComm_t comm, const char* reason);
 /** Frees comm; its pending operations fail with straitAborted (their requests stay valid until
- * freed). A call on comm still running in another thread finishes first. */
+ * freed), and its straitMemAlloc buffers not yet freed are freed. A call on comm still running in
+ * another thread finishes first. */
 STRAIT_C_EXPORT straitResult_t straitCommDestroy(straitComm_t comm);
 /** *count = the number of ranks in comm. */
 STRAIT_C_EXPORT straitResult_t straitCommCount(straitComm_t comm, int* count);
@@ -362,19 +363,19 @@ STRAIT_C_EXPORT straitResult_t straitCommGetStats(straitComm_t comm, straitStats
  * but with the communicator, because allocation is collective. */
 
 /** *ptr = size bytes (page-aligned, zero-filled), symmetric over comm. Collective: every rank of
- * comm calls it with the same size, in the same order as its other straitMemAlloc calls (not
- * ordered with respect to collectives). comm keeps the buffer until straitMemFree or
- * straitCommDestroy (which frees what is left: never touch a buffer after destroying its
- * communicator); the memory goes with the job either way (no name, nothing on disk). Errors:
- * straitInvalidArgument (size 0, ptr NULL, ranks asking for different sizes: every rank fails,
- * naming the sizes), straitTimeout (a rank did not call it within comm's timeout),
+ * comm calls it with the same size, in the same order with respect to comm's other collectives
+ * (it returns once every rank has called it, as a blocking collective does). comm keeps the buffer
+ * until straitMemFree or straitCommDestroy (which frees what is left: never touch a buffer after
+ * destroying its communicator); the memory goes with the job either way (no name, nothing on disk).
+ * Errors: straitInvalidArgument (size 0, ptr NULL, ranks asking for different sizes: every rank
+ * fails, naming the sizes), straitTimeout (a rank did not call it within comm's timeout),
  * straitUnavailable (memfd, mmap or pidfd_getfd refused: the message says which). *ptr is NULL on
  * failure. Thread-safety: any thread, but a communicator's allocations in one order on every
  * rank. */
 STRAIT_C_EXPORT straitResult_t straitMemAlloc(straitComm_t comm, size_t size, void** ptr);
 /** Frees a buffer straitMemAlloc gave on comm (ptr exactly as given). Not collective: a peer
  * still reading this buffer's id falls back to copying; no operation may still be using it.
- * straitInvalidArgument (comm untouched) for NULL, a pointer that is not the start of a live
+ * straitInvalidArgument (comm stays usable) for NULL, a pointer that is not the start of a live
  * straitMemAlloc buffer of comm (freed already, another communicator's, inside a buffer, not
  * from straitMemAlloc): the message says which. Thread-safety: any thread. */
 STRAIT_C_EXPORT straitResult_t straitMemFree(straitComm_t comm, void* ptr);
