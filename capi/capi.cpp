@@ -258,7 +258,28 @@ straitResult_t straitCommGetStats(straitComm_t comm, straitStats_t* stats) {
     out.gatherBytes = s.gather_bytes;
     out.scatterBytes = s.scatter_bytes;
     out.alltoallBytes = s.alltoall_bytes;
+    out.symmetricBytes = s.symmetric_bytes;
     std::memcpy(stats, &out, stats->size);
+    return straitSuccess;
+  });
+}
+
+straitResult_t straitMemAlloc(straitComm_t comm, size_t size, void** ptr) {
+  constexpr const char* kFunction = "straitMemAlloc";
+  return guard(kFunction, [&](std::shared_ptr<CommHandle>& handle) {
+    handle = Registry::instance().comm(comm, kFunction);
+    require_out(ptr, kFunction, "ptr");
+    *ptr = nullptr;
+    *ptr = handle->keep_buffer(handle->comm().alloc(size));
+    return straitSuccess;
+  });
+}
+
+straitResult_t straitMemFree(straitComm_t comm, void* ptr) {
+  constexpr const char* kFunction = "straitMemFree";
+  return guard(kFunction, [&](std::shared_ptr<CommHandle>& handle) {
+    handle = Registry::instance().comm(comm, kFunction);
+    handle->free_buffer(ptr, kFunction);
     return straitSuccess;
   });
 }

@@ -33,6 +33,48 @@ std::string CommHandle::last_error() const {
   return last_error_;
 }
 
+void* CommHandle::keep_buffer(comm::SymmetricBuffer buffer) {
+  void* p = buffer.data();
+  const std::lock_guard lock(buffers_mutex_);
+  buffers_.emplace(reinterpret_cast<std::uintptr_t>(p), std::move(buffer));
+  return p;
+}
+
+void CommHandle::free_buffer(void* p, const char* function) {
+  if (p == nullptr) {
+    throw Error(ErrorCode::InvalidArgument,
+                fmt::format("{}: ptr is NULL; pass a pointer straitMemAlloc gave on this "
+                            "communicator",
+                            function));
+  }
+  const auto a = reinterpret_cast<std::uintptr_t>(p);
+  comm::SymmetricBuffer freed;  // unmapped once the lock is released
+  {
+    const std::lock_guard lock(buffers_mutex_);
+    auto it = buffers_.upper_bound(a);
+    if (it != buffers_.begin()) {
+      --it;
+      if (it->first == a) {
+        freed = std::move(it->second);
+        buffers_.erase(it);
+        return;
+      }
+      if (a < it->first + it->second.size()) {
+        throw Error(ErrorCode::InvalidArgument,
+                    fmt::format("{}: ptr ({:#x}) is {} bytes into a {}-byte straitMemAlloc "
+                                "buffer of this communicator; pass its start ({:#x})",
+                                function, a, a - it->first, it->second.size(), it->first));
+      }
+    }
+  }
+  throw Error(ErrorCode::InvalidArgument,
+              fmt::format("{}: ptr ({:#x}) is not a live straitMemAlloc buffer of this "
+                          "communicator: freed already, allocated on another communicator, or "
+                          "not from straitMemAlloc; free each buffer once, with the "
+                          "communicator that allocated it",
+                          function, a));
+}
+
 const std::string* RequestHandle::error_message() {
   const std::lock_guard lock(mutex_);
   if (!error_ && work_.test()) {

@@ -9,7 +9,9 @@
 // Thread-safety: every member is safe from any thread.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -17,11 +19,14 @@
 
 #include "capi/strait.h"
 #include "comm/communicator.h"
+#include "comm/symmetric_memory.h"
 #include "comm/work.h"
 
 namespace strait::capi {
 
-// One communicator and the last error of a call on it (or on one of its requests).
+// One communicator, the last error of a call on it (or on one of its requests), and the
+// symmetric buffers straitMemAlloc gave on it, by address. The buffers are members after the
+// communicator, so they are freed first when the handle goes (straitCommDestroy).
 class CommHandle {
  public:
   explicit CommHandle(std::unique_ptr<comm::Communicator> comm) : comm_(std::move(comm)) {}
@@ -31,10 +36,18 @@ class CommHandle {
   void set_last_error(const std::string& message);
   [[nodiscard]] std::string last_error() const;
 
+  // Keeps `buffer` until free_buffer(its data()) or the handle's end; returns its data().
+  void* keep_buffer(comm::SymmetricBuffer buffer);
+  // Frees the buffer that starts at `p`. InvalidArgument, naming `function`, when none does
+  // (saying whether `p` is inside one of this communicator's buffers).
+  void free_buffer(void* p, const char* function);
+
  private:
   std::unique_ptr<comm::Communicator> comm_;
   mutable std::mutex error_mutex_;
   std::string last_error_;
+  mutable std::mutex buffers_mutex_;
+  std::map<std::uintptr_t, comm::SymmetricBuffer> buffers_;
 };
 
 // One non-blocking operation. Its error message, once the operation has failed, is kept for the

@@ -285,11 +285,15 @@ typedef struct straitStats_v1 {
   /** scatter. */
   uint64_t scatterBytes;
   uint64_t alltoallBytes; /**< alltoall and alltoallv */
+  /** Added after the first release (a shorter struct leaves it out): bytes this rank read in
+   * place out of its mappings of peers' straitMemAlloc buffers, with no system call or staging
+   * copy; it grows only where a collective's buffers come from straitMemAlloc. */
+  uint64_t symmetricBytes;
 } straitStats_t;
 
 /** A straitStats_t whose size is set and counters zero. */
 #define STRAIT_STATS_INITIALIZER \
-  { sizeof(straitStats_t), 0, 0, 0, 0, 0, 0, 0, 0, 0 }
+  { sizeof(straitStats_t), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 }
 
 /* ---- Library ---- */
 
@@ -329,7 +333,8 @@ STRAIT_C_EXPORT straitResult_t straitCommSplit(straitComm_t comm, int color, int
  * called") goes into their messages. Unlike ncclCommAbort it does not free comm: destroy it. */
 STRAIT_C_EXPORT straitResult_t straitCommAbort(straitComm_t comm, const char* reason);
 /** Frees comm; its pending operations fail with straitAborted (their requests stay valid until
- * freed). A call on comm still running in another thread finishes first. */
+ * freed), and its straitMemAlloc buffers not yet freed are freed. A call on comm still running in
+ * another thread finishes first. */
 STRAIT_C_EXPORT straitResult_t straitCommDestroy(straitComm_t comm);
 /** *count = the number of ranks in comm. */
 STRAIT_C_EXPORT straitResult_t straitCommCount(straitComm_t comm, int* count);
@@ -345,6 +350,35 @@ STRAIT_C_EXPORT straitResult_t straitCommGetTimeout(straitComm_t comm, int64_t* 
 STRAIT_C_EXPORT straitResult_t straitCommGetSequenceNumber(straitComm_t comm, uint64_t* sequence);
 /** Fills stats (up to stats->size bytes) with the payload bytes comm has sent, by operation. */
 STRAIT_C_EXPORT straitResult_t straitCommGetStats(straitComm_t comm, straitStats_t* stats);
+
+/* ---- Symmetric memory ----
+ * Buffers that every rank of comm on this host maps once (memfd-backed, shared with the local
+ * peers; comm/symmetric_memory.h): a host collective whose buffers come from here reads and
+ * reduces the peers' data straight out of its mappings, with no per-call pinning, system call or
+ * staging copy (straitStats_t.symmetricBytes counts those bytes). The single-copy algorithms take
+ * allgather, reduce-scatter and alltoall from 64 KiB a block by default; allreduce and broadcast
+ * take them by rule (straitConfig_t.tune or STRAIT_TUNE, e.g. "allreduce:1M-inf:single_copy").
+ * Ordinary memory keeps working everywhere, mixed freely with these buffers per rank; where comm's
+ * ranks are on several hosts the buffers are ordinary memory. nccl.h's ncclMemAlloc / ncclMemFree,
+ * but with the communicator, because allocation is collective. */
+
+/** *ptr = size bytes (page-aligned, zero-filled), symmetric over comm. Collective: every rank of
+ * comm calls it with the same size, in the same order with respect to comm's other collectives
+ * (it returns once every rank has called it, as a blocking collective does). comm keeps the buffer
+ * until straitMemFree or straitCommDestroy (which frees what is left: never touch a buffer after
+ * destroying its communicator); the memory goes with the job either way (no name, nothing on disk).
+ * Errors: straitInvalidArgument (size 0, ptr NULL, ranks asking for different sizes: every rank
+ * fails, naming the sizes), straitTimeout (a rank did not call it within comm's timeout),
+ * straitUnavailable (memfd, mmap or pidfd_getfd refused: the message says which). *ptr is NULL on
+ * failure. Thread-safety: any thread, but a communicator's allocations in one order on every
+ * rank. */
+STRAIT_C_EXPORT straitResult_t straitMemAlloc(straitComm_t comm, size_t size, void** ptr);
+/** Frees a buffer straitMemAlloc gave on comm (ptr exactly as given). Not collective: a peer
+ * still reading this buffer's id falls back to copying; no operation may still be using it.
+ * straitInvalidArgument (comm stays usable) for NULL, a pointer that is not the start of a live
+ * straitMemAlloc buffer of comm (freed already, another communicator's, inside a buffer, not
+ * from straitMemAlloc): the message says which. Thread-safety: any thread. */
+STRAIT_C_EXPORT straitResult_t straitMemFree(straitComm_t comm, void* ptr);
 
 /* ---- Requests (the non-blocking forms) ---- */
 

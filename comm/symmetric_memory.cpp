@@ -128,26 +128,36 @@ SymmetricBuffer SymmetricMemory::allocate(Store& store, const std::string& prefi
   try {
     store.set(fmt::format("{}/{}", key, rank_),
               fmt::format("{} {} {} {}", ::getpid(), fd, got[0].address, bytes));
+    // Every rank's size first: ranks that disagree then all fail alike, before any takes a
+    // descriptor that a failing peer may already have closed.
+    struct Peer {
+      int fd = -1;
+      std::uint64_t address = 0;
+    };
+    std::vector<Peer> peers(static_cast<std::size_t>(size_));
     for (int r = 0; r < size_; ++r) {
       if (r == rank_) continue;
       std::istringstream in(store.get_string(fmt::format("{}/{}", key, r), timeout));
       pid_t pid = 0;
-      int their_fd = -1;
-      std::uint64_t address = 0;
       std::size_t their_bytes = 0;
-      in >> pid >> their_fd >> address >> their_bytes;
+      Peer& peer = peers[static_cast<std::size_t>(r)];
+      in >> pid >> peer.fd >> peer.address >> their_bytes;
       if (their_bytes != bytes) {
         throw Error(ErrorCode::InvalidArgument,
                     fmt::format("alloc #{}: rank {} asked for {} bytes, this rank {}: every rank "
                                 "must ask for the same size",
                                 id, r, their_bytes, bytes));
       }
-      const int taken = pidfd_getfd(box.pidfd(r), their_fd);
+    }
+    for (int r = 0; r < size_; ++r) {
+      if (r == rank_) continue;
+      const Peer& peer = peers[static_cast<std::size_t>(r)];
+      const int taken = pidfd_getfd(box.pidfd(r), peer.fd);
       if (taken < 0) throw fail(fmt::format("taking rank {}'s buffer (pidfd_getfd)", r));
       void* theirs = ::mmap(nullptr, bytes, PROT_READ, MAP_SHARED, taken, 0);
       ::close(taken);
       if (theirs == MAP_FAILED) throw fail(fmt::format("mapping rank {}'s buffer", r));
-      got.push_back(Entry{r, id, address, bytes, theirs, -1});
+      got.push_back(Entry{r, id, peer.address, bytes, theirs, -1});
     }
     // Every rank has taken every descriptor before any may free its buffer.
     store.set(fmt::format("{}/mapped/{}", key, rank_), "1");

@@ -172,11 +172,12 @@ class Compression(ctypes.Structure):
 
 STATS_FIELDS = ["allreduceBytes", "broadcastBytes", "allgatherBytes", "sendBytes",
                 "reduceScatterBytes", "reduceBytes", "gatherBytes", "scatterBytes",
-                "alltoallBytes"]
+                "alltoallBytes", "symmetricBytes"]
 
 
 class Stats(ctypes.Structure):
-    """straitStats_v1: payload bytes sent, by operation. Construct with Stats.new()."""
+    """straitStats_v1: payload bytes sent, by operation, and bytes read in place from peers'
+    straitMemAlloc buffers (symmetricBytes). Construct with Stats.new()."""
     _fields_ = [("size", c_size_t)] + [(f, c_uint64) for f in STATS_FIELDS]
 
     @classmethod
@@ -204,6 +205,9 @@ _SIGNATURES = {
     "straitCommSetTimeout": (_R, [_P, _I64]),
     "straitCommGetTimeout": (_R, [_P, POINTER(_I64)]),
     "straitCommGetStats": (_R, [_P, POINTER(Stats)]),
+    # (comm, size in bytes, *ptr) / (comm, ptr): symmetric memory, collective allocation
+    "straitMemAlloc": (_R, [_P, c_size_t, _PP]),
+    "straitMemFree": (_R, [_P, _P]),
     "straitTest": (_R, [_P]),
     "straitWait": (_R, [_P, _I64]),
     "straitRequestGetError": (c_char_p, [_P]),
