@@ -44,15 +44,15 @@ constexpr std::array kAlgorithms = {
     // Compressed only between sites: which ranks share a site is not in the codec spec.
     AlgorithmInfo{"allreduce_compressed", "hierarchical", 8, false, Choice::Codec, true},
     AlgorithmInfo{"broadcast", "binomial", 9, false, Choice::Rules, true},
-    AlgorithmInfo{"reduce", "binomial", 10},
-    AlgorithmInfo{"gather", "binomial", 11},
-    AlgorithmInfo{"scatter", "binomial", 12},
+    AlgorithmInfo{"reduce", "binomial", 10, false, Choice::Rules, true},
+    AlgorithmInfo{"gather", "binomial", 11, false, Choice::Rules, true},
+    AlgorithmInfo{"scatter", "binomial", 12, false, Choice::Rules, true},
     AlgorithmInfo{"allgather", "ring", 13, false, Choice::Rules, true},
-    AlgorithmInfo{"allgather_v", "ring", 14},
+    AlgorithmInfo{"allgather_v", "ring", 14, false, Choice::Rules, true},
     AlgorithmInfo{"reduce_scatter", "ring", 15, false, Choice::Rules, true},
-    AlgorithmInfo{"reduce_scatter_v", "ring", 16},
+    AlgorithmInfo{"reduce_scatter_v", "ring", 16, false, Choice::Rules, true},
     AlgorithmInfo{"alltoall", "pairwise", 17, false, Choice::Rules, true},
-    AlgorithmInfo{"alltoall_v", "pairwise", 18},
+    AlgorithmInfo{"alltoall_v", "pairwise", 18, false, Choice::Rules, true},
     AlgorithmInfo{"barrier", "dissemination", 19},
     AlgorithmInfo{"send", "point_to_point", 20},
     AlgorithmInfo{"recv", "point_to_point", 21},
@@ -65,6 +65,15 @@ constexpr std::array kAlgorithms = {
     // The same for allreduce (reduce-scatter and allgather by reads): by rule only; with buffers
     // from Communicator::alloc it reads peers' data in place (comm/symmetric_memory.h).
     AlgorithmInfo{"allreduce", "single_copy", 28, false, Choice::Rules, true},
+    // The rooted and v forms the same way. allgather_v's and reduce_scatter_v's rules see the mean
+    // block (the counts agree on every rank); alltoall_v's see 0 bytes, as its ranks share no
+    // size (Communicator::prepare).
+    AlgorithmInfo{"reduce", "single_copy", 29, false, Choice::Rules, true},
+    AlgorithmInfo{"gather", "single_copy", 30, false, Choice::Rules, true},
+    AlgorithmInfo{"scatter", "single_copy", 31, false, Choice::Rules, true},
+    AlgorithmInfo{"allgather_v", "single_copy", 32, false, Choice::Rules, true},
+    AlgorithmInfo{"reduce_scatter_v", "single_copy", 33, false, Choice::Rules, true},
+    AlgorithmInfo{"alltoall_v", "single_copy", 34, false, Choice::Rules, true},
 };
 
 // The built-in choices, from f32 sum allreduces timed with `strait run -n 2` and `-n 4` on the
