@@ -355,7 +355,8 @@ int bench_main(int argc, char** argv) {
   app.add_option("-d,--datatype", dtype_text, "f32 f64 f16 bf16 i8 u8 i32 i64")
       ->capture_default_str();
   app.add_option("-o,--op", op_text, "sum prod min max avg")->capture_default_str();
-  app.add_option("-r,--root", o.root, "Root rank of broadcast and reduce")->capture_default_str();
+  app.add_option("-r,--root", o.root, "Root rank of broadcast, reduce, gather and scatter")
+      ->capture_default_str();
   app.add_option("-n,--iters", o.iters, "Timed calls per size")->capture_default_str();
   app.add_option("-w,--warmup_iters", o.warmup, "Untimed calls before them")->capture_default_str();
   app.add_option("-c,--check", check, "1: check every result against a double reference")

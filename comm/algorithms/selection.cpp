@@ -107,6 +107,16 @@ constexpr std::array kAlgorithms = {
 // load the binomial broadcast (one message, read once by the transport) measured as fast or
 // faster (2 ranks, 1-256 MiB, strait-bench --bound, load 8-16), and the allreduce pays off with
 // buffers from Communicator::alloc, which the table cannot see.
+// Gather and scatter between ranks on one host read in place from 64 KiB of a block too, reduce
+// from 64 KiB to 16 MiB of the vector; allgather_v and reduce_scatter_v from 64 KiB of the mean
+// block with 3 ranks or more (allgather_v up to 16 MiB): strait-bench A/B against the binomial
+// trees and rings, 2 and 4 ranks, 64 KiB - 64 MiB, alternating, on the loaded 2-core machine
+// (load 7-11; medians of 5 and 3 runs, /work/notes/results-rootcopy.md): gather and scatter
+// 1.3-7x faster at every size; reduce 1.5-12x up to 4 MiB, 0.6-0.8x from 16 MiB with 2 ranks;
+// the v forms 1.1-30x with 4 ranks, but with 2 (one exchange each way, the ring's messages
+// themselves single copy in the transport) up to 3x slower from 256 KiB to 4 MiB. alltoall_v's
+// rules see no size (Communicator::prepare): by rule only, though it measured 1.25-11x faster
+// with 4 ranks from 64 KiB.
 constexpr std::string_view kDefaultRules =
     "allreduce:0-8249:recursive_doubling;"
     "allreduce:8249-1M:ring@seg=8K;"
@@ -115,7 +125,12 @@ constexpr std::string_view kDefaultRules =
     "allreduce:sites=2-inf:8249-inf:hierarchical@seg=1M;"
     "allgather:64K-inf:single_copy;"
     "reduce_scatter:64K-inf:single_copy;"
-    "alltoall:64K-inf:single_copy";
+    "alltoall:64K-inf:single_copy;"
+    "gather:64K-inf:single_copy;"
+    "scatter:64K-inf:single_copy;"
+    "reduce:64K-16M:single_copy;"
+    "allgather_v:ranks=3-inf:64K-16M:single_copy;"
+    "reduce_scatter_v:ranks=3-inf:64K-inf:single_copy";
 
 constexpr std::string_view kSyntax =
     "rules look like collective[:ranks=LO-HI][:sites=LO-HI][:LO-HI]:algorithm[@seg=SIZE], "

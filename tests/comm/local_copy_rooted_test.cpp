@@ -386,5 +386,46 @@ TEST_P(LocalCopyRooted, SymmetricBuffersAreReadInPlace) {
 
 INSTANTIATE_TEST_SUITE_P(Ranks, LocalCopyRooted, ::testing::Values(2, 3, 4));
 
+// The built-in rules (selection.cpp): gather and scatter from 64 KiB of a block, reduce from 64
+// KiB to 16 MiB of the vector, allgather_v and reduce_scatter_v from 3 ranks, alltoall_v by rule
+// only.
+TEST(LocalCopyRootedDefaults, BuiltInRulesChooseAsDocumented) {
+  for (const int p : {2, 3}) {
+    testing::run_ranks(p, [p](Communicator& comm) {
+      const int r = comm.rank();
+      const auto np = static_cast<std::size_t>(p);
+      const std::size_t n = 70'001;  // 280 KB of f32
+      std::vector<float> in(n * np, 1.0F), out(n * np);
+      const auto algorithm = [](Work w) {
+        const std::string d = w.description();
+        w.wait();
+        return d;
+      };
+      EXPECT_TRUE(contains(algorithm(comm.igather(in.data(), out.data(), n, DType::F32, 0)),
+                           "single_copy"));
+      EXPECT_TRUE(contains(algorithm(comm.iscatter(in.data(), out.data(), n, DType::F32, 0)),
+                           "single_copy"));
+      EXPECT_TRUE(
+          contains(algorithm(comm.ireduce(in.data(), out.data(), n, DType::F32, ReduceOp::Sum, 0)),
+                   "single_copy"));
+      // 16 MiB of f32 and more: the binomial tree.
+      const std::size_t big = (16U << 20U) / sizeof(float);
+      std::vector<float> large(big, 1.0F), reduced(r == 0 ? big : 0);
+      EXPECT_TRUE(contains(algorithm(comm.ireduce(large.data(), r == 0 ? reduced.data() : nullptr,
+                                                  big, DType::F32, ReduceOp::Sum, 0)),
+                           "binomial"));
+      const Counts counts(np, n);
+      const std::string v = algorithm(comm.iallgather_v(in.data(), out.data(), counts, DType::F32));
+      EXPECT_EQ(contains(v, "single_copy"), p >= 3) << v;
+      const std::string rs = algorithm(
+          comm.ireduce_scatter_v(in.data(), out.data(), counts, DType::F32, ReduceOp::Sum));
+      EXPECT_EQ(contains(rs, "single_copy"), p >= 3) << rs;
+      EXPECT_TRUE(
+          contains(algorithm(comm.ialltoall_v(in.data(), counts, out.data(), counts, DType::F32)),
+                   "pairwise"));
+    });
+  }
+}
+
 }  // namespace
 }  // namespace strait::comm
