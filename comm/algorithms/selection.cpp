@@ -500,6 +500,7 @@ AlgorithmTable AlgorithmTable::parse_json(std::string_view text, std::string_vie
     if (algorithm.empty() && !seg.empty()) {
       throw bad(fmt::format("{} has \"seg\" but no \"algorithm\" it could apply to", where));
     }
+
     // A codec-only rule borrows the collective's first algorithm to get through the one parser,
     // then drops it: such a rule must not change which algorithm plain collectives run.
     const bool codec_only = algorithm.empty();
@@ -518,6 +519,14 @@ AlgorithmTable AlgorithmTable::parse_json(std::string_view text, std::string_vie
     rule += ":" + algorithm;
     if (!seg.empty()) rule += "@seg=" + seg;
     SelectionRule parsed = parse_rule(fmt::format("{} {}", source, where), rule);
+    // Only allreduce_compressed asks for a codec (choose_codec("allreduce", ...)): a codec on
+    // another (known: parse_rule names an unknown one) collective would be ignored silently.
+    if (!codec.empty() && parsed.collective != "allreduce") {
+      throw bad(
+          fmt::format("{} gives collective \"{}\" a codec: codecs are chosen for "
+                      "\"allreduce\" only (allreduce_compressed)",
+                      where, parsed.collective));
+    }
     if (codec_only) parsed.selection = Selection{};
     parsed.codec = std::move(codec);
     table.add(std::move(parsed));
