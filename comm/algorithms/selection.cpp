@@ -109,14 +109,15 @@ constexpr std::array kAlgorithms = {
 // buffers from Communicator::alloc, which the table cannot see.
 // Gather and scatter between ranks on one host read in place from 64 KiB of a block too, reduce
 // from 64 KiB to 16 MiB of the vector; allgather_v and reduce_scatter_v from 64 KiB of the mean
-// block with 3 ranks or more (allgather_v up to 16 MiB): strait-bench A/B against the binomial
-// trees and rings, 2 and 4 ranks, 64 KiB - 64 MiB, alternating, on the loaded 2-core machine
-// (load 7-11; medians of 5 and 3 runs, /work/notes/results-rootcopy.md): gather and scatter
-// 1.3-7x faster at every size; reduce 1.5-12x up to 4 MiB, 0.6-0.8x from 16 MiB with 2 ranks;
-// the v forms 1.1-30x with 4 ranks, but with 2 (one exchange each way, the ring's messages
-// themselves single copy in the transport) up to 3x slower from 256 KiB to 4 MiB. alltoall_v's
-// rules see no size (Communicator::prepare): by rule only, though it measured 1.25-11x faster
-// with 4 ranks from 64 KiB.
+// block with 3 ranks or more (allgather_v up to 16 MiB). From strait-bench A/B runs against the
+// binomial trees and rings, 2 and 4 ranks, 64 KiB - 64 MiB, alternating, on the loaded 2-core
+// machine (load 7-11; medians of 5 and 3 runs; to be re-measured on a quiet one): gather and
+// scatter faster in median at all but one size per rank count (1.1-7x, 100x where the tree hit
+// scheduling stalls); reduce 1.5-12x up to 4 MiB with 2 ranks, 0.65-3.7x with 4, but 0.6-0.8x
+// from 16 MiB with 2; the v forms 1.1-30x with 4 ranks, while with 2 (one exchange each way,
+// the ring's messages themselves single copy in the transport) up to 3x slower in median from
+// 256 KiB to 4 MiB. alltoall_v's rules see no size (Communicator::prepare): by rule only, though
+// it measured 1.25-11x faster with 4 ranks from 64 KiB.
 constexpr std::string_view kDefaultRules =
     "allreduce:0-8249:recursive_doubling;"
     "allreduce:8249-1M:ring@seg=8K;"
