@@ -16,11 +16,17 @@ std::optional<double> bytes_moved_per_rank(std::string_view collective, std::siz
     // of the peers and write them (reduce: on the root, the busiest rank).
     return n + n / p + 2 * (p - 1) * n / p;
   }
-  if (collective == "reduce_scatter") return n + n / p;  // read P blocks of n / P, write one
-  if (collective == "allgather" || collective == "alltoall") {
-    // Read the P - 1 peers' blocks of n / P and write them; out of place also copy one's own.
+  // Read P blocks of n / P, write one.
+  if (collective == "reduce_scatter" || collective == "reduce_scatter_v") return n + n / p;
+  if (collective == "allgather" || collective == "alltoall" || collective == "gather" ||
+      collective == "allgather_v" || collective == "alltoall_v") {
+    // Read the P - 1 peers' blocks of n / P and write them; out of place also copy one's own
+    // (gather: on the root, the busiest rank).
     return 2 * (p - 1) * n / p + (in_place ? 0.0 : 2 * n / p);
   }
+  // Each rank reads its block of n / P from the root and writes it (the root out of place copies
+  // its own: as much).
+  if (collective == "scatter") return 2 * n / p;
   if (collective == "broadcast" || collective == "sendrecv") return 2 * n;  // read n, write n
   return std::nullopt;
 }

@@ -49,8 +49,8 @@ Launch N ranks with `strait run -n N -- strait-bench ...` (or any launcher that 
 RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT); without RANK it runs as a single rank.
 Columns as nccl-tests: size is the largest buffer of a rank in bytes (the whole gathered buffer for
 allgather), count the count argument of the call, algbw = size / time, busbw = algbw * factor
-(allreduce 2(n-1)/n; allgather, reduce_scatter, alltoall (n-1)/n; others 1). n/a marks a form
-strait does not have (out-of-place broadcast, in-place sendrecv).
+(allreduce 2(n-1)/n; allgather, reduce_scatter, alltoall, gather, scatter and the v forms (n-1)/n;
+others 1). n/a marks a form strait does not have (out-of-place broadcast, in-place sendrecv).
 --bound adds: copy = GB/s one rank copies while all copy --bound-bytes at once (memcpy, measured
 before each size); bound = the busbw the collective's bytes moved per rank allow at that rate;
 of_bd = busbw / bound. Derivation: docs/commands/bench.md, "The bound".)";
@@ -355,7 +355,8 @@ int bench_main(int argc, char** argv) {
   app.add_option("-d,--datatype", dtype_text, "f32 f64 f16 bf16 i8 u8 i32 i64")
       ->capture_default_str();
   app.add_option("-o,--op", op_text, "sum prod min max avg")->capture_default_str();
-  app.add_option("-r,--root", o.root, "Root rank of broadcast and reduce")->capture_default_str();
+  app.add_option("-r,--root", o.root, "Root rank of broadcast, reduce, gather and scatter")
+      ->capture_default_str();
   app.add_option("-n,--iters", o.iters, "Timed calls per size")->capture_default_str();
   app.add_option("-w,--warmup_iters", o.warmup, "Untimed calls before them")->capture_default_str();
   app.add_option("-c,--check", check, "1: check every result against a double reference")

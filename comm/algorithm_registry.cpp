@@ -92,18 +92,26 @@ Op hierarchical_allreduce(const Ctx& c, InterSite inter) {
                                                  std::move(inter), c.fingerprint);
 }
 
-// Broadcast has one buffer (recv); the others count elements per block.
+// Broadcast has one buffer (recv); the others count elements per block. A buffer the
+// communicator ignores on this rank (a non-root's recv of reduce and gather, send of scatter) is
+// passed as null, so that nothing looks it up.
 template <LocalCopy::Kind kind>
 Op local_copy(const Ctx& c) {
+  using K = LocalCopy::Kind;
   const auto& a = c.args;
-  return std::make_unique<LocalCopy>(
-      c.context, kind,
-      LocalCopy::Buffers{.send = kind == LocalCopy::Kind::Broadcast ? a.recv : a.send,
-                         .recv = a.recv,
-                         .count = a.count,
-                         .dtype = a.dtype,
-                         .op = a.op,
-                         .root = a.root});
+  const bool root = is_root(c);
+  const void* send = kind == K::Broadcast ? a.recv : a.send;
+  if (kind == K::Scatter && !root) send = nullptr;
+  void* recv = (kind == K::Reduce || kind == K::Gather) && !root ? nullptr : a.recv;
+  return std::make_unique<LocalCopy>(c.context, kind,
+                                     LocalCopy::Buffers{.send = send,
+                                                        .recv = recv,
+                                                        .count = a.count,
+                                                        .dtype = a.dtype,
+                                                        .op = a.op,
+                                                        .root = a.root,
+                                                        .counts = a.counts,
+                                                        .recv_counts = a.recv_counts});
 }
 
 // The constructor of each row of selection.cpp's table, in the same order (build_algorithm checks
@@ -212,6 +220,12 @@ constexpr std::array kBuilders = {
     Builder{"reduce_scatter", "single_copy", local_copy<LocalCopy::Kind::ReduceScatter>},
     Builder{"alltoall", "single_copy", local_copy<LocalCopy::Kind::Alltoall>},
     Builder{"allreduce", "single_copy", local_copy<LocalCopy::Kind::Allreduce>},
+    Builder{"reduce", "single_copy", local_copy<LocalCopy::Kind::Reduce>},
+    Builder{"gather", "single_copy", local_copy<LocalCopy::Kind::Gather>},
+    Builder{"scatter", "single_copy", local_copy<LocalCopy::Kind::Scatter>},
+    Builder{"allgather_v", "single_copy", local_copy<LocalCopy::Kind::AllgatherV>},
+    Builder{"reduce_scatter_v", "single_copy", local_copy<LocalCopy::Kind::ReduceScatterV>},
+    Builder{"alltoall_v", "single_copy", local_copy<LocalCopy::Kind::AlltoallV>},
 };
 
 const AlgorithmInfo& row(std::string_view collective, std::string_view name) {

@@ -212,7 +212,14 @@ Communicator::Prepared Communicator::prepare(const CollectiveArgs& args) const {
   if (p.codec) {
     p.chosen.algorithm = &choose_compressed(*p.codec, multi_site);
   } else {
-    const std::size_t bytes = p.args.count * kernels::dtype_size(p.args.dtype);
+    // The v forms with counts every rank shares choose by their mean block; alltoall_v's ranks
+    // share no size (count 0: its rules match from 0 bytes).
+    std::size_t count = p.args.count;
+    if (p.args.kind == Kind::AllgatherV || p.args.kind == Kind::ReduceScatterV) {
+      count = std::accumulate(p.args.counts.begin(), p.args.counts.end(), std::size_t{0}) /
+              static_cast<std::size_t>(size());
+    }
+    const std::size_t bytes = count * kernels::dtype_size(p.args.dtype);
     const std::string_view name = collective_name(p.args.kind);
     // Rules naming the mailbox are passed over where the ranks share no memory (a vector longer
     // than a slot goes through it in pieces).

@@ -22,8 +22,10 @@
 /// allreduce (comm/algorithms/hierarchical_allreduce.h); reduce_scatter and allgather(_v) are
 /// rings, broadcast, reduce, gather and scatter binomial trees, alltoall(_v) a pairwise exchange,
 /// barrier the dissemination algorithm. Between ranks that all share this host, allgather,
-/// reduce_scatter and alltoall from 64 KiB read their peers' buffers in place instead
-/// (comm/algorithms/local_copy.h; broadcast and allreduce too by rule: `single_copy`).
+/// reduce_scatter, alltoall, gather and scatter from 64 KiB (reduce from 64 KiB to 16 MiB,
+/// allgather_v and reduce_scatter_v with 3 ranks or more) read their peers' buffers in place
+/// instead (comm/algorithms/local_copy.h; broadcast, allreduce, alltoall_v and the rest of those
+/// sizes too by rule: `single_copy`).
 ///
 /// Device buffers (CUDA builds with NCCL): when an operation's buffers are GPU memory
 /// (cudaMalloc; see kernels/device_memory.h), the same call goes to NCCL instead

@@ -27,6 +27,26 @@ std::uint64_t symmetric_id(const Group& g, const void* p, std::size_t len) {
   return g.symmetric && p != nullptr ? g.symmetric->id_of(p, len) : 0;
 }
 
+// Byte offsets of blocks of `counts` elements packed in rank order: size() + 1 entries; none
+// without counts (the forms with one count).
+std::vector<std::size_t> offsets_of(std::span<const std::size_t> counts, std::size_t elem) {
+  if (counts.empty()) return {};
+  std::vector<std::size_t> at(counts.size() + 1, 0);
+  for (std::size_t q = 0; q < counts.size(); ++q) at[q + 1] = at[q] + counts[q] * elem;
+  return at;
+}
+
+// What a rank publishes (LocalCopy::words_).
+std::vector<std::uint64_t> published_words(LocalCopy::Kind kind, const LocalCopy::Buffers& b) {
+  std::vector<std::uint64_t> w{address(kind == LocalCopy::Kind::Broadcast ? b.recv : b.send),
+                               address(b.recv), 0, 0};
+  if (kind == LocalCopy::Kind::AlltoallV) {
+    w.insert(w.end(), b.counts.begin(), b.counts.end());
+    w.insert(w.end(), b.recv_counts.begin(), b.recv_counts.end());
+  }
+  return w;
+}
+
 }  // namespace
 
 LocalCopy::LocalCopy(OpContext ctx, Kind kind, const Buffers& b)
@@ -34,22 +54,81 @@ LocalCopy::LocalCopy(OpContext ctx, Kind kind, const Buffers& b)
       kind_(kind),
       b_(b),
       block_(b.count * kernels::dtype_size(b.dtype)),
-      addresses_{address(kind == Kind::Broadcast ? b.recv : b.send), address(b.recv), 0, 0},
-      publish_(*group().mailbox, group(), addresses_, nullptr, 4, kernels::DType::I64,
-               kernels::ReduceOp::Sum),
-      reduced_(kind == Kind::Allreduce ? std::optional<MailboxCall>(
-                                             std::in_place, *group().mailbox, group(), nullptr,
-                                             nullptr, 0, kernels::DType::U8, kernels::ReduceOp::Sum)
-                                       : std::nullopt),
+      offsets_(offsets_of(b.counts, kernels::dtype_size(b.dtype))),
+      recv_offsets_(offsets_of(b.recv_counts, kernels::dtype_size(b.dtype))),
+      words_(published_words(kind, b)),
+      publish_(*group().mailbox, group(), words_.data(), nullptr, words_.size(),
+               kernels::DType::I64, kernels::ReduceOp::Sum),
+      reduced_(kind == Kind::Allreduce || kind == Kind::Reduce
+                   ? std::optional<MailboxCall>(std::in_place, *group().mailbox, group(), nullptr,
+                                                nullptr, 0, kernels::DType::U8,
+                                                kernels::ReduceOp::Sum)
+                   : std::nullopt),
       done_(*group().mailbox, group(), nullptr, nullptr, 0, kernels::DType::U8,
             kernels::ReduceOp::Sum) {
+  // Copied into offsets_ and words_: the caller's spans need not outlive the call.
+  b_.counts = {};
+  b_.recv_counts = {};
   // The extent of each buffer that peers read, for the symmetric lookup.
+  words_[2] = symmetric_id(group(), kind == Kind::Broadcast ? b.recv : b.send, send_extent());
+  words_[3] = symmetric_id(group(), b.recv, recv_extent());
+}
+
+bool LocalCopy::is_v() const noexcept {
+  return kind_ == Kind::AllgatherV || kind_ == Kind::ReduceScatterV || kind_ == Kind::AlltoallV;
+}
+
+std::size_t LocalCopy::own_block(const std::vector<std::size_t>& offsets) const {
+  const auto me = static_cast<std::size_t>(group().rank);
+  return offsets[me + 1] - offsets[me];
+}
+
+std::size_t LocalCopy::send_extent() const {
   const auto p = static_cast<std::size_t>(group().size());
-  const bool whole = kind == Kind::Broadcast || kind == Kind::Allreduce;
-  const std::size_t send_bytes = whole || kind == Kind::Allgather ? block_ : block_ * p;
-  const std::size_t recv_bytes = whole || kind == Kind::ReduceScatter ? block_ : block_ * p;
-  addresses_[2] = symmetric_id(group(), kind == Kind::Broadcast ? b.recv : b.send, send_bytes);
-  addresses_[3] = symmetric_id(group(), b.recv, recv_bytes);
+  switch (kind_) {
+    case Kind::ReduceScatter:
+    case Kind::Alltoall:
+    case Kind::Scatter: return block_ * p;
+    case Kind::AllgatherV: return own_block(offsets_);
+    case Kind::ReduceScatterV:
+    case Kind::AlltoallV: return offsets_.back();
+    default: return block_;  // broadcast, allgather, allreduce, reduce, gather: one block
+  }
+}
+
+std::size_t LocalCopy::recv_extent() const {
+  const auto p = static_cast<std::size_t>(group().size());
+  switch (kind_) {
+    case Kind::Allgather:
+    case Kind::Alltoall:
+    case Kind::Gather: return block_ * p;
+    case Kind::AllgatherV: return offsets_.back();
+    case Kind::ReduceScatterV: return own_block(offsets_);
+    case Kind::AlltoallV: return recv_offsets_.back();
+    default: return block_;  // broadcast, reduce_scatter, allreduce, reduce, scatter
+  }
+}
+
+std::size_t LocalCopy::read_from_here() const {
+  const int p = group().size();
+  const int me = group().rank;
+  const auto peers = static_cast<std::size_t>(p - 1);
+  switch (kind_) {
+    case Kind::Broadcast:
+    case Kind::Scatter: return me == b_.root ? block_ * peers : 0;
+    case Kind::Gather: return me == b_.root ? 0 : block_;
+    case Kind::Allreduce: return block_ / static_cast<std::size_t>(p) * 2 * peers;
+    case Kind::Reduce: {  // the peers' chunks of its input; a non-root's own reduced chunk
+      const std::size_t own =
+          part(b_.count, static_cast<std::size_t>(p), static_cast<std::size_t>(me)).count *
+          kernels::dtype_size(b_.dtype);
+      return me == b_.root ? block_ - own : block_;
+    }
+    case Kind::AllgatherV: return own_block(offsets_) * peers;
+    case Kind::ReduceScatterV:
+    case Kind::AlltoallV: return offsets_.back() - own_block(offsets_);
+    default: return block_ * peers;  // allgather, reduce_scatter, alltoall
+  }
 }
 
 bool LocalCopy::round(Transport& t, MailboxCall& call) {
@@ -160,6 +239,7 @@ void LocalCopy::copy_from_peers() {
     case Kind::Alltoall: {
       // In place a peer still reads block q of this buffer, where block q from it lands: stage.
       const bool in_place = send == recv;
+      staged_ = in_place;
       if (in_place) scratch_ = scratch_buffer(p * block_);
       std::byte* into = in_place ? scratch_.get() : recv;
       if (!in_place) std::memcpy(recv + me * block_, send + me * block_, block_);
@@ -175,40 +255,63 @@ void LocalCopy::copy_from_peers() {
       if (c.count != 0) reduce_block(c.offset * elem, recv + c.offset * elem, c.count * elem);
       break;
     }
+    case Kind::Reduce:
+    case Kind::Gather:
+    case Kind::Scatter: copy_rooted(); break;
+    case Kind::AllgatherV:
+    case Kind::ReduceScatterV:
+    case Kind::AlltoallV: copy_v(); break;
+  }
+}
+
+void LocalCopy::gather_reduced() {
+  // Allreduce: every rank reads every peer's reduced chunk from its output; reduce: the root
+  // reads them from the peers' scratch (published as their receive address), at its start.
+  if (kind_ == Kind::Reduce && group().rank != b_.root) return;
+  const int p = group().size();
+  const std::size_t elem = kernels::dtype_size(b_.dtype);
+  auto* recv = static_cast<std::byte*>(b_.recv);
+  for (int k = 1; k < p && block_ != 0; ++k) {
+    const int q = (group().rank + k) % p;
+    const Part c = part(b_.count, static_cast<std::size_t>(p), static_cast<std::size_t>(q));
+    const std::uint64_t at = kind_ == Kind::Reduce ? 0 : c.offset * elem;
+    if (c.count != 0) {
+      read(q, published(q, 1) + at, recv + c.offset * elem, c.count * elem, true);
+    }
   }
 }
 
 bool LocalCopy::advance(Transport& t) {
   if (!copied_) {
+    if (kind_ == Kind::Reduce && group().rank != b_.root && !result_) {
+      // A non-root's reduced chunk lives here until the root has read it: published as its
+      // receive address.
+      const auto p = static_cast<std::size_t>(group().size());
+      const Part c = part(b_.count, p, static_cast<std::size_t>(group().rank));
+      result_ = scratch_buffer(std::max<std::size_t>(c.count * kernels::dtype_size(b_.dtype), 1));
+      words_[1] = address(result_.get());
+    }
     if (!round(t, publish_)) return false;
-    if (block_ != 0) copy_from_peers();
+    if (block_ != 0 || is_v()) copy_from_peers();  // the v forms skip their empty blocks
     copied_ = true;
   }
-  if (reduced_ && !gathered_) {  // allreduce: every chunk reduced, then gather them
+  if (reduced_ && !gathered_) {  // allreduce, reduce: every chunk reduced, then gather them
     if (!round(t, *reduced_)) return false;
-    const int p = group().size();
-    const std::size_t elem = kernels::dtype_size(b_.dtype);
-    auto* recv = static_cast<std::byte*>(b_.recv);
-    for (int k = 1; k < p && block_ != 0; ++k) {
-      const int q = (group().rank + k) % p;
-      const Part c = part(b_.count, static_cast<std::size_t>(p), static_cast<std::size_t>(q));
-      if (c.count != 0) {
-        read(q, published(q, 1) + c.offset * elem, recv + c.offset * elem, c.count * elem, true);
-      }
-    }
+    gather_reduced();
     gathered_ = true;
   }
   if (!round(t, done_)) return false;
-  if (kind_ == Kind::Alltoall && scratch_) {  // in place: every peer has read this buffer
+  if (staged_) {  // in-place alltoall(_v): every peer has read this buffer
     auto* recv = static_cast<std::byte*>(b_.recv);
     for (int q = 0; q < group().size(); ++q) {
-      if (q != group().rank) std::memcpy(recv + q * block_, scratch_.get() + q * block_, block_);
+      if (q == group().rank) continue;
+      const auto i = static_cast<std::size_t>(q);
+      const std::size_t at = kind_ == Kind::AlltoallV ? recv_offsets_[i] : i * block_;
+      const std::size_t len = kind_ == Kind::AlltoallV ? recv_offsets_[i + 1] - at : block_;
+      std::memcpy(recv + at, scratch_.get() + at, len);
     }
   }
-  // What the peers read from this rank.
-  const bool sends = kind_ != Kind::Broadcast || group().rank == b_.root;
-  const std::size_t shared = kind_ == Kind::Allreduce ? block_ / group().size() * 2 : block_;
-  count_sent(sends ? shared * static_cast<std::size_t>(group().size() - 1) : 0);
+  count_sent(read_from_here());
   return true;
 }
 

@@ -44,15 +44,15 @@ constexpr std::array kAlgorithms = {
     // Compressed only between sites: which ranks share a site is not in the codec spec.
     AlgorithmInfo{"allreduce_compressed", "hierarchical", 8, false, Choice::Codec, true},
     AlgorithmInfo{"broadcast", "binomial", 9, false, Choice::Rules, true},
-    AlgorithmInfo{"reduce", "binomial", 10},
-    AlgorithmInfo{"gather", "binomial", 11},
-    AlgorithmInfo{"scatter", "binomial", 12},
+    AlgorithmInfo{"reduce", "binomial", 10, false, Choice::Rules, true},
+    AlgorithmInfo{"gather", "binomial", 11, false, Choice::Rules, true},
+    AlgorithmInfo{"scatter", "binomial", 12, false, Choice::Rules, true},
     AlgorithmInfo{"allgather", "ring", 13, false, Choice::Rules, true},
-    AlgorithmInfo{"allgather_v", "ring", 14},
+    AlgorithmInfo{"allgather_v", "ring", 14, false, Choice::Rules, true},
     AlgorithmInfo{"reduce_scatter", "ring", 15, false, Choice::Rules, true},
-    AlgorithmInfo{"reduce_scatter_v", "ring", 16},
+    AlgorithmInfo{"reduce_scatter_v", "ring", 16, false, Choice::Rules, true},
     AlgorithmInfo{"alltoall", "pairwise", 17, false, Choice::Rules, true},
-    AlgorithmInfo{"alltoall_v", "pairwise", 18},
+    AlgorithmInfo{"alltoall_v", "pairwise", 18, false, Choice::Rules, true},
     AlgorithmInfo{"barrier", "dissemination", 19},
     AlgorithmInfo{"send", "point_to_point", 20},
     AlgorithmInfo{"recv", "point_to_point", 21},
@@ -65,6 +65,15 @@ constexpr std::array kAlgorithms = {
     // The same for allreduce (reduce-scatter and allgather by reads): by rule only; with buffers
     // from Communicator::alloc it reads peers' data in place (comm/symmetric_memory.h).
     AlgorithmInfo{"allreduce", "single_copy", 28, false, Choice::Rules, true},
+    // The rooted and v forms the same way. allgather_v's and reduce_scatter_v's rules see the mean
+    // block (the counts agree on every rank); alltoall_v's see 0 bytes, as its ranks share no
+    // size (Communicator::prepare).
+    AlgorithmInfo{"reduce", "single_copy", 29, false, Choice::Rules, true},
+    AlgorithmInfo{"gather", "single_copy", 30, false, Choice::Rules, true},
+    AlgorithmInfo{"scatter", "single_copy", 31, false, Choice::Rules, true},
+    AlgorithmInfo{"allgather_v", "single_copy", 32, false, Choice::Rules, true},
+    AlgorithmInfo{"reduce_scatter_v", "single_copy", 33, false, Choice::Rules, true},
+    AlgorithmInfo{"alltoall_v", "single_copy", 34, false, Choice::Rules, true},
 };
 
 // The built-in choices, from f32 sum allreduces timed with `strait run -n 2` and `-n 4` on the
@@ -102,6 +111,17 @@ constexpr std::array kAlgorithms = {
 // load the binomial broadcast (one message, read once by the transport) measured as fast or
 // faster (2 ranks, 1-256 MiB, strait-bench --bound, load 8-16), and the allreduce pays off with
 // buffers from Communicator::alloc, which the table cannot see.
+// Gather and scatter between ranks on one host read in place from 64 KiB of a block too, reduce
+// from 64 KiB to 16 MiB of the vector; allgather_v and reduce_scatter_v from 64 KiB of the mean
+// block with 3 ranks or more (allgather_v up to 16 MiB). From strait-bench A/B runs against the
+// binomial trees and rings, 2 and 4 ranks, 64 KiB - 64 MiB, alternating, on the loaded 2-core
+// machine (load 7-11; medians of 5 and 3 runs; to be re-measured on a quiet one): gather and
+// scatter faster in median at all but one size per rank count (1.1-7x, 100x where the tree hit
+// scheduling stalls); reduce 1.5-12x up to 4 MiB with 2 ranks, 0.65-3.7x with 4, but 0.6-0.8x
+// from 16 MiB with 2; the v forms 1.1-30x with 4 ranks, while with 2 (one exchange each way,
+// the ring's messages themselves single copy in the transport) up to 3x slower in median from
+// 256 KiB to 4 MiB. alltoall_v's rules see no size (Communicator::prepare): by rule only, though
+// it measured 1.25-11x faster with 4 ranks from 64 KiB.
 constexpr std::string_view kDefaultRules =
     "allreduce:0-8249:recursive_doubling;"
     "allreduce:8249-1M:ring@seg=8K;"
@@ -111,7 +131,12 @@ constexpr std::string_view kDefaultRules =
     "allreduce:sites=2-inf:8249-inf:hierarchical@seg=1M;"
     "allgather:64K-inf:single_copy;"
     "reduce_scatter:64K-inf:single_copy;"
-    "alltoall:64K-inf:single_copy";
+    "alltoall:64K-inf:single_copy;"
+    "gather:64K-inf:single_copy;"
+    "scatter:64K-inf:single_copy;"
+    "reduce:64K-16M:single_copy;"
+    "allgather_v:ranks=3-inf:64K-16M:single_copy;"
+    "reduce_scatter_v:ranks=3-inf:64K-inf:single_copy";
 
 constexpr std::string_view kSyntax =
     "rules look like collective[:ranks=LO-HI][:sites=LO-HI][:LO-HI]:algorithm[@seg=SIZE], "
@@ -481,6 +506,7 @@ AlgorithmTable AlgorithmTable::parse_json(std::string_view text, std::string_vie
     if (algorithm.empty() && !seg.empty()) {
       throw bad(fmt::format("{} has \"seg\" but no \"algorithm\" it could apply to", where));
     }
+
     // A codec-only rule borrows the collective's first algorithm to get through the one parser,
     // then drops it: such a rule must not change which algorithm plain collectives run.
     const bool codec_only = algorithm.empty();
@@ -499,6 +525,14 @@ AlgorithmTable AlgorithmTable::parse_json(std::string_view text, std::string_vie
     rule += ":" + algorithm;
     if (!seg.empty()) rule += "@seg=" + seg;
     SelectionRule parsed = parse_rule(fmt::format("{} {}", source, where), rule);
+    // Only allreduce_compressed asks for a codec (choose_codec("allreduce", ...)): a codec on
+    // another (known: parse_rule names an unknown one) collective would be ignored silently.
+    if (!codec.empty() && parsed.collective != "allreduce") {
+      throw bad(
+          fmt::format("{} gives collective \"{}\" a codec: codecs are chosen for "
+                      "\"allreduce\" only (allreduce_compressed)",
+                      where, parsed.collective));
+    }
     if (codec_only) parsed.selection = Selection{};
     parsed.codec = std::move(codec);
     table.add(std::move(parsed));

@@ -36,7 +36,8 @@
 // takes seg=, how it is chosen) and its constructor in the same place of
 // comm/algorithm_registry.cpp's (comm/algorithm_registry.h); Communicator::post builds the chosen
 // row. Rules name the collectives whose algorithm they choose (Choice::Rules: allreduce,
-// broadcast, allgather, reduce_scatter, alltoall). Errors:
+// broadcast, allgather, reduce_scatter, alltoall, reduce, gather, scatter and the v forms).
+// Errors:
 // InvalidArgument naming the bad token (and where it came from) and listing what is valid.
 // Thread-safety: tables are values; const members may be called from any thread.
 #pragma once

@@ -237,7 +237,16 @@ TEST(BenchBound, BytesMovedPerRankAndTheBusbwTheyAllow) {
   EXPECT_DOUBLE_EQ(moved("alltoall", 2, true), d);
   EXPECT_DOUBLE_EQ(moved("broadcast", 4, true), 2 * d);
   EXPECT_DOUBLE_EQ(moved("sendrecv", 2, false), 2 * d);
-  EXPECT_FALSE(bench::bytes_moved_per_rank("gather", n, 2, false));
+  // gather: the root as allgather; scatter: every rank its block (2 n / P); the v forms (with
+  // equal counts in strait-bench) as their plain forms.
+  EXPECT_DOUBLE_EQ(moved("gather", 2, false), 2 * d);
+  EXPECT_DOUBLE_EQ(moved("gather", 4, true), 1.5 * d);
+  EXPECT_DOUBLE_EQ(moved("scatter", 2, false), d);
+  EXPECT_DOUBLE_EQ(moved("scatter", 4, true), d / 2);
+  EXPECT_DOUBLE_EQ(moved("allgather_v", 4, true), moved("allgather", 4, true));
+  EXPECT_DOUBLE_EQ(moved("reduce_scatter_v", 4, false), moved("reduce_scatter", 4, false));
+  EXPECT_DOUBLE_EQ(moved("alltoall_v", 2, false), moved("alltoall", 2, false));
+  EXPECT_FALSE(bench::bytes_moved_per_rank("barrier", n, 2, false));
 
   EXPECT_NEAR(bench::bound_busbw_gbs(n, moved("allreduce", 2, false), 1.0, 10.0), 8.0, 1e-9);
   // reduce_scatter, 2 ranks: 1.5 n at 20 GB/s, busbw factor 1/2.

@@ -23,8 +23,10 @@
 //   comm_worker mismatch_large  rank 1 allreduces kLarge + 1 elements, the others kLarge.
 //   comm_worker stop_short / kill_short  the loops of stop and kill_loop with 16-element vectors,
 //                           which ranks on one host exchange through their shared-memory mailbox.
-// COMM_WORKER_COLLECTIVE=reduce_scatter|allgather|broadcast|alltoall runs that collective instead
-// of the allreduce in kill_loop, stop and mismatch_large (count elements per block, root 0).
+// COMM_WORKER_COLLECTIVE=reduce_scatter|allgather|broadcast|alltoall|reduce|gather|scatter|
+// allgather_v|reduce_scatter_v|alltoall_v runs that collective instead of the allreduce in
+// kill_loop, stop and mismatch_large (count elements per block, root 0; the v forms with count
+// for every rank, so rank 1's mismatch shows in every count).
 // The loops' failure lines say how many bytes this rank's peers copied straight from its memory
 // (CommStats::single_copy_bytes), so a test can tell that the single-copy path was taken.
 //   comm_worker nan         rank 1's input to an int8 allreduce_compressed holds a NaN, which it
@@ -222,6 +224,21 @@ void run_collective(Communicator& world, std::vector<float>& buf, std::vector<fl
     world.broadcast(buf.data(), count, DType::F32, 0);
   } else if (name == "alltoall") {
     world.alltoall(buf.data(), out.data(), count, DType::F32);
+  } else if (name == "reduce") {
+    world.reduce(buf.data(), out.data(), count, DType::F32, op, 0);
+  } else if (name == "gather") {
+    world.gather(buf.data(), out.data(), count, DType::F32, 0);
+  } else if (name == "scatter") {
+    world.scatter(buf.data(), out.data(), count, DType::F32, 0);
+  } else if (name == "allgather_v" || name == "reduce_scatter_v" || name == "alltoall_v") {
+    const std::vector<std::size_t> counts(n, count);
+    if (name == "allgather_v") {
+      world.allgather_v(buf.data(), out.data(), counts, DType::F32);
+    } else if (name == "reduce_scatter_v") {
+      world.reduce_scatter_v(buf.data(), out.data(), counts, DType::F32, op);
+    } else {
+      world.alltoall_v(buf.data(), counts, out.data(), counts, DType::F32);
+    }
   } else {
     throw Error(ErrorCode::InvalidArgument, "COMM_WORKER_COLLECTIVE: unknown collective " + name);
   }

@@ -266,6 +266,8 @@ TEST(SelectionJson, BadCodecRulesAreInvalidArgumentNamingTheRule) {
   msg = json_error(R"({"rules": [{"collective": "allreduce", "codec": "int8", "seg": "8K"}]})");
   EXPECT_TRUE(contains(msg, "\"seg\" but no \"algorithm\"")) << msg;
   msg = json_error(R"({"rules": [{"collective": "gather", "codec": "int8"}]})");
+  EXPECT_TRUE(contains(msg, "codecs are chosen for \"allreduce\" only")) << msg;
+  msg = json_error(R"({"rules": [{"collective": "gatherx", "codec": "int8"}]})");
   EXPECT_TRUE(contains(msg, "unknown collective")) << msg;
 }
 

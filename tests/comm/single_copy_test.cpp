@@ -335,7 +335,10 @@ std::string run_all(int world, bool on, Body body) {
         // buffers in place without messages (local_copy_test.cpp).
         auto table = std::make_shared<AlgorithmTable>(AlgorithmTable::defaults());
         table->append(AlgorithmTable::parse(
-            "broadcast:binomial;allgather:ring;reduce_scatter:ring;alltoall:pairwise", "test"));
+            "broadcast:binomial;allgather:ring;reduce_scatter:ring;alltoall:pairwise;"
+            "reduce:binomial;gather:binomial;scatter:binomial;allgather_v:ring;"
+            "reduce_scatter_v:ring;alltoall_v:pairwise",
+            "test"));
         o.algorithms = std::move(table);
         return o;
       },
