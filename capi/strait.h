@@ -355,9 +355,11 @@ STRAIT_C_EXPORT straitResult_t straitCommGetStats(straitComm_t comm, straitStats
  * Buffers that every rank of comm on this host maps once (memfd-backed, shared with the local
  * peers; comm/symmetric_memory.h): a host collective whose buffers come from here reads and
  * reduces the peers' data straight out of its mappings, with no per-call pinning, system call or
- * staging copy (straitStats_t.symmetricBytes counts those bytes). The single-copy algorithms take
- * allgather, reduce-scatter and alltoall from 64 KiB a block by default; allreduce and broadcast
- * take them by rule (straitConfig_t.tune or STRAIT_TUNE, e.g. "allreduce:1M-inf:single_copy").
+ * staging copy (straitStats_t.symmetricBytes counts those bytes): the single-copy algorithms
+ * (allgather, reduce-scatter, alltoall, gather, scatter, reduce from 64 KiB a block by default),
+ * and every other algorithm's large messages between local ranks (the 2-rank ring allreduce, the
+ * broadcast tree). From 3 ranks allreduce takes the mailbox, which copies each vector into shared
+ * slots; "allreduce:1M-inf:single_copy" (straitConfig_t.tune or STRAIT_TUNE) reads in place there.
  * Ordinary memory keeps working everywhere, mixed freely with these buffers per rank; where comm's
  * ranks are on several hosts the buffers are ordinary memory. nccl.h's ncclMemAlloc / ncclMemFree,
  * but with the communicator, because allocation is collective. */

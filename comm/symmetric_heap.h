@@ -5,6 +5,8 @@
 // progress engine's).
 #pragma once
 
+#include <sys/types.h>
+
 #include <atomic>
 #include <chrono>
 #include <cstddef>
@@ -50,9 +52,13 @@ class SymmetricMemory : public std::enable_shared_from_this<SymmetricMemory> {
     std::uint64_t id = 0;
     std::uint64_t address = 0;  // in the owner's address space
     std::size_t bytes = 0;
-    void* mapped = nullptr;  // here
-    int fd = -1;             // this rank's memfd (own entry only)
+    void* mapped = nullptr;    // here
+    int fd = -1;               // this rank's memfd (own entry only)
+    pid_t pid = 0;             // the owner's process (0: this one)
+    std::uint64_t serial = 0;  // the owner's name for it in the transport's table (peer_memory.h)
   };
+  // Unregisters `e` from the transport's table and unmaps it.
+  static void unmap(const Entry& e) noexcept;
   int rank_;
   int size_;
   mutable std::mutex mutex_;

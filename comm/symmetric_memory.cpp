@@ -54,19 +54,27 @@ void SymmetricBuffer::reset() noexcept {
   bytes_ = 0;
 }
 
-SymmetricMemory::~SymmetricMemory() {
-  for (const Entry& e : entries_) {
-    ::munmap(e.mapped, e.bytes);
-    if (e.fd >= 0) ::close(e.fd);
+void SymmetricMemory::unmap(const Entry& e) noexcept {
+  if (e.serial != 0) {
+    if (e.pid == 0) {
+      unregister_own(e.serial);
+    } else {
+      unregister_peer(e.pid, e.serial);
+    }
   }
+  ::munmap(e.mapped, e.bytes);
+  if (e.fd >= 0) ::close(e.fd);
+}
+
+SymmetricMemory::~SymmetricMemory() {
+  for (const Entry& e : entries_) unmap(e);
 }
 
 void SymmetricMemory::release(std::uint64_t id) noexcept {
   const std::lock_guard lock(mutex_);
   std::erase_if(entries_, [id](const Entry& e) {
     if (e.id != id) return false;
-    ::munmap(e.mapped, e.bytes);
-    if (e.fd >= 0) ::close(e.fd);
+    unmap(e);
     return true;
   });
 }
@@ -117,31 +125,31 @@ SymmetricBuffer SymmetricMemory::allocate(Store& store, const std::string& prefi
     ::close(fd);
     throw e;
   }
-  std::vector<Entry> got{Entry{rank_, id, reinterpret_cast<std::uintptr_t>(mine), bytes, mine, fd}};
-  // Whatever fails below leaves nothing mapped.
+  // Peers' messages from this buffer name it by this serial to the transport (peer_memory.h).
+  std::vector<Entry> got{Entry{rank_, id, reinterpret_cast<std::uintptr_t>(mine), bytes, mine, fd,
+                               0, register_own(mine, bytes)}};
+  // Whatever fails below leaves nothing mapped (peers' mappings are registered only at the end).
   const auto undo = [&] {
-    for (const Entry& e : got) {
-      ::munmap(e.mapped, e.bytes);
-      if (e.fd >= 0) ::close(e.fd);
-    }
+    for (const Entry& e : got) unmap(e);
   };
   try {
     store.set(fmt::format("{}/{}", key, rank_),
-              fmt::format("{} {} {} {}", ::getpid(), fd, got[0].address, bytes));
+              fmt::format("{} {} {} {} {}", ::getpid(), fd, got[0].address, bytes, got[0].serial));
     // Every rank's size first: ranks that disagree then all fail alike, before any takes a
     // descriptor that a failing peer may already have closed.
     struct Peer {
+      pid_t pid = 0;
       int fd = -1;
       std::uint64_t address = 0;
+      std::uint64_t serial = 0;
     };
     std::vector<Peer> peers(static_cast<std::size_t>(size_));
     for (int r = 0; r < size_; ++r) {
       if (r == rank_) continue;
       std::istringstream in(store.get_string(fmt::format("{}/{}", key, r), timeout));
-      pid_t pid = 0;
       std::size_t their_bytes = 0;
       Peer& peer = peers[static_cast<std::size_t>(r)];
-      in >> pid >> peer.fd >> peer.address >> their_bytes;
+      in >> peer.pid >> peer.fd >> peer.address >> their_bytes >> peer.serial;
       if (their_bytes != bytes) {
         throw Error(ErrorCode::InvalidArgument,
                     fmt::format("alloc #{}: rank {} asked for {} bytes, this rank {}: every rank "
@@ -157,7 +165,7 @@ SymmetricBuffer SymmetricMemory::allocate(Store& store, const std::string& prefi
       void* theirs = ::mmap(nullptr, bytes, PROT_READ, MAP_SHARED, taken, 0);
       ::close(taken);
       if (theirs == MAP_FAILED) throw fail(fmt::format("mapping rank {}'s buffer", r));
-      got.push_back(Entry{r, id, peer.address, bytes, theirs, -1});
+      got.push_back(Entry{r, id, peer.address, bytes, theirs, -1, peer.pid, peer.serial});
     }
     // Every rank has taken every descriptor before any may free its buffer.
     store.set(fmt::format("{}/mapped/{}", key, rank_), "1");
@@ -166,6 +174,11 @@ SymmetricBuffer SymmetricMemory::allocate(Store& store, const std::string& prefi
   } catch (...) {
     undo();
     throw;
+  }
+  for (const Entry& e : got) {
+    if (e.pid != 0 && e.serial != 0) {
+      register_peer(e.pid, e.serial, e.address, e.bytes, e.mapped, &in_place_);
+    }
   }
   {
     const std::lock_guard lock(mutex_);

@@ -7,11 +7,14 @@
 // Communicator::alloc(bytes) is collective: every rank calls it with the same size, in the same
 // order. Each rank creates a memfd (anonymous: it has no name to leak and goes with the last
 // process that maps it, so a buffer never outlives the job), maps it read-write, publishes
-// "pid fd address bytes" in the store; every peer takes the descriptor with pidfd_getfd(2) (the
-// permission the mailbox already needed) and maps it read-only. Allocation n gets id n on every
-// rank. A collective publishes, next to each buffer's address, the id of the symmetric buffer
-// that holds it (0: ordinary memory); a peer that has that id mapped reads in place, any other
-// read falls back to process_vm_readv, so symmetric and ordinary buffers mix freely, per rank.
+// "pid fd address bytes serial" in the store; every peer takes the descriptor with pidfd_getfd(2)
+// (the permission the mailbox already needed) and maps it read-only. Allocation n gets id n on
+// every rank. A single-copy collective publishes, next to each buffer's address, the id of the
+// symmetric buffer that holds it (0: ordinary memory); a peer that has that id mapped reads in
+// place, any other read falls back to process_vm_readv, so symmetric and ordinary buffers mix
+// freely, per rank. The transport does the same for every other algorithm (the ring, the trees):
+// a large message between local ranks names its buffer's serial, and a receiver that maps it
+// copies from the mapping (comm/transport/peer_memory.h).
 // A SymmetricBuffer's destructor unmaps this rank's buffer and its mappings of the peers' buffers
 // of the same allocation (not collective: a peer still publishing that id is then read with
 // process_vm_readv). A dead peer is still found by the collectives' pidfd checks.

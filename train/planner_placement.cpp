@@ -87,6 +87,7 @@ std::vector<std::vector<int>> candidate_placements(const Plan& p, const PlanRequ
   std::set<std::vector<RankClass>> seen;
   const auto classes = [&](const std::vector<int>& placement) {
     std::vector<RankClass> c;
+    c.reserve(static_cast<std::size_t>(n));
     for (int i = 0; i < n; ++i)
       c.push_back(class_of(r, placement_rank(placement, P, i / P, i % P)));
     return c;
@@ -102,7 +103,8 @@ std::vector<std::vector<int>> candidate_placements(const Plan& p, const PlanRequ
         for (int s = 0; s < P; ++s) {
           const auto& g = groups[static_cast<std::size_t>(o[static_cast<std::size_t>(s)])];
           for (int k = 0; k < R; ++k) {
-            placement[static_cast<std::size_t>(k * P + s)] = g[static_cast<std::size_t>(k)];
+            placement[static_cast<std::size_t>(k) * static_cast<std::size_t>(P) +
+                      static_cast<std::size_t>(s)] = g[static_cast<std::size_t>(k)];
           }
         }
         if (seen.insert(classes(placement)).second) out.push_back(std::move(placement));

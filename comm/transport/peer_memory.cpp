@@ -6,12 +6,102 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstring>
 #include <fstream>
+#include <mutex>
+#include <vector>
 
 namespace strait::comm {
 
-PeerRead read_peer_memory(pid_t pid, std::uint64_t remote, void* local, std::size_t len) noexcept {
+namespace {
+
+struct Mapped {
+  pid_t pid = 0;  // 0: this process's own buffer
+  std::uint64_t serial = 0;
+  std::uint64_t address = 0;  // in the owner's address space
+  std::size_t bytes = 0;
+  const std::byte* mapped = nullptr;
+  std::atomic<std::uint64_t>* read_in_place = nullptr;
+};
+
+struct MappedTable {
+  std::mutex mutex;
+  std::vector<Mapped> entries;
+  std::uint64_t next_serial = 1;
+};
+
+// Process-wide, as pids and serials are, and never destroyed: a communicator released during
+// static destruction still unregisters its buffers.
+union Forever {
+  MappedTable table;
+  Forever() : table() {}
+  Forever(const Forever&) = delete;
+  Forever& operator=(const Forever&) = delete;
+  Forever(Forever&&) = delete;
+  Forever& operator=(Forever&&) = delete;
+  ~Forever() {}  // NOLINT(modernize-use-equals-default): a union's member is not destroyed
+};
+
+MappedTable& table() {
+  static Forever t;
+  return t.table;
+}
+
+}  // namespace
+
+std::uint64_t register_own(const void* p, std::size_t bytes) {
+  MappedTable& t = table();
+  const std::lock_guard lock(t.mutex);
+  const std::uint64_t serial = t.next_serial++;
+  t.entries.push_back(Mapped{0, serial, reinterpret_cast<std::uintptr_t>(p), bytes,
+                             static_cast<const std::byte*>(p), nullptr});
+  return serial;
+}
+
+void unregister_own(std::uint64_t serial) noexcept {
+  unregister_peer(0, serial);
+}
+
+std::uint64_t own_serial_of(const void* p, std::size_t len) noexcept {
+  const auto a = reinterpret_cast<std::uintptr_t>(p);
+  MappedTable& t = table();
+  const std::lock_guard lock(t.mutex);
+  for (const Mapped& e : t.entries) {
+    if (e.pid == 0 && a >= e.address && a + len <= e.address + e.bytes) return e.serial;
+  }
+  return 0;
+}
+
+void register_peer(pid_t pid, std::uint64_t serial, std::uint64_t address, std::size_t bytes,
+                   const void* mapped, std::atomic<std::uint64_t>* read_in_place) {
+  MappedTable& t = table();
+  const std::lock_guard lock(t.mutex);
+  t.entries.push_back(
+      Mapped{pid, serial, address, bytes, static_cast<const std::byte*>(mapped), read_in_place});
+}
+
+void unregister_peer(pid_t pid, std::uint64_t serial) noexcept {
+  MappedTable& t = table();
+  const std::lock_guard lock(t.mutex);
+  std::erase_if(t.entries, [&](const Mapped& e) { return e.pid == pid && e.serial == serial; });
+}
+
+PeerRead read_peer_memory(pid_t pid, std::uint64_t remote, void* local, std::size_t len,
+                          std::uint64_t serial) noexcept {
+  if (serial != 0 && pid != 0) {
+    MappedTable& t = table();
+    const std::lock_guard lock(t.mutex);
+    for (const Mapped& e : t.entries) {
+      if (e.pid == pid && e.serial == serial && remote >= e.address &&
+          remote + len <= e.address + e.bytes) {
+        std::memcpy(local, e.mapped + (remote - e.address), len);
+        if (e.read_in_place != nullptr) e.read_in_place->fetch_add(len);
+        return PeerRead{len, 0};
+      }
+    }
+  }
   PeerRead r;
   auto* out = static_cast<std::byte*>(local);
   while (r.bytes < len) {

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cstring>
 #include <fstream>
 #include <memory>
@@ -279,6 +280,63 @@ TEST_P(Symmetric, EveryCollectiveReadsSymmetricBuffersInPlace) {
     }
     EXPECT_EQ(comm.stats().symmetric_bytes - before, 2 * (np - 1) * block);
   });
+}
+
+// Algorithms that go through the transport (here the ring) read a peer's large messages from
+// their mapping too when they lie in a symmetric buffer (comm/transport/peer_memory.h). Ranks are
+// threads of one process here, whose one table of mappings may count a read to any rank's
+// communicator: the test sums over ranks.
+TEST(SymmetricTransport, TheRingReadsSymmetricBuffersInPlaceAndMatchesTheDoubleReference) {
+  constexpr int kRanks = 2;
+  constexpr std::size_t n = 1'000'003;  // 2 chunks of ~2 MB, 1 MiB segments: single-copy messages
+  std::atomic<std::uint64_t> in_place{0};
+  std::atomic<std::uint64_t> mixed_in_place{0};
+  testing::run_ranks_with(
+      kRanks,
+      [](int) {
+        CommOptions o = testing::options_with_timeout(testing::kTestTimeout);
+        o.algorithms = std::make_shared<const AlgorithmTable>(
+            AlgorithmTable::parse("allreduce:ring@seg=1M", "test"));
+        return o;
+      },
+      [&](Communicator& comm) {
+        const int r = comm.rank();
+        SymmetricBuffer x = comm.alloc(n * sizeof(float));
+        SymmetricBuffer y = comm.alloc(n * sizeof(float));
+        const Buffer in = make_input(DType::F32, ReduceOp::Sum, 950, r, n);
+        std::memcpy(x.data(), in.data(), in.size());
+        comm.barrier();
+        const std::uint64_t before = comm.stats().symmetric_bytes;
+        Work w = comm.iallreduce(x.data(), y.data(), n, DType::F32, ReduceOp::Sum);
+        EXPECT_TRUE(contains(w.description(), "ring")) << w.description();
+        w.wait();
+        comm.barrier();
+        in_place += comm.stats().symmetric_bytes - before;
+        const auto wrong = check_reduced("allreduce (ring)", DType::F32, ReduceOp::Sum, 950, kRanks,
+                                         static_cast<const std::byte*>(y.data()), 0, n);
+        EXPECT_FALSE(wrong) << *wrong;
+        // Rank 1 sends from ordinary memory: what it sends is read with process_vm_readv.
+        const Buffer plain = make_input(DType::F32, ReduceOp::Sum, 951, r, n);
+        if (r == 0) std::memcpy(x.data(), plain.data(), plain.size());
+        Buffer out(plain.size());
+        comm.barrier();
+        const std::uint64_t before_mixed = comm.stats().symmetric_bytes;
+        comm.allreduce(r == 0 ? x.data() : static_cast<const void*>(plain.data()),
+                       r == 0 ? y.data() : static_cast<void*>(out.data()), n, DType::F32,
+                       ReduceOp::Sum);
+        comm.barrier();
+        mixed_in_place += comm.stats().symmetric_bytes - before_mixed;
+        const auto wrong_mixed =
+            check_reduced("allreduce (ring, mixed)", DType::F32, ReduceOp::Sum, 951, kRanks,
+                          r == 0 ? static_cast<const std::byte*>(y.data()) : out.data(), 0, n);
+        EXPECT_FALSE(wrong_mixed) << *wrong_mixed;
+        comm.barrier();
+      });
+  // Each rank receives the other's chunk (reduce-scatter) and then its reduced chunk (allgather):
+  // every element once, all of it from symmetric buffers.
+  EXPECT_EQ(in_place.load(), kRanks * n * sizeof(float));
+  // Only what rank 0 sends: rank 1's chunk of its input, and its own reduced chunk.
+  EXPECT_EQ(mixed_in_place.load(), n * sizeof(float));
 }
 
 TEST(SymmetricLifetime, AFreedBufferLeavesNoMappingAndSizesMustAgree) {

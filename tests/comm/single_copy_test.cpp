@@ -300,7 +300,7 @@ TEST(SingleCopyTransport, AThresholdBelowTheAnnouncementIsRejected) {
     ADD_FAILURE() << "a 16-byte threshold was accepted";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::InvalidArgument);
-    EXPECT_NE(std::string(e.what()).find("at least 32"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("at least 40"), std::string::npos) << e.what();
   }
 }
 

@@ -1,5 +1,6 @@
 // UcxTransport's single-copy path between ranks on one host: the sender announces a message,
-// the receiver reads it straight from the sender's memory (process_vm_readv) and answers "done".
+// the receiver reads it straight from the sender's memory (process_vm_readv; a memcpy from its
+// mapping when the message lies in a symmetric buffer it maps) and answers "done".
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
@@ -27,9 +28,9 @@ RequestPtr UcxTransport::post_single_copy(int peer, Tag tag, const void* buf, st
   if (++next_token_ == 0) ++next_token_;  // 0 marks a free slot
   const std::uint64_t token = next_token_;
   slots_[slot].store(token, std::memory_order_release);
-  auto msg =
-      std::make_shared<Announcement>(Announcement{reinterpret_cast<std::uintptr_t>(buf), len, token,
-                                                  reinterpret_cast<std::uintptr_t>(&slots_[slot])});
+  auto msg = std::make_shared<Announcement>(
+      Announcement{reinterpret_cast<std::uintptr_t>(buf), len, token,
+                   reinterpret_cast<std::uintptr_t>(&slots_[slot]), own_serial_of(buf, len)});
   auto done = std::make_shared<std::uint64_t>(0);
   SingleCopySend s;
   s.whole = std::make_shared<TransportRequest>();
@@ -144,7 +145,8 @@ bool UcxTransport::read_piece(PeerReadJob& job) {
     for (std::size_t done = 0; done < n;) {
       const std::size_t m = std::min(kReducePiece, n - done);
       const std::size_t at = job.offset + done;
-      const PeerRead r = read_peer_memory(peer.pid, job.msg.address + at, reduce_piece_.get(), m);
+      const PeerRead r =
+          read_peer_memory(peer.pid, job.msg.address + at, reduce_piece_.get(), m, job.msg.serial);
       if (r.error != 0) {
         fail_read(job,
                   fmt::format("reading its message from its memory failed after {} of {} bytes: {}",
@@ -159,8 +161,8 @@ bool UcxTransport::read_piece(PeerReadJob& job) {
     }
     job.offset += n;
   } else if (n > 0) {
-    const PeerRead r =
-        read_peer_memory(peer.pid, job.msg.address + job.offset, job.dst + job.offset, n);
+    const PeerRead r = read_peer_memory(peer.pid, job.msg.address + job.offset,
+                                        job.dst + job.offset, n, job.msg.serial);
     if (r.error != 0) {
       fail_read(job,
                 fmt::format("reading its message from its memory failed after {} of {} bytes: {}",

@@ -85,7 +85,8 @@ class UcxTransport final : public Transport {
     std::uint64_t address = 0;
     std::uint64_t length = 0;
     std::uint64_t token = 0;
-    std::uint64_t slot = 0;  // address of a word that holds `token` while the send is live
+    std::uint64_t slot = 0;    // address of a word that holds `token` while the send is live
+    std::uint64_t serial = 0;  // the symmetric buffer holding the message (peer_memory.h), or 0
   };
 
   // `streams`: 1 .. kMaxLanes connections per peer on another host (see above).
