@@ -406,5 +406,10 @@ int bench_main(int argc, char** argv) {
 }  // namespace strait::bench
 
 int main(int argc, char** argv) {
-  return strait::bench::bench_main(argc, argv);
+  try {
+    return strait::bench::bench_main(argc, argv);
+  } catch (...) {  // bench_main reports its own errors; this is what escapes that (bad_alloc)
+    std::fputs("strait-bench: out of memory or an unexpected error\n", stderr);
+    return 1;
+  }
 }

@@ -82,6 +82,9 @@ class FlightRecorder {
                  std::uint64_t generation);
   FlightRecorder(const FlightRecorder&) = delete;
   FlightRecorder& operator=(const FlightRecorder&) = delete;
+  FlightRecorder(FlightRecorder&&) = delete;
+  FlightRecorder& operator=(FlightRecorder&&) = delete;
+  ~FlightRecorder() = default;
 
   // Records `entry` (its id, state and times are set here: Enqueued now, or Started now when
   // `started`). Returns its id.

@@ -270,6 +270,8 @@ void validate_plans(const std::vector<ScoredPlan>& plans, const PlanOptions& o, 
   // and the slowest plan, so the sample spans what the planner thinks matters.
   std::vector<int> picks;
   const int n = static_cast<int>(plans.size());
+  picks.reserve(static_cast<std::size_t>(std::min(o.validate, n)) +
+                static_cast<std::size_t>(std::max(o.sample, 0)));
   for (int i = 0; i < std::min(o.validate, n); ++i) picks.push_back(i);
   if (n > o.validate && o.sample > 0) {
     const double lo = plans[static_cast<std::size_t>(std::min(o.validate, n - 1))].predicted.step_s;
@@ -296,6 +298,7 @@ void validate_plans(const std::vector<ScoredPlan>& plans, const PlanOptions& o, 
                return s;
              }());
   std::vector<Row> rows;
+  rows.reserve(picks.size());
   for (const int i : picks) rows.push_back({&plans[static_cast<std::size_t>(i)], i + 1, {}});
   // Rounds over all plans, so a burst of others' load does not hit one plan's every run; each
   // plan keeps its fastest run (the least disturbed).
@@ -383,7 +386,7 @@ std::filesystem::path plan_for_train(const train::TrainConfig& c) {
       "MiB per rank; profile {})\n",
       best.plan.describe(), best.predicted.step_s * 1e3, best.predicted.tokens_per_s,
       best.predicted.peak_memory / (1 << 20), setup.profile_path.string());
-  const auto path =
+  auto path =
       std::filesystem::temp_directory_path() / fmt::format("strait-plan-auto-{}.json", ::getpid());
   std::ofstream out(path, std::ios::trunc);
   out << train::plan_to_json(best, r).dump(1) << '\n';

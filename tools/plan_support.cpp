@@ -124,8 +124,14 @@ std::vector<int> parse_sites(const std::string& text, int n) {
 }
 
 void apply_site_link(PlanLinks& l, const std::string& text) {
-  double ms = 0, mbit = 0;
-  if (std::sscanf(text.c_str(), "%lf,%lf", &ms, &mbit) != 2 || ms < 0 || mbit <= 0) {
+  // LATENCY_MS,MBIT with nothing around them (strtod reports where each number ended).
+  const char* first = text.c_str();
+  char* end = nullptr;
+  const double ms = std::strtod(first, &end);
+  const bool comma = end != first && *end == ',';
+  const char* second = comma ? end + 1 : end;
+  const double mbit = comma ? std::strtod(second, &end) : 0;
+  if (!comma || end == second || *end != '\0' || ms < 0 || mbit <= 0) {
     throw bad(fmt::format("--site-link {}: give LATENCY_MS,MBIT, e.g. 10,100", text));
   }
   const int n = l.world();
@@ -160,6 +166,7 @@ int run_logged(const std::vector<std::string>& argv, const std::filesystem::path
       ::dup2(fd, 2);
     }
     std::vector<char*> args;
+    args.reserve(argv.size() + 1);
     for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
     args.push_back(nullptr);
     ::execv(args[0], args.data());

@@ -143,6 +143,7 @@ std::vector<ScoredPlan> search_plans(const PlanRequest& r, const PlanProfile& pr
     Plan u = p;
     u.stage_layers = balanced_stage_layers(p, r, prof);
     std::vector<int> even;
+    even.reserve(static_cast<std::size_t>(p.stages) * static_cast<std::size_t>(p.chunks));
     for (int v = 0; v < p.stages * p.chunks; ++v)
       even.push_back(stage_layers(p, r.model.layers, v));
     if (u.stage_layers != even) consider_split(u);
@@ -370,7 +371,9 @@ Learned learn_from_runs(PlanProfile& prof, const PlanRequest& r,
   }
   double best_err = std::numeric_limits<double>::infinity();
   Learned best = before;
-  for (double c = 0.25; c <= std::max(1, prof.cores) + 1e-9; c += 0.05) {
+  const int steps = static_cast<int>(std::lround((std::max(1, prof.cores) - 0.25) / 0.05));
+  for (int k = 0; k <= steps; ++k) {  // 0.25, 0.30, ... up to the cores, counted in integers
+    const double c = 0.25 + 0.05 * k;
     l = Learned{};
     l.effective_cores = c;
     l.runs = 1;  // so predict() applies it
