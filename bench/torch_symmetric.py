@@ -3,12 +3,14 @@
 in place from the peers' mappings) against an ordinary tensor, in one job of N ranks on one host:
 `strait run -n 2 -- /usr/bin/python3 bench/torch_symmetric.py [--sizes 4M,64M] [--iters 20]`.
 
-Three rows per size, each on its own strait group, the kinds interleaved round by round so that
+Four rows per size, each on its own strait group, the kinds interleaved round by round so that
 all see the same load:
   ring       an ordinary tensor, strait's default rules (the ring from 1 MiB);
   copy       an ordinary tensor, the single-copy allreduce (rule allreduce:1M-inf:single_copy:
              peers' data read with process_vm_readv);
-  symmetric  a strait.torch.empty tensor, the same rule: read in place, no system call.
+  symmetric  a strait.torch.empty tensor, the same rule: read in place, no system call;
+  sym_ring   a strait.torch.empty tensor, the default rules: the ring's messages read in place
+             from the mapping by the transport (2 ranks; from 3 the mailbox copies them).
 A rank's time is its fastest round's mean per call, the reported time the maximum over ranks;
 busbw = size / time * 2(n-1)/n (nccl-tests). One call on exact small integers checks each row's
 sums (#wrong). Prints a table; --json writes the rows.
@@ -58,13 +60,14 @@ def main():
     rank, n = dist.get_rank(), dist.get_world_size()
     gloo = dist.group.WORLD
     groups = {"ring": strait_group(None), "copy": strait_group(RULE),
-              "symmetric": strait_group(RULE)}
+              "symmetric": strait_group(RULE), "sym_ring": strait_group(None)}
     factor = 2 * (n - 1) / n
     rows = []
     for nbytes in (parse_size(s) for s in a.sizes.split(",")):
         count = nbytes // 4
         tensors = {"ring": torch.ones(count), "copy": torch.ones(count),
-                   "symmetric": strait.torch.empty(count, group=groups["symmetric"])}
+                   "symmetric": strait.torch.empty(count, group=groups["symmetric"]),
+                   "sym_ring": strait.torch.empty(count, group=groups["sym_ring"])}
         best = {k: float("inf") for k in tensors}
         for k, t in tensors.items():  # warm up: pages faulted in, connections made
             t.fill_(1.0)
