@@ -81,9 +81,13 @@ std::string seconds(std::chrono::milliseconds ms) {
   return fmt::format("{:g}s", static_cast<double>(ms.count()) / 1000.0);
 }
 
+// What the launcher says on stderr. fwrite, not fmt::print: a closed stderr (`2>&1 | head`)
+// leaves nowhere to say it, and must not end the launcher before it has reaped its ranks.
 template <typename... Args>
 void say(fmt::format_string<Args...> format, Args&&... args) {
-  fmt::print(stderr, "strait run: {}\n", fmt::format(format, std::forward<Args>(args)...));
+  const std::string line =
+      fmt::format("strait run: {}\n", fmt::format(format, std::forward<Args>(args)...));
+  std::fwrite(line.data(), 1, line.size(), stderr);
   std::fflush(stderr);
 }
 
@@ -116,8 +120,7 @@ class InNetns {
   InNetns& operator=(const InNetns&) = delete;
   ~InNetns() {
     if (::setns(home_.get(), CLONE_NEWNET) != 0) {
-      fmt::print(stderr, "strait run: cannot return to the launcher's network namespace: {}\n",
-                 std::strerror(errno));
+      say("cannot return to the launcher's network namespace: {}", std::strerror(errno));
       std::abort();  // the ranks would be started in the wrong namespace
     }
   }
@@ -176,6 +179,16 @@ class SignalScope {
 
  private:
   void restore() {
+    // A closed stdout or stderr (`2>&1 | head`) raised SIGPIPE while it was blocked, and its
+    // writes failed instead: take it here, and ignore later ones (no rank is left to inherit
+    // that), so the launcher still returns its ranks' status rather than dying of it.
+    sigset_t pipe;
+    sigemptyset(&pipe);
+    sigaddset(&pipe, SIGPIPE);
+    const timespec now{};
+    while (sigtimedwait(&pipe, nullptr, &now) == SIGPIPE) {
+    }
+    std::signal(SIGPIPE, SIG_IGN);
     pthread_sigmask(SIG_SETMASK, &old_mask_, nullptr);
     sigaction(SIGCHLD, &old_chld_, nullptr);
   }

@@ -32,7 +32,7 @@ Without RANK in the environment, `strait train` checks its settings and starts
 stages x replicas ranks of itself on this machine (as `strait run` does); under torchrun, Slurm or
 `strait run` it runs as the rank the environment names. Rank = replica * stages + stage unless
 --placement R0,R1,... names the rank of each (replica, stage) slot, e.g. --stages 2 --replicas 2
---placement 3,2,1,0 runs replica 0's stages on ranks 3 and 2 (the losses do not change).
+--placement 0,2,1,3 runs stage 0 of both replicas on ranks 0 and 1 (the losses do not change).
 Each step prints the loss (mean over the global batch), the learning rate, the global gradient
 norm, tokens per second and the bytes the gradient all-reduces sent (all ranks together). The end
 prints the held-out loss in nats and bits per byte next to byte n-gram baselines (unigram and
@@ -174,7 +174,8 @@ void add_parallel_options(CLI::App* train, TrainOptions& o) {
   train
       ->add_option("--placement", o.config.placement,
                    "World rank of each (replica, stage) slot in replica-major order, a permutation "
-                   "of 0..stages x replicas - 1, e.g. 3,2,1,0 (the cheapest stage on a slow rank, "
+                   "of 0..stages x replicas - 1, e.g. 0,2,1,3 (stage 0 on ranks 0 and 1: the "
+                   "cheapest stage on slow ranks, "
                    "or a pipeline inside one site); default: rank = replica x stages + stage")
       ->delimiter(',');
 }

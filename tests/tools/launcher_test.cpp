@@ -139,6 +139,20 @@ TEST(StraitRun, AFailingRankIsNamedAndTheOthersAreStopped) {
   }
 }
 
+// `strait run ... 2>&1 | head -1`: the reader goes after one line, and the launcher's own report
+// of the failure then meets a closed pipe. It still returns the rank's status (it used to abort:
+// the failed write threw, and a blocked SIGPIPE struck once the mask was restored).
+TEST(StraitRun, AClosedOutputPipeLeavesTheRanksStatus) {
+  const TempDir dir;
+  const std::string pipeline = std::string("'") + STRAIT_BIN +
+                               "' run -n 2 -- sh -c 'echo bad >&2; exit 3' 2>&1 | head -1; "
+                               "exit ${PIPESTATUS[0]}";
+  strait::test::Process run("/bin/bash", {"-c", pipeline}, dir.path() / "out");
+  const int code = run.exit_code();
+  EXPECT_EQ(code, 3) << run.output();
+  EXPECT_EQ(run.output(), "bad\n");
+}
+
 TEST(StraitRun, ARankThatPrintedItsOwnErrorFirstHadAlreadyFailed) {
   const TempDir dir;
   // Rank 0 prints its own error and hangs (as a rank stuck in cleanup after a lost peer); rank 1
