@@ -358,8 +358,8 @@ STRAIT_C_EXPORT straitResult_t straitCommGetStats(straitComm_t comm, straitStats
  * staging copy (straitStats_t.symmetricBytes counts those bytes): the single-copy algorithms
  * (allgather, reduce-scatter, alltoall, gather, scatter, reduce from 64 KiB a block by default),
  * and every other algorithm's large messages between local ranks (the 2-rank ring allreduce, the
- * broadcast tree). From 3 ranks allreduce takes the mailbox, which copies each vector into shared
- * slots; "allreduce:1M-inf:single_copy" (straitConfig_t.tune or STRAIT_TUNE) reads in place there.
+ * broadcast tree), and from 3 ranks the mailbox allreduce of vectors of 256 KiB / ranks and more,
+ * which reduces them from the peers' mappings instead of copying them into its slots.
  * Ordinary memory keeps working everywhere, mixed freely with these buffers per rank; where comm's
  * ranks are on several hosts the buffers are ordinary memory. nccl.h's ncclMemAlloc / ncclMemFree,
  * but with the communicator, because allocation is collective. */

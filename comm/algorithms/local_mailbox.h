@@ -61,6 +61,11 @@ class LocalMailbox {
     // A split mailbox allreduce's second publication (mailbox_allreduce.h): ticket + 1 once this
     // rank's block of `data` holds its reduction over every rank.
     alignas(64) std::atomic<std::uint64_t> reduced{0};
+    // A split call whose vector lies in a symmetric buffer leaves it there: the buffer's serial
+    // (comm/transport/peer_memory.h) and the vector's address in this rank's process; `data`
+    // then holds only the reduced block. 0: the vector is in `data`. Written before `ticket`.
+    std::uint64_t in_place_serial = 0;
+    std::uint64_t in_place_address = 0;
   };
   static_assert(offsetof(Slot, data) == 64 + 16);
   // A seqlock over a fingerprint: odd version while it is rewritten (announce()).

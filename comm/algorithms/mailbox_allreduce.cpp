@@ -5,9 +5,13 @@
 
 #include <algorithm>
 #include <cstring>
+#include <memory>
+#include <optional>
 #include <thread>
 
+#include "comm/algorithms/scratch.h"
 #include "comm/transport/op.h"
+#include "comm/transport/peer_memory.h"
 #include "core/error.h"
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -48,7 +52,13 @@ bool MailboxCall::try_post(const Fingerprint& fingerprint,
   LocalMailbox::Slot& slot = box_.mine(ticket_);
   slot.fingerprint = fingerprint;
   slot.fingerprint_hash = fingerprint_hash(fingerprint);
-  if (count_ != 0) std::memcpy(slot.data, send_, count_ * kernels::dtype_size(dtype_));
+  const std::size_t bytes = count_ * kernels::dtype_size(dtype_);
+  // Split: a vector in a symmetric buffer stays there, and peers reduce it from their mappings
+  // (safe without a further round: a peer reads it only before it publishes its reduced block,
+  // and this rank returns only once every peer has).
+  slot.in_place_serial = split_ && bytes != 0 ? own_serial_of(send_, bytes) : 0;
+  slot.in_place_address = reinterpret_cast<std::uintptr_t>(send_);
+  if (bytes != 0 && slot.in_place_serial == 0) std::memcpy(slot.data, send_, bytes);
   slot.ticket.store(ticket_ + 1, std::memory_order_release);
   posted_ = true;
   return true;
@@ -81,12 +91,40 @@ void MailboxCall::reduce_slots(std::size_t first, std::size_t last, std::byte* o
   if (first >= last) return;
   const std::size_t elem = kernels::dtype_size(dtype_);
   const std::size_t n = last - first;
-  std::memcpy(out, box_.of(0, ticket_).data + first * elem, n * elem);
-  const auto op = op_ == kernels::ReduceOp::Avg ? kernels::ReduceOp::Sum : op_;
-  for (int r = 1; r < group_.size(); ++r) {
-    kernels::reduce(dtype_, op, out, box_.of(r, ticket_).data + first * elem, n);
+  // Split calls may leave vectors in symmetric buffers (try_post): read those from this process's
+  // mappings (the table locked meanwhile), this rank's own where it lies, and, should this process
+  // not map a peer's, across processes into `copied`.
+  std::optional<PeerMappings> mappings;
+  std::shared_ptr<std::byte[]> copied;
+  const auto source = [&](int r) -> const std::byte* {
+    const LocalMailbox::Slot& s = box_.of(r, ticket_);
+    if (s.in_place_serial == 0) return s.data + first * elem;
+    if (r == box_.rank()) return static_cast<const std::byte*>(send_) + first * elem;
+    const std::uint64_t at = s.in_place_address + first * elem;
+    if (!mappings) mappings.emplace();
+    if (const std::byte* m = mappings->find(box_.pid(r), s.in_place_serial, at, n * elem)) return m;
+    if (!copied) copied = scratch_buffer(n * elem);
+    const PeerRead got = read_peer_memory(box_.pid(r), at, copied.get(), n * elem);
+    if (got.error != 0) {
+      throw Error(ErrorCode::PeerLost,
+                  fmt::format("reading {}'s vector from its memory failed: {}",
+                              group_.describe_rank(r), std::strerror(got.error)));
+    }
+    return copied.get();
+  };
+  // In place on this rank, `out` is its own input: sum into scratch first.
+  std::shared_ptr<std::byte[]> sum;
+  std::byte* into = out;
+  if (box_.of(box_.rank(), ticket_).in_place_serial != 0 &&
+      source(box_.rank()) == static_cast<const std::byte*>(out)) {
+    sum = scratch_buffer(n * elem);
+    into = sum.get();
   }
-  if (op_ == kernels::ReduceOp::Avg) kernels::scale(dtype_, out, n, 1.0 / group_.size());
+  std::memcpy(into, source(0), n * elem);
+  const auto op = op_ == kernels::ReduceOp::Avg ? kernels::ReduceOp::Sum : op_;
+  for (int r = 1; r < group_.size(); ++r) kernels::reduce(dtype_, op, into, source(r), n);
+  if (op_ == kernels::ReduceOp::Avg) kernels::scale(dtype_, into, n, 1.0 / group_.size());
+  if (into != out) std::memcpy(out, into, n * elem);
 }
 
 std::pair<std::size_t, std::size_t> MailboxCall::block(int r) const noexcept {

@@ -14,7 +14,10 @@
 // block q out of rank q's slot. A second synchronisation buys P - 1 fewer whole-vector reductions
 // per rank: with P ranks each reduces (P - 1) / P of a vector instead of P - 1 vectors, which is
 // what decides when the ranks outnumber the cores (8 ranks on 2 cores: 8x less reduction work).
-// Every block is computed once, so all ranks still end bit-identical.
+// Every block is computed once, so all ranks still end bit-identical. A split call whose vector
+// lies in a symmetric buffer (Communicator::alloc) leaves it there and peers reduce it from their
+// mappings (Slot::in_place_serial): no copy into the slot, and no further round, since a peer
+// reads it only before publishing its reduced block.
 // A vector longer than a slot (1 MiB) goes through a slot at a time, each piece a whole call
 // (mailbox_pieces).
 //

@@ -88,6 +88,20 @@ void unregister_peer(pid_t pid, std::uint64_t serial) noexcept {
   std::erase_if(t.entries, [&](const Mapped& e) { return e.pid == pid && e.serial == serial; });
 }
 
+PeerMappings::PeerMappings() : lock_(table().mutex) {}
+
+const std::byte* PeerMappings::find(pid_t pid, std::uint64_t serial, std::uint64_t address,
+                                    std::size_t len) const {
+  for (const Mapped& e : table().entries) {
+    if (e.pid == pid && e.serial == serial && address >= e.address &&
+        address + len <= e.address + e.bytes) {
+      if (e.read_in_place != nullptr) e.read_in_place->fetch_add(len);
+      return e.mapped + (address - e.address);
+    }
+  }
+  return nullptr;
+}
+
 PeerRead read_peer_memory(pid_t pid, std::uint64_t remote, void* local, std::size_t len,
                           std::uint64_t serial) noexcept {
   if (serial != 0 && pid != 0) {

@@ -14,6 +14,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <mutex>
 #include <string>
 
 namespace strait::comm {
@@ -48,6 +49,18 @@ std::uint64_t own_serial_of(const void* p, std::size_t len) noexcept;
 void register_peer(pid_t pid, std::uint64_t serial, std::uint64_t address, std::size_t bytes,
                    const void* mapped, std::atomic<std::uint64_t>* read_in_place);
 void unregister_peer(pid_t pid, std::uint64_t serial) noexcept;
+// The table of mapped buffers, locked while this lives (keep it short): what find() returns is
+// readable until then. find(): where [address, address + len) of `pid`'s buffer `serial` is mapped
+// here, or null when this process does not map that range; it counts `len` bytes read in place.
+class PeerMappings {
+ public:
+  PeerMappings();
+  [[nodiscard]] const std::byte* find(pid_t pid, std::uint64_t serial, std::uint64_t address,
+                                      std::size_t len) const;
+
+ private:
+  std::unique_lock<std::mutex> lock_;
+};
 
 // Identity of this host as far as shared memory and pids are concerned: processes with the same
 // boot id and pid namespace can watch each other with a pidfd and share memory; the network

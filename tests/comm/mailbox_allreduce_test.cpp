@@ -12,6 +12,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <utility>
@@ -20,6 +21,7 @@
 #include "comm/algorithms/local_mailbox.h"
 #include "comm/algorithms/selection.h"
 #include "comm/communicator.h"
+#include "comm/symmetric_memory.h"
 #include "core/error.h"
 #include "tests/comm/comm_test_data.h"
 #include "tests/comm/comm_test_ranks.h"
@@ -174,6 +176,49 @@ TEST(Mailbox, SplitAndPiecedCallsMatchTheDoubleReferenceAndAgreeBitForBit) {
             << "rank " << r << " differs from rank 0";
       }
     }
+  }
+}
+
+// Split calls on symmetric buffers (Communicator::alloc) leave the vectors where they are and
+// reduce them from the peers' mappings: the same results as ordinary memory, in place or not,
+// with symmetric and ordinary buffers mixed across ranks. Threads of one process share one table
+// of mappings, so the bytes read in place are summed over ranks.
+TEST(Mailbox, SplitCallsReadSymmetricBuffersInPlace) {
+  for (const int world : {3, 4}) {
+    const std::size_t n = 3 * LocalMailbox::kPayloadBytes / sizeof(float) + 17;  // 4 pieces
+    std::atomic<std::uint64_t> in_place{0};
+    run_ranks_with(
+        world, [](int) { return mailbox_only(); },
+        [&](Communicator& comm) {
+          const int r = comm.rank();
+          SymmetricBuffer x = comm.alloc(n * sizeof(float));
+          SymmetricBuffer y = comm.alloc(n * sizeof(float));
+          std::uint64_t seed = 700;
+          for (const bool in_place_call : {false, true}) {
+            for (const bool mixed : {false, true}) {
+              ++seed;
+              const Buffer input = make_input(DType::F32, ReduceOp::Sum, seed, r, n);
+              // Mixed: odd ranks send from ordinary memory (their vectors go through the slots).
+              Buffer plain = input;
+              const bool ordinary = mixed && r % 2 == 1;
+              std::memcpy(x.data(), input.data(), input.size());
+              void* send = ordinary ? static_cast<void*>(plain.data()) : x.data();
+              void* recv = in_place_call ? send : y.data();
+              const std::uint64_t before = comm.stats().symmetric_bytes;
+              comm.allreduce(send, recv, n, DType::F32, ReduceOp::Sum);
+              comm.barrier();
+              in_place += comm.stats().symmetric_bytes - before;
+              const auto wrong = check_allreduce(DType::F32, ReduceOp::Sum, seed, world,
+                                                 static_cast<const std::byte*>(recv), n);
+              EXPECT_FALSE(wrong.has_value())
+                  << *wrong << " (" << world << " ranks, " << (in_place_call ? "in place" : "out")
+                  << (mixed ? ", mixed" : "") << ")";
+            }
+          }
+          comm.barrier();
+        });
+    // Every rank reads every other symmetric rank's share of each block it reduces.
+    EXPECT_GT(in_place.load(), 0U) << world << " ranks";
   }
 }
 

@@ -58,8 +58,8 @@ def empty(*size, dtype=torch.float32, group=None):
     as its other ``empty`` calls on the group. Pays off for large tensors that a group of ranks
     on one host reduces often (gradient buckets reduced every step): allgather, reduce-scatter
     and alltoall read such buffers in place from 64 KiB a block, as do the other algorithms' large
-    messages between local ranks (the 2-rank ring allreduce); from 3 ranks allreduce needs
-    ``STRAIT_TUNE="allreduce:1M-inf:single_copy"`` for it; elsewhere (ranks on several hosts) it is
+    messages between local ranks (the 2-rank ring allreduce) and, from 3 ranks, the mailbox
+    allreduce (it reduces from the peers' mappings); elsewhere (ranks on several hosts) it is
     ordinary memory. Freed when the last tensor or view over it goes away.
 
     Raises ValueError when the group is not strait's, or for a negative size; RuntimeError
