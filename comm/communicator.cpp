@@ -13,6 +13,7 @@
 #include <cstring>
 #include <numeric>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -316,8 +317,15 @@ bool Communicator::run_in_mailbox(const CollectiveArgs& args) {
   std::unique_lock lock(mutex_);
   p.number(seq_++);
   const std::uint64_t announcement = box.announce(p.fingerprint);
-  std::vector<MailboxCall> pieces =
-      mailbox_pieces(box, *group_, args.send, args.recv, args.count, args.dtype, args.op);
+  // A vector that fits a slot (every short call) is one call on the stack: the fast path does
+  // not allocate. Longer ones go a slot at a time.
+  std::optional<MailboxCall> one;
+  std::vector<MailboxCall> pieces;
+  if (bytes <= LocalMailbox::kPayloadBytes) {
+    one.emplace(box, *group_, args.send, args.recv, args.count, args.dtype, args.op);
+  } else {
+    pieces = mailbox_pieces(box, *group_, args.send, args.recv, args.count, args.dtype, args.op);
+  }
   lock.unlock();
   const std::uint64_t id = record(p.args, static_cast<std::int64_t>(p.seq), "mailbox", false, true);
   log_op("run", p.what, false);
@@ -334,7 +342,8 @@ bool Communicator::run_in_mailbox(const CollectiveArgs& args) {
       .describe = [what = &p.what] { return what->describe(); },
   };
   try {
-    run_inline(pieces, p.fingerprint, wait);
+    run_inline(one ? std::span<MailboxCall>(&*one, 1) : std::span<MailboxCall>(pieces),
+               p.fingerprint, wait);
   } catch (const Error& e) {
     // As the engine does with a failed operation: later calls fail at once (their peers may be
     // gone or out of step).

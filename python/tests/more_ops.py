@@ -22,15 +22,9 @@ import torch.distributed as dist
 RANK, P, GLOO = torch_job.start()
 STRAIT = dist.group.WORLD
 PG = dist.distributed_c10d._get_default_group()
-failures = []
-checks = 0
-
-
-def check(what, ok, detail=""):
-    global checks
-    checks += 1
-    if not ok:
-        failures.append(f"{what}{': ' + detail if detail else ''}")
+CHECKS = torch_job.Checks()
+check = CHECKS.check
+failures = CHECKS.failures
 
 
 def same(what, got, ref):
@@ -236,7 +230,7 @@ for part in (all_gather_coalesced, tensor_coalesced, sparse, bitwise, batch_p2p,
         failures.append(f"{part.__name__}: {type(e).__name__}: {e}")
     dist.barrier(group=GLOO)
 
-print(f"rank {RANK} of {P}: {checks} checks, {len(failures)} failed", flush=True)
+print(f"rank {RANK} of {P}: {CHECKS.count} checks, {len(failures)} failed", flush=True)
 for f in failures[:40]:
     print(f"rank {RANK}: FAIL {f}", flush=True)
 dist.destroy_process_group()

@@ -27,15 +27,9 @@ from strait import _capi as C  # noqa: E402
 
 RANK, P, GLOO = torch_job.start()
 PG = dist.distributed_c10d._get_default_group()
-failures = []
-checks = 0
-
-
-def check(what, ok, detail=""):
-    global checks
-    checks += 1
-    if not ok:
-        failures.append(f"{what}{': ' + detail if detail else ''}")
+CHECKS = torch_job.Checks()
+check = CHECKS.check
+failures = CHECKS.failures
 
 
 def memfds():
@@ -153,7 +147,7 @@ check("all freed at the end", memfds() == base, f"{memfds()}, expected {base}")
 
 dist.barrier()
 if failures:
-    print(f"rank {RANK}: {len(failures)} of {checks} checks FAILED:\n  " + "\n  ".join(failures),
+    print(f"rank {RANK}: {len(failures)} of {CHECKS.count} checks FAILED:\n  " + "\n  ".join(failures),
           flush=True)
     sys.exit(1)
-print(f"rank {RANK}: ok ({checks} checks)", flush=True)
+print(f"rank {RANK}: ok ({CHECKS.count} checks)", flush=True)

@@ -20,3 +20,17 @@ def start():
     """Initialises the default group on strait; returns (rank, world size, a gloo group)."""
     dist.init_process_group("strait", timeout=datetime.timedelta(seconds=60))
     return dist.get_rank(), dist.get_world_size(), dist.new_group(backend="gloo")
+
+
+class Checks:
+    """A script's checks: check(what, ok, detail) records a failure instead of stopping, so that
+    one run reports every failed check; `failures` lists them, `count` counts all."""
+
+    def __init__(self):
+        self.failures = []
+        self.count = 0
+
+    def check(self, what, ok, detail=""):
+        self.count += 1
+        if not ok:
+            self.failures.append(f"{what}{': ' + detail if detail else ''}")

@@ -329,4 +329,15 @@ inline std::vector<float> input_of(int rank, std::size_t count, std::uint32_t se
   return x;
 }
 
+// Rank `r`'s bytes [first, first + bytes) of a pattern distinct per rank and position: the input
+// of the byte-exact collectives (allgather, alltoall, gather, scatter, broadcast).
+inline std::vector<std::byte> patterned(int r, std::size_t bytes, std::size_t first = 0) {
+  std::vector<std::byte> b(bytes);
+  for (std::size_t i = 0; i < bytes; ++i) {
+    b[i] =
+        static_cast<std::byte>(((first + i) * 131 + static_cast<std::size_t>(r) * 29 + 7) & 0xff);
+  }
+  return b;
+}
+
 }  // namespace strait::comm::testing

@@ -26,6 +26,7 @@ using kernels::ReduceOp;
 using testing::check_reduced;
 using testing::make_input;
 using Buffer = std::vector<std::byte>;
+using testing::patterned;
 using Counts = std::vector<std::size_t>;
 
 constexpr std::size_t kRule = 64 * 1024;
@@ -56,17 +57,6 @@ bool contains(const std::string& s, const std::string& part) {
 Counts counts_for(DType t) {
   const std::size_t at_rule = kRule / kernels::dtype_size(t);
   return {3, at_rule - 1, at_rule + 1, 200'003};
-}
-
-// The byte rank `r` holds at index i: distinct per rank and position.
-std::byte pattern(int r, std::size_t i) {
-  return static_cast<std::byte>((i * 131 + static_cast<std::size_t>(r) * 29 + 7) & 0xff);
-}
-
-Buffer patterned(int r, std::size_t bytes, std::size_t first = 0) {
-  Buffer b(bytes);
-  for (std::size_t i = 0; i < bytes; ++i) b[i] = pattern(r, first + i);
-  return b;
 }
 
 // The roots every test runs: 0 and P-1.

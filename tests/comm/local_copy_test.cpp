@@ -29,6 +29,7 @@ using testing::check_reduced;
 using testing::make_input;
 using testing::run_ranks;
 using Buffer = std::vector<std::byte>;
+using testing::patterned;
 
 bool contains(const std::string& s, const std::string& part) {
   return s.find(part) != std::string::npos;
@@ -37,17 +38,6 @@ bool contains(const std::string& s, const std::string& part) {
 // Elements per block: below the rules' 64 KiB (the transport), above (single copy, 70001 f32 is
 // 280 KB), and 0.
 constexpr std::size_t kCounts[] = {0, 3, 70'001};
-
-// The byte rank `r` sends at index i: distinct per rank and position.
-std::byte pattern(int r, std::size_t i) {
-  return static_cast<std::byte>((i * 131 + static_cast<std::size_t>(r) * 29 + 7) & 0xff);
-}
-
-Buffer patterned(int r, std::size_t bytes, std::size_t first = 0) {
-  Buffer b(bytes);
-  for (std::size_t i = 0; i < bytes; ++i) b[i] = pattern(r, first + i);
-  return b;
-}
 
 class LocalCopy : public ::testing::TestWithParam<int> {};
 
