@@ -88,8 +88,9 @@ constexpr std::array kParams = {
           "Deadline in seconds of every collective", "comm"},
     Param{"STRAIT_TOPOLOGY_FILE", Path, "", "",
           "JSON file of the sites, {\"sites\": [[0, 1], [2, 3]]} (STRAIT_SITES wins)", "comm"},
-    Param{"STRAIT_TORCH_CPP_WORK", Enum, "pending", "pending, finished",
-          "torch backend: C++ callers (DDP) get a pending Work (overlap) or a finished one",
+    Param{"STRAIT_TORCH_CPP_WORK", Enum, "pending", "pending, python, finished",
+          "torch backend: C++ callers (DDP) get a pending Work completed in C++ (overlap; the "
+          "Python path without the extension), python: completed in Python, or a finished one",
           "python"},
     Param{"STRAIT_TRAIN_AWAIT_JOINER", Int, "", "",
           "Test hook: an elastic job waits for a joiner at this step", "train"},

@@ -17,6 +17,7 @@ packages=(
 test_packages=(
   clang-format clang-tidy clang libclang-rt-14-dev doxygen
   python3-torch python3-xxhash python3-matplotlib
+  libtorch-dev pybind11-dev python3-dev
 )
 
 if [ "${1:-}" = "--tests" ]; then

@@ -12,10 +12,13 @@ pending, the default), checked by order of events, not by timing:
 3. The parameters after a few steps equal gloo's bit for bit (2 ranks: one addition per element),
    also with DDP's static_graph, find_unused_parameters, gradient_as_bucket_view, no_sync and a
    buffer broadcast every forward (more C++ callers of the group, all given pending Works).
+4. C++ callers get the compiled extension's Works when it was built (STRAIT_TORCH_CPP_WORK
+   pending), the Python completer's with STRAIT_TORCH_CPP_WORK=python; CTest runs both.
 Run as 2 ranks: `strait run -n 2 -- /usr/bin/python3 python/tests/ddp_overlap.py`.
 """
 
 import datetime
+import os
 import sys
 
 import torch_job  # torch (or skip), strait's default group, a gloo group
@@ -136,6 +139,22 @@ def train(group, steps=4, **options):
     return [p.detach().clone() for p in model.parameters()] + [model.scale.clone()]
 
 
+def check_path():
+    """Which completer C++ callers get: the compiled one when the build made it
+    (STRAIT_TEST_TORCH_EXT=1, set by CMake) unless STRAIT_TORCH_CPP_WORK=python asks otherwise."""
+    from strait.torch import _work
+    pg = dist.group.WORLD
+    mode = _work.cpp_work_mode()
+    want = os.environ.get("STRAIT_TEST_TORCH_EXT") == "1" and mode == "pending"
+    if want and pg._native is None:
+        problems.append(f"the compiled extension was built but not used: {_work.extension()[1]}")
+    if mode == "python" and pg._native is not None:
+        problems.append("STRAIT_TORCH_CPP_WORK=python but the compiled completer is used")
+    print(f"rank {RANK}: C++ callers get Works completed in "
+          f"{'C++' if pg._native is not None else 'Python'}", flush=True)
+
+
+check_path()
 check_pending()
 check_spans()
 for options in ({}, {"static_graph": True}, {"find_unused_parameters": True},

@@ -12,6 +12,12 @@ in torch 1.13 (see ``_compat``); ``cpp_work`` hands them a C++ Work over a torch
   timeout bounds the completer's wait, so every C++ wait ends within it; the completer finishes
   operations in submission order. The completer takes the GIL to fulfil a Future, so a C++
   caller must not wait while holding it (torch's own callers release it).
+  With the compiled extension (``_strait_torch``, python/ext/strait_torch.cpp, built next to
+  libstrait.so when libtorch-dev is present), the Work is a C++ one and a C++ thread completes its
+  future: no Python object per operation and no GIL on completion (the Python path costs DDP's
+  autograd thread 230 - 430 us a bucket). Operations with a Python copy-out, and every operation
+  while a torch profiler records (its spans are Python's), take the Python path.
+- ``python``: pending, completed in Python even when the extension is there (to compare).
 - ``finished``: the call finishes the operation first (no overlap; the path before torch's
   FutureWrappingWork was used pending), kept to compare against.
 
@@ -36,25 +42,55 @@ from torch.autograd.profiler import record_function
 from .. import _capi as C
 from . import _compat
 
-__all__ = ["StraitWork", "DONE", "Completer", "cpp_work", "cpp_work_mode", "profiling",
-           "span_begin", "span_end", "span_until_done", "error"]
+__all__ = ["StraitWork", "DONE", "Completer", "cpp_work", "cpp_work_mode", "extension",
+           "profiling", "span_begin", "span_end", "span_until_done", "error"]
 
 _WAIT = C.straitWait
 _TEST = C.straitTest
 _FREE = C.straitRequestFree
 
-_CPP_WORK_MODES = ("pending", "finished")
+_CPP_WORK_MODES = ("pending", "python", "finished")
 
 profiling = getattr(torch.autograd, "_profiler_enabled", None) or (lambda: False)
 
 
 def cpp_work_mode():
-    """STRAIT_TORCH_CPP_WORK: "pending" (default) or "finished"; anything else is refused."""
+    """STRAIT_TORCH_CPP_WORK: "pending" (default), "python" or "finished"; anything else is
+    refused."""
     mode = os.environ.get("STRAIT_TORCH_CPP_WORK", "").strip().lower() or "pending"
     if mode not in _CPP_WORK_MODES:
         raise ValueError(f"strait: STRAIT_TORCH_CPP_WORK={mode!r} is not one of "
                          f"{', '.join(_CPP_WORK_MODES)}; unset it for pending (DDP overlap)")
     return mode
+
+
+def _load_extension():
+    """The compiled _strait_torch built for this torch (major.minor) from libstrait.so's folder,
+    and why not when it is absent (None, reason)."""
+    import importlib.util
+    major_minor = ".".join(str(v) for v in _compat.TORCH_VERSION)
+    path = os.path.join(os.path.dirname(os.path.abspath(C.library_path)),
+                        f"_strait_torch.torch{major_minor}.so")
+    if not os.path.exists(path):
+        return None, f"{path} does not exist (built when libtorch-dev is installed)"
+    try:
+        spec = importlib.util.spec_from_file_location("_strait_torch", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    except ImportError as e:
+        return None, f"{path} does not load: {e}"
+    return module, None
+
+
+_extension = None
+
+
+def extension():
+    """(module or None, reason it is None): loaded once, on first use."""
+    global _extension
+    if _extension is None:
+        _extension = _load_extension()
+    return _extension
 
 
 def _nbytes(tensors):

@@ -23,9 +23,10 @@ referenced until it has finished, even when the Work is dropped. ``wait()`` rais
 tensors. torch's own API with ``async_op=False`` (it waits at once anyway) finishes the
 operation before returning, raising its error directly: the collectives then call strait's
 blocking form, which is cheaper for small tensors, and return a shared finished Work. Callers in
-C++ (DDP's Reducer, ``_broadcast_coalesced``), which cannot see a Python Work, get a C++ Work over
-a pending torch Future, so DDP overlaps its bucket allreduces with backward
-(``STRAIT_TORCH_CPP_WORK``, see ``_work``). While a torch profiler records, each operation is a
+C++ (DDP's Reducer, ``_broadcast_coalesced``), which cannot see a Python Work, get a pending C++
+Work, so DDP overlaps its bucket allreduces with backward: with the compiled extension
+(python/ext/strait_torch.cpp) a C++ thread completes it; without it, a torch Future that a Python
+thread fulfils (``STRAIT_TORCH_CPP_WORK``, see ``_work``). While a torch profiler records, each operation is a
 span ``strait::<operation> bytes=<N>``.
 
 Thread-safety: the operations of one group must be issued in the same order on every rank, so
@@ -168,9 +169,9 @@ class _StoreCallbacks:
 def _destroy(comm, completer_box, store_callbacks):
     # weakref.finalize: runs once, at collection or exit. Pending operations fail with Aborted.
     del store_callbacks  # referenced here so the callbacks outlive the communicator
-    completer = completer_box[0]
-    if completer is not None:
-        completer.stop()
+    for completer in completer_box:
+        if completer is not None:
+            completer.stop()
     try:
         C.straitCommDestroy(comm)
     except Exception:
@@ -196,7 +197,7 @@ class ProcessGroupStrait(dist.ProcessGroup):
         self._lock = threading.Lock()
         self._orphans = []
         self._failed_buffers = []
-        self._completer_box = [None]
+        self._completer_box = [None, None]  # the Python completer, the compiled one
         self._store = _StoreCallbacks(store)
         config = C.Config.new()
         config.timeoutMs = min(max(int(timeout.total_seconds() * 1000), 1), 10**9)
@@ -211,7 +212,12 @@ class ProcessGroupStrait(dist.ProcessGroup):
         self._comm = comm.value
         # Whether the C++ side only sees C++ Works (torch < 2.1), and which it gets: see _submit.
         self._cpp_fallback = not _compat.python_work_seen_by_cpp
-        self._cpp_pending = _work.cpp_work_mode() == "pending"
+        mode = _work.cpp_work_mode()
+        self._cpp_pending = mode != "finished"
+        # The compiled completer (C++ Works for C++ callers), when the extension is built.
+        ext = _work.extension()[0] if self._cpp_fallback and mode == "pending" else None
+        self._native = ext.Completer() if ext is not None else None
+        self._completer_box[1] = self._native
         self._finalizer = weakref.finalize(self, _destroy, self._comm, self._completer_box,
                                            self._store)
 
@@ -276,6 +282,12 @@ class ProcessGroupStrait(dist.ProcessGroup):
             if span is not None:
                 _work.span_end(span)
             self._fail_submit(rc, name)
+        if (self._native is not None and post is None and span is None and keep is result
+                and self._called_from_cpp()):
+            try:
+                return self._native.work(req.value, result, name)
+            except TypeError:  # result is not a list of tensors: the request is still ours
+                pass
         work = StraitWork(self, req.value, keep, result, post, name)
         if span is not None:
             _work.span_until_done(span, work)
