@@ -2,6 +2,7 @@
 # Does DDP without a comm hook hide its gradient traffic behind backward? bench/ddp_overlap.py
 # (2 ranks, an MLP whose gradients travel in several DDP buckets) times per step: compute alone,
 # the same buckets' allreduces alone, DDP over strait with pending C++ Works (the default), DDP
+# completed in Python (STRAIT_TORCH_CPP_WORK=python: the path without the compiled extension),
 # over strait with finished ones (STRAIT_TORCH_CPP_WORK=finished: each bucket blocks backward),
 # and DDP over Gloo; and against the bar 0.75 x (compute + comm). First on loopback
 # (`strait run`), then, as root, across the WAN testbed (2 sites x 1 rank at RATE, `strait wan`),

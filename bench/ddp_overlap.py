@@ -11,7 +11,9 @@ for STEPS steps after one warm-up step, so all see the same load), it times per 
   comm_strait / comm_gloo
                 the same buckets' allreduces alone (sizes as DDP's rebuilt buckets: parameters in
                 backward order), all posted async_op=True, then waited for;
-  ddp_strait    DDP over strait, C++ callers getting pending Works (STRAIT_TORCH_CPP_WORK=pending);
+  ddp_strait    DDP over strait, C++ callers getting pending Works (STRAIT_TORCH_CPP_WORK=pending:
+                completed by the compiled extension's C++ thread when it is built);
+  ddp_strait_python   the same completed by the Python completer (STRAIT_TORCH_CPP_WORK=python);
   ddp_strait_finished   the same with finished Works (each bucket's allreduce blocks backward);
   ddp_gloo      DDP over Gloo.
 Reported: the median step of each over all rounds (max over ranks of each step), and
@@ -181,13 +183,17 @@ def main():
     GLOO = dist.new_group(backend="gloo")
     os.environ["STRAIT_TORCH_CPP_WORK"] = "finished"
     finished = dist.new_group(backend="strait")
+    os.environ["STRAIT_TORCH_CPP_WORK"] = "python"
+    python_completed = dist.new_group(backend="strait")
     os.environ["STRAIT_TORCH_CPP_WORK"] = "pending"
+    native = dist.group.WORLD._native is not None
     sizes = bucket_sizes(make_model(args), args)
     configs = {
         "compute": Train(args, make_model(args)),
         "comm_strait": Comm(sizes, dist.group.WORLD),
         "comm_gloo": Comm(sizes, GLOO),
         "ddp_strait": Train(args, make_ddp(args, dist.group.WORLD)),
+        "ddp_strait_python": Train(args, make_ddp(args, python_completed)),
         "ddp_strait_finished": Train(args, make_ddp(args, finished)),
         "ddp_gloo": Train(args, make_ddp(args, GLOO)),
     }
@@ -211,7 +217,8 @@ def main():
         print(f"# model {args.layers} x Linear({args.dim}, {args.dim}){sleep}, {params / 1e6:.2f} M "
               f"parameters, {4 * params / 2**20:.1f} MiB of gradients in {len(sizes)} buckets "
               f"of {args.bucket_mb} MiB, batch {args.batch}; median of {args.rounds} x "
-              f"{args.steps} steps, load {os.getloadavg()[0]:.2f}")
+              f"{args.steps} steps, load {os.getloadavg()[0]:.2f}; ddp_strait's Works are "
+              f"completed in {'C++ (the extension)' if native else 'Python (no extension)'}")
         print("| config | median step (ms) | vs 0.75 x (compute + comm) |")
         print("|---|---:|---:|")
         for k in configs:
@@ -226,7 +233,7 @@ def main():
         if args.json:
             with open(args.json, "w") as f:
                 json.dump({"args": vars(args), "buckets": sizes, "median_s": med,
-                           "steps_s": times, "load": os.getloadavg()[0]}, f)
+                           "native": native, "steps_s": times, "load": os.getloadavg()[0]}, f)
     dist.barrier(group=GLOO)
 
 

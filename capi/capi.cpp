@@ -352,6 +352,21 @@ straitResult_t straitRequestGetSource(straitRequest_t request, int* source) {
   });
 }
 
+straitResult_t straitRequestOnComplete(straitRequest_t request, straitCompletionFn_t fn,
+                                       void* user) {
+  constexpr const char* kFunction = "straitRequestOnComplete";
+  return guard(kFunction, [&](std::shared_ptr<CommHandle>& /*handle*/) {
+    const auto r = Registry::instance().request(request, kFunction);
+    if (fn == nullptr) {
+      strait::capi::invalid(fmt::format("{}: fn is NULL; pass the function to call", kFunction));
+    }
+    r->work().on_complete([fn, user](const std::optional<strait::Error>& error) {
+      fn(user, error ? strait::capi::to_result(error->code()) : straitSuccess);
+    });
+    return straitSuccess;
+  });
+}
+
 straitResult_t straitCommGetSequenceNumber(straitComm_t comm, uint64_t* sequence) {
   constexpr const char* kFunction = "straitCommGetSequenceNumber";
   return guard(kFunction, [&](std::shared_ptr<CommHandle>& handle) {

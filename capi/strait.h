@@ -401,6 +401,19 @@ STRAIT_C_EXPORT straitResult_t straitRequestGetSource(straitRequest_t request, i
 /** Frees the handle. An operation still running goes on (its buffers must stay valid until it
  * finishes), as after MPI_Request_free. */
 STRAIT_C_EXPORT straitResult_t straitRequestFree(straitRequest_t request);
+/** A completion callback: user is straitRequestOnComplete's, result straitSuccess or the
+ * operation's error code (its message: straitRequestGetError). */
+typedef void (*straitCompletionFn_t)(void* user, straitResult_t result);
+/** Calls fn(user, result) once when the request's operation finishes, so a framework can complete
+ * its own future without a thread that waits (the torch backend's C++ Works do). fn runs on the
+ * thread that finishes the operation (strait's progress thread, or one in straitWait), or here at
+ * once when it has finished already. It must return quickly and must not block on strait
+ * (straitWait, a blocking collective) nor free the request: it runs where strait moves bytes.
+ * straitTest, straitRequestGetError and straitRequestGetSource are safe in it. Several callbacks
+ * may be registered; a request freed before its operation finishes still calls them.
+ * straitInvalidArgument for a NULL fn or an unknown request. Thread-safety: any thread. */
+STRAIT_C_EXPORT straitResult_t straitRequestOnComplete(straitRequest_t request,
+                                                       straitCompletionFn_t fn, void* user);
 
 /* ---- Collectives ----
  * "Block r" is rank r's part of a buffer, blocks packed in rank order; P is the number of ranks.

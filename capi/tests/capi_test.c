@@ -773,11 +773,103 @@ static void check_library(straitComm_t comm) {
   CHECK(strcmp(straitGetLastError(comm), "") == 0); /* no failure on it yet */
 }
 
+/* ---- completion callbacks (straitRequestOnComplete) ---- */
+
+typedef struct {
+  pthread_mutex_t mutex;
+  int calls;
+  straitResult_t result;
+  pthread_t thread;
+  const float* data; /* checked inside the callback: the result is complete when it runs */
+  size_t n;
+  int data_ok;
+} Completion;
+
+static void completion_init(Completion* c, const float* data, size_t n) {
+  memset(c, 0, sizeof *c);
+  pthread_mutex_init(&c->mutex, NULL);
+  c->result = straitInternalError;
+  c->data = data;
+  c->n = n;
+}
+
+/* The sum over ranks of (r + 1) * (i % 7 + 1), exact in float. */
+static float summed(size_t i) {
+  return (float)(g_size * (g_size + 1) / 2) * (float)(i % 7 + 1);
+}
+
+static void on_complete(void* user, straitResult_t result) {
+  Completion* c = (Completion*)user;
+  size_t i;
+  int ok = 1;
+  for (i = 0; c->data != NULL && i < c->n; ++i) ok &= c->data[i] == summed(i);
+  pthread_mutex_lock(&c->mutex);
+  c->calls += 1;
+  c->result = result;
+  c->thread = pthread_self();
+  c->data_ok = ok;
+  pthread_mutex_unlock(&c->mutex);
+}
+
+/* The callback's calls once it has run (or 0 after timeout_ms). */
+static int completion_calls(Completion* c, double timeout_ms) {
+  const double until = now_ms() + timeout_ms;
+  int calls;
+  for (;;) {
+    pthread_mutex_lock(&c->mutex);
+    calls = c->calls;
+    pthread_mutex_unlock(&c->mutex);
+    if (calls > 0 || now_ms() > until) return calls;
+    sleep_ms(1);
+  }
+}
+
+/* A callback sees the finished result once, with straitSuccess; one registered on a finished
+ * request runs at once on the registering thread; one whose request is freed first still runs;
+ * a NULL fn is refused. */
+static void check_on_complete(straitComm_t comm) {
+  enum { n = 4096 };
+  static float x[n], y[n];
+  Completion a, b, c;
+  straitRequest_t req;
+  size_t i;
+  for (i = 0; i < n; ++i) {
+    x[i] = (float)((g_rank + 1) * (int)(i % 7 + 1));
+    y[i] = -1.0f;
+  }
+  completion_init(&a, y, n);
+  OK(straitAllReduceAsync(x, y, n, straitFloat32, straitSum, comm, NULL, &req));
+  OK(straitRequestOnComplete(req, on_complete, &a));
+  OK(straitWait(req, STRAIT_WAIT_DEADLINE));
+  CHECK(completion_calls(&a, 10000.0) == 1);
+  CHECK(a.result == straitSuccess);
+  CHECK(a.data_ok);
+
+  completion_init(&b, NULL, 0);
+  OK(straitRequestOnComplete(req, on_complete, &b)); /* finished: runs here, now */
+  CHECK(b.calls == 1 && b.result == straitSuccess);
+  CHECK(b.calls == 1 && pthread_equal(b.thread, pthread_self()));
+  FAILS(straitInvalidArgument, "fn is NULL", straitRequestOnComplete(req, NULL, &b));
+  OK(straitRequestFree(req));
+
+  for (i = 0; i < n; ++i) y[i] = -1.0f;
+  completion_init(&c, y, n);
+  OK(straitAllReduceAsync(x, y, n, straitFloat32, straitSum, comm, NULL, &req));
+  OK(straitRequestOnComplete(req, on_complete, &c));
+  OK(straitRequestFree(req)); /* the operation goes on; its callback still runs */
+  CHECK(completion_calls(&c, 10000.0) == 1);
+  CHECK(c.result == straitSuccess);
+  CHECK(c.data_ok);
+  sleep_ms(20);
+  CHECK(completion_calls(&a, 0.0) == 1 && completion_calls(&c, 0.0) == 1); /* once each */
+}
+
 static void scenario_collectives(void) {
   straitComm_t comm = init_world(20000);
   check_library(comm);
   check_allreduce(comm);
   check_async_allreduce(comm);
+  check_on_complete(comm);
   check_broadcast_reduce(comm);
   check_gathers(comm);
   check_reduce_scatter(comm);
@@ -1077,16 +1169,34 @@ static void scenario_timeout(void) {
   if (g_rank == 1) {
     sleep_ms(2200); /* never calls the allreduce: the others give up after 1 s */
   } else {
+    /* Rank 0 waits through a request with a completion callback, which gets the error too. */
     const double start = now_ms();
-    straitResult_t rc = straitAllReduce(&x, &y, 1, straitFloat32, straitSum, comm, NULL);
-    const double took = now_ms() - start;
-    const char* message = straitGetLastError(comm);
+    straitRequest_t req = NULL;
+    Completion done;
+    straitResult_t rc;
+    double took;
+    const char* message;
+    completion_init(&done, NULL, 0);
+    if (g_rank == 0) {
+      OK(straitAllReduceAsync(&x, &y, 1, straitFloat32, straitSum, comm, NULL, &req));
+      OK(straitRequestOnComplete(req, on_complete, &done));
+      rc = straitWait(req, STRAIT_WAIT_DEADLINE);
+    } else {
+      rc = straitAllReduce(&x, &y, 1, straitFloat32, straitSum, comm, NULL);
+    }
+    took = now_ms() - start;
+    message = req != NULL ? straitRequestGetError(req) : straitGetLastError(comm);
+    if (req != NULL) {
+      CHECK(completion_calls(&done, 10000.0) == 1);
+      CHECK(done.result == rc);
+    }
     printf("rank %d: expected failure after %.0f ms: %s\n", g_rank, took, message);
     /* Rank 0 of 3 may instead see rank 2 leave after its own timeout: still naming rank 1. */
     CHECK(rc == straitTimeout || (rc == straitPeerLost && g_size == 3));
     CHECK_CONTAINS(message, "rank 1");
     CHECK(took >= (rc == straitTimeout ? 950.0 : 500.0));
     CHECK(took < 10000.0);
+    if (req != NULL) OK(straitRequestFree(req));
   }
   OK(straitCommDestroy(comm));
 }

@@ -7,9 +7,9 @@
 // and no Python object per operation.
 //
 // API (module _strait_torch, loaded by python/strait/torch/_work.py from next to libstrait.so):
-//   Completer()                      one per ProcessGroup; a thread that waits on requests in
-//                                    submission order (strait finishes a group's operations in
-//                                    that order) and completes their futures.
+//   Completer()                      one per ProcessGroup; a thread that completes the futures of
+//                                    the operations strait reports finished
+//                                    (straitRequestOnComplete), sleeping in between.
 //   Completer.work(request, result, name) -> torch._C._distributed_c10d.Work
 //       request: an int, a straitRequest_t from an ...Async call; the Completer owns it from
 //       here (frees it). result: list of tensors, the operation's outputs, also kept alive until
@@ -21,7 +21,8 @@
 //                                    destroyed). Called before straitCommDestroy.
 //   TORCH_VERSION                    "MAJOR.MINOR" of the torch it was compiled against.
 // Thread-safety: work() and stop() may be called from any thread. Futures complete on the
-// Completer's thread, which runs their C++ callbacks (as Gloo's and NCCL's threads do).
+// Completer's thread, which runs their C++ callbacks (as Gloo's and NCCL's threads do), not on
+// strait's progress thread.
 #include <torch/csrc/distributed/c10d/Work.hpp>
 #include <torch/extension.h>
 #include <torch/version.h>
@@ -29,6 +30,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <stdexcept>
@@ -70,15 +72,42 @@ class FutureWork final : public c10d::Work {
   std::vector<at::Tensor> result_;
 };
 
+// One operation in flight. Owned by the Completer's State from work() until its future is
+// completed; strait's completion callback only hands it to the Completer's thread.
 struct Pending {
   straitRequest_t request = nullptr;
   c10::intrusive_ptr<c10::ivalue::Future> future;
   std::vector<at::Tensor> result;
   std::string name;
+  straitResult_t rc = straitSuccess;
+  struct State* state = nullptr;
 };
 
-// The queue and its thread. The state is shared with the thread, which may outlive the Python
-// object by the time its last request ends.
+struct State {
+  std::mutex mutex;
+  std::condition_variable ready;
+  std::map<Pending*, std::unique_ptr<Pending>> inflight;
+  std::deque<Pending*> finished;                // handed over by completion callbacks
+  bool stopped = false;
+  std::vector<std::vector<at::Tensor>> failed;  // buffers of failed operations, kept
+};
+
+// strait's completion callback (straitRequestOnComplete): runs on the thread that finished the
+// operation, which moves every rank's bytes, so it only queues the operation.
+void on_complete(void* user, straitResult_t rc) {
+  auto* op = static_cast<Pending*>(user);
+  State& state = *op->state;
+  {
+    std::lock_guard lock(state.mutex);
+    op->rc = rc;
+    state.finished.push_back(op);
+  }
+  state.ready.notify_one();
+}
+
+// The queue and its thread. The thread sleeps until a completion callback wakes it (no polling:
+// a thread polling beside backward takes the compute's CPU). The state is shared with the
+// thread, which may outlive the Python object until the operations in flight end.
 class Completer {
  public:
   Completer() : state_(std::make_shared<State>()) {
@@ -94,18 +123,28 @@ class Completer {
                                       std::string name) {
     auto future = c10::make_intrusive<c10::ivalue::Future>(
         c10::ListType::create(c10::TensorType::get()));
-    auto handle = reinterpret_cast<straitRequest_t>(request);  // NOLINT(performance-no-int-to-ptr)
     auto work = c10::make_intrusive<FutureWork>(future, result);
+    auto op = std::make_unique<Pending>();
+    op->request = reinterpret_cast<straitRequest_t>(request);  // NOLINT(performance-no-int-to-ptr)
+    op->future = std::move(future);
+    op->result = std::move(result);
+    op->name = std::move(name);
+    op->state = state_.get();
+    Pending* raw = op.get();
     {
       std::lock_guard lock(state_->mutex);
       if (state_->stopped) {
-        straitRequestFree(handle);  // refuses a running request: then it leaks, as documented
-        throw std::runtime_error("strait: " + name + ": the process group was shut down");
+        throw std::runtime_error("strait: " + raw->name + ": the process group was shut down");
       }
-      state_->queue.push_back(Pending{handle, std::move(future), std::move(result),
-                                      std::move(name)});
+      state_->inflight.emplace(raw, std::move(op));
     }
-    state_->ready.notify_one();
+    const straitResult_t rc = straitRequestOnComplete(raw->request, &on_complete, raw);
+    if (rc != straitSuccess) {  // an unknown request: a bug of the caller's
+      std::lock_guard lock(state_->mutex);
+      std::string message = "strait: " + raw->name + ": " + straitGetErrorString(rc);
+      state_->inflight.erase(raw);
+      throw std::runtime_error(message);
+    }
     return work;
   }
 
@@ -118,40 +157,36 @@ class Completer {
   }
 
  private:
-  struct State {
-    std::mutex mutex;
-    std::condition_variable ready;
-    std::deque<Pending> queue;
-    bool stopped = false;
-    std::vector<std::vector<at::Tensor>> failed;  // buffers of failed operations, kept
-  };
-
   static void run(const std::shared_ptr<State>& state) {
     for (;;) {
-      Pending next;
+      std::unique_ptr<Pending> op;
       {
         std::unique_lock lock(state->mutex);
-        state->ready.wait(lock, [&] { return state->stopped || !state->queue.empty(); });
-        if (state->queue.empty()) {
-          return;  // stopped and drained
+        state->ready.wait(lock, [&] {
+          return !state->finished.empty() || (state->stopped && state->inflight.empty());
+        });
+        if (state->finished.empty()) {
+          return;  // stopped, and every operation has ended
         }
-        next = std::move(state->queue.front());
-        state->queue.pop_front();
+        Pending* next = state->finished.front();
+        state->finished.pop_front();
+        auto node = state->inflight.extract(next);
+        op = std::move(node.mapped());
       }
-      complete(*state, next);
+      complete(*state, *op);
     }
   }
 
   static void complete(State& state, Pending& op) {
-    const straitResult_t rc = straitWait(op.request, STRAIT_WAIT_DEADLINE);
-    if (rc == straitSuccess) {
+    if (op.rc == straitSuccess) {
       straitRequestFree(op.request);
       op.future->markCompleted(c10::IValue(op.result));
       return;
     }
     const char* detail = straitRequestGetError(op.request);
-    std::string message = "strait: " + op.name + " failed: " +
-                          (detail != nullptr ? detail : straitGetErrorString(rc));
+    const std::string message = "strait: " + op.name + " failed: " +
+                                (detail != nullptr && *detail != '\0' ? detail
+                                                                       : straitGetErrorString(op.rc));
     straitRequestFree(op.request);
     {
       std::lock_guard lock(state.mutex);
