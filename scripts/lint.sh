@@ -7,5 +7,7 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${STRAIT_BUILD_DIR:-$root/build}
 "$root/scripts/build.sh" >/dev/null
 cd "$root"
-if [ $# -eq 0 ]; then mapfile -t files < <(git ls-files '*.cpp'); else files=("$@"); fi
+# python/ext (the torch extension) is left out: clang-tidy 14 cannot parse torch 1.13's headers in
+# C++20 (errors inside ATen's ivalue_inl.h); g++ builds it with the project's warnings as errors.
+if [ $# -eq 0 ]; then mapfile -t files < <(git ls-files '*.cpp' ':!python/ext'); else files=("$@"); fi
 printf '%s\n' "${files[@]}" | xargs -P "$(nproc)" -n 1 clang-tidy -p "$build" --quiet 2>/dev/null

@@ -23,7 +23,7 @@
 // Thread-safety: work() and stop() may be called from any thread. Futures complete on the
 // Completer's thread, which runs their C++ callbacks (as Gloo's and NCCL's threads do), not on
 // strait's progress thread.
-#include <torch/csrc/distributed/c10d/Work.hpp>
+#include <strait/strait.h>
 #include <torch/extension.h>
 #include <torch/version.h>
 
@@ -36,10 +36,9 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <torch/csrc/distributed/c10d/Work.hpp>
 #include <utility>
 #include <vector>
-
-#include <strait/strait.h>
 
 namespace {
 
@@ -87,7 +86,7 @@ struct State {
   std::mutex mutex;
   std::condition_variable ready;
   std::map<Pending*, std::unique_ptr<Pending>> inflight;
-  std::deque<Pending*> finished;                // handed over by completion callbacks
+  std::deque<Pending*> finished;  // handed over by completion callbacks
   bool stopped = false;
   std::vector<std::vector<at::Tensor>> failed;  // buffers of failed operations, kept
 };
@@ -110,9 +109,7 @@ void on_complete(void* user, straitResult_t rc) {
 // thread, which may outlive the Python object until the operations in flight end.
 class Completer {
  public:
-  Completer() : state_(std::make_shared<State>()) {
-    std::thread(&Completer::run, state_).detach();
-  }
+  Completer() : state_(std::make_shared<State>()) { std::thread(&Completer::run, state_).detach(); }
   Completer(const Completer&) = delete;
   Completer& operator=(const Completer&) = delete;
   Completer(Completer&&) = delete;
@@ -121,8 +118,8 @@ class Completer {
 
   c10::intrusive_ptr<c10d::Work> work(std::uintptr_t request, std::vector<at::Tensor> result,
                                       std::string name) {
-    auto future = c10::make_intrusive<c10::ivalue::Future>(
-        c10::ListType::create(c10::TensorType::get()));
+    auto future =
+        c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()));
     auto work = c10::make_intrusive<FutureWork>(future, result);
     auto op = std::make_unique<Pending>();
     op->request = reinterpret_cast<straitRequest_t>(request);  // NOLINT(performance-no-int-to-ptr)
@@ -184,9 +181,9 @@ class Completer {
       return;
     }
     const char* detail = straitRequestGetError(op.request);
-    const std::string message = "strait: " + op.name + " failed: " +
-                                (detail != nullptr && *detail != '\0' ? detail
-                                                                       : straitGetErrorString(op.rc));
+    const std::string message =
+        "strait: " + op.name +
+        " failed: " + (detail != nullptr && *detail != '\0' ? detail : straitGetErrorString(op.rc));
     straitRequestFree(op.request);
     {
       std::lock_guard lock(state.mutex);
@@ -202,8 +199,8 @@ class Completer {
 
 PYBIND11_MODULE(_strait_torch, m) {
   m.doc() = "The compiled half of strait's torch backend: C++ Works completed by a C++ thread.";
-  m.attr("TORCH_VERSION") = std::to_string(TORCH_VERSION_MAJOR) + "." +
-                           std::to_string(TORCH_VERSION_MINOR);
+  m.attr("TORCH_VERSION") =
+      std::to_string(TORCH_VERSION_MAJOR) + "." + std::to_string(TORCH_VERSION_MINOR);
   // The Work type torch registered (torch._C._distributed_c10d.Work) is what callers receive.
   pybind11::module_::import("torch.distributed");
   pybind11::class_<Completer, std::shared_ptr<Completer>>(m, "Completer")
