@@ -18,7 +18,8 @@
 # --bucket-mb 4", 16 MiB in 4 buckets), SLEEP_MODEL (WAN: "--layers 4 --dim 1024 --batch 4
 # --bucket-mb 4 --sleep-ms 80"), RATE (500mbit: the WAN model's traffic then takes about
 # its compute time), ROUNDS (5), STEPS (4 timed steps per round and configuration), WAN (1: run
-# the WAN part when root), OUT ($STRAIT_RESULTS_DIR/DATE-ddp-overlap, bench/outdir.sh). About 3
+# the WAN part when root), PARTS (which of "loopback wan_cpu wan_sleep" to run: all), OUT
+# ($STRAIT_RESULTS_DIR/DATE-ddp-overlap, bench/outdir.sh). About 3
 # minutes at the defaults (2.6 on a busy 2-core machine).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -38,11 +39,14 @@ export PYTHONPATH=$root/python${PYTHONPATH:+:$PYTHONPATH} STRAIT_LIBRARY=$build/
 export PYTHONWARNINGS=ignore::UserWarning OMP_NUM_THREADS=1
 bench=("$root/bench/ddp_overlap.py" --rounds "$rounds" --steps "$steps")
 echo "# $(date -u '+%Y-%m-%d %H:%M UTC'), $(getconf _NPROCESSORS_ONLN) cores, load $(cut -d' ' -f1-3 /proc/loadavg); raw output in $out"
-echo "## loopback (strait run -n 2)"
-# shellcheck disable=SC2086  # MODEL is a list of flags
-"$strait" run -n 2 -- /usr/bin/python3 "${bench[@]}" $model --trace "$out/trace_loopback" \
-  --json "$out/loopback.json" | tee "$out/loopback.txt"
-if [ "${WAN:-1}" != 0 ]; then
+parts=" ${PARTS:-loopback wan_cpu wan_sleep} "
+if [[ $parts == *" loopback "* ]]; then
+  echo "## loopback (strait run -n 2)"
+  # shellcheck disable=SC2086  # MODEL is a list of flags
+  "$strait" run -n 2 -- /usr/bin/python3 "${bench[@]}" $model --trace "$out/trace_loopback" \
+    --json "$out/loopback.json" | tee "$out/loopback.txt"
+fi
+if [ "${WAN:-1}" != 0 ] && [[ $parts == *" wan_"* ]]; then
   if [ "$(id -u)" != 0 ]; then
     echo "## WAN: skipped (needs root for network namespaces and tc; run with sudo)"
     exit 0
@@ -52,6 +56,7 @@ if [ "${WAN:-1}" != 0 ]; then
   wan() {  # NAME FLAGS...
     local name=$1
     shift
+    [[ $parts == *" $name "* ]] || return 0
     echo "## WAN testbed (2 sites x 1 rank, $rate each way), $name, load $(cut -d' ' -f1-3 /proc/loadavg)"
     GLOO_SOCKET_IFNAME=wan0 "$strait" wan run --prefix "$prefix" --ranks-per-site 1 -- \
       /usr/bin/python3 "${bench[@]}" "$@" --trace "$out/trace_$name" --json "$out/$name.json" |
