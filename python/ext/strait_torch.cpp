@@ -24,6 +24,7 @@
 // Completer's thread, which runs their C++ callbacks (as Gloo's and NCCL's threads do), not on
 // strait's progress thread.
 #include <strait/strait.h>
+#include <torch/csrc/profiler/orchestration/observer.h>
 #include <torch/extension.h>
 #include <torch/version.h>
 
@@ -33,9 +34,11 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 #include <utility>
 #include <vector>
@@ -195,6 +198,132 @@ class Completer {
   std::shared_ptr<State> state_;
 };
 
+// strait's element type for a torch dtype (the Python backend's _REDUCE_DTYPES), if any.
+std::optional<straitDataType_t> strait_dtype(at::ScalarType t) {
+  switch (t) {
+    case at::kFloat: return straitFloat32;
+    case at::kDouble: return straitFloat64;
+    case at::kHalf: return straitFloat16;
+    case at::kBFloat16: return straitBfloat16;
+    case at::kInt: return straitInt32;
+    case at::kLong: return straitInt64;
+    case at::kChar: return straitInt8;
+    case at::kByte: return straitUint8;
+    default: return std::nullopt;
+  }
+}
+
+// The reductions every dtype above takes; the others (AVG, the bitwise ops, PREMUL_SUM) go to
+// the Python backend, which checks them against the dtype and names what is wrong.
+std::optional<straitRedOp_t> strait_op(const c10d::ReduceOp& op) {
+  switch (op.op_) {
+    case c10d::ReduceOp::SUM: return straitSum;
+    case c10d::ReduceOp::PRODUCT: return straitProd;
+    case c10d::ReduceOp::MIN: return straitMin;
+    case c10d::ReduceOp::MAX: return straitMax;
+    default: return std::nullopt;
+  }
+}
+
+// The C++ side of the Python ProcessGroupStrait (python/strait/torch/backend.py derives from it).
+// C++ callers (DDP's Reducer) reach allreduce here without entering Python: a dense contiguous
+// host tensor with SUM, PRODUCT, MIN or MAX is submitted to strait from C++ and gets a
+// FutureWork. Everything else, and every call while a profiler records (its spans are the Python
+// backend's), goes on to the Python method, as torch's PyProcessGroup trampoline dispatches
+// (the same eight methods it has). Python callers call the Python methods and never come here.
+class ProcessGroupNative : public c10d::ProcessGroup {
+ public:
+  using ProcessGroup::ProcessGroup;
+
+  // comm: the group's straitComm_t; completer: its Completer. Called by the Python __init__
+  // before the group is used; detach() before the communicator is destroyed.
+  void attach(std::uintptr_t comm, std::shared_ptr<Completer> completer) {
+    comm_ = reinterpret_cast<straitComm_t>(comm);  // NOLINT(performance-no-int-to-ptr)
+    completer_ = std::move(completer);
+  }
+  void detach() {
+    comm_ = nullptr;
+    completer_.reset();
+  }
+
+  c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
+                                           const c10d::AllreduceOptions& opts) override {
+    if (auto work = submit_allreduce(tensors, opts)) {
+      return work;
+    }
+    return python<c10::intrusive_ptr<c10d::Work>>("allreduce", tensors, opts);
+  }
+
+  const std::string getBackendName() const override {
+    return python<std::string>("getBackendName");
+  }
+  c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outputs,
+                                           std::vector<at::Tensor>& inputs,
+                                           const c10d::AllgatherOptions& opts) override {
+    return python<c10::intrusive_ptr<c10d::Work>>("allgather", outputs, inputs, opts);
+  }
+  c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override {
+    return python<c10::intrusive_ptr<c10d::Work>>("barrier", opts);
+  }
+  c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
+                                           const c10d::BroadcastOptions& opts) override {
+    return python<c10::intrusive_ptr<c10d::Work>>("broadcast", tensors, opts);
+  }
+  c10::intrusive_ptr<c10d::Work> reduce_scatter(std::vector<at::Tensor>& outputs,
+                                                std::vector<std::vector<at::Tensor>>& inputs,
+                                                const c10d::ReduceScatterOptions& opts) override {
+    return python<c10::intrusive_ptr<c10d::Work>>("reduce_scatter", outputs, inputs, opts);
+  }
+  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst, int tag) override {
+    return python<c10::intrusive_ptr<c10d::Work>>("send", tensors, dst, tag);
+  }
+  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src, int tag) override {
+    return python<c10::intrusive_ptr<c10d::Work>>("recv", tensors, src, tag);
+  }
+
+ private:
+  // The Python subclass's method `name` called with args (the GIL taken), as PYBIND11_OVERRIDE
+  // does; looked up on this class, the one pybind registered for the Python object.
+  template <typename Result, typename... Args>
+  Result python(const char* name, Args&... args) const {
+    pybind11::gil_scoped_acquire gil;
+    const pybind11::function method =
+        pybind11::get_override(static_cast<const ProcessGroupNative*>(this), name);
+    if (!method) {
+      throw std::runtime_error(std::string("strait: the process group has no method ") + name);
+    }
+    return method(args...).template cast<Result>();
+  }
+
+  c10::intrusive_ptr<c10d::Work> submit_allreduce(std::vector<at::Tensor>& tensors,
+                                                  const c10d::AllreduceOptions& opts) {
+    if (comm_ == nullptr || !completer_ || tensors.size() != 1 ||
+        torch::profiler::impl::profilerEnabled()) {
+      return {};
+    }
+    at::Tensor& t = tensors[0];
+    const auto dtype = strait_dtype(t.scalar_type());
+    const auto op = strait_op(opts.reduceOp);
+    if (!dtype || !op || !t.device().is_cpu() || t.layout() != at::kStrided || !t.is_contiguous()) {
+      return {};
+    }
+    straitRequest_t request = nullptr;
+    void* data = t.data_ptr();
+    const straitResult_t rc =
+        straitAllReduceAsync(data, data, t.numel(), *dtype, *op, comm_, nullptr, &request);
+    if (rc != straitSuccess) {
+      const char* detail = straitGetLastError(comm_);
+      throw std::runtime_error(
+          std::string("strait: allreduce failed: ") +
+          (detail != nullptr && *detail != '\0' ? detail : straitGetErrorString(rc)));
+    }
+    return completer_->work(reinterpret_cast<std::uintptr_t>(request), tensors, "allreduce");
+  }
+
+  straitComm_t comm_ = nullptr;
+  std::shared_ptr<Completer> completer_;
+};
+
 }  // namespace
 
 PYBIND11_MODULE(_strait_torch, m) {
@@ -209,4 +338,11 @@ PYBIND11_MODULE(_strait_torch, m) {
            pybind11::arg("name"), pybind11::call_guard<pybind11::gil_scoped_release>(),
            "A c10d Work over a submitted strait request; see the file's header.")
       .def("stop", &Completer::stop, pybind11::call_guard<pybind11::gil_scoped_release>());
+  pybind11::class_<ProcessGroupNative, c10d::ProcessGroup, c10::intrusive_ptr<ProcessGroupNative>>(
+      m, "ProcessGroupNative",
+      "Base of strait's Python ProcessGroup: C++ callers' allreduce without Python.")
+      .def(pybind11::init<int, int>(), pybind11::arg("rank"), pybind11::arg("size"))
+      .def("_attach", &ProcessGroupNative::attach, pybind11::arg("comm"),
+           pybind11::arg("completer"))
+      .def("_detach", &ProcessGroupNative::detach);
 }

@@ -2,11 +2,11 @@
 pending, the default), checked by order of events, not by timing:
 
 1. The first bucket's allreduce returns to DDP's Reducer (C++) before the operation can have
-   finished: rank 1 enters that allreduce only after rank 0's call has returned (a store key), so
-   rank 0's Work must be pending at return, and backward must go on computing gradients after it
-   (a tensor hook records when each parameter's gradient is computed). With the finished path
-   rank 0's call would block until rank 1 joined, and rank 1 would wait for the key in vain
-   (HANDSHAKE_S): the test fails instead of hanging.
+   finished: rank 1 enters that allreduce only after rank 0 has computed a later gradient (a
+   store key set in that gradient's hook), so rank 0's Work must be pending at return, and
+   backward must go on computing gradients after it (tensor hooks record when each parameter's
+   gradient is computed). With the finished path rank 0's call would block until rank 1 joined,
+   and rank 1 would wait for the key in vain (HANDSHAKE_S): the test fails instead of hanging.
 2. Under the torch profiler each bucket's allreduce is a span strait::allreduce bytes=N whose
    bytes add up to the gradients' bytes, the first starting before backward's last gradient.
 3. The parameters after a few steps equal gloo's bit for bit (2 ranks: one addition per element),
@@ -55,54 +55,60 @@ def step(ddp, opt, g):
 
 def check_pending():
     """Claim 1: the second step's backward (the first has one bucket: DDP buckets by size from
-    the second on), with the first allreduce's handshake."""
+    the second on), with the first allreduce's handshake: rank 1 holds its backward in the first
+    gradient's hook until rank 0 reaches the hook of the first gradient outside the first
+    bucket, which comes after rank 0 has called the first bucket's allreduce. With a finished
+    Work that call would not return before rank 1 joined it."""
     model, ddp = model_and_ddp(dist.group.WORLD)
     opt, g = torch.optim.SGD(ddp.parameters(), lr=0.1), torch.Generator().manual_seed(7)
     step(ddp, opt, g)
     events = []
-    for i, p in enumerate(model.parameters()):
-        p.register_hook(lambda grad, i=i: events.append(("grad", i)))
-    original = backend.ProcessGroupStrait.allreduce
-    first = [True]
+    params = list(model.parameters())
 
-    def allreduce(self, tensors, opts=None):
-        if not first[0]:
-            return original(self, tensors, opts)
-        first[0] = False
-        if RANK == 1:
-            try:
-                STORE.wait(["overlap/returned"], datetime.timedelta(seconds=HANDSHAKE_S))
-            except RuntimeError:
-                problems.append(f"rank 0's first bucket allreduce did not return within "
-                                f"{HANDSHAKE_S} s although rank 1 had not joined it: the Reducer "
-                                "got a finished Work (no overlap)")
-            return original(self, tensors, opts)
-        work = original(self, tensors, opts)
-        events.append(("returned", work.is_completed()))
+    def hold(grad):
+        try:
+            STORE.wait(["overlap/returned"], datetime.timedelta(seconds=HANDSHAKE_S))
+        except RuntimeError:
+            problems.append(f"rank 0 did not go on with backward within {HANDSHAKE_S} s after "
+                            "calling the first bucket's allreduce, which rank 1 had not joined: "
+                            "the Reducer got a finished Work (no overlap)")
+        return grad
+
+    def release(grad):
+        events.append(("returned", None))
         STORE.set("overlap/returned", "1")
-        return work
+        return grad
 
-    backend.ProcessGroupStrait.allreduce = allreduce
+    handles = [p.register_hook(lambda grad, i=i: events.append(("grad", i)) or grad)
+               for i, p in enumerate(params)]
+    # DDP's buckets from the second step: parameters in backward order (reversed), cut by size
+    # as the Reducer cuts them; rank 0 releases rank 1 in the hook of the first gradient after
+    # the first bucket's (the allreduce of that bucket has been called by then).
+    order = list(reversed(range(len(params))))
+    cap = int(0.004 * 1024 * 1024)
+    buckets, _ = dist._compute_bucket_assignment_by_size([params[i] for i in order],
+                                                         [dist._DEFAULT_FIRST_BUCKET_BYTES, cap])
+    after = order[len(buckets[0])]
+    handles.append(params[order[0]].register_hook(hold) if RANK == 1
+                   else params[after].register_hook(release))
     try:
         step(ddp, opt, g)
     finally:
-        backend.ProcessGroupStrait.allreduce = original
+        for h in handles:
+            h.remove()
     if RANK != 0:
         return
     kinds = [e[0] for e in events]
     if "returned" not in kinds:
-        problems.append(f"no allreduce reached ProcessGroupStrait from DDP: {events}")
+        problems.append(f"the releasing gradient hook did not run: {events}")
         return
     at = kinds.index("returned")
-    if events[at][1]:
-        problems.append("the first bucket's Work was completed when the allreduce returned, "
-                        "before rank 1 had joined it")
-    later = [e for e in events[at + 1:] if e[0] == "grad"]
+    later = [e for e in events[at:] if e[0] == "grad"]
     if not later:
         problems.append(f"no gradient was computed after the first allreduce returned: backward "
                         f"waited for it (events {events})")
     print(f"rank 0: first allreduce returned pending, then {len(later)} of "
-          f"{len(list(model.parameters()))} gradients were computed", flush=True)
+          f"{len(params)} gradients were computed", flush=True)
 
 
 def check_spans():

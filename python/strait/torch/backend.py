@@ -178,7 +178,13 @@ def _destroy(comm, completer_box, store_callbacks):
         pass
 
 
-class ProcessGroupStrait(dist.ProcessGroup):
+# The compiled extension's ProcessGroupNative (a c10d ProcessGroup in C++) when it is built for
+# this torch: C++ callers' allreduce then never enters Python (see python/ext/strait_torch.cpp).
+_EXTENSION = _work.extension()[0]
+_BASE = _EXTENSION.ProcessGroupNative if _EXTENSION is not None else dist.ProcessGroup
+
+
+class ProcessGroupStrait(_BASE):
     """torch.distributed ProcessGroup over one strait communicator.
 
     Args:
@@ -218,6 +224,8 @@ class ProcessGroupStrait(dist.ProcessGroup):
         ext = _work.extension()[0] if self._cpp_fallback and mode == "pending" else None
         self._native = ext.Completer() if ext is not None else None
         self._completer_box[1] = self._native
+        if self._native is not None and _BASE is not dist.ProcessGroup:
+            self._attach(self._comm, self._native)
         self._finalizer = weakref.finalize(self, _destroy, self._comm, self._completer_box,
                                            self._store)
 
@@ -231,6 +239,8 @@ class ProcessGroupStrait(dist.ProcessGroup):
 
     def shutdown(self):
         """Destroys the communicator now; pending operations fail with straitAborted."""
+        if _BASE is not dist.ProcessGroup:
+            self._detach()
         self._finalizer()
 
     def _completer(self):
