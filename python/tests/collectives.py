@@ -287,6 +287,46 @@ def overlapping():
         expect_equal(f"overlapping all_reduce {i}", x, ref)
 
 
+def cpp_callers():
+    """allreduce as a C++ caller (DDP's Reducer) makes it: through the C++ virtual, which
+    dist.ProcessGroup.allreduce calls. With the compiled extension a dense host tensor with SUM,
+    PRODUCT, MIN or MAX goes from C++ to strait; AVG, the bitwise ops and strided tensors go on to
+    the Python methods. Every form against gloo, with the wait through the returned Work."""
+    global checks
+    opts = dist.AllreduceOptions
+    cases = [("sum f32", torch.float32, R.SUM, None), ("max i64", torch.int64, R.MAX, None),
+             ("product f64", torch.float64, R.PRODUCT, None),
+             ("bor i32", torch.int32, R.BOR, None)]
+    if hasattr(R, "AVG"):
+        cases.append(("avg f32", torch.float32, R.AVG, None))
+    for name, dtype, op, _ in cases:
+        x = inputs(700 + len(name), 3000, dtype) % 5 + 1
+        t, ref = x.clone(), x.clone()
+        o = opts()
+        o.reduceOp = op
+        work = dist.ProcessGroup.allreduce(STRAIT, [t], o)
+        work.wait()
+        if op == getattr(R, "AVG", None):  # gloo has no AVG: sum, then divide
+            dist.all_reduce(ref, group=GLOO)
+            ref /= P
+        else:
+            dist.all_reduce(ref, op=op, group=GLOO)
+        avg = op == getattr(R, "AVG", None)  # strait divides as it sees fit: within an ulp
+        tol = {"exact": False, "rtol": 1e-6} if avg else {}
+        expect_equal(f"C++ caller allreduce {name}", t, ref, **tol)
+        expect_equal(f"C++ caller allreduce {name}: Work.result", work.result()[0], ref, **tol)
+    # A strided view: not the fast path (the Python backend refuses it, naming the tensor).
+    base = torch.ones(10, 2)
+    try:
+        dist.ProcessGroup.allreduce(STRAIT, [base[:, 0]], opts()).wait()
+        failures.append("C++ caller allreduce of a strided view: no error")
+    except (RuntimeError, ValueError) as e:
+        checks += 1
+        if "contiguous" not in str(e):
+            failures.append(f"C++ caller allreduce of a strided view: {e}")
+    dist.barrier(group=GLOO)
+
+
 def barrier():
     global checks
     dist.barrier()
@@ -304,6 +344,7 @@ random_floats()
 op_forms()
 low_precision()
 overlapping()
+cpp_callers()
 barrier()
 
 dist.barrier(group=GLOO)

@@ -156,8 +156,30 @@ def check_path():
         problems.append(f"the compiled extension was built but not used: {_work.extension()[1]}")
     if mode == "python" and pg._native is not None:
         problems.append("STRAIT_TORCH_CPP_WORK=python but the compiled completer is used")
+    # Whether DDP's bucket allreduces enter the Python method: not with the extension.
+    calls = [0]
+    original = backend.ProcessGroupStrait.allreduce
+
+    def counted(self, tensors, opts=None):
+        calls[0] += 1
+        return original(self, tensors, opts)
+
+    backend.ProcessGroupStrait.allreduce = counted
+    try:
+        model, ddp = model_and_ddp(pg)
+        opt, g = torch.optim.SGD(ddp.parameters(), lr=0.1), torch.Generator().manual_seed(3)
+        for _ in range(2):
+            step(ddp, opt, g)
+    finally:
+        backend.ProcessGroupStrait.allreduce = original
+    if want and calls[0]:
+        problems.append(f"{calls[0]} of DDP's bucket allreduces entered the Python method "
+                        "although the extension's C++ ProcessGroup was there")
+    if not want and not calls[0]:
+        problems.append("no DDP bucket allreduce reached the Python method without the extension")
     print(f"rank {RANK}: C++ callers get Works completed in "
-          f"{'C++' if pg._native is not None else 'Python'}", flush=True)
+          f"{'C++' if pg._native is not None else 'Python'}; {calls[0]} Python allreduce calls",
+          flush=True)
 
 
 check_path()
