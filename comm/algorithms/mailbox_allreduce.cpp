@@ -56,9 +56,15 @@ bool MailboxCall::try_post(const Fingerprint& fingerprint,
   // Split: a vector in a symmetric buffer stays there, and peers reduce it from their mappings
   // (safe without a further round: a peer reads it only before it publishes its reduced block,
   // and this rank returns only once every peer has).
-  slot.in_place_serial = split_ && bytes != 0 ? own_serial_of(send_, bytes) : 0;
-  slot.in_place_address = reinterpret_cast<std::uintptr_t>(send_);
-  if (bytes != 0 && slot.in_place_serial == 0) std::memcpy(slot.data, send_, bytes);
+  // Only split calls touch those fields: they lie a slot's length away from the ticket, and an
+  // extra line written here and read by every peer cost 0.07 - 0.09 us of a 0.25 us 8-byte call.
+  std::uint64_t serial = 0;
+  if (split_) {
+    serial = bytes != 0 ? own_serial_of(send_, bytes) : 0;
+    slot.in_place_serial = serial;
+    slot.in_place_address = reinterpret_cast<std::uintptr_t>(send_);
+  }
+  if (bytes != 0 && serial == 0) std::memcpy(slot.data, send_, bytes);
   slot.ticket.store(ticket_ + 1, std::memory_order_release);
   posted_ = true;
   return true;
@@ -98,7 +104,7 @@ void MailboxCall::reduce_slots(std::size_t first, std::size_t last, std::byte* o
   std::shared_ptr<std::byte[]> copied;
   const auto source = [&](int r) -> const std::byte* {
     const LocalMailbox::Slot& s = box_.of(r, ticket_);
-    if (s.in_place_serial == 0) return s.data + first * elem;
+    if (!split_ || s.in_place_serial == 0) return s.data + first * elem;
     if (r == box_.rank()) return static_cast<const std::byte*>(send_) + first * elem;
     const std::uint64_t at = s.in_place_address + first * elem;
     if (!mappings) mappings.emplace();
@@ -115,7 +121,7 @@ void MailboxCall::reduce_slots(std::size_t first, std::size_t last, std::byte* o
   // In place on this rank, `out` is its own input: sum into scratch first.
   std::shared_ptr<std::byte[]> sum;
   std::byte* into = out;
-  if (box_.of(box_.rank(), ticket_).in_place_serial != 0 &&
+  if (split_ && box_.of(box_.rank(), ticket_).in_place_serial != 0 &&
       source(box_.rank()) == static_cast<const std::byte*>(out)) {
     sum = scratch_buffer(n * elem);
     into = sum.get();
