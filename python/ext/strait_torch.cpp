@@ -30,6 +30,7 @@
 
 #include <condition_variable>
 #include <cstdint>
+#include <cstdio>
 #include <deque>
 #include <map>
 #include <memory>
@@ -133,7 +134,9 @@ class Completer {
     Pending* raw = op.get();
     {
       std::lock_guard lock(state_->mutex);
-      if (state_->stopped) {
+      if (state_->stopped) {  // the operation runs on: keep its buffers, drop the handle
+        state_->failed.push_back(raw->result);
+        straitRequestFree(raw->request);
         throw std::runtime_error("strait: " + raw->name + ": the process group was shut down");
       }
       state_->inflight.emplace(raw, std::move(op));
@@ -173,7 +176,12 @@ class Completer {
         auto node = state->inflight.extract(next);
         op = std::move(node.mapped());
       }
-      complete(*state, *op);
+      try {
+        complete(*state, *op);
+      } catch (const std::exception& e) {  // a future's callback threw: nobody else would see it
+        std::fprintf(stderr, "strait: completing %s: a callback of its future threw: %s\n",
+                     op->name.c_str(), e.what());
+      }
     }
   }
 
