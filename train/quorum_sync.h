@@ -11,7 +11,8 @@
 // next one the leader closes (weighted by the tokens it covers; its p is relative to the older
 // weights it started from), so no replica waits for the slowest, only for the leader's close.
 // The last round (stop) waits for every live replica and sends all the same final weights; a
-// replica that sends nothing within the communicator's timeout then is declared lost.
+// replica that sends nothing within half the communicator's timeout then is declared lost (the
+// others' wait for that round's reply must end within the whole of it).
 // `strait train --quorum Q --grace S` (train/trainer.cpp) runs it with --stages 1: each replica
 // then reports its own figures (no per-step sum over the world), evaluates only at the end, and
 // trains until the leader's rounds cover steps x replicas steps' tokens.
