@@ -26,8 +26,8 @@ blocking form, which is cheaper for small tensors, and return a shared finished 
 C++ (DDP's Reducer, ``_broadcast_coalesced``), which cannot see a Python Work, get a pending C++
 Work, so DDP overlaps its bucket allreduces with backward: with the compiled extension
 (python/ext/strait_torch.cpp) a C++ thread completes it; without it, a torch Future that a Python
-thread fulfils (``STRAIT_TORCH_CPP_WORK``, see ``_work``). While a torch profiler records, each operation is a
-span ``strait::<operation> bytes=<N>``.
+thread fulfils (``STRAIT_TORCH_CPP_WORK``, see ``_work``). While a torch profiler records, each
+operation is a span ``strait::<operation> bytes=<N>``.
 
 Thread-safety: the operations of one group must be issued in the same order on every rank, so
 issue them from one thread; waiting on Works from other threads is safe.
