@@ -105,15 +105,10 @@ const std::byte* PeerMappings::find(pid_t pid, std::uint64_t serial, std::uint64
 PeerRead read_peer_memory(pid_t pid, std::uint64_t remote, void* local, std::size_t len,
                           std::uint64_t serial) noexcept {
   if (serial != 0 && pid != 0) {
-    MappedTable& t = table();
-    const std::lock_guard lock(t.mutex);
-    for (const Mapped& e : t.entries) {
-      if (e.pid == pid && e.serial == serial && remote >= e.address &&
-          remote + len <= e.address + e.bytes) {
-        std::memcpy(local, e.mapped + (remote - e.address), len);
-        if (e.read_in_place != nullptr) e.read_in_place->fetch_add(len);
-        return PeerRead{len, 0};
-      }
+    const PeerMappings mappings;  // held while copying: the mapping stays
+    if (const std::byte* from = mappings.find(pid, serial, remote, len)) {
+      std::memcpy(local, from, len);
+      return PeerRead{len, 0};
     }
   }
   PeerRead r;
