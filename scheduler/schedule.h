@@ -128,11 +128,17 @@ struct Schedule {
 
 /// Time of one action on one chunk, for the simulator (scheduler/schedule_sim.h) and for the
 /// zero-bubble generators, which plan with them. A B without a W (it computes the weight gradients
-/// too) costs b + w.
+/// too) costs `fused` when it is set, else b + w.
 struct ActionCosts {
   double f = 1.0;  ///< forward of one microbatch on one chunk
   double b = 1.0;  ///< backward w.r.t. the input (B of a zero-bubble schedule)
-  double w = 0.0;  ///< weight gradient (W); a fused B costs b + w
+  double w = 0.0;  ///< weight gradient (W)
+  /// A fused B (input and weight gradients in one pass); 0: b + w. Measured on CPU it is ~4% below
+  /// b + w (the split saves the weights' gradients that W reads back cold:
+  /// docs/results/training.md).
+  double fused = 0.0;
+  /// What a B that also computes W costs.
+  [[nodiscard]] double fused_b() const noexcept { return fused > 0.0 ? fused : b + w; }
 };
 
 /// P * V.

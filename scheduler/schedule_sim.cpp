@@ -49,6 +49,7 @@ void check_stage_costs(const StageCosts& costs) {
   check_cost("f", costs.compute.f, false);
   check_cost("b", costs.compute.b, false);
   check_cost("w", costs.compute.w, true);
+  check_cost("fused", costs.compute.fused, true);
   check_cost("send", costs.send, true);
   check_cost("recv", costs.recv, true);
   check_cost("link latency", costs.link.latency, true);
@@ -189,7 +190,7 @@ Timeline simulate(const Schedule& sched, const std::vector<StageCosts>& per_stag
             compute = true;
             break;
           case ActionKind::B:
-            end += cost(a).compute.b + (split[key(a)] ? 0.0 : cost(a).compute.w);
+            end += split[key(a)] ? cost(a).compute.b : cost(a).compute.fused_b();
             compute = true;
             break;
           case ActionKind::W:

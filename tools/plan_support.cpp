@@ -245,14 +245,15 @@ void print_costs(const train::PlanRequest& r, const train::PlanProfile& p) {
   const auto& shape = p.shapes.at(train::shape_key(r.model, r.threads));
   fmt::print("costs ({} threads per rank, {} cores; profile: {}):\n", r.threads, p.cores,
              p.notes.count("compute") > 0 ? p.notes.at("compute") : "");
-  fmt::print("  {:>3} {:>27} {:>27} {:>27} {:>10}\n", "b", "block F/B/W ms",
+  fmt::print("  {:>3} {:>27} {:>8} {:>27} {:>27} {:>10}\n", "b", "block F/B/W ms", "fused B",
              "+first (embedding) F/B/W", "+last (head) F/B/W", "stash/blk");
   for (const auto& [b, c] : shape.sizes) {
     fmt::print(
         "  {:>3} {:>8.3f} {:>8.3f} {:>8.3f} {:>8.3f} {:>8.3f} {:>8.3f} {:>8.3f} {:>8.3f} "
-        "{:>8.3f} {:>7.2f}MiB\n",
-        b, c.block.f * 1e3, c.block.b * 1e3, c.block.w * 1e3, c.first.f * 1e3, c.first.b * 1e3,
-        c.first.w * 1e3, c.last.f * 1e3, c.last.b * 1e3, c.last.w * 1e3, c.block_stash / (1 << 20));
+        "{:>8.3f} {:>8.3f} {:>7.2f}MiB\n",
+        b, c.block.f * 1e3, c.block.b * 1e3, c.block.w * 1e3, c.block.fused * 1e3, c.first.f * 1e3,
+        c.first.b * 1e3, c.first.w * 1e3, c.last.f * 1e3, c.last.b * 1e3, c.last.w * 1e3,
+        c.block_stash / (1 << 20));
   }
   fmt::print("  AdamW {:.2f} ns/parameter ({})\n", shape.adamw_s_per_param * 1e9,
              p.notes.count("adamw") > 0 ? p.notes.at("adamw") : "");

@@ -46,10 +46,12 @@ double median_seconds(int reps, Fn&& fn) {
 }
 
 nlohmann::json fbw_json(const FbwSeconds& c) {
-  return {c.f, c.b, c.w};
+  return {c.f, c.b, c.w, c.fused};
 }
 FbwSeconds fbw_from(const nlohmann::json& j) {
-  return {j.at(0).get<double>(), j.at(1).get<double>(), j.at(2).get<double>()};
+  // Profiles written before the fused backward was measured hold three.
+  return {j.at(0).get<double>(), j.at(1).get<double>(), j.at(2).get<double>(),
+          j.size() > 3 ? j.at(3).get<double>() : 0.0};
 }
 
 // One stage's F, B, W seconds (median of reps after one warm-up) and its slot's stash bytes.
@@ -87,7 +89,7 @@ StageTiming time_stage(const GptConfig& cfg, LayerRange range, int b, int reps) 
   const float* dptr = last ? nullptr : dout.data();
   float* dinptr = first ? nullptr : din.data();
   StageTiming r;
-  std::vector<double> f, bi, w;
+  std::vector<double> f, bi, w, fused;
   for (int i = 0; i <= reps; ++i) {  // the first round warms up and is dropped
     auto t0 = Clock::now();
     fwd();
@@ -98,23 +100,29 @@ StageTiming time_stage(const GptConfig& cfg, LayerRange range, int b, int reps) 
     t0 = Clock::now();
     m.backward_weight(0);
     const double tw = seconds_since(t0);
+    fwd();
+    t0 = Clock::now();
+    m.backward(0, dptr, 1.0F, dinptr);
+    const double tbw = seconds_since(t0);
     if (i == 0) continue;
     f.push_back(tf);
     bi.push_back(tb);
     w.push_back(tw);
+    fused.push_back(tbw);
   }
   // The fastest repetition: what a step would cost undisturbed by other processes on the cores
   // (their load is learned from validation runs, train/planner.h).
   const auto low = [](const std::vector<double>& v) {
     return *std::min_element(v.begin(), v.end());
   };
-  r.t = {low(f), low(bi), low(w)};
+  r.t = {low(f), low(bi), low(w), low(fused)};
   r.stash = static_cast<double>(m.stash_bytes());
   return r;
 }
 
 FbwSeconds minus(const FbwSeconds& a, const FbwSeconds& b) {
-  return {std::max(0.0, a.f - b.f), std::max(0.0, a.b - b.b), std::max(0.0, a.w - b.w)};
+  return {std::max(0.0, a.f - b.f), std::max(0.0, a.b - b.b), std::max(0.0, a.w - b.w),
+          std::max(0.0, a.fused - b.fused)};
 }
 
 MicrobatchCosts measure_microbatch(const GptConfig& shape, int b) {
@@ -392,11 +400,12 @@ bool measure_missing(PlanProfile& p, const GptConfig& model, int threads,
     measured = true;
   }
   for (const int b : sizes) {
-    if (s.sizes.count(b) > 0) continue;
+    // Sizes profiled before the fused backward was measured are measured again.
+    if (s.sizes.count(b) > 0 && s.sizes.at(b).block.fused > 0) continue;
     s.sizes[b] = measure_microbatch(model, b);
     p.notes["compute"] =
-        "StageModel F, backward_input, backward_weight of a first, middle and last one-block "
-        "stage, fastest of 5 after a warm-up, at the rank's GEMM threads";
+        "StageModel F, backward_input, backward_weight and the fused backward of a first, middle "
+        "and last one-block stage, fastest of 5 after a warm-up, at the rank's GEMM threads";
     measured = true;
   }
   return measured;

@@ -22,9 +22,10 @@
 
 namespace strait::train {
 
-// F, B (input gradient) and W (weight gradient) seconds of one microbatch.
+// F, B (input gradient) and W (weight gradient) seconds of one microbatch, and the fused
+// backward's (B and W in one pass, as 1F1B, GPipe and interleaved run it; 0: not measured).
 struct FbwSeconds {
-  double f = 0, b = 0, w = 0;
+  double f = 0, b = 0, w = 0, fused = 0;
 };
 
 // One microbatch size on one model shape.

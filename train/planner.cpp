@@ -167,6 +167,10 @@ std::vector<StageCosts> stage_costs(const Plan& p, const PlanRequest& r, const P
     c.compute.f = slow * (nl * mc.block.f + (first ? mc.first.f : 0) + (last ? mc.last.f : 0));
     c.compute.b = slow * (nl * mc.block.b + (first ? mc.first.b : 0) + (last ? mc.last.b : 0));
     c.compute.w = slow * (nl * mc.block.w + (first ? mc.first.w : 0) + (last ? mc.last.w : 0));
+    if (mc.block.fused > 0) {  // else the simulator prices a fused B at b + w
+      c.compute.fused =
+          slow * (nl * mc.block.fused + (first ? mc.first.fused : 0) + (last ? mc.last.fused : 0));
+    }
     const double params = mem[static_cast<std::size_t>(rank)].params;
     const double adamw = slow * params * shape.adamw_s_per_param;
     double optim = adamw;

@@ -389,6 +389,37 @@ TEST(ScheduleSimCosts, GPipeWithTransfersMatchesItsClosedForm) {
   }
 }
 
+TEST(ScheduleSimCosts, AFusedBackwardCostsFusedAndASplitOneBPlusW) {
+  // GPipe's B computes W too: (M + P - 1)(f + fused), whatever b and w are.
+  for (int P = 1; P <= 4; ++P) {
+    for (int M = 1; M <= 6; ++M) {
+      SCOPED_TRACE("P=" + std::to_string(P) + " M=" + std::to_string(M));
+      std::vector<StageCosts> c(static_cast<std::size_t>(P));
+      for (StageCosts& x : c) x.compute = ActionCosts{1.0, 2.0, 1.5, 3.25};
+      EXPECT_NEAR(simulate(make_gpipe(P, M), c, data_parallel_sync_groups(P)).makespan,
+                  (M + P - 1) * 4.25, 1e-9);
+    }
+  }
+  // A schedule whose every B has its W: the fused cost is never used, so ZB-H1 is unchanged.
+  const Schedule zb = make_schedule(ScheduleKind::ZbH1, 3, 6);
+  std::vector<StageCosts> fused(3), plain(3);
+  for (auto& x : fused) x.compute = ActionCosts{1.0, 1.5, 0.5, 1.9};
+  for (auto& x : plain) x.compute = ActionCosts{1.0, 1.5, 0.5};
+  const auto a = simulate(zb, fused, data_parallel_sync_groups(3));
+  const auto b = simulate(zb, plain, data_parallel_sync_groups(3));
+  double busy_a = 0, busy_b = 0;
+  for (std::size_t r = 0; r < 3; ++r) {
+    busy_a += a.busy[r];
+    busy_b += b.busy[r];
+  }
+  // Stage 0's W that directly follows its own B may run fused: at most those differ.
+  EXPECT_LE(busy_a, busy_b + 1e-9);
+  EXPECT_GE(busy_a, busy_b - 6 * (2.0 - 1.9) - 1e-9);
+  // A negative fused cost is refused like any other.
+  fused[1].compute.fused = -1.0;
+  EXPECT_THROW((void)simulate(zb, fused, SyncGroups{}), Error);
+}
+
 TEST(ScheduleSimCosts, FreeCommunicationKeepsTheComputeOnlyResults) {
   for (ScheduleKind kind : {ScheduleKind::GPipe, ScheduleKind::OneFOneB, ScheduleKind::Interleaved,
                             ScheduleKind::ZbH1, ScheduleKind::ZbV, ScheduleKind::DualPipeV}) {
