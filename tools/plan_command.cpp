@@ -41,15 +41,17 @@ activation offload (none, cpu, nvme), the optimizer state (RAM, or nvme when RAM
 --memory-per-rank), the gradient codec up to --max-codec (the fastest, priced on the layout), and
 with several sites DiLoCo's H (--outer-steps) and outer codec. Each plan is priced with the
 schedule simulator (scheduler/schedule_sim.h); plans over --memory-per-rank are dropped.
---validate K trains the top K plans and --sample others (at evenly spaced predicted step times)
-for --steps steps each through `strait train` (which starts its ranks through the launcher),
+--validate K trains the top K plans and --sample others (the fastest of each stages x replicas
+layout the top lacks, then plans at evenly spaced predicted step times) for --steps steps each through `strait train` (which starts its ranks through the launcher),
 --repeat rounds (each plan keeps its fastest run), and prints predicted against measured step
 time and peak memory (the largest rank's resident growth from before its model), Spearman's rank
 correlation, and the chosen plan against the best measured one. It then learns from the runs
-into the profile: the cores the ranks really had and a step factor (the others' load), fitted to
-the measured steps through the simulator; the memory beyond the model's figures (pipelined plans).
-The traces' per-action compute against the profile's, send, receive and latency are printed, not
-priced (on shared cores they are mostly waits for a core). The same table, re-predicted, follows.
+into the profile: the cores the ranks really had, the share of a rank's waiting that still loads
+them (a receiver polls before it sleeps) and a step factor (the others' load), fitted to the
+measured steps through the simulator; what a send and a receive occupy their rank (from the runs'
+traces); the memory beyond the model's figures (pipelined plans). The traces' per-action compute
+against the profile's and the message latency are printed, not priced (on shared cores they are
+mostly waits for a core). The same table, re-predicted, follows.
 Unlike sites: --sites 0,0,1,1 labels the ranks' sites; --site-link MS,MBIT prices the links
 between them (e.g. the WAN testbed's 100 Mbit/s) when the measured links are loopback's.
 Unlike ranks: --rank-speed 1,1,1,0.5 prices each rank's compute at that fraction of the profile's
@@ -266,18 +268,33 @@ void print_validation(const std::vector<Row>& rows, const PlanRequest& r, const 
 
 void validate_plans(const std::vector<ScoredPlan>& plans, const PlanOptions& o, PlanRequest& r,
                     PlanProfile& prof, const PlanSetup& setup) {
-  // The top K, then --sample others at evenly spaced predicted step times between the (K+1)th
-  // and the slowest plan, so the sample spans what the planner thinks matters.
+  // The top K; then, out of --sample, the fastest plan of each stages x replicas layout the top
+  // lacks, so that learning sees ranks that wait (pipelines) and ranks that do not (data
+  // parallelism); then the rest at evenly spaced predicted step times between the (K+1)th and the
+  // slowest plan, so the sample spans what the planner thinks matters.
   std::vector<int> picks;
   const int n = static_cast<int>(plans.size());
   picks.reserve(static_cast<std::size_t>(std::min(o.validate, n)) +
                 static_cast<std::size_t>(std::max(o.sample, 0)));
   for (int i = 0; i < std::min(o.validate, n); ++i) picks.push_back(i);
-  if (n > o.validate && o.sample > 0) {
+  int layouts = 0;
+  for (int i = o.validate; i < n && layouts < o.sample; ++i) {
+    const auto& p = plans[static_cast<std::size_t>(i)].plan;
+    const bool seen = std::any_of(picks.begin(), picks.end(), [&](int k) {
+      const auto& q = plans[static_cast<std::size_t>(k)].plan;
+      return q.stages == p.stages && q.replicas == p.replicas;
+    });
+    if (!seen) {
+      picks.push_back(i);
+      ++layouts;
+    }
+  }
+  if (n > o.validate && o.sample > layouts) {
     const double lo = plans[static_cast<std::size_t>(std::min(o.validate, n - 1))].predicted.step_s;
     const double hi = plans.back().predicted.step_s;
-    for (int k = 0; k < o.sample; ++k) {
-      const double target = lo + (hi - lo) * (k + 1.0) / o.sample;
+    const int left = o.sample - layouts;
+    for (int k = 0; k < left; ++k) {
+      const double target = lo + (hi - lo) * (k + 1.0) / left;
       int best = -1;
       for (int i = o.validate; i < n; ++i) {
         if (std::find(picks.begin(), picks.end(), i) != picks.end()) continue;
@@ -321,10 +338,10 @@ void validate_plans(const std::vector<ScoredPlan>& plans, const PlanOptions& o, 
   const train::Learned l = train::learn_from_runs(prof, r, runs);
   prof.save(setup.profile_path);
   fmt::print(
-      "\nlearned (saved to {}): {:.2f} effective cores, step x{:.3f}, send "
+      "\nlearned (saved to {}): {:.2f} effective cores, waiting load {:.1f}, step x{:.3f}, send "
       "{:.1f} us, recv {:.1f} us, latency {:.1f} us, memory {:+.1f} MiB\n",
-      setup.profile_path.string(), l.effective_cores, l.step_scale, l.send_s * 1e6, l.recv_s * 1e6,
-      l.latency_s * 1e6, l.memory_extra_bytes / (1 << 20));
+      setup.profile_path.string(), l.effective_cores, l.wait_load, l.step_scale, l.send_s * 1e6,
+      l.recv_s * 1e6, l.latency_s * 1e6, l.memory_extra_bytes / (1 << 20));
   std::vector<double> ratio;
   for (const auto& [p, m] : runs) {
     if (m.compute_per_stage_s > 0) {

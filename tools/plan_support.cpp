@@ -290,10 +290,10 @@ void print_costs(const train::PlanRequest& r, const train::PlanProfile& p) {
   if (l != p.learned.end() && l->second.runs > 0) {
     const auto& x = l->second;
     fmt::print(
-        "  learned from {} runs: {:.2f} effective cores, step x{:.3f}, send "
+        "  learned from {} runs: {:.2f} effective cores, waiting load {:.1f}, step x{:.3f}, send "
         "{:.1f} us, recv {:.1f} us, latency {:.1f} us, memory {:+.1f} MiB ({})\n",
-        x.runs, x.effective_cores, x.step_scale, x.send_s * 1e6, x.recv_s * 1e6, x.latency_s * 1e6,
-        x.memory_extra_bytes / (1 << 20), x.source);
+        x.runs, x.effective_cores, x.wait_load, x.step_scale, x.send_s * 1e6, x.recv_s * 1e6,
+        x.latency_s * 1e6, x.memory_extra_bytes / (1 << 20), x.source);
   } else {
     fmt::print("  learned: nothing yet (strait plan --validate K refines these)\n");
   }

@@ -54,14 +54,15 @@ FbwSeconds fbw_from(const nlohmann::json& j) {
           j.size() > 3 ? j.at(3).get<double>() : 0.0};
 }
 
-// One stage's F, B, W seconds (median of reps after one warm-up) and its slot's stash bytes.
+// One stage's F, B, W and fused-backward seconds (fastest of reps after one warm-up) and its slot's
+// stash bytes.
 struct StageTiming {
   FbwSeconds t;
   double stash = 0;
 };
 
 StageTiming time_stage(const GptConfig& cfg, LayerRange range, int b, int reps) {
-  StageModel<float> m(cfg, range, b, 1, 1);
+  StageModel<float> m(cfg, range, b, 2, 1);
   const int T = cfg.ctx;
   const auto n = static_cast<std::size_t>(b) * static_cast<std::size_t>(T);
   std::mt19937 rng(7);
@@ -77,13 +78,13 @@ StageTiming time_stage(const GptConfig& cfg, LayerRange range, int b, int reps) 
   for (auto& x : dout) x = 0.01F * normal(rng);
   const bool first = m.is_first();
   const bool last = m.is_last();
-  const auto fwd = [&] {
+  const auto fwd = [&](int slot) {
     if (first) {
-      m.forward(0, tokens.data(), b, T, out.data());
+      m.forward(slot, tokens.data(), b, T, out.data());
     } else if (last) {
-      (void)m.forward(0, in.data(), targets.data(), b, T);
+      (void)m.forward(slot, in.data(), targets.data(), b, T);
     } else {
-      m.forward(0, in.data(), b, T, out.data());
+      m.forward(slot, in.data(), b, T, out.data());
     }
   };
   const float* dptr = last ? nullptr : dout.data();
@@ -92,18 +93,20 @@ StageTiming time_stage(const GptConfig& cfg, LayerRange range, int b, int reps) 
   std::vector<double> f, bi, w, fused;
   for (int i = 0; i <= reps; ++i) {  // the first round warms up and is dropped
     auto t0 = Clock::now();
-    fwd();
+    fwd(0);
     const double tf = seconds_since(t0);
     t0 = Clock::now();
     m.backward_input(0, dptr, 1.0F, dinptr);
     const double tb = seconds_since(t0);
+    fwd(1);
+    t0 = Clock::now();
+    m.backward(1, dptr, 1.0F, dinptr);
+    const double tbw = seconds_since(t0);
+    // W after another microbatch's work, as zero-bubble schedules run it: the gradients B saved
+    // for it are read back cold (docs/results/training.md: the split costs ~4% there).
     t0 = Clock::now();
     m.backward_weight(0);
     const double tw = seconds_since(t0);
-    fwd();
-    t0 = Clock::now();
-    m.backward(0, dptr, 1.0F, dinptr);
-    const double tbw = seconds_since(t0);
     if (i == 0) continue;
     f.push_back(tf);
     bi.push_back(tb);
@@ -261,6 +264,7 @@ nlohmann::json PlanProfile::to_json() const {
   }
   for (const auto& [key, l] : learned) {
     j["learned"][key] = {{"effective_cores", l.effective_cores},
+                         {"wait_load", l.wait_load},
                          {"step_scale", l.step_scale},
                          {"send_s", l.send_s},
                          {"recv_s", l.recv_s},
@@ -323,6 +327,7 @@ PlanProfile PlanProfile::from_json(const nlohmann::json& j) {
       Learned x;
       x.step_scale = l.at("step_scale").get<double>();
       x.effective_cores = l.value("effective_cores", 0.0);
+      x.wait_load = l.value("wait_load", 0.0);
       x.send_s = l.at("send_s").get<double>();
       x.recv_s = l.at("recv_s").get<double>();
       x.latency_s = l.at("latency_s").get<double>();

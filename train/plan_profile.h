@@ -62,7 +62,10 @@ struct PlanLinks {
 // cores they are mostly waiting for a core, which the compute stretch already prices.
 struct Learned {
   double effective_cores = 0;  // the cores the ranks really got (others' load); 0: all
-  double step_scale = 1;       // measured step / simulated step (others' load on the cores)
+  // The share of a rank's waiting (bubble) time that still loads the cores: a waiting receiver
+  // polls before it sleeps (STRAIT_SPIN_US), which shared cores feel. 0: waiting is free.
+  double wait_load = 0;
+  double step_scale = 1;  // measured step / simulated step (others' load on the cores)
   double send_s = -1, recv_s = -1, latency_s = -1;
   double memory_extra_bytes = 0;  // measured peak - predicted, pipelined plans (point-to-point)
   int runs = 0;

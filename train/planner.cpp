@@ -184,6 +184,13 @@ std::vector<StageCosts> stage_costs(const Plan& p, const PlanRequest& r, const P
     if (v + 1 < parts && sched::rank_of(s, v + 1) != rank) {
       c.link = pipeline_link(p, r.links, rank, sched::rank_of(s, v + 1), msg);
     }
+    // What validation runs' traces measured a SEND and a RECV to occupy their rank (the transport's
+    // work and the wake-ups on shared cores): only pipelined plans pay it, so it sets them apart
+    // from data parallelism, which the cores' load alone would price alike.
+    if (const Learned* l = learned_for(prof, r); l != nullptr) {
+      c.send = std::max(0.0, l->send_s);
+      c.recv = std::max(0.0, l->recv_s);
+    }
     const double stash =
         nl * mc.block_stash + (first ? mc.first_stash : 0.0) + (last ? mc.last_stash : 0.0);
     if (p.activations == ActivationOffload::Cpu) {
@@ -310,7 +317,10 @@ Prediction predict(const Plan& p, const PlanRequest& r, const PlanProfile& prof)
                                      sched::data_parallel_sync_groups(p.stages, false));
   double busy = 0;
   for (const double b : plain.busy) busy += b;
-  const double concurrency = busy * p.replicas * r.threads / plain.makespan;
+  const double waiting = static_cast<double>(plain.busy.size()) * plain.makespan - busy;
+  const double wait_load = learned != nullptr ? learned->wait_load : 0.0;
+  const double concurrency =
+      (busy + wait_load * std::max(0.0, waiting)) * p.replicas * r.threads / plain.makespan;
   const double cores = learned != nullptr && learned->effective_cores > 0
                            ? learned->effective_cores
                            : static_cast<double>(std::max(1, prof.cores));

@@ -9,12 +9,13 @@
 // (2(R-1)/R of the codec's wire bytes over the group's slowest link, 2(R-1) latencies, encode +
 // decode) plus the tied embedding; OPTIM is AdamW at its measured rate (nvme: the slower of that
 // and the moments' disk traffic). When the ranks' threads outnumber the cores, compute is stretched
-// by the simulated load (busy rank-seconds x threads / (cores x makespan)); what a validation run
-// measured (Learned) scales it further. DiLoCo adds its outer all-reduce / H to every step. Memory
-// per rank: fp32 weights and gradients, AdamW moments (RAM, or nvme's two chunk buffers), the
-// activation slots the schedule needs (peak_stashed_microbatches_of_stage) at the profiled stash
-// bytes, zero-bubble W inputs, the model's backward scratch, RAM-offloaded stashes, plus what
-// validation runs measured beyond that.
+// by the simulated load (busy rank-seconds x threads / (cores x makespan); validation runs learn
+// what share of the bubble polling ranks still load the cores); what they measured (Learned) scales
+// it further, and a SEND or RECV occupies its rank as long as the runs' traces measured. DiLoCo
+// adds its outer all-reduce / H to every step. Memory per rank: fp32 weights and gradients, AdamW
+// moments (RAM, or nvme's two chunk buffers), the activation slots the schedule needs
+// (peak_stashed_microbatches_of_stage) at the profiled stash bytes, zero-bubble W inputs, the
+// model's backward scratch, RAM-offloaded stashes, plus what validation runs measured beyond that.
 // An internal header of strait_train. Thread-safety: pure functions over their arguments.
 // Errors: InvalidArgument for a request that no plan can meet (naming why) or a malformed plan
 // file.

@@ -360,9 +360,10 @@ Learned learn_from_runs(PlanProfile& prof, const PlanRequest& r,
                         const std::vector<std::pair<Plan, RunMeasurement>>& runs) {
   Learned& l = prof.learned[learned_key(r.ranks, r.threads, r.site_count())];
   const Learned before = l;
-  // 1. The step: a * simulate(cores C) fitted to the measured steps (least squares on log
-  // ratios; `a` the others' load on the cores, C the cores the ranks really shared), C on a grid
-  // over [0.25, the machine's cores] and `a` in closed form for each.
+  // 1. The step: a * simulate(cores C, waiting load w) fitted to the measured steps (least
+  // squares on log ratios; `a` the others' load on the cores, C the cores the ranks really shared,
+  // w the share of the bubble that polling ranks keep the cores busy), C and w on a grid over
+  // [0.25, the machine's cores] x [0, 1] and `a` in closed form for each.
   std::vector<double> send, recv, lat;
   for (const auto& [p, m] : runs) {
     if (m.send_s >= 0) send.push_back(m.send_s);
@@ -372,10 +373,17 @@ Learned learn_from_runs(PlanProfile& prof, const PlanRequest& r,
   double best_err = std::numeric_limits<double>::infinity();
   Learned best = before;
   const int steps = static_cast<int>(std::lround((std::max(1, prof.cores) - 0.25) / 0.05));
-  for (int k = 0; k <= steps; ++k) {  // 0.25, 0.30, ... up to the cores, counted in integers
-    const double c = 0.25 + 0.05 * k;
+  // The messages' costs first (the traces measured them), so that the fit prices the rest.
+  const double send_s = send.empty() ? before.send_s : median(send);
+  const double recv_s = recv.empty() ? before.recv_s : median(recv);
+  for (int k = 0; k <= steps * 11; ++k) {
+    // C = 0.25, 0.30, ... up to the cores; the waiting load 0, 0.1, ... 1 for each.
+    const double c = 0.25 + 0.05 * (k / 11);
     l = Learned{};
     l.effective_cores = c;
+    l.wait_load = 0.1 * (k % 11);
+    l.send_s = send_s;
+    l.recv_s = recv_s;
     l.runs = 1;  // so predict() applies it
     std::vector<double> log_ratio;
     for (const auto& [p, m] : runs) {
@@ -392,8 +400,6 @@ Learned learn_from_runs(PlanProfile& prof, const PlanRequest& r,
     }
   }
   l = best;
-  l.send_s = send.empty() ? before.send_s : median(send);
-  l.recv_s = recv.empty() ? before.recv_s : median(recv);
   l.latency_s = lat.empty() ? before.latency_s : median(lat);
   l.runs = 1;
   // 2. Memory beyond the model's figures (pipelined plans): the median difference.

@@ -98,6 +98,22 @@ TEST(Planner, SharedCoresStretchCompute) {
   EXPECT_NEAR(two_cores.step_s, 24e-3, 1e-9);
 }
 
+TEST(Planner, WaitingRanksThatPollLoadTheCores) {
+  // 2 stages of one block, 4 microbatches, 1F1B on 1 core: each rank computes 12 ms of the 15 ms
+  // step and waits 3. Waiting free: load (12 + 12) / 15 = 1.6, step 1.6 x 15 = 24 ms. Waiting
+  // that polls (load 1): (24 + 6) / 15 = 2, step 30 ms.
+  const PlanRequest r = request(2, 2, 4);
+  PlanProfile prof = profile(r, 1);
+  const Plan p = plan(2, 1, sched::ScheduleKind::OneFOneB, 4, 1);
+  Learned& l = prof.learned[learned_key(r.ranks, r.threads, r.site_count())];
+  l.runs = 1;
+  l.effective_cores = 1;
+  EXPECT_NEAR(predict(p, r, prof).step_s, 24e-3, 1e-9);
+  l.wait_load = 1;
+  EXPECT_NEAR(predict(p, r, prof).load, 2.0, 1e-9);
+  EXPECT_NEAR(predict(p, r, prof).step_s, 30e-3, 1e-9);
+}
+
 TEST(Planner, HalfSpeedRankGetsFewerLayers) {
   // 2 ranks, 6 blocks of F = B = W = 1 ms, rank 1 at half speed. The even split 3,3 costs rank 0
   // 9 ms and rank 1 18 ms per microbatch; 4,2 costs both 12 ms, the best any split does. 1F1B with
@@ -391,6 +407,35 @@ TEST(Planner, LearnsFromMeasuredRuns) {
     const Prediction x = predict(p, r, prof);
     EXPECT_NEAR(x.step_s, m.step_s, 0.01 * m.step_s) << p.describe();
     EXPECT_NEAR(x.peak_memory, m.peak_memory, 1.0) << p.describe();
+  }
+}
+
+TEST(Planner, LearnsTheCoresAndTheWaitingLoadThatMadeTheSteps) {
+  // Steps made by a machine of 1.5 effective cores whose waiting ranks load them 0.6 (pipelined
+  // plans, with bubbles, and data parallel ones, without): learning from a fresh profile finds
+  // the waiting load and predicts every step again.
+  const PlanRequest r = request(4, 4, 16);
+  PlanProfile truth = profile(r, 2);
+  Learned& t = truth.learned[learned_key(r.ranks, r.threads, r.site_count())];
+  t.runs = 1;
+  t.effective_cores = 1.5;
+  t.wait_load = 0.6;
+  std::vector<std::pair<Plan, RunMeasurement>> runs;
+  for (const auto& p : {plan(4, 1, sched::ScheduleKind::OneFOneB, 4, 4),
+                        plan(4, 1, sched::ScheduleKind::GPipe, 16, 1),
+                        plan(2, 2, sched::ScheduleKind::OneFOneB, 2, 4),
+                        plan(2, 2, sched::ScheduleKind::OneFOneB, 8, 1),
+                        plan(1, 4, sched::ScheduleKind::OneFOneB, 4, 1)}) {
+    RunMeasurement m;
+    m.step_s = predict(p, r, truth).step_s;
+    runs.emplace_back(p, m);
+  }
+  PlanProfile prof = profile(r, 2);
+  const Learned l = learn_from_runs(prof, r, runs);
+  // (The cores and the step's scale trade against each other once every plan is stretched.)
+  EXPECT_NEAR(l.wait_load, 0.6, 0.051);
+  for (const auto& [p, m] : runs) {
+    EXPECT_NEAR(predict(p, r, prof).step_s, m.step_s, 0.005 * m.step_s) << p.describe();
   }
 }
 
