@@ -39,10 +39,12 @@ The search covers stages x replicas, microbatch size and count (the --batch sequ
 split over the replicas), the schedule (gpipe, 1f1b, interleaved with V = 2..4, zb-h1, zbv),
 activation offload (none, cpu, nvme), the optimizer state (RAM, or nvme when RAM exceeds
 --memory-per-rank), the gradient codec up to --max-codec (the fastest, priced on the layout), and
-with several sites DiLoCo's H (--outer-steps) and outer codec. Each plan is priced with the
-schedule simulator (scheduler/schedule_sim.h); plans over --memory-per-rank are dropped.
+with several sites DiLoCo's H (--outer-steps, each only when --train-steps / H >= 30 rounds: fewer
+cost held-out loss) and outer codec. Each plan is priced with the schedule simulator
+(scheduler/schedule_sim.h); plans over --memory-per-rank are dropped.
 --validate K trains the top K plans and --sample others (the fastest of each stages x replicas
-layout the top lacks, then plans at evenly spaced predicted step times) for --steps steps each through `strait train` (which starts its ranks through the launcher),
+layout the top lacks, then plans at evenly spaced predicted step times) for --steps steps each
+through `strait train` (which starts its ranks through the launcher),
 --repeat rounds (each plan keeps its fastest run), and prints predicted against measured step
 time and peak memory (the largest rank's resident growth from before its model), Spearman's rank
 correlation, and the chosen plan against the best measured one. It then learns from the runs
@@ -76,7 +78,8 @@ struct PlanOptions {
   int batch = 32, top = 5, validate = 0, sample = 8, steps = 6, max_microbatches = 16, repeat = 2;
   std::string output, profile, offload_dir = "/var/tmp", outer_steps = "8,32", data;
   bool reprofile = false, no_learn = false;
-  int wan = 0;  // ranks per site on the WAN testbed
+  int wan = 0;            // ranks per site on the WAN testbed
+  int train_steps = 600;  // the run the plan is for (strait train's --steps)
 };
 
 sched::GptConfig parse_model(const std::string& text) {
@@ -196,6 +199,12 @@ PlanRequest make_request(const PlanOptions& o) {
   r.codecs = allowed_codecs(o.max_codec, false);
   r.outer_codecs = allowed_codecs(o.max_codec, true);
   r.outer_steps = parse_ints(o.outer_steps);
+  if (o.train_steps < 1) {
+    throw Error(
+        ErrorCode::InvalidArgument,
+        fmt::format("--train-steps {} must be >= 1 (the steps of the run to plan)", o.train_steps));
+  }
+  r.train_steps = o.train_steps;
   r.max_microbatches = o.max_microbatches;
   r.rank_speed = parse_speeds(o.rank_speed, o.nproc, "--rank-speed");
   return r;
@@ -339,9 +348,10 @@ void validate_plans(const std::vector<ScoredPlan>& plans, const PlanOptions& o, 
   prof.save(setup.profile_path);
   fmt::print(
       "\nlearned (saved to {}): {:.2f} effective cores, waiting load {:.1f}, step x{:.3f}, send "
-      "{:.1f} us, recv {:.1f} us, latency {:.1f} us, memory {:+.1f} MiB\n",
+      "{:.1f} us, recv {:.1f} us, latency {:.1f} us, memory {:+.1f} MiB (one stage {:+.1f})\n",
       setup.profile_path.string(), l.effective_cores, l.wait_load, l.step_scale, l.send_s * 1e6,
-      l.recv_s * 1e6, l.latency_s * 1e6, l.memory_extra_bytes / (1 << 20));
+      l.recv_s * 1e6, l.latency_s * 1e6, l.memory_extra_bytes / (1 << 20),
+      l.memory_extra_dp_bytes / (1 << 20));
   std::vector<double> ratio;
   for (const auto& [p, m] : runs) {
     if (m.compute_per_stage_s > 0) {
@@ -390,6 +400,7 @@ std::filesystem::path plan_for_train(const train::TrainConfig& c) {
   o.nproc = c.world_size();
   o.model = fmt::format("layers={},dim={},heads={},ctx={}", c.layers, c.dim, c.heads, c.ctx);
   o.batch = c.replicas * c.microbatches * c.microbatch_size;
+  o.train_steps = c.steps;
   o.offload_dir = c.offload_dir.string();
   PlanRequest r = make_request(o);
   const PlanSetup setup = make_setup(o);
@@ -444,6 +455,9 @@ void add_plan_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--max-microbatches", o->max_microbatches, "Most microbatches per replica")
       ->capture_default_str();
   cmd->add_option("--outer-steps", o->outer_steps, "DiLoCo H values to try across sites")
+      ->capture_default_str();
+  cmd->add_option("--train-steps", o->train_steps,
+                  "Steps of the run to plan: DiLoCo's H only where it gives >= 30 rounds")
       ->capture_default_str();
   cmd->add_option("--top", o->top, "Plans to print")->capture_default_str();
   cmd->add_option("--output", o->output, "Write the best plan here (for strait train --plan)");

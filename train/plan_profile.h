@@ -67,7 +67,8 @@ struct Learned {
   double wait_load = 0;
   double step_scale = 1;  // measured step / simulated step (others' load on the cores)
   double send_s = -1, recv_s = -1, latency_s = -1;
-  double memory_extra_bytes = 0;  // measured peak - predicted, pipelined plans (point-to-point)
+  double memory_extra_bytes = 0;     // measured peak - predicted, pipelined plans (point-to-point)
+  double memory_extra_dp_bytes = 0;  // the same for plans of one stage (collectives' buffers)
   int runs = 0;
   std::string source;
 };

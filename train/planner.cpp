@@ -399,9 +399,11 @@ Prediction predict(const Plan& p, const PlanRequest& r, const PlanProfile& prof)
     }
   }
   out.cross_site_bytes += outer_cross;
-  // What runs measured beyond the model's figures; it came with point-to-point traffic (UCX's
-  // buffers), so it applies to pipelined plans only.
-  const double extra = learned != nullptr && p.stages > 1 ? learned->memory_extra_bytes : 0.0;
+  // What runs measured beyond the model's figures: pipelined plans' came with point-to-point
+  // traffic (UCX's buffers), so plans of one stage learn theirs apart.
+  const double extra = learned == nullptr ? 0.0
+                       : p.stages > 1     ? learned->memory_extra_bytes
+                                          : learned->memory_extra_dp_bytes;
   for (const auto& f : mem) {
     const double weights = 8.0 * f.params;
     const double optimizer = p.optimizer == offload::OptimizerOffload::Cpu

@@ -31,6 +31,10 @@ double median(std::vector<double> v) {
 
 // The schedules (with their chunks) a pipeline of P ranks and M microbatches can run.
 std::vector<std::pair<ScheduleKind, int>> schedules_for(int P, int M, int layers) {
+  // One stage has no bubble to fill: a split backward (zero-bubble schedules) only costs (its W
+  // reads its inputs back cold), and GPipe stashes M microbatches for 1F1B's time. Priced, they
+  // differ from 1F1B by the profile's noise alone (validation chose 1x4 zbv at +10% once).
+  if (P == 1) return {{ScheduleKind::OneFOneB, 1}};
   std::vector<std::pair<ScheduleKind, int>> out = {
       {ScheduleKind::GPipe, 1}, {ScheduleKind::OneFOneB, 1}, {ScheduleKind::ZbH1, 1}};
   if (P > 1) {
@@ -176,7 +180,7 @@ std::vector<ScoredPlan> search_plans(const PlanRequest& r, const PlanProfile& pr
             consider(p);
             if (sites.size() < 2 || R < 2) continue;
             for (const int H : r.outer_steps) {
-              if (H <= 0) continue;
+              if (H <= 0 || r.train_steps / H < kMinOuterRounds) continue;
               for (const auto& oc : r.outer_codecs) {
                 Plan d = p;
                 d.codec = "none";
@@ -402,14 +406,18 @@ Learned learn_from_runs(PlanProfile& prof, const PlanRequest& r,
   l = best;
   l.latency_s = lat.empty() ? before.latency_s : median(lat);
   l.runs = 1;
-  // 2. Memory beyond the model's figures (pipelined plans): the median difference.
-  std::vector<double> mem_diff;
+  // 2. Memory beyond the model's figures: the median difference, apart for pipelined plans
+  // (point-to-point buffers) and plans of one stage (only collectives'); kept when no run says.
+  std::vector<double> mem_diff, mem_diff_dp;
   for (const auto& [p, m] : runs) {
-    if (m.peak_memory > 0 && p.stages > 1) {
-      mem_diff.push_back(m.peak_memory - predict(p, r, prof).peak_memory);
+    if (m.peak_memory > 0) {
+      (p.stages > 1 ? mem_diff : mem_diff_dp)
+          .push_back(m.peak_memory - predict(p, r, prof).peak_memory);
     }
   }
-  l.memory_extra_bytes = mem_diff.empty() ? 0.0 : median(mem_diff);
+  l.memory_extra_bytes = mem_diff.empty() ? before.memory_extra_bytes : median(mem_diff);
+  l.memory_extra_dp_bytes =
+      mem_diff_dp.empty() ? before.memory_extra_dp_bytes : median(mem_diff_dp);
   l.runs = before.runs + static_cast<int>(runs.size());
   l.source = runs.empty() ? before.source : runs.back().second.source;
   return l;

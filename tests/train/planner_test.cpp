@@ -324,6 +324,30 @@ TEST(Planner, PlacementKeepsTheGradientRingsInsideSitesWhenTheyAreTheHeavierTraf
       << best->plan.describe();
 }
 
+TEST(Planner, DiLoCoOnlyWithEnoughOuterRoundsInTheRun) {
+  // Two sites at 100 kB/s: DiLoCo's H = 8 and 32 are tried only where the run holds
+  // kMinOuterRounds rounds of them (600 steps: H = 8 only; 60 steps: neither).
+  PlanRequest r = request(4, 8, 8);
+  r.links.site = {0, 0, 1, 1};
+  for (std::size_t i = 0; i < 4; ++i) {
+    for (std::size_t j = 0; j < 4; ++j) {
+      if (r.links.site[i] != r.links.site[j]) r.links.bandwidth[i][j] = 1e5;
+    }
+  }
+  r.outer_steps = {8, 32};
+  r.outer_codecs = {"none"};
+  const PlanProfile prof = profile(r, 4);
+  const auto hs = [&](int steps) {
+    r.train_steps = steps;
+    std::set<int> out;
+    for (const auto& p : search_plans(r, prof)) out.insert(p.plan.outer_steps);
+    return out;
+  };
+  EXPECT_EQ(hs(1000), (std::set<int>{0, 8, 32}));
+  EXPECT_EQ(hs(600), (std::set<int>{0, 8}));
+  EXPECT_EQ(hs(60), (std::set<int>{0}));
+}
+
 TEST(Planner, PlanFileRefusesABadPlacement) {
   const PlanRequest r = request(4, 4, 16);
   ScoredPlan s{plan(2, 2, sched::ScheduleKind::OneFOneB, 4, 2), {}};
