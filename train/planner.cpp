@@ -318,7 +318,7 @@ Prediction predict(const Plan& p, const PlanRequest& r, const PlanProfile& prof)
   double busy = 0;
   for (const double b : plain.busy) busy += b;
   const double waiting = static_cast<double>(plain.busy.size()) * plain.makespan - busy;
-  const double wait_load = learned != nullptr ? learned->wait_load : 0.0;
+  const double wait_load = learned != nullptr ? learned->wait_load : kDefaultWaitLoad;
   const double concurrency =
       (busy + wait_load * std::max(0.0, waiting)) * p.replicas * r.threads / plain.makespan;
   const double cores = learned != nullptr && learned->effective_cores > 0

@@ -57,6 +57,11 @@ struct Plan {
 // +1.6 .. +4.3% at 20 (H = 50, 1000 steps): docs/results/diloco.md, docs/commands/plan.md.
 inline constexpr int kMinOuterRounds = 30;
 
+// The share of a waiting rank's time that loads shared cores until validation runs learn it
+// (Learned::wait_load): 4 ranks on 2 cores learned 0.2 and 0.3 (docs/commands/plan.md); with 0,
+// bubble-heavy pipelines looked free and a fresh profile chose one 29% slower than the best.
+inline constexpr double kDefaultWaitLoad = 0.25;
+
 // What the search may choose from, and for what.
 struct PlanRequest {
   int ranks = 4;

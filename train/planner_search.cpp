@@ -380,8 +380,10 @@ Learned learn_from_runs(PlanProfile& prof, const PlanRequest& r,
   // The messages' costs first (the traces measured them), so that the fit prices the rest.
   const double send_s = send.empty() ? before.send_s : median(send);
   const double recv_s = recv.empty() ? before.recv_s : median(recv);
-  for (int k = 0; k <= steps * 11; ++k) {
-    // C = 0.25, 0.30, ... up to the cores; the waiting load 0, 0.1, ... 1 for each.
+  for (int k = steps * 11 + 10; k >= 0; --k) {
+    // C = the cores, ... 0.30, 0.25; the waiting load 1, 0.9, ... 0 for each. Once every plan is
+    // stretched, C and the step factor trade one for the other: ties keep the larger C (the first
+    // found), so the factor says what the others' load took.
     const double c = 0.25 + 0.05 * (k / 11);
     l = Learned{};
     l.effective_cores = c;
@@ -397,7 +399,7 @@ Learned learn_from_runs(PlanProfile& prof, const PlanRequest& r,
     double mean = 0, err = 0;
     for (const double x : log_ratio) mean += x / static_cast<double>(log_ratio.size());
     for (const double x : log_ratio) err += (x - mean) * (x - mean);
-    if (err < best_err) {
+    if (err < best_err * (1 - 1e-9)) {
       best_err = err;
       best = l;
       best.step_scale = std::exp(mean);
