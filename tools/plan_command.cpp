@@ -39,8 +39,8 @@ The search covers stages x replicas, microbatch size and count (the --batch sequ
 split over the replicas), the schedule (gpipe, 1f1b, interleaved with V = 2..4, zb-h1, zbv),
 activation offload (none, cpu, nvme), the optimizer state (RAM, or nvme when RAM exceeds
 --memory-per-rank), the gradient codec up to --max-codec (the fastest, priced on the layout), and
-with several sites DiLoCo's H (--outer-steps, each only when --train-steps / H >= 30 rounds: fewer
-cost held-out loss) and outer codec. Each plan is priced with the schedule simulator
+with several sites, when --outer-steps lists any, DiLoCo's H (each only when --train-steps / H >= 30
+rounds: fewer cost held-out loss) and outer codec. Each plan is priced with the schedule simulator
 (scheduler/schedule_sim.h); plans over --memory-per-rank are dropped.
 --validate K trains the top K plans and --sample others (the fastest of each stages x replicas
 layout the top lacks, then plans at evenly spaced predicted step times) for --steps steps each
@@ -76,7 +76,7 @@ struct PlanOptions {
   std::string sites, links, site_link, memory = "0", max_codec = "none", rank_speed, site_speed;
   std::string model = "layers=4,dim=128,heads=4,ctx=128";
   int batch = 32, top = 5, validate = 0, sample = 8, steps = 6, max_microbatches = 16, repeat = 2;
-  std::string output, profile, offload_dir = "/var/tmp", outer_steps = "8,32", data;
+  std::string output, profile, offload_dir = "/var/tmp", outer_steps, data;
   bool reprofile = false, no_learn = false;
   int wan = 0;            // ranks per site on the WAN testbed
   int train_steps = 600;  // the run the plan is for (strait train's --steps)
@@ -114,12 +114,25 @@ sched::GptConfig parse_model(const std::string& text) {
   return g;
 }
 
-std::vector<int> parse_ints(const std::string& text) {
+std::vector<int> parse_ints(const std::string& text, const char* what) {
   std::vector<int> out;
   std::stringstream ss(text);
   std::string item;
   while (std::getline(ss, item, ',')) {
-    if (!item.empty()) out.push_back(std::stoi(item));
+    if (item.empty()) continue;
+    std::size_t used = 0;
+    int v = 0;
+    try {
+      v = std::stoi(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != item.size() || v < 1) {
+      throw Error(
+          ErrorCode::InvalidArgument,
+          fmt::format("{} {}: '{}' is not a whole number >= 1 (e.g. 8,32)", what, text, item));
+    }
+    out.push_back(v);
   }
   return out;
 }
@@ -198,7 +211,7 @@ PlanRequest make_request(const PlanOptions& o) {
   r.memory_per_rank = static_cast<double>(params::parse_size(o.memory, "--memory-per-rank"));
   r.codecs = allowed_codecs(o.max_codec, false);
   r.outer_codecs = allowed_codecs(o.max_codec, true);
-  r.outer_steps = parse_ints(o.outer_steps);
+  r.outer_steps = parse_ints(o.outer_steps, "--outer-steps");
   if (o.train_steps < 1) {
     throw Error(
         ErrorCode::InvalidArgument,
@@ -401,6 +414,8 @@ std::filesystem::path plan_for_train(const train::TrainConfig& c) {
   o.model = fmt::format("layers={},dim={},heads={},ctx={}", c.layers, c.dim, c.heads, c.ctx);
   o.batch = c.replicas * c.microbatches * c.microbatch_size;
   o.train_steps = c.steps;
+  // DiLoCo only when asked for: --outer-steps H with --plan auto lets the search try that H.
+  if (c.outer_steps > 0) o.outer_steps = std::to_string(c.outer_steps);
   o.offload_dir = c.offload_dir.string();
   PlanRequest r = make_request(o);
   const PlanSetup setup = make_setup(o);
@@ -454,8 +469,9 @@ void add_plan_command(CLI::App& app, int& exit_code) {
       ->capture_default_str();
   cmd->add_option("--max-microbatches", o->max_microbatches, "Most microbatches per replica")
       ->capture_default_str();
-  cmd->add_option("--outer-steps", o->outer_steps, "DiLoCo H values to try across sites")
-      ->capture_default_str();
+  cmd->add_option("--outer-steps", o->outer_steps,
+                  "DiLoCo H values to try across sites, e.g. 8,32 (none by default: DiLoCo trades "
+                  "held-out loss for speed, and the planner prices only speed)");
   cmd->add_option("--train-steps", o->train_steps,
                   "Steps of the run to plan: DiLoCo's H only where it gives >= 30 rounds")
       ->capture_default_str();
