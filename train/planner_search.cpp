@@ -380,29 +380,33 @@ Learned learn_from_runs(PlanProfile& prof, const PlanRequest& r,
   // The messages' costs first (the traces measured them), so that the fit prices the rest.
   const double send_s = send.empty() ? before.send_s : median(send);
   const double recv_s = recv.empty() ? before.recv_s : median(recv);
-  for (int k = steps * 11 + 10; k >= 0; --k) {
-    // C = the cores, ... 0.30, 0.25; the waiting load 1, 0.9, ... 0 for each. Once every plan is
-    // stretched, C and the step factor trade one for the other: ties keep the larger C (the first
-    // found), so the factor says what the others' load took.
-    const double c = 0.25 + 0.05 * (k / 11);
-    l = Learned{};
-    l.effective_cores = c;
-    l.wait_load = 0.1 * (k % 11);
-    l.send_s = send_s;
-    l.recv_s = recv_s;
-    l.runs = 1;  // so predict() applies it
-    std::vector<double> log_ratio;
-    for (const auto& [p, m] : runs) {
-      if (m.step_s > 0) log_ratio.push_back(std::log(m.step_s / predict(p, r, prof).step_s));
-    }
-    if (log_ratio.empty()) break;
-    double mean = 0, err = 0;
-    for (const double x : log_ratio) mean += x / static_cast<double>(log_ratio.size());
-    for (const double x : log_ratio) err += (x - mean) * (x - mean);
-    if (err < best_err * (1 - 1e-9)) {
-      best_err = err;
-      best = l;
-      best.step_scale = std::exp(mean);
+  // C = the cores, ... 0.30, 0.25; for each, the waiting load from kDefaultWaitLoad, then 0, 0.1,
+  // ... 1. Once every plan is stretched, C and the step factor trade one for the other, and where
+  // no plan is stretched the waiting load prices nothing: ties keep the first found (the larger C,
+  // so the factor says what the others' load took; the default waiting load).
+  std::vector<double> waits = {kDefaultWaitLoad};
+  for (int w = 0; w <= 10; ++w) waits.push_back(0.1 * w);
+  for (int k = steps; k >= 0; --k) {
+    for (const double w : waits) {
+      l = Learned{};
+      l.effective_cores = 0.25 + 0.05 * k;
+      l.wait_load = w;
+      l.send_s = send_s;
+      l.recv_s = recv_s;
+      l.runs = 1;  // so predict() applies it
+      std::vector<double> log_ratio;
+      for (const auto& [p, m] : runs) {
+        if (m.step_s > 0) log_ratio.push_back(std::log(m.step_s / predict(p, r, prof).step_s));
+      }
+      if (log_ratio.empty()) break;
+      double mean = 0, err = 0;
+      for (const double x : log_ratio) mean += x / static_cast<double>(log_ratio.size());
+      for (const double x : log_ratio) err += (x - mean) * (x - mean);
+      if (err < best_err * (1 - 1e-9)) {
+        best_err = err;
+        best = l;
+        best.step_scale = std::exp(mean);
+      }
     }
   }
   l = best;
