@@ -51,9 +51,9 @@ correlation, and the chosen plan against the best measured one. It then learns f
 into the profile: the cores the ranks really had, the share of a rank's waiting that still loads
 them (a receiver polls before it sleeps) and a step factor (the others' load), fitted to the
 measured steps through the simulator; what a send and a receive occupy their rank (from the runs'
-traces); the memory beyond the model's figures (pipelined plans). The traces' per-action compute
-against the profile's and the message latency are printed, not priced (on shared cores they are
-mostly waits for a core). The same table, re-predicted, follows.
+traces); the memory beyond the model's figures (pipelined and one-stage plans apart). The traces'
+per-action compute against the profile's and the message latency are printed, not priced (on
+shared cores they are mostly waits for a core). The same table, re-predicted, follows.
 Unlike sites: --sites 0,0,1,1 labels the ranks' sites; --site-link MS,MBIT prices the links
 between them (e.g. the WAN testbed's 100 Mbit/s) when the measured links are loopback's.
 Unlike ranks: --rank-speed 1,1,1,0.5 prices each rank's compute at that fraction of the profile's
