@@ -51,7 +51,7 @@ correlation, and the chosen plan against the best measured one. It then learns f
 into the profile: the cores the ranks really had, the share of a rank's waiting that still loads
 them (a receiver polls before it sleeps) and a step factor (the others' load), fitted to the
 measured steps through the simulator; what a send and a receive occupy their rank (from the runs'
-traces); the memory beyond the model's figures (pipelined and one-stage plans apart). The traces'
+traces); the memory beyond the model's figures (fitted on the model stages and NVMe). The traces'
 per-action compute against the profile's and the message latency are printed, not priced (on
 shared cores they are mostly waits for a core). The same table, re-predicted, follows.
 Unlike sites: --sites 0,0,1,1 labels the ranks' sites; --site-link MS,MBIT prices the links
@@ -361,10 +361,11 @@ void validate_plans(const std::vector<ScoredPlan>& plans, const PlanOptions& o, 
   prof.save(setup.profile_path);
   fmt::print(
       "\nlearned (saved to {}): {:.2f} effective cores, waiting load {:.1f}, step x{:.3f}, send "
-      "{:.1f} us, recv {:.1f} us, latency {:.1f} us, memory {:+.1f} MiB (one stage {:+.1f})\n",
+      "{:.1f} us, recv {:.1f} us, latency {:.1f} us, memory {:+.1f} MiB, {:+.1f} per model stage, "
+      "{:+.1f} with nvme\n",
       setup.profile_path.string(), l.effective_cores, l.wait_load, l.step_scale, l.send_s * 1e6,
       l.recv_s * 1e6, l.latency_s * 1e6, l.memory_extra_bytes / (1 << 20),
-      l.memory_extra_dp_bytes / (1 << 20));
+      l.memory_extra_per_stage_bytes / (1 << 20), l.memory_extra_nvme_bytes / (1 << 20));
   std::vector<double> ratio;
   for (const auto& [p, m] : runs) {
     if (m.compute_per_stage_s > 0) {

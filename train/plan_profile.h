@@ -67,8 +67,12 @@ struct Learned {
   double wait_load = 0;
   double step_scale = 1;  // measured step / simulated step (others' load on the cores)
   double send_s = -1, recv_s = -1, latency_s = -1;
-  double memory_extra_bytes = 0;     // measured peak - predicted, pipelined plans (point-to-point)
-  double memory_extra_dp_bytes = 0;  // the same for plans of one stage (collectives' buffers)
+  // Measured peak - predicted, fitted over the runs as memory_extra_bytes + (model stages - 1) x
+  // memory_extra_per_stage_bytes (point-to-point channels and their buffers) + NVMe activation
+  // offload's memory_extra_nvme_bytes (its staging).
+  double memory_extra_bytes = 0;
+  double memory_extra_per_stage_bytes = 0;
+  double memory_extra_nvme_bytes = 0;
   int runs = 0;
   std::string source;
 };

@@ -222,6 +222,11 @@ double mean_busy(const sched::Timeline& t) {
 
 }  // namespace
 
+double memory_extra(const Learned& l, int model_stages, bool nvme) {
+  return l.memory_extra_bytes + (model_stages - 1) * l.memory_extra_per_stage_bytes +
+         (nvme ? l.memory_extra_nvme_bytes : 0.0);
+}
+
 int PlanRequest::site_count() const {
   std::vector<int> s = links.site;
   std::sort(s.begin(), s.end());
@@ -399,11 +404,10 @@ Prediction predict(const Plan& p, const PlanRequest& r, const PlanProfile& prof)
     }
   }
   out.cross_site_bytes += outer_cross;
-  // What runs measured beyond the model's figures: pipelined plans' came with point-to-point
-  // traffic (UCX's buffers), so plans of one stage learn theirs apart.
+  // What runs measured beyond the model's figures (Learned's fit).
   const double extra = learned == nullptr ? 0.0
-                       : p.stages > 1     ? learned->memory_extra_bytes
-                                          : learned->memory_extra_dp_bytes;
+                                          : memory_extra(*learned, p.stages * p.chunks,
+                                                         p.activations == ActivationOffload::Nvme);
   for (const auto& f : mem) {
     const double weights = 8.0 * f.params;
     const double optimizer = p.optimizer == offload::OptimizerOffload::Cpu

@@ -62,6 +62,10 @@ inline constexpr int kMinOuterRounds = 30;
 // bubble-heavy pipelines looked free and a fresh profile chose one 29% slower than the best.
 inline constexpr double kDefaultWaitLoad = 0.25;
 
+// The memory validation runs measured beyond the model for a plan of `model_stages` (stages x
+// chunks), with or without NVMe activation offload.
+double memory_extra(const Learned& l, int model_stages, bool nvme);
+
 // What the search may choose from, and for what.
 struct PlanRequest {
   int ranks = 4;

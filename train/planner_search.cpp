@@ -3,6 +3,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <fstream>
 #include <limits>
@@ -360,6 +361,74 @@ Plan read_plan_file(const std::filesystem::path& path) {
   }
 }
 
+namespace {
+
+// Least squares of the runs' measured peak - predicted on 1, model stages - 1 and NVMe activation
+// offload (measured: about 6 MiB at one model stage, 14 - 18 at two, 20 - 31 at four, NVMe about
+// 10 more; docs/commands/plan.md). A term the runs do not vary (one layout, no NVMe run) keeps its
+// earlier value; no run at all keeps everything.
+void fit_memory_extra(Learned& l, const Learned& before, const PlanProfile& prof,
+                      const PlanRequest& r,
+                      const std::vector<std::pair<Plan, RunMeasurement>>& runs) {
+  std::vector<std::array<double, 3>> x;
+  std::vector<double> y;
+  for (const auto& [p, m] : runs) {
+    if (m.peak_memory <= 0) continue;
+    x.push_back({1.0, static_cast<double>(p.stages * p.chunks - 1),
+                 p.activations == ActivationOffload::Nvme ? 1.0 : 0.0});
+    y.push_back(m.peak_memory - predict(p, r, prof).peak_memory);
+  }
+  l.memory_extra_bytes = before.memory_extra_bytes;
+  l.memory_extra_per_stage_bytes = before.memory_extra_per_stage_bytes;
+  l.memory_extra_nvme_bytes = before.memory_extra_nvme_bytes;
+  if (y.empty()) return;
+  std::array<bool, 3> used = {true, false, false};
+  for (std::size_t j = 1; j < 3; ++j) {
+    for (const auto& row : x) used[j] = used[j] || row[j] != x.front()[j];
+  }
+  // Normal equations over the used columns, solved by Gaussian elimination with partial pivoting.
+  std::vector<std::size_t> cols;
+  for (std::size_t j = 0; j < 3; ++j) {
+    if (used[j]) cols.push_back(j);
+  }
+  const std::size_t n = cols.size();
+  std::vector<std::vector<double>> a(n, std::vector<double>(n + 1, 0.0));
+  for (std::size_t i = 0; i < y.size(); ++i) {
+    for (std::size_t u = 0; u < n; ++u) {
+      for (std::size_t v = 0; v < n; ++v) a[u][v] += x[i][cols[u]] * x[i][cols[v]];
+      a[u][n] += x[i][cols[u]] * y[i];
+    }
+  }
+  for (std::size_t c = 0; c < n; ++c) {
+    std::size_t pivot = c;
+    for (std::size_t k = c + 1; k < n; ++k) {
+      if (std::abs(a[k][c]) > std::abs(a[pivot][c])) pivot = k;
+    }
+    if (std::abs(a[pivot][c]) < 1e-12) return;  // degenerate: keep what was there
+    std::swap(a[c], a[pivot]);
+    for (std::size_t k = 0; k < n; ++k) {
+      if (k == c) continue;
+      const double f = a[k][c] / a[c][c];
+      for (std::size_t v = c; v <= n; ++v) a[k][v] -= f * a[c][v];
+    }
+  }
+  double coef[3] = {0, 0, 0};
+  for (std::size_t u = 0; u < n; ++u) coef[cols[u]] = a[u][n] / a[u][u];
+  l.memory_extra_bytes = coef[0];
+  if (used[1]) l.memory_extra_per_stage_bytes = coef[1];
+  if (used[2]) l.memory_extra_nvme_bytes = coef[2];
+  if (!used[1] || !used[2]) {  // the kept terms are part of the intercept's runs: take them out
+    double kept = 0;
+    for (const auto& row : x) {
+      kept += (used[1] ? 0.0 : row[1] * l.memory_extra_per_stage_bytes) +
+              (used[2] ? 0.0 : row[2] * l.memory_extra_nvme_bytes);
+    }
+    l.memory_extra_bytes -= kept / static_cast<double>(x.size());
+  }
+}
+
+}  // namespace
+
 Learned learn_from_runs(PlanProfile& prof, const PlanRequest& r,
                         const std::vector<std::pair<Plan, RunMeasurement>>& runs) {
   Learned& l = prof.learned[learned_key(r.ranks, r.threads, r.site_count())];
@@ -412,18 +481,8 @@ Learned learn_from_runs(PlanProfile& prof, const PlanRequest& r,
   l = best;
   l.latency_s = lat.empty() ? before.latency_s : median(lat);
   l.runs = 1;
-  // 2. Memory beyond the model's figures: the median difference, apart for pipelined plans
-  // (point-to-point buffers) and plans of one stage (only collectives'); kept when no run says.
-  std::vector<double> mem_diff, mem_diff_dp;
-  for (const auto& [p, m] : runs) {
-    if (m.peak_memory > 0) {
-      (p.stages > 1 ? mem_diff : mem_diff_dp)
-          .push_back(m.peak_memory - predict(p, r, prof).peak_memory);
-    }
-  }
-  l.memory_extra_bytes = mem_diff.empty() ? before.memory_extra_bytes : median(mem_diff);
-  l.memory_extra_dp_bytes =
-      mem_diff_dp.empty() ? before.memory_extra_dp_bytes : median(mem_diff_dp);
+  // 2. Memory beyond the model's figures (predicted here without it: `best` has none).
+  fit_memory_extra(l, before, prof, r, runs);
   l.runs = before.runs + static_cast<int>(runs.size());
   l.source = runs.empty() ? before.source : runs.back().second.source;
   return l;

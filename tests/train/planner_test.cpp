@@ -324,6 +324,46 @@ TEST(Planner, PlacementKeepsTheGradientRingsInsideSitesWhenTheyAreTheHeavierTraf
       << best->plan.describe();
 }
 
+TEST(Planner, LearnsTheMemoryBeyondTheModelByModelStagesAndNvme) {
+  // Peaks made by 6 MiB + 7 MiB per model stage after the first + 10 MiB with NVMe activations,
+  // over one-, two- and four-stage plans with and without NVMe: learning finds the three terms.
+  const PlanRequest r = request(4, 4, 16);
+  PlanProfile truth = profile(r, 4);
+  Learned& t = truth.learned[learned_key(r.ranks, r.threads, r.site_count())];
+  t.runs = 1;
+  t.memory_extra_bytes = 6.0 * (1 << 20);
+  t.memory_extra_per_stage_bytes = 7.0 * (1 << 20);
+  t.memory_extra_nvme_bytes = 10.0 * (1 << 20);
+  std::vector<std::pair<Plan, RunMeasurement>> runs;
+  for (auto p : {plan(1, 4, sched::ScheduleKind::OneFOneB, 4, 1),
+                 plan(2, 2, sched::ScheduleKind::OneFOneB, 4, 2),
+                 plan(2, 2, sched::ScheduleKind::GPipe, 8, 1),
+                 plan(4, 1, sched::ScheduleKind::OneFOneB, 8, 2),
+                 plan(4, 1, sched::ScheduleKind::GPipe, 16, 1)}) {
+    for (const auto act : {ActivationOffload::None, ActivationOffload::Nvme}) {
+      p.activations = act;
+      RunMeasurement m;
+      m.step_s = predict(p, r, truth).step_s;
+      m.peak_memory = predict(p, r, truth).peak_memory;
+      runs.emplace_back(p, m);
+    }
+  }
+  PlanProfile prof = profile(r, 4);
+  const Learned l = learn_from_runs(prof, r, runs);
+  EXPECT_NEAR(l.memory_extra_bytes, 6.0 * (1 << 20), 1.0);
+  EXPECT_NEAR(l.memory_extra_per_stage_bytes, 7.0 * (1 << 20), 1.0);
+  EXPECT_NEAR(l.memory_extra_nvme_bytes, 10.0 * (1 << 20), 1.0);
+  for (const auto& [p, m] : runs) {
+    EXPECT_NEAR(predict(p, r, prof).peak_memory, m.peak_memory, 1.0) << p.describe();
+  }
+  // Runs of one layout without NVMe fit the intercept only and keep the other terms.
+  PlanProfile again = prof;
+  const Learned k = learn_from_runs(again, r, {runs[2], runs[4]});
+  EXPECT_NEAR(k.memory_extra_per_stage_bytes, 7.0 * (1 << 20), 1.0);
+  EXPECT_NEAR(k.memory_extra_nvme_bytes, 10.0 * (1 << 20), 1.0);
+  EXPECT_NEAR(predict(runs[2].first, r, again).peak_memory, runs[2].second.peak_memory, 1.0);
+}
+
 TEST(Planner, DiLoCoOnlyWithEnoughOuterRoundsInTheRun) {
   // Two sites at 100 kB/s: DiLoCo's H = 8 and 32 are tried only where the run holds
   // kMinOuterRounds rounds of them (600 steps: H = 8 only; 60 steps: neither).
