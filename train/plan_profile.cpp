@@ -270,6 +270,7 @@ nlohmann::json PlanProfile::to_json() const {
                          {"recv_s", l.recv_s},
                          {"latency_s", l.latency_s},
                          {"memory_extra_bytes", l.memory_extra_bytes},
+                         {"memory_extra_pipeline_bytes", l.memory_extra_pipeline_bytes},
                          {"memory_extra_per_stage_bytes", l.memory_extra_per_stage_bytes},
                          {"memory_extra_nvme_bytes", l.memory_extra_nvme_bytes},
                          {"runs", l.runs},
@@ -334,6 +335,7 @@ PlanProfile PlanProfile::from_json(const nlohmann::json& j) {
       x.recv_s = l.at("recv_s").get<double>();
       x.latency_s = l.at("latency_s").get<double>();
       x.memory_extra_bytes = l.at("memory_extra_bytes").get<double>();
+      x.memory_extra_pipeline_bytes = l.value("memory_extra_pipeline_bytes", 0.0);
       x.memory_extra_per_stage_bytes = l.value("memory_extra_per_stage_bytes", 0.0);
       x.memory_extra_nvme_bytes = l.value("memory_extra_nvme_bytes", 0.0);
       x.runs = l.at("runs").get<int>();

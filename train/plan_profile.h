@@ -67,10 +67,11 @@ struct Learned {
   double wait_load = 0;
   double step_scale = 1;  // measured step / simulated step (others' load on the cores)
   double send_s = -1, recv_s = -1, latency_s = -1;
-  // Measured peak - predicted, fitted over the runs as memory_extra_bytes + (model stages - 1) x
-  // memory_extra_per_stage_bytes (point-to-point channels and their buffers) + NVMe activation
-  // offload's memory_extra_nvme_bytes (its staging).
+  // Measured peak - predicted, fitted over the runs as memory_extra_bytes + a pipeline's
+  // memory_extra_pipeline_bytes + (model stages - 1) x memory_extra_per_stage_bytes (point-to-point
+  // channels and their buffers) + NVMe activation offload's memory_extra_nvme_bytes (its staging).
   double memory_extra_bytes = 0;
+  double memory_extra_pipeline_bytes = 0;
   double memory_extra_per_stage_bytes = 0;
   double memory_extra_nvme_bytes = 0;
   int runs = 0;

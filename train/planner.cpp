@@ -223,7 +223,8 @@ double mean_busy(const sched::Timeline& t) {
 }  // namespace
 
 double memory_extra(const Learned& l, int model_stages, bool nvme) {
-  return l.memory_extra_bytes + (model_stages - 1) * l.memory_extra_per_stage_bytes +
+  return l.memory_extra_bytes + (model_stages > 1 ? l.memory_extra_pipeline_bytes : 0.0) +
+         (model_stages - 1) * l.memory_extra_per_stage_bytes +
          (nvme ? l.memory_extra_nvme_bytes : 0.0);
 }
 

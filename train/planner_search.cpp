@@ -7,6 +7,7 @@
 #include <cmath>
 #include <fstream>
 #include <limits>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -363,34 +364,11 @@ Plan read_plan_file(const std::filesystem::path& path) {
 
 namespace {
 
-// Least squares of the runs' measured peak - predicted on 1, model stages - 1 and NVMe activation
-// offload (measured: about 6 MiB at one model stage, 14 - 18 at two, 20 - 31 at four, NVMe about
-// 10 more; docs/commands/plan.md). A term the runs do not vary (one layout, no NVMe run) keeps its
-// earlier value; no run at all keeps everything.
-void fit_memory_extra(Learned& l, const Learned& before, const PlanProfile& prof,
-                      const PlanRequest& r,
-                      const std::vector<std::pair<Plan, RunMeasurement>>& runs) {
-  std::vector<std::array<double, 3>> x;
-  std::vector<double> y;
-  for (const auto& [p, m] : runs) {
-    if (m.peak_memory <= 0) continue;
-    x.push_back({1.0, static_cast<double>(p.stages * p.chunks - 1),
-                 p.activations == ActivationOffload::Nvme ? 1.0 : 0.0});
-    y.push_back(m.peak_memory - predict(p, r, prof).peak_memory);
-  }
-  l.memory_extra_bytes = before.memory_extra_bytes;
-  l.memory_extra_per_stage_bytes = before.memory_extra_per_stage_bytes;
-  l.memory_extra_nvme_bytes = before.memory_extra_nvme_bytes;
-  if (y.empty()) return;
-  std::array<bool, 3> used = {true, false, false};
-  for (std::size_t j = 1; j < 3; ++j) {
-    for (const auto& row : x) used[j] = used[j] || row[j] != x.front()[j];
-  }
-  // Normal equations over the used columns, solved by Gaussian elimination with partial pivoting.
-  std::vector<std::size_t> cols;
-  for (std::size_t j = 0; j < 3; ++j) {
-    if (used[j]) cols.push_back(j);
-  }
+// Least squares of y on the columns `cols` of x (normal equations, Gauss-Jordan with partial
+// pivoting); nothing when they are collinear over the rows.
+std::optional<std::vector<double>> least_squares(const std::vector<std::array<double, 4>>& x,
+                                                 const std::vector<double>& y,
+                                                 const std::vector<std::size_t>& cols) {
   const std::size_t n = cols.size();
   std::vector<std::vector<double>> a(n, std::vector<double>(n + 1, 0.0));
   for (std::size_t i = 0; i < y.size(); ++i) {
@@ -404,7 +382,7 @@ void fit_memory_extra(Learned& l, const Learned& before, const PlanProfile& prof
     for (std::size_t k = c + 1; k < n; ++k) {
       if (std::abs(a[k][c]) > std::abs(a[pivot][c])) pivot = k;
     }
-    if (std::abs(a[pivot][c]) < 1e-12) return;  // degenerate: keep what was there
+    if (std::abs(a[pivot][c]) < 1e-9 * static_cast<double>(y.size())) return std::nullopt;
     std::swap(a[c], a[pivot]);
     for (std::size_t k = 0; k < n; ++k) {
       if (k == c) continue;
@@ -412,19 +390,55 @@ void fit_memory_extra(Learned& l, const Learned& before, const PlanProfile& prof
       for (std::size_t v = c; v <= n; ++v) a[k][v] -= f * a[c][v];
     }
   }
-  double coef[3] = {0, 0, 0};
-  for (std::size_t u = 0; u < n; ++u) coef[cols[u]] = a[u][n] / a[u][u];
-  l.memory_extra_bytes = coef[0];
-  if (used[1]) l.memory_extra_per_stage_bytes = coef[1];
-  if (used[2]) l.memory_extra_nvme_bytes = coef[2];
-  if (!used[1] || !used[2]) {  // the kept terms are part of the intercept's runs: take them out
-    double kept = 0;
-    for (const auto& row : x) {
-      kept += (used[1] ? 0.0 : row[1] * l.memory_extra_per_stage_bytes) +
-              (used[2] ? 0.0 : row[2] * l.memory_extra_nvme_bytes);
-    }
-    l.memory_extra_bytes -= kept / static_cast<double>(x.size());
+  std::vector<double> coef(n);
+  for (std::size_t u = 0; u < n; ++u) coef[u] = a[u][n] / a[u][u];
+  return coef;
+}
+
+// The runs' measured peak - predicted, fitted on 1, a pipeline (more than one model stage), model
+// stages - 1 and NVMe activation offload (measured: about 6 MiB at one model stage, 14 - 18 at two,
+// 20 - 31 at four, NVMe about 10 more; docs/commands/plan.md). A term the runs cannot tell apart
+// (one layout, no NVMe run, or only one and two model stages) keeps its earlier value; no run at
+// all keeps everything.
+void fit_memory_extra(Learned& l, const Learned& before, const PlanProfile& prof,
+                      const PlanRequest& r,
+                      const std::vector<std::pair<Plan, RunMeasurement>>& runs) {
+  std::vector<std::array<double, 4>> x;
+  std::vector<double> y;
+  for (const auto& [p, m] : runs) {
+    if (m.peak_memory <= 0) continue;
+    const int stages = p.stages * p.chunks;
+    x.push_back({1.0, stages > 1 ? 1.0 : 0.0, static_cast<double>(stages - 1),
+                 p.activations == ActivationOffload::Nvme ? 1.0 : 0.0});
+    y.push_back(m.peak_memory - predict(p, r, prof).peak_memory);
   }
+  double* const terms[4] = {&l.memory_extra_bytes, &l.memory_extra_pipeline_bytes,
+                            &l.memory_extra_per_stage_bytes, &l.memory_extra_nvme_bytes};
+  l.memory_extra_bytes = before.memory_extra_bytes;
+  l.memory_extra_pipeline_bytes = before.memory_extra_pipeline_bytes;
+  l.memory_extra_per_stage_bytes = before.memory_extra_per_stage_bytes;
+  l.memory_extra_nvme_bytes = before.memory_extra_nvme_bytes;
+  if (y.empty()) return;
+  // The intercept always; the others while they vary, dropped from the pipeline's step on when
+  // collinear (one and two model stages alone make the step and the per-stage term one).
+  std::vector<std::size_t> cols = {0};
+  for (std::size_t j = 1; j < 4; ++j) {
+    if (std::any_of(x.begin(), x.end(), [&](const auto& row) { return row[j] != x[0][j]; })) {
+      cols.push_back(j);
+    }
+  }
+  std::optional<std::vector<double>> coef;
+  while (!(coef = least_squares(x, y, cols)) && cols.size() > 1) cols.erase(cols.begin() + 1);
+  if (!coef) return;
+  // Fixed terms shift the intercept's rows: fit what is left of y.
+  std::vector<double> rest = y;
+  for (std::size_t j = 1; j < 4; ++j) {
+    if (std::find(cols.begin(), cols.end(), j) != cols.end()) continue;
+    for (std::size_t i = 0; i < y.size(); ++i) rest[i] -= x[i][j] * *terms[j];
+  }
+  coef = least_squares(x, rest, cols);
+  if (!coef) return;
+  for (std::size_t u = 0; u < cols.size(); ++u) *terms[cols[u]] = (*coef)[u];
 }
 
 }  // namespace

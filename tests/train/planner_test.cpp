@@ -325,13 +325,15 @@ TEST(Planner, PlacementKeepsTheGradientRingsInsideSitesWhenTheyAreTheHeavierTraf
 }
 
 TEST(Planner, LearnsTheMemoryBeyondTheModelByModelStagesAndNvme) {
-  // Peaks made by 6 MiB + 7 MiB per model stage after the first + 10 MiB with NVMe activations,
-  // over one-, two- and four-stage plans with and without NVMe: learning finds the three terms.
+  // Peaks made by 6 MiB + 3 MiB for a pipeline + 7 MiB per model stage after the first + 10 MiB
+  // with NVMe activations, over one-, two- and four-stage plans with and without NVMe: learning
+  // finds the four terms.
   const PlanRequest r = request(4, 4, 16);
   PlanProfile truth = profile(r, 4);
   Learned& t = truth.learned[learned_key(r.ranks, r.threads, r.site_count())];
   t.runs = 1;
   t.memory_extra_bytes = 6.0 * (1 << 20);
+  t.memory_extra_pipeline_bytes = 3.0 * (1 << 20);
   t.memory_extra_per_stage_bytes = 7.0 * (1 << 20);
   t.memory_extra_nvme_bytes = 10.0 * (1 << 20);
   std::vector<std::pair<Plan, RunMeasurement>> runs;
@@ -351,6 +353,7 @@ TEST(Planner, LearnsTheMemoryBeyondTheModelByModelStagesAndNvme) {
   PlanProfile prof = profile(r, 4);
   const Learned l = learn_from_runs(prof, r, runs);
   EXPECT_NEAR(l.memory_extra_bytes, 6.0 * (1 << 20), 1.0);
+  EXPECT_NEAR(l.memory_extra_pipeline_bytes, 3.0 * (1 << 20), 1.0);
   EXPECT_NEAR(l.memory_extra_per_stage_bytes, 7.0 * (1 << 20), 1.0);
   EXPECT_NEAR(l.memory_extra_nvme_bytes, 10.0 * (1 << 20), 1.0);
   for (const auto& [p, m] : runs) {
@@ -359,9 +362,19 @@ TEST(Planner, LearnsTheMemoryBeyondTheModelByModelStagesAndNvme) {
   // Runs of one layout without NVMe fit the intercept only and keep the other terms.
   PlanProfile again = prof;
   const Learned k = learn_from_runs(again, r, {runs[2], runs[4]});
+  EXPECT_NEAR(k.memory_extra_pipeline_bytes, 3.0 * (1 << 20), 1.0);
   EXPECT_NEAR(k.memory_extra_per_stage_bytes, 7.0 * (1 << 20), 1.0);
   EXPECT_NEAR(k.memory_extra_nvme_bytes, 10.0 * (1 << 20), 1.0);
   EXPECT_NEAR(predict(runs[2].first, r, again).peak_memory, runs[2].second.peak_memory, 1.0);
+  // One and two model stages alone cannot tell a pipeline's step from a stage's: one term takes
+  // both, and every run is still predicted.
+  PlanProfile two = profile(r, 4);
+  const std::vector<std::pair<Plan, RunMeasurement>> short_runs = {runs[0], runs[1], runs[2],
+                                                                   runs[3]};
+  (void)learn_from_runs(two, r, short_runs);
+  for (const auto& [p, m] : short_runs) {
+    EXPECT_NEAR(predict(p, r, two).peak_memory, m.peak_memory, 1.0) << p.describe();
+  }
 }
 
 TEST(Planner, DiLoCoOnlyWithEnoughOuterRoundsInTheRun) {
