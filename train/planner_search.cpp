@@ -427,16 +427,17 @@ void fit_memory_extra(Learned& l, const Learned& before, const PlanProfile& prof
       cols.push_back(j);
     }
   }
+  // Fixed terms (earlier values) shift their rows: fit what is left of y.
   std::optional<std::vector<double>> coef;
-  while (!(coef = least_squares(x, y, cols)) && cols.size() > 1) cols.erase(cols.begin() + 1);
-  if (!coef) return;
-  // Fixed terms shift the intercept's rows: fit what is left of y.
-  std::vector<double> rest = y;
-  for (std::size_t j = 1; j < 4; ++j) {
-    if (std::find(cols.begin(), cols.end(), j) != cols.end()) continue;
-    for (std::size_t i = 0; i < y.size(); ++i) rest[i] -= x[i][j] * *terms[j];
+  while (true) {
+    std::vector<double> rest = y;
+    for (std::size_t j = 1; j < 4; ++j) {
+      if (std::find(cols.begin(), cols.end(), j) != cols.end()) continue;
+      for (std::size_t i = 0; i < y.size(); ++i) rest[i] -= x[i][j] * *terms[j];
+    }
+    if ((coef = least_squares(x, rest, cols)) || cols.size() == 1) break;
+    cols.erase(cols.begin() + 1);
   }
-  coef = least_squares(x, rest, cols);
   if (!coef) return;
   for (std::size_t u = 0; u < cols.size(); ++u) *terms[cols[u]] = (*coef)[u];
 }
@@ -469,7 +470,9 @@ Learned learn_from_runs(PlanProfile& prof, const PlanRequest& r,
   // so the factor says what the others' load took; the default waiting load).
   std::vector<double> waits = {kDefaultWaitLoad};
   for (int w = 0; w <= 10; ++w) waits.push_back(0.1 * w);
-  for (int k = steps; k >= 0; --k) {
+  const bool timed =
+      std::any_of(runs.begin(), runs.end(), [](const auto& x) { return x.second.step_s > 0; });
+  for (int k = timed ? steps : -1; k >= 0; --k) {
     for (const double w : waits) {
       l = Learned{};
       l.effective_cores = 0.25 + 0.05 * k;
@@ -481,7 +484,6 @@ Learned learn_from_runs(PlanProfile& prof, const PlanRequest& r,
       for (const auto& [p, m] : runs) {
         if (m.step_s > 0) log_ratio.push_back(std::log(m.step_s / predict(p, r, prof).step_s));
       }
-      if (log_ratio.empty()) break;
       double mean = 0, err = 0;
       for (const double x : log_ratio) mean += x / static_cast<double>(log_ratio.size());
       for (const double x : log_ratio) err += (x - mean) * (x - mean);

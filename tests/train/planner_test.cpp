@@ -36,6 +36,16 @@ PlanRequest request(int ranks, int layers, int batch) {
   return r;
 }
 
+// Ranks labelled with `sites`, the links between two sites at `bandwidth` bytes/s.
+void sites_joined_at(PlanRequest& r, std::vector<int> sites, double bandwidth) {
+  r.links.site = std::move(sites);
+  for (std::size_t i = 0; i < r.links.site.size(); ++i) {
+    for (std::size_t j = 0; j < r.links.site.size(); ++j) {
+      if (r.links.site[i] != r.links.site[j]) r.links.bandwidth[i][j] = bandwidth;
+    }
+  }
+}
+
 PlanProfile profile(const PlanRequest& r, int cores) {
   PlanProfile p;
   p.cores = cores;
@@ -288,12 +298,7 @@ TEST(Planner, PlacementKeepsTheGradientRingsInsideSitesWhenTheyAreTheHeavierTraf
   // embeddings: 0.7 s) cross; a stage's replicas inside a site leave only the activations (512 B
   // per microbatch and direction) and the tied embedding's sum (2 x 16 kB: 0.33 s) crossing.
   PlanRequest r = request(4, 8, 8);
-  r.links.site = {0, 0, 1, 1};
-  for (std::size_t i = 0; i < 4; ++i) {
-    for (std::size_t j = 0; j < 4; ++j) {
-      if (r.links.site[i] != r.links.site[j]) r.links.bandwidth[i][j] = 1e5;
-    }
-  }
+  sites_joined_at(r, {0, 0, 1, 1}, 1e5);
   const PlanProfile prof = profile(r, 4);
   const Plan identity = plan(2, 2, sched::ScheduleKind::OneFOneB, 4, 1);
   const auto same_site = [&](const std::set<int>& ranks) {
@@ -381,12 +386,7 @@ TEST(Planner, DiLoCoOnlyWithEnoughOuterRoundsInTheRun) {
   // Two sites at 100 kB/s: DiLoCo's H = 8 and 32 are tried only where the run holds
   // kMinOuterRounds rounds of them (600 steps: H = 8 only; 60 steps: neither).
   PlanRequest r = request(4, 8, 8);
-  r.links.site = {0, 0, 1, 1};
-  for (std::size_t i = 0; i < 4; ++i) {
-    for (std::size_t j = 0; j < 4; ++j) {
-      if (r.links.site[i] != r.links.site[j]) r.links.bandwidth[i][j] = 1e5;
-    }
-  }
+  sites_joined_at(r, {0, 0, 1, 1}, 1e5);
   r.outer_steps = {8, 32};
   r.outer_codecs = {"none"};
   const PlanProfile prof = profile(r, 4);
