@@ -25,7 +25,8 @@ read -r -a extra <<< "${TRAIN_ARGS:---layers 2 --dim 64 --heads 4 --ctx 64 --war
 mkdir -p "$out"
 if [ "${SWEEP:-}" = frontier ]; then
   # SWEEP=frontier: issue 25's comparison at the same tokens over SEEDS (default 1 2 3): data
-  # parallelism, DiLoCo int8 H = 50 (blocking, overlapped, eager), streaming DiLoCo (5 fragments)
+  # parallelism, DiLoCo int8 H = 50 (blocking; overlapped one round late, and with the default
+  # --outer-delay 1 naive and eager), streaming DiLoCo (5 fragments)
   # and SparseLoCo H = SPARSE_H (10) at DENSITIES (0.01 0.02); ONLY (a regex) picks runs, a run whose
   # metrics already hold a summary is kept. Then the loss-vs-bytes plot and the per-seed table.
   read -r -a seeds <<< "${SEEDS:-1 2 3}"
@@ -51,6 +52,8 @@ if [ "${SWEEP:-}" = frontier ]; then
       sweep "sparseloco-d$d-h$sparse_h-seed$seed" --seed "$seed" --outer-steps "$sparse_h" \
         --outer-codec "sparseloco:density=$d" --outer-lr 1 --outer-momentum 0
     done
+    sweep "diloco-int8-h50-overlap-d0-seed$seed" --seed "$seed" "${outer[@]}" --outer-overlap \
+      --outer-delay 0
     sweep "diloco-int8-h50-overlap-seed$seed" --seed "$seed" "${outer[@]}" --outer-overlap
     sweep "diloco-int8-h50-eager-seed$seed" --seed "$seed" "${outer[@]}" --outer-overlap \
       --outer-eager

@@ -22,6 +22,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from diloco_report import load  # noqa: E402
 
 
+BLOCKING = "diloco-int8-h50"  # blocking DiLoCo, the overlapped runs' reference
+
+
 def evals(path):
     import json
     out = []
@@ -73,14 +76,21 @@ def main():
             table.setdefault(name, []).append((seed, total, ratio, summary["eval_loss"], rel))
             print(f"| {name} | {seed} | {total:,.0f} | {ratio:,.1f} | {summary['eval_loss']:.4f} | "
                   f"{rel:+.2f}% |")
-    print("\n| run | seeds | bytes ratio, mean (min .. max) | loss vs DP, mean (min .. max) |")
-    print("|---|---:|---:|---:|")
+    # Overlapped runs are also compared with blocking DiLoCo of the same seed (issue 25's bar).
+    blocking = {seed: loss for seed, _, _, loss, _ in table.get(BLOCKING, [])}
+    print("\n| run | seeds | bytes ratio, mean (min .. max) | loss vs DP, mean (min .. max) | "
+          f"loss vs {BLOCKING}, mean (min .. max) |")
+    print("|---|---:|---:|---:|---:|")
     for name, rows in table.items():
         ratios = [r[2] for r in rows]
         rels = [r[4] for r in rows]
+        vs = [(r[3] / blocking[r[0]] - 1) * 100 for r in rows if r[0] in blocking]
+        overlapped = "overlap" in name or "eager" in name
+        vs_text = (f"{statistics.mean(vs):+.2f}% ({min(vs):+.2f} .. {max(vs):+.2f})"
+                   if vs and overlapped else "")
         print(f"| {name} | {','.join(str(r[0]) for r in rows)} | {statistics.mean(ratios):,.0f} "
               f"({min(ratios):,.0f} .. {max(ratios):,.0f}) | {statistics.mean(rels):+.2f}% "
-              f"({min(rels):+.2f} .. {max(rels):+.2f}) |")
+              f"({min(rels):+.2f} .. {max(rels):+.2f}) | {vs_text} |")
 
     import matplotlib
     matplotlib.use("Agg")

@@ -280,13 +280,22 @@ void add_diloco_options(CLI::App* train, TrainOptions& o) {
       ->add_option("--grace", o.config.grace_s,
                    "Quorum rounds: seconds the leader (replica 0) waits after its own round end")
       ->capture_default_str();
-  train->add_flag("--outer-overlap", o.config.outer_overlap,
-                  "Average round t's pseudo-gradients in the background while round t + 1 "
-                  "computes, and apply them one round late (Streaming DiLoCo's overlap)");
+  CLI::Option* overlap = train->add_flag(
+      "--outer-overlap", o.config.outer_overlap,
+      "Average each round's pseudo-gradients in the background while the next inner "
+      "steps compute, and apply the average --outer-delay steps later (Streaming "
+      "DiLoCo's overlap)");
+  train
+      ->add_option("--outer-delay", o.config.outer_delay,
+                   "With --outer-overlap: inner steps the average may take to arrive, 1 to "
+                   "--outer-steps (Streaming DiLoCo's tau; a step waits for it if it is later); 0: "
+                   "a whole round, applied one round late")
+      ->needs(overlap)
+      ->capture_default_str();
   train->add_flag("--outer-eager", o.config.outer_eager,
-                  "With --outer-overlap: eager updates (arXiv 2502.12996): each replica's outer "
-                  "step takes the last average with its own part fresh, corrected when the "
-                  "average in flight arrives");
+                  "With --outer-overlap: eager updates (arXiv 2502.12996): until the average "
+                  "arrives, compute from the outer step on an estimate of it (the last average "
+                  "with this replica's own part fresh), then replace the estimate by it");
 }
 
 // The data and what is offloaded.

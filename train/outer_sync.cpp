@@ -106,6 +106,12 @@ void validate(const OuterOptions& o) {
         "steps after fragment 0)",
         o.fragments, o.outer_steps));
   }
+  if (o.delay < 0 || o.delay > o.outer_steps) {
+    throw bad(fmt::format(
+        "--outer-delay {} must be between 1 and --outer-steps {} (the inner steps an overlapped "
+        "average may take to arrive; 0: a whole round)",
+        o.delay, o.outer_steps));
+  }
   if (outer_codec(o.codec).sparse && o.momentum != 0) {
     throw bad(fmt::format(
         "--outer-momentum {} with --outer-codec sparseloco: SparseLoCo replaces the outer momentum "
@@ -134,6 +140,10 @@ class OuterSync::Fragment {
   // Waits for the average in flight (if any); the state then stays as it is until the next round.
   void settle();
   [[nodiscard]] bool pending() const noexcept { return pending_; }
+  // The steps an overlapped average takes to arrive (OuterOptions::delay, 0: H).
+  [[nodiscard]] std::int64_t delay() const noexcept {
+    return options_.delay > 0 ? options_.delay : options_.outer_steps;
+  }
   // Exports into / imports from [first, first + n) of full-size arrays (OuterSync::State).
   void export_into(OuterSync::State& out, std::size_t first);
   void import_from(const OuterSync::State& in, std::size_t first, std::int64_t steps_done,
@@ -144,9 +154,11 @@ class OuterSync::Fragment {
   // Posts the average of in_flight_ (non-blocking). SparseLoCo: first folds it into the error
   // feedback, e = beta * e + p, sends e's encoding and keeps e - decode(encoding) as the new e.
   void post_average();
-  // Eager overlap: this replica's pseudo-gradient p stands in for the average still in flight,
-  // params = the outer step from global_ with p, momentum_ left as it is.
+  // Eager overlap: params = the outer step from (global_, momentum_), both left as they are, with
+  // the estimate of the average of p still in flight.
   void eager_step(std::span<const float> p, std::span<float> params);
+  // Overlap: applies the pending average and replaces the estimate start_ by it in params.
+  void arrive(OuterStepStats& stats, std::span<float> params);
   // Waits for it and averages the tied copies (no-op when nothing is in flight).
   void complete_average(OuterStepStats& stats);
   // complete_average, then applies the outer step to global_ and momentum_.
@@ -171,13 +183,13 @@ class OuterSync::Fragment {
   std::shared_ptr<offload::PinnedPool> pool_;
   std::shared_ptr<offload::SwapStore> store_;
   std::size_t n_;
-  offload::PinnedPool::Lease storage_;  // in_flight_ (and progress_): always in RAM
+  offload::PinnedPool::Lease storage_;  // in_flight_: always in RAM
   offload::PinnedPool::Lease state_;    // global_, momentum_ (and start_)
-  std::span<float> global_, momentum_, start_, in_flight_, progress_;
-  // Eager overlap: this replica's previous pseudo-gradient, and its own correction's momentum
-  // and displacement (params = global_ + displacement_ between rounds).
-  std::vector<float> own_prev_, own_m_, displacement_;
-  bool pending_ = false;  // in_flight_ holds a pseudo-gradient not yet applied
+  std::span<float> global_, momentum_, start_, in_flight_;
+  // Eager overlap: this replica's last pseudo-gradient and the last average applied.
+  std::vector<float> own_prev_, last_average_;
+  bool pending_ = false;         // in_flight_ holds a pseudo-gradient not yet applied
+  std::int64_t arrive_at_ = -1;  // with one pending: the step at whose end it is applied
   std::optional<comm::Work> work_;
   std::int64_t round_ = 0;
   std::int64_t applied_ = 0;
@@ -204,16 +216,13 @@ OuterSync::Fragment::Fragment(sched::PipelineComms comms, int stage, std::string
     encoded_.resize(sparse_->encoded_bytes(n_));
     decoded_.resize(n_);
   }
-  // The pseudo-gradient in flight (and with overlap the next one) stay in RAM: the allreduce
-  // works on them in the background.
-  storage_ = pool_->acquire((options_.overlap ? 2 : 1) * n_ * sizeof(float));
+  // The pseudo-gradient in flight stays in RAM: the allreduce works on it in the background.
+  storage_ = pool_->acquire(n_ * sizeof(float));
   if (options_.overlap && options_.eager) {
     own_prev_.assign(n_, 0.0f);
-    own_m_.assign(n_, 0.0f);
-    displacement_.assign(n_, 0.0f);
+    last_average_.assign(n_, 0.0f);
   }
   in_flight_ = std::span<float>(reinterpret_cast<float*>(storage_.data()), n_);
-  progress_ = options_.overlap ? std::span<float>(in_flight_.data() + n_, n_) : in_flight_;
   std::fill(in_flight_.begin(), in_flight_.end(), 0.0f);
   map_state();
   std::copy(initial.begin(), initial.end(), global_.begin());
@@ -312,12 +321,22 @@ void OuterSync::Fragment::eager_step(std::span<const float> p, std::span<float> 
   const auto lr = static_cast<float>(options_.lr);
   const float replicas = comms_.data != nullptr ? static_cast<float>(comms_.data->size()) : 1.0f;
   for (std::size_t i = 0; i < params.size(); ++i) {
-    const float c = (p[i] - own_prev_[i]) / replicas;
+    const float estimate = last_average_[i] + (p[i] - own_prev_[i]) / replicas;
     own_prev_[i] = p[i];
-    own_m_[i] = mu * own_m_[i] + c;
-    displacement_[i] -= lr * (c + mu * own_m_[i]);
-    params[i] = global_[i] + displacement_[i];
+    const float m = mu * momentum_[i] + estimate;
+    params[i] = global_[i] - lr * (estimate + mu * m);
   }
+}
+
+void OuterSync::Fragment::arrive(OuterStepStats& stats, std::span<float> params) {
+  finish_average(stats);
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    params[i] += global_[i] - start_[i];  // the steps since, on the average's step
+    start_[i] = global_[i];
+  }
+  if (!last_average_.empty())
+    std::copy(in_flight_.begin(), in_flight_.end(), last_average_.begin());
+  arrive_at_ = -1;
 }
 
 void OuterSync::Fragment::clear_error_feedback() {
@@ -365,8 +384,7 @@ void OuterSync::Fragment::export_into(OuterSync::State& out, std::size_t first) 
   if (pending_) put(out.pending, in_flight_);
   if (!own_prev_.empty()) {
     put(out.own, own_prev_);
-    put(out.own_momentum, own_m_);
-    put(out.displacement, displacement_);
+    put(out.last_average, last_average_);
   }
   save_state();
 }
@@ -375,9 +393,14 @@ void OuterSync::Fragment::import_from(const OuterSync::State& in, std::size_t fi
                                       std::int64_t steps_done, bool ended) {
   settle();
   round_ = rounds_after(steps_done, ended);
-  // Without overlap every ended round was applied at once; with it, the last one waits for the
-  // next round's end unless the run ended there.
-  pending_ = options_.overlap && round_ > 0 && !ended;
+  // Without overlap every ended round was applied at once; with it, the last one waits `delay`
+  // steps after its round's last unless the run ended there.
+  const std::int64_t h = options_.outer_steps;
+  const std::int64_t full = (steps_done + offset_) / h;
+  const std::int64_t last_end = full * h - 1 - offset_;  // the last full round's last step
+  arrive_at_ = last_end + delay();
+  pending_ = options_.overlap && full > 0 && !ended && arrive_at_ > steps_done - 1;
+  if (!pending_) arrive_at_ = -1;
   applied_ = pending_ ? round_ - 1 : round_;
   if (pending_ && in.pending.empty()) {
     throw bad(fmt::format(
@@ -401,8 +424,7 @@ void OuterSync::Fragment::import_from(const OuterSync::State& in, std::size_t fi
       }
     };
     get_or_zero(own_prev_, in.own);
-    get_or_zero(own_m_, in.own_momentum);
-    get_or_zero(displacement_, in.displacement);
+    get_or_zero(last_average_, in.last_average);
   }
   if (pending_) {
     get(in_flight_, in.pending);
@@ -437,36 +459,29 @@ void OuterSync::Fragment::finish_average(OuterStepStats& stats) {
 OuterStepStats OuterSync::Fragment::end_step(std::int64_t step, std::span<float> params,
                                              bool last) {
   OuterStepStats stats;
+  if (pending_ && (step >= arrive_at_ || last)) {
+    load_state();
+    arrive(stats, params);
+    save_state();
+  }
   const bool round_end = (step + 1 + offset_) % options_.outer_steps == 0 || last;
   if (round_end) {
     stats.round_ended = true;
     stats.round = round_++;
     load_state();
-    // This round's pseudo-gradient: where it started minus where the inner steps took it (with
-    // overlap, beside the previous round's while that is still in flight).
-    const std::span<float> p = pending_ ? progress_ : in_flight_;
-    for (std::size_t i = 0; i < params.size(); ++i) p[i] = start_[i] - params[i];
-    if (!options_.overlap) {
-      pending_ = true;
-      post_average();
+    // This round's pseudo-gradient: where it started minus where the inner steps took it.
+    for (std::size_t i = 0; i < params.size(); ++i) in_flight_[i] = start_[i] - params[i];
+    if (options_.overlap && options_.eager) eager_step(in_flight_, params);
+    pending_ = true;
+    post_average();
+    if (!options_.overlap || last) {  // with overlap, nothing left to overlap with at the last
       finish_average(stats);
       std::copy(global_.begin(), global_.end(), params.begin());
+      if (options_.overlap) std::copy(global_.begin(), global_.end(), start_.begin());
     } else {
-      if (pending_) finish_average(stats);  // the previous round's average, one round late
-      if (options_.eager) {
-        eager_step(p, params);
-      } else if (stats.applied) {
-        // The new global weights plus this replica's own progress of the round just ended.
-        for (std::size_t i = 0; i < params.size(); ++i) params[i] = global_[i] - p[i];
-      }
-      if (p.data() != in_flight_.data()) std::copy(p.begin(), p.end(), in_flight_.begin());
-      pending_ = true;
-      post_average();
-      if (last) {  // nothing left to overlap with: every replica ends on the same global weights
-        finish_average(stats);
-        std::copy(global_.begin(), global_.end(), params.begin());
-      }
+      // Until the average arrives the replica computes from its estimate of the new weights.
       std::copy(params.begin(), params.end(), start_.begin());
+      arrive_at_ = step + delay();
     }
     save_state();
   }
@@ -587,8 +602,7 @@ OuterSync::State OuterSync::export_state() {
   if (options_.overlap) out.start.assign(n_, 0.0f);
   if (options_.overlap && options_.eager) {
     out.own.assign(n_, 0.0f);
-    out.own_momentum.assign(n_, 0.0f);
-    out.displacement.assign(n_, 0.0f);
+    out.last_average.assign(n_, 0.0f);
   }
   const bool any_pending =
       std::any_of(fragments_.begin(), fragments_.end(), [](const auto& f) { return f->pending(); });
@@ -610,8 +624,7 @@ void OuterSync::import_state(const State& state, std::int64_t steps_done, bool e
   check(state.start, "start", options_.overlap);
   check(state.pending, "pending", false);
   check(state.own, "own", false);
-  check(state.own_momentum, "own_momentum", false);
-  check(state.displacement, "displacement", false);
+  check(state.last_average, "last_average", false);
   if (!options_.overlap && !state.pending.empty()) {
     throw bad(
         "outer state: a pending average comes from an --outer-overlap run; pass --outer-overlap "

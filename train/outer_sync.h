@@ -14,24 +14,20 @@
 // elementwise); the tied embedding's two copies (first and last stage, averaged by different
 // data-parallel groups) are averaged once more over the tied group so they stay one.
 //
-// Overlap (OuterOptions::overlap): the naive one-outer-step overlap of Kale, Douillard & Donchev
-// ("Eager Updates for Overlapped Communication and Computation in DiLoCo", arXiv 2502.12996,
-// section 3; Streaming DiLoCo's overlap, arXiv 2501.18512, with tau = H; PCCL's async DiLoCo):
-// round t's pseudo-gradient p_t = s_t - w_r (s_t: this replica's weights when round t began) is
-// averaged in the background, on the progress engine, while round t + 1's inner steps compute
-// from w_r; at the end of round t + 1 the average of round t is applied one round late,
-//   m = mu * m + avg(p_t);  g = g - lr * (avg(p_t) + mu * m);  w_r = g - p_{t+1},
-// (g: the global weights, identical on every replica) so the replica keeps its own progress of
-// round t + 1 on top of the new global weights, and p_{t+1} goes out in turn. The last round's
-// average is waited for and applied at once, so every replica ends with the same weights g.
-// Eager overlap (OuterOptions::eager, --outer-eager; Kale et al. section 4): each
-// replica's outer step takes, in place of the average still in flight, the last average with its
-// own part replaced by its fresh pseudo-gradient, avg_t + (p_{t+1} - p_t) / R. Outer SGD with
-// Nesterov is linear, so that is the consensus (g, m), which takes the true averages one round
-// late, plus this replica's own correction c = (p_{t+1} - p_t) / R through the same step:
-//   m_c = mu * m_c + c;  d = d - lr * (c + mu * m_c);  w_r = g + d,
-// and the last round's average is waited for, every replica ending on g.
-//
+// Overlap (OuterOptions::overlap; Streaming DiLoCo's overlap, arXiv 2501.18512, with tau =
+// OuterOptions::delay inner steps): round t's pseudo-gradient p_t = g - w_r is averaged in the
+// background, on the progress engine, while the next tau inner steps compute from an estimate w_e
+// of the new global weights; when the average arrives (at the end of inner step s + tau, s the
+// round's last) the estimate is replaced by it and the steps since kept on top,
+//   m = mu * m + avg(p_t);  g' = g - lr * (avg(p_t) + mu * m);  w_r = w_r + (g' - w_e),
+// and the next round's pseudo-gradient is measured from g'. With tau = H the average is applied at
+// the next round's end, one round late. The estimate:
+// - naive (the default): w_e = w_r, this replica's own progress stands in for the average;
+// - eager (OuterOptions::eager, --outer-eager; Kale, Douillard & Donchev, "Eager Updates for
+//   Overlapped Communication and Computation in DiLoCo", arXiv 2502.12996): the outer step on
+//   (g, m) with the last average whose own part is replaced by the fresh pseudo-gradient,
+//   avg(p_{t-1}) + (p_t - p_{t-1}) / R, taken at once and corrected when the average arrives.
+// The last round's average is waited for and applied at once, so every replica ends on g.
 // SparseLoCo (--outer-codec sparseloco, Sarfi et al., arXiv 2508.15706, Algorithm 1): the
 // momentum array holds this replica's error-feedback accumulator e instead of Nesterov's m (so
 // --outer-momentum must be 0); each round e = beta * e + p, the chunked top-k 2-bit encoding of
@@ -52,14 +48,14 @@
 // Outer state: the global weights and the momentum (with overlap also the round's start) live in
 // page-locked host memory from offload/pinned_pool.h, or for big models in a SwapStore on NVMe
 // (offload/swap_store.h) between rounds, read in for the outer step and written back after it;
-// the pseudo-gradient in flight (with overlap also the next one) always stays in RAM. Units: params
+// the pseudo-gradient in flight always stays in RAM. Units: params
 // and all state are fp32, one value per parameter of this stage. Thread-safety: one thread (the
 // trainer's) drives an OuterSync; the background allreduce only touches the sync's own in-flight
 // buffer. Errors: comm errors (Timeout, PeerLost, Mismatch) propagate; InvalidArgument for a codec
 // other than none, bf16, int8, int4, sparseloco (with arguments), sparseloco with momentum != 0,
-// outer_steps < 1, lr <= 0, momentum outside [0, 1), fragments outside [1, H], a params span of the
-// wrong size, and (lossy codecs, which check what they encode) a NaN or Inf in a pseudo-gradient;
-// the store's errors (Io) with the state on NVMe.
+// outer_steps < 1, lr <= 0, momentum outside [0, 1), fragments outside [1, H], delay outside
+// [0, H], a params span of the wrong size, and (lossy codecs, which check what they encode) a NaN
+// or Inf in a pseudo-gradient; the store's errors (Io) with the state on NVMe.
 #pragma once
 
 #include <cstddef>
@@ -82,11 +78,14 @@ struct OuterOptions {
   double lr = 0.7;             // outer learning rate (DiLoCo's 0.7)
   double momentum = 0.9;       // Nesterov momentum mu (DiLoCo's 0.9); 0: plain outer SGD
   std::string codec = "none";  // none, bf16, int8, int4, optionally "name:key=value,..."
-  bool overlap = false;        // average round t while round t + 1 computes; apply it late
-  // With overlap: eager updates (arXiv 2502.12996): round t + 1 starts from the outer step taken
-  // with an estimate of the average still in flight (the last one with this replica's own part
-  // fresh), and the average's step replaces it when it arrives. false: the naive overlap (the
-  // default: at 1000 steps, H = 50 it trained better here; see bench/diloco.sh SWEEP=frontier).
+  bool overlap = false;        // average in the background, apply it `delay` inner steps later
+  // With overlap: the inner steps the average may take to arrive (Streaming DiLoCo's tau), 1 to H;
+  // 0: H (one round late). The last round's average is waited for at once. 1 trained as the
+  // blocking outer step does here, a whole round +4% (docs/results/diloco.md).
+  int delay = 1;
+  // With overlap: eager updates (arXiv 2502.12996): the steps until the average arrives start from
+  // the outer step taken with an estimate of it (the last average with this replica's own part
+  // fresh). false: from this replica's own weights (the naive overlap).
   bool eager = false;
   // Streaming DiLoCo's fragments (arXiv 2501.18512, section 2.2): the stage's parameters cut into
   // this many contiguous groups (in layer order), fragment k's rounds shifted by k * H / F steps,
@@ -144,15 +143,15 @@ class OuterSync {
   struct State {
     std::vector<float> global;    // the global weights after the last applied outer update
     std::vector<float> momentum;  // Nesterov's m
-    std::vector<float> start;     // overlap only: this replica's weights when its round began
+    // Overlap only: the weights this replica's next pseudo-gradient is measured from (the global
+    // weights), or with an average pending the estimate of the new ones it started from.
+    std::vector<float> start;
     // Overlap only: the averaged pseudo-gradient to apply at the next round end, zeros in the
     // fragments with none pending (empty when no fragment has one).
     std::vector<float> pending;
-    // Eager overlap only, this replica's own: its last pseudo-gradient, and the momentum and sum
-    // of its eager corrections (its weights minus the global ones between rounds).
+    // Eager overlap only: this replica's last pseudo-gradient and the last average applied.
     std::vector<float> own;
-    std::vector<float> own_momentum;
-    std::vector<float> displacement;
+    std::vector<float> last_average;
   };
   // Completes an average still in flight (waits for it and averages the tied copies: collective
   // over the data-parallel and tied groups, so every rank of the job calls it at the same step)

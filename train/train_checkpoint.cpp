@@ -26,10 +26,9 @@ constexpr std::string_view kOuterGlobal = "outer.global.";
 constexpr std::string_view kOuterMomentum = "outer.momentum.";
 constexpr std::string_view kOuterStart = "outer.start.";
 constexpr std::string_view kOuterPending = "outer.pending.";
-// Eager overlap, each replica's own: its last pseudo-gradient, its correction's momentum and sum.
+// Eager overlap, each replica's own: its last pseudo-gradient and the last average it applied.
 constexpr std::string_view kOuterOwn = "outer.own.";
-constexpr std::string_view kOuterOwnMomentum = "outer.own_momentum.";
-constexpr std::string_view kOuterDisplacement = "outer.displacement.";
+constexpr std::string_view kOuterLastAverage = "outer.last_average.";
 
 // The layers of each model stage (the even split's counts when --stage-layers is not given).
 std::vector<int> layer_counts(const TrainConfig& c) {
@@ -95,15 +94,11 @@ namespace {
 // `replicas`: those in the job when it saved (fewer than --replicas after an elastic job lost
 // some).
 json outer_meta(const TrainConfig& c, bool ended, int replicas) {
-  return {{"outer_steps", c.outer_steps},
-          {"lr", c.outer_lr},
-          {"momentum", c.outer_momentum},
-          {"codec", c.outer_codec},
-          {"overlap", c.outer_overlap},
-          {"fragments", c.outer_fragments},
-          {"stages", c.stages},
-          {"replicas", replicas},
-          {"stage_layers", layer_counts(c)},
+  return {{"outer_steps", c.outer_steps},   {"lr", c.outer_lr},
+          {"momentum", c.outer_momentum},   {"codec", c.outer_codec},
+          {"overlap", c.outer_overlap},     {"delay", c.outer_delay},
+          {"fragments", c.outer_fragments}, {"stages", c.stages},
+          {"replicas", replicas},           {"stage_layers", layer_counts(c)},
           {"rounds_closed_at_step", ended}};
 }
 
@@ -134,9 +129,7 @@ void save_diloco(comm::Communicator& world, const TrainConfig& c, int replica,
     if (!state.own.empty()) {
       tensors.push_back({own + std::string(kOuterOwn) + t.name, shape, view(state.own, t)});
       tensors.push_back(
-          {own + std::string(kOuterOwnMomentum) + t.name, shape, view(state.own_momentum, t)});
-      tensors.push_back(
-          {own + std::string(kOuterDisplacement) + t.name, shape, view(state.displacement, t)});
+          {own + std::string(kOuterLastAverage) + t.name, shape, view(state.last_average, t)});
     }
     if (outer.local_momentum()) {  // SparseLoCo's error feedback: each replica's own
       tensors.push_back(
@@ -182,10 +175,14 @@ void load_diloco(const sched::CheckpointReader& reader, const TrainConfig& c,
   // older than --stage-layers have the even split).
   TrainConfig even = c;
   even.stage_layers.clear();
-  for (const char* key :
-       {"outer_steps", "codec", "overlap", "fragments", "stages", "replicas", "stage_layers"}) {
+  for (const char* key : {"outer_steps", "codec", "overlap", "delay", "fragments", "stages",
+                          "replicas", "stage_layers"}) {
     const std::string k = key;
-    const json then = saved.contains(k) ? saved.at(k) : json(layer_counts(even));
+    if (k == "delay" && !c.outer_overlap) continue;  // the delay of an overlapped average only
+    // Older checkpoints: no --outer-delay (a whole round), the even split.
+    const json then = saved.contains(k) ? saved.at(k)
+                      : k == "delay"    ? json(0)
+                                        : json(layer_counts(even));
     if (then == now.at(k)) continue;
     wrong.push_back(fmt::format("--{} {} (the checkpoint has {})",
                                 k == "outer_steps"                 ? std::string("outer-steps")
@@ -212,14 +209,13 @@ void load_diloco(const sched::CheckpointReader& reader, const TrainConfig& c,
     pending = pending || reader.contains(std::string(kOuterPending) + t.name);
   if (pending) state.pending.resize(n);
   const std::string own = replica_prefix(replica);
-  // Saved by a run with eager overlap (older checkpoints: its corrections start at zero).
+  // Saved by a run with eager overlap (older checkpoints: its estimate starts from zeros).
   bool eager = false;
   for (const sched::TensorInfo& t : model.tensors())
     eager = eager || reader.contains(own + std::string(kOuterOwn) + t.name);
   if (eager) {
     state.own.resize(n);
-    state.own_momentum.resize(n);
-    state.displacement.resize(n);
+    state.last_average.resize(n);
   }
   const auto params = model.params();
   const auto part = [](std::vector<float>& a, const sched::TensorInfo& t) {
@@ -236,8 +232,9 @@ void load_diloco(const sched::CheckpointReader& reader, const TrainConfig& c,
     if (c.outer_overlap) reader.read(own + std::string(kOuterStart) + t.name, part(state.start, t));
     if (eager) {
       reader.read(own + std::string(kOuterOwn) + t.name, part(state.own, t));
-      reader.read(own + std::string(kOuterOwnMomentum) + t.name, part(state.own_momentum, t));
-      reader.read(own + std::string(kOuterDisplacement) + t.name, part(state.displacement, t));
+      if (reader.contains(own + std::string(kOuterLastAverage) + t.name)) {
+        reader.read(own + std::string(kOuterLastAverage) + t.name, part(state.last_average, t));
+      }
     }
     if (pending) reader.read(std::string(kOuterPending) + t.name, part(state.pending, t));
   }

@@ -21,9 +21,9 @@
 // "[replica.<r>.]outer.start.<name>" and the averaged pseudo-gradient still to be applied
 // "outer.pending.<name>"; meta "outer" holds DiLoCo's settings and whether the saving step closed
 // every round (the run's last step). The round counters follow from the step. Resuming needs the
-// same --stages, --replicas, --outer-steps, --outer-overlap and --outer-fragments (each named when
-// it differs); a lossy --outer-codec keeps error-feedback residuals in the communicator, which are
-// not saved, so it is refused with --save and --resume.
+// same --stages, --replicas, --outer-steps, --outer-overlap, --outer-delay and --outer-fragments
+// (each named when it differs); a lossy --outer-codec keeps error-feedback residuals in the
+// communicator, which are not saved, so it is refused with --save and --resume.
 //
 // Collective: save_checkpoint is called by every rank of the job at the same step; the ranks of
 // replica 0 each write their shard (shard r: every chunk rank r holds; replicas hold identical

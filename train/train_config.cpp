@@ -355,6 +355,7 @@ OuterOptions DilocoConfig::outer() const {
   o.codec = outer_codec;
   o.overlap = outer_overlap;
   o.eager = outer_eager;
+  o.delay = outer_delay;
   o.fragments = outer_fragments;
   return o;
 }

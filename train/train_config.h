@@ -114,14 +114,16 @@ struct CompressionConfig {
 // DiLoCo (train/outer_sync.h): outer_steps > 0 makes each replica run that many inner AdamW
 // steps with no gradient average between replicas, then average the pseudo-gradients over the
 // replicas (outer_codec: none, bf16, int8, int4; error feedback when lossy) and take the outer
-// Nesterov step (outer_lr, outer_momentum). outer_overlap: average round t while round t + 1
-// computes and apply it one round late. 0: plain data-parallel averaging every step.
+// Nesterov step (outer_lr, outer_momentum). outer_overlap: average round t in the background and
+// apply it outer_delay inner steps later (0: one round late). 0: plain data-parallel averaging
+// every step.
 struct DilocoConfig {
   int outer_steps = 0;
   double outer_lr = 0.7;
   double outer_momentum = 0.9;
   std::string outer_codec = "none";
   bool outer_overlap = false;
+  int outer_delay = 1;       // with outer_overlap: steps the average may take (OuterOptions::delay)
   bool outer_eager = false;  // with outer_overlap: eager updates (OuterOptions::eager)
   int outer_fragments = 1;   // Streaming DiLoCo's fragments: parameter groups synced in turn
   // Where the outer state (global weights, momentum) lives between rounds: Cpu (pinned RAM) or

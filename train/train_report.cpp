@@ -167,7 +167,13 @@ void Reporter::start(const RankState& state, const ActivationTotals& activations
         cfg_.outer_steps, state.outer->codec_spec(),
         state.outer->codec_spec() == "none" ? "" : " (error feedback per stage)", cfg_.outer_lr,
         cfg_.outer_momentum,
-        cfg_.outer_overlap ? "; overlapped: each round's average applied one round late" : "");
+        !cfg_.outer_overlap ? std::string()
+        : cfg_.outer_delay == 0
+            ? fmt::format("; overlapped{}: each round's average applied one round late",
+                          cfg_.outer_eager ? " (eager)" : "")
+            : fmt::format("; overlapped{}: each round's average applied {} inner step{} later",
+                          cfg_.outer_eager ? " (eager)" : "", cfg_.outer_delay,
+                          cfg_.outer_delay == 1 ? "" : "s"));
     if (cfg_.outer_fragments > 1) {
       fmt::print(
           "fragments: {} parameter groups per stage, fragment k syncing {} steps after "
@@ -306,6 +312,8 @@ void Reporter::finish(const RankState& state, const RunTotals& totals, double ev
         {"outer_momentum", cfg_.outer_momentum},
         {"outer_codec", state.outer ? state.outer->codec_spec() : std::string()},
         {"outer_overlap", cfg_.outer_overlap},
+        {"outer_delay", cfg_.outer_delay},
+        {"outer_eager", cfg_.outer_eager},
         {"outer_fragments", cfg_.outer_fragments},
         {"outer_state", offload::to_string(cfg_.outer_state)},
         {"outer_bytes", static_cast<std::uint64_t>(totals.outer_bytes)},

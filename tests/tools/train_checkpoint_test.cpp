@@ -374,8 +374,8 @@ TEST(StraitTrainCheckpoint, ResumedDiLoCoRunContinuesBitIdentically) {
   const std::vector<Variant> variants = {
       {"plain", {}},
       {"overlap",
-       {"--outer-overlap", "", "--outer-eager", "", "--outer-fragments", "3", "--outer-state",
-        "nvme"}},
+       {"--outer-overlap", "", "--outer-eager", "", "--outer-delay", "2", "--outer-fragments", "3",
+        "--outer-state", "nvme"}},
       // SparseLoCo: each replica's error feedback is its own, saved per replica.
       {"sparseloco",
        {"--outer-codec", "sparseloco:density=0.05,chunk=256", "--outer-momentum", "0"}}};
@@ -395,8 +395,8 @@ TEST(StraitTrainCheckpoint, ResumedDiLoCoRunContinuesBitIdentically) {
     EXPECT_EQ(names.contains("outer.pending.wpe"), v.name == "overlap") << v.name;
     EXPECT_EQ(names.contains("replica.1.outer.start.wpe"), v.name == "overlap") << v.name;
     EXPECT_EQ(names.contains("replica.1.outer.momentum.wte"), v.name == "sparseloco") << v.name;
-    // Eager overlap: each replica's own correction.
-    EXPECT_EQ(names.contains("replica.1.outer.displacement.wpe"), v.name == "overlap") << v.name;
+    // Eager overlap: each replica's last pseudo-gradient and the last average.
+    EXPECT_EQ(names.contains("replica.1.outer.last_average.wpe"), v.name == "overlap") << v.name;
     EXPECT_EQ(names.contains("outer.own.wpe"), v.name == "overlap") << v.name;
     {
       std::ifstream in(mid / "manifest.json");
@@ -434,6 +434,13 @@ TEST(StraitTrainCheckpoint, ResumedDiLoCoRunContinuesBitIdentically) {
   const std::string overlap =
       job.fail("overlap-differs", with(split, {"--outer-overlap", "", "--resume", mid.string()}));
   EXPECT_TRUE(contains(overlap, "--outer-overlap true (the checkpoint has false)")) << overlap;
+  // The overlapped run's pending average arrives --outer-delay steps after its round: a different
+  // delay is refused by name.
+  const std::string delay = job.fail(
+      "delay-differs", with(split, {"--outer-overlap", "", "--outer-eager", "", "--outer-fragments",
+                                    "3", "--outer-state", "nvme", "--resume",
+                                    (job.path("overlap") / "step-00000004").string()}));
+  EXPECT_TRUE(contains(delay, "--outer-delay 1 (the checkpoint has 2)")) << delay;
   const std::string codec =
       job.fail("codec-differs", with(split, {"--outer-codec", "sparseloco", "--outer-momentum", "0",
                                              "--resume", mid.string()}));

@@ -977,16 +977,19 @@ TEST(StraitTrain, OuterFragmentsSyncInTurn) {
   EXPECT_LT(m.summary.at("eval_loss").get<double>(), m.steps[0].at("loss").get<double>() - 0.2);
 }
 
-// --outer-overlap: round t's average is applied at the end of round t + 1, the last round's at
-// once; until the first outer update the run is the non-overlapped one's, step for step.
-TEST(StraitTrain, OuterOverlapAppliesEachRoundsAverageOneRoundLate) {
+// --outer-overlap --outer-delay 0: round t's average is applied at the end of round t + 1, the
+// last round's at once; until the first outer update the run is the non-overlapped one's, step for
+// step. With the default delay (1) it is applied one step after its round: the two runs agree up to
+// that step and part there.
+TEST(StraitTrain, OuterOverlapAppliesEachRoundsAverageOneRoundLateOrAfterItsDelay) {
   const Job job;
   const std::vector<std::string> common = {
       "--stages",       "2", "--replicas",    "2", "--steps",       "10",  "--warmup", "2",
       "--microbatches", "4", "--outer-steps", "3", "--outer-codec", "int8"};
   const auto with = prefixed_by(common);
   const Metrics blocking = train(job, "blocking", with({}));
-  const Metrics overlap = train(job, "overlap", with({"--outer-overlap"}));
+  const Metrics overlap = train(job, "overlap", with({"--outer-overlap", "--outer-delay", "0"}));
+  const Metrics delay1 = train(job, "delay1", with({"--outer-overlap"}));
   ASSERT_EQ(overlap.steps.size(), 10U);
   ASSERT_EQ(overlap.rounds.size(), 4U);  // steps 1-3, 4-6, 7-9, 10
   ASSERT_EQ(blocking.rounds.size(), 4U);
@@ -1001,6 +1004,15 @@ TEST(StraitTrain, OuterOverlapAppliesEachRoundsAverageOneRoundLate) {
   }
   EXPECT_NE(overlap.steps[3].at("loss").get<double>(), blocking.steps[3].at("loss").get<double>());
   EXPECT_TRUE(overlap.summary.at("outer_overlap").get<bool>());
+  EXPECT_EQ(overlap.summary.at("outer_delay").get<int>(), 0);
+  EXPECT_EQ(delay1.summary.at("outer_delay").get<int>(), 1);
+  // Round 0 ends at step 3; step 4 computes from the replica's own weights in both runs, and the
+  // average arrives at the end of step 4 with delay 1 only.
+  for (std::size_t s = 0; s < 4; ++s) {
+    EXPECT_EQ(delay1.steps[s].at("loss").get<double>(), overlap.steps[s].at("loss").get<double>())
+        << "step " << s + 1;
+  }
+  EXPECT_NE(delay1.steps[4].at("loss").get<double>(), overlap.steps[4].at("loss").get<double>());
   EXPECT_LT(overlap.summary.at("eval_loss").get<double>(),
             overlap.steps[0].at("loss").get<double>() - 0.2);
 }

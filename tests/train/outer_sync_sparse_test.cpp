@@ -1,11 +1,9 @@
-// SparseLoCo's outer step and the eager overlap (train/outer_sync.h) over real communicators,
-// ranks as threads, against references written here:
+// SparseLoCo's outer step (train/outer_sync.h) over real communicators, ranks as threads, against
+// references written here:
 // - SparseLoCo: e = beta * e + p, the codec's encoding of e sent, e -= decode(own), the global
 //   weights moved by lr * the mean of every replica's decoded message; bit-identical on every
 //   rank, and each rank's bytes per round exactly (R - 1) * encoded_bytes (the allgather).
 // - its state (error feedback included) exported and imported mid-run continues bit for bit.
-// - eager overlap: each round starts from the outer step with the replica's own pseudo-gradient,
-//   the true average's step replacing it a round later, computed in double.
 #include <gtest/gtest.h>
 
 #include <bit>
@@ -169,101 +167,6 @@ TEST(OuterSyncSparseLoCo, BadOptionsAreErrorsNamingTheFix) {
     EXPECT_THROW(validate(sparse_options(bad)), Error) << bad;
   }
   EXPECT_NO_THROW(validate(sparse_options("sparseloco:beta=0.5,density=0.01,bits=3")));
-}
-
-// Eager overlap in double, as the paper writes it: each replica's own outer state takes, each
-// round, the last average with its own part fresh: avg_t + (p_{t+1} - p_t) / R. At the last step
-// every replica ends on the consensus (all averages applied, the last at once).
-std::vector<std::vector<double>> eager_reference(int replicas, int steps, const OuterOptions& o,
-                                                 std::size_t n) {
-  const std::vector<float> w0 = start_weights(n);
-  const auto rs = static_cast<std::size_t>(replicas);
-  // Each replica's own outer state (Kale et al.'s eager step, no consensus kept apart), and the
-  // average of each round as it arrives one round later.
-  std::vector<std::vector<double>> g(rs, std::vector<double>(w0.begin(), w0.end()));
-  std::vector<std::vector<double>> m(rs, std::vector<double>(n, 0.0));
-  std::vector<std::vector<double>> w = g, start = g, prev(rs, std::vector<double>(n, 0.0));
-  std::vector<double> last_avg(n, 0.0), pending_avg;
-  std::vector<double> cg(w0.begin(), w0.end()), cm(n, 0.0);  // the consensus, for the end
-  const auto nesterov = [&](std::vector<double>& gg, std::vector<double>& mm,
-                            const std::vector<double>& d) {
-    for (std::size_t i = 0; i < n; ++i) {
-      mm[i] = o.momentum * mm[i] + d[i];
-      gg[i] -= o.lr * (d[i] + o.momentum * mm[i]);
-    }
-  };
-  for (int step = 0; step < steps; ++step) {
-    for (std::size_t r = 0; r < rs; ++r) pull(w[r], static_cast<int>(r), step);
-    const bool last = step + 1 == steps;
-    if ((step + 1) % o.outer_steps != 0 && !last) continue;
-    std::vector<std::vector<double>> p(rs, std::vector<double>(n));
-    std::vector<double> avg(n, 0.0);
-    for (std::size_t r = 0; r < rs; ++r) {
-      for (std::size_t i = 0; i < n; ++i) {
-        p[r][i] = start[r][i] - w[r][i];
-        avg[i] += p[r][i] / replicas;
-      }
-    }
-    if (!pending_avg.empty()) {
-      nesterov(cg, cm, pending_avg);
-      last_avg = pending_avg;
-    }
-    for (std::size_t r = 0; r < rs; ++r) {
-      std::vector<double> d(n);
-      for (std::size_t i = 0; i < n; ++i) d[i] = last_avg[i] + (p[r][i] - prev[r][i]) / replicas;
-      nesterov(g[r], m[r], d);
-      prev[r] = p[r];
-      w[r] = g[r];
-    }
-    pending_avg = avg;
-    if (last) {
-      nesterov(cg, cm, pending_avg);
-      for (auto& wr : w) wr = cg;
-    }
-    start = w;
-  }
-  return w;
-}
-
-TEST(OuterSyncEager, OverlapStartsEachRoundFromTheEagerEstimateAndMatchesTheDoubleReference) {
-  constexpr int kReplicas = 2, kSteps = 9;  // rounds end after steps 2, 4, 6, 8 and 9
-  constexpr std::size_t kN = 129;
-  OuterOptions o;
-  o.outer_steps = 2;
-  o.lr = 0.7;
-  o.momentum = 0.9;
-  o.codec = "none";
-  o.overlap = true;
-  o.eager = true;
-  const auto ref = eager_reference(kReplicas, kSteps, o, kN);
-  std::vector<std::vector<float>> out(kReplicas), mid(kReplicas), naive_mid(kReplicas);
-  for (const bool eager : {true, false}) {
-    o.eager = eager;
-    run_ranks(kReplicas, [&](comm::Communicator& world) {
-      const int r = world.rank();
-      std::vector<float> w = start_weights(kN);
-      OuterSync sync(PipelineComms{nullptr, &world, nullptr}, 0, w, std::nullopt, o);
-      for (int step = 0; step < kSteps; ++step) {
-        pull(w, r, step);
-        sync.end_step(step, w, step + 1 == kSteps);
-        if (step == 5) (eager ? mid : naive_mid)[static_cast<std::size_t>(r)] = w;
-      }
-      if (eager) out[static_cast<std::size_t>(r)] = w;
-    });
-  }
-  for (int r = 0; r < kReplicas; ++r) {
-    for (std::size_t i = 0; i < kN; ++i) {
-      ASSERT_NEAR(out[static_cast<std::size_t>(r)][i], ref[static_cast<std::size_t>(r)][i], 1e-5)
-          << "replica " << r << " parameter " << i;
-      ASSERT_EQ(std::bit_cast<std::uint32_t>(out[static_cast<std::size_t>(r)][i]),
-                std::bit_cast<std::uint32_t>(out[0][i]));
-    }
-  }
-  // The naive overlap starts its rounds elsewhere: the test tells the two apart.
-  double apart = 0;
-  for (std::size_t i = 0; i < kN; ++i)
-    apart = std::max(apart, double(std::abs(mid[0][i] - naive_mid[0][i])));
-  EXPECT_GT(apart, 1e-3);
 }
 
 }  // namespace

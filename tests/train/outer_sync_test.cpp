@@ -8,7 +8,8 @@
 // - H > 1 with the outer Nesterov step matches DiLoCo's Algorithm 1 computed naively.
 // - every codec leaves the averaged pseudo-gradient, the global weights and the tied embedding's
 //   two copies bit-identical on every rank.
-// - with overlap, each round's average is applied exactly one round late, as documented.
+// - with overlap, each round's average is applied exactly one round late, as documented, or with
+//   a delay, that many steps after its round, replacing the naive or eager estimate.
 #include "train/outer_sync.h"
 
 #include <gtest/gtest.h>
@@ -378,45 +379,85 @@ TEST(OuterSync, FragmentsKeepTheTiedCopiesOneAndEveryRankBitIdentical) {
   }
 }
 
-// The overlapped schedule in double, as outer_sync.h documents it: round t's mean pseudo-gradient
-// is applied at the end of round t + 1, on top of which each replica keeps its own progress of
-// round t + 1; the last round's mean is applied at once.
-std::vector<std::vector<double>> overlap_reference(int replicas, int steps, const OuterOptions& o,
-                                                   std::size_t n) {
-  std::vector<double> g(n), mom(n, 0.0);
+// The overlapped schedule in double, as outer_sync.h documents it, per step and replica: round
+// t's mean pseudo-gradient arrives `delay` steps after the round's last (0: H, at the next round's
+// end) and replaces the estimate each replica computed from (naive: its own weights; eager: the
+// outer step with the last mean whose own part is fresh), the steps since kept on top; the last
+// round's mean is applied at once.
+std::vector<std::vector<std::vector<double>>> overlap_reference(int replicas, int steps,
+                                                                const OuterOptions& o,
+                                                                std::size_t n) {
+  std::vector<double> g(n), mom(n, 0.0), avg, last_avg(n, 0.0);
   for (std::size_t i = 0; i < n; ++i) g[i] = initial(i);
   const auto rs = static_cast<std::size_t>(replicas);
-  std::vector<std::vector<double>> w(rs, g), start(rs, g), pending;
-  const auto apply = [&](const std::vector<std::vector<double>>& p) {
+  std::vector<std::vector<double>> w(rs, g), start(rs, g), prev(rs, std::vector<double>(n, 0.0));
+  const int delay = o.delay > 0 ? o.delay : o.outer_steps;
+  int arrive = -1;
+  const auto apply = [&] {
     for (std::size_t i = 0; i < n; ++i) {
-      double d = 0;
-      for (std::size_t r = 0; r < rs; ++r) d += p[r][i] / replicas;
-      mom[i] = o.momentum * mom[i] + d;
-      g[i] -= o.lr * (d + o.momentum * mom[i]);
+      mom[i] = o.momentum * mom[i] + avg[i];
+      g[i] -= o.lr * (avg[i] + o.momentum * mom[i]);
     }
   };
+  std::vector<std::vector<std::vector<double>>> trace;
   for (int step = 0; step < steps; ++step) {
     for (std::size_t r = 0; r < rs; ++r) inner_sgd(w[r], static_cast<int>(r), step);
     const bool last = step + 1 == steps;
-    if ((step + 1) % o.outer_steps != 0 && !last) continue;
-    std::vector<std::vector<double>> p(rs, std::vector<double>(n));
-    for (std::size_t r = 0; r < rs; ++r) {
-      for (std::size_t i = 0; i < n; ++i) p[r][i] = start[r][i] - w[r][i];
-    }
-    if (!pending.empty()) {
-      apply(pending);
+    if (arrive >= 0 && (step >= arrive || last)) {
+      apply();
       for (std::size_t r = 0; r < rs; ++r) {
-        for (std::size_t i = 0; i < n; ++i) w[r][i] = g[i] - p[r][i];
+        for (std::size_t i = 0; i < n; ++i) w[r][i] += g[i] - start[r][i];
+        start[r] = g;
+      }
+      last_avg = avg;
+      arrive = -1;
+    }
+    if ((step + 1) % o.outer_steps == 0 || last) {
+      avg.assign(n, 0.0);
+      std::vector<std::vector<double>> p(rs, std::vector<double>(n));
+      for (std::size_t r = 0; r < rs; ++r) {
+        for (std::size_t i = 0; i < n; ++i) {
+          p[r][i] = start[r][i] - w[r][i];
+          avg[i] += p[r][i] / replicas;
+        }
+      }
+      for (std::size_t r = 0; r < rs && o.eager; ++r) {
+        for (std::size_t i = 0; i < n; ++i) {
+          const double estimate = last_avg[i] + (p[r][i] - prev[r][i]) / replicas;
+          const double m = o.momentum * mom[i] + estimate;
+          w[r][i] = g[i] - o.lr * (estimate + o.momentum * m);
+        }
+        prev[r] = p[r];
+      }
+      if (last) {
+        apply();
+        for (auto& wr : w) wr = g;
+      } else {
+        start = w;
+        arrive = step + delay;
       }
     }
-    pending = p;
-    if (last) {
-      apply(pending);
-      for (auto& wr : w) wr = g;
-    }
-    start = w;
+    trace.push_back(w);
   }
-  return w;
+  return trace;
+}
+
+// Runs OuterSync with `o` on two replicas; every replica's weights after every step.
+std::vector<std::vector<std::vector<float>>> overlap_run(int replicas, int steps,
+                                                         const OuterOptions& o, std::size_t n) {
+  std::vector<std::vector<std::vector<float>>> out(static_cast<std::size_t>(steps),
+                                                   std::vector<std::vector<float>>(replicas));
+  run_ranks(replicas, [&](comm::Communicator& world) {
+    const int r = world.rank();
+    std::vector<float> w = initial_weights(n);
+    OuterSync sync(PipelineComms{nullptr, &world, nullptr}, 0, w, std::nullopt, o);
+    for (int step = 0; step < steps; ++step) {
+      inner_sgd(w, r, step);
+      sync.end_step(step, w, step + 1 == steps);
+      out[static_cast<std::size_t>(step)][static_cast<std::size_t>(r)] = w;
+    }
+  });
+  return out;
 }
 
 TEST(OuterSync, OverlapAppliesEachRoundsAverageExactlyOneRoundLate) {
@@ -428,8 +469,9 @@ TEST(OuterSync, OverlapAppliesEachRoundsAverageExactlyOneRoundLate) {
   o.momentum = 0.9;
   o.codec = "none";
   o.overlap = true;
-  o.eager = false;  // the naive overlap (outer_sync_sparse_test.cpp checks the eager one)
-  const auto ref = overlap_reference(kReplicas, kSteps, o, kN);
+  o.eager = false;  // the naive overlap (OverlapWithADelay... checks the eager one)
+  o.delay = 0;      // a whole round
+  const auto ref = overlap_reference(kReplicas, kSteps, o, kN).back();
   // The same run without the delay ends elsewhere: the test can tell them apart.
   OuterOptions sync_o = o;
   sync_o.overlap = false;
@@ -474,6 +516,111 @@ TEST(OuterSync, OverlapAppliesEachRoundsAverageExactlyOneRoundLate) {
       ASSERT_NEAR(out[static_cast<std::size_t>(r)][i], ref[static_cast<std::size_t>(r)][i], 1e-5)
           << "replica " << r << " parameter " << i;
       ASSERT_EQ(bits(out[static_cast<std::size_t>(r)][i]), bits(out[0][i]));
+    }
+  }
+}
+
+// --outer-delay: the average arrives that many steps after its round's last and replaces the
+// estimate there, for the naive and the eager estimate, every replica at every step as the double
+// reference; the four schedules are told apart; applied rounds count the arrivals.
+TEST(OuterSync, OverlapWithADelayReplacesTheEstimateWhenTheAverageArrives) {
+  constexpr int kReplicas = 2, kSteps = 10;  // rounds end after steps 2, 5, 8 and 9
+  constexpr std::size_t kN = 97;
+  OuterOptions o;
+  o.outer_steps = 3;
+  o.lr = 0.7;
+  o.momentum = 0.9;
+  o.codec = "none";
+  o.overlap = true;
+  struct Case {
+    bool eager;
+    int delay;
+  };
+  std::vector<std::vector<std::vector<std::vector<double>>>> refs;
+  for (const Case c : {Case{false, 1}, Case{true, 1}, Case{true, 0}, Case{false, 2}}) {
+    SCOPED_TRACE(::testing::Message() << (c.eager ? "eager" : "naive") << " delay " << c.delay);
+    o.eager = c.eager;
+    o.delay = c.delay;
+    refs.push_back(overlap_reference(kReplicas, kSteps, o, kN));
+    const auto& ref = refs.back();
+    const auto run = overlap_run(kReplicas, kSteps, o, kN);
+    for (int step = 0; step < kSteps; ++step) {
+      for (std::size_t r = 0; r < kReplicas; ++r) {
+        for (std::size_t i = 0; i < kN; ++i) {
+          const auto st = static_cast<std::size_t>(step);
+          ASSERT_NEAR(run[st][r][i], ref[st][r][i], 1e-5)
+              << "step " << step << " replica " << r << " parameter " << i;
+        }
+      }
+    }
+    EXPECT_EQ(run.back()[0], run.back()[1]);  // every replica ends on the global weights
+  }
+  for (std::size_t a = 0; a < refs.size(); ++a) {
+    for (std::size_t b = a + 1; b < refs.size(); ++b) {
+      double apart = 0;
+      for (std::size_t i = 0; i < kN; ++i)
+        apart = std::max(apart, std::abs(refs[a][6][0][i] - refs[b][6][0][i]));
+      EXPECT_GT(apart, 1e-4) << "cases " << a << " and " << b;
+    }
+  }
+  // Delay 2: round 0 (ends at step 2) arrives at step 4, round 1 at 7, round 2 at the last.
+  o.eager = false;
+  o.delay = 2;
+  run_ranks(kReplicas, [&](comm::Communicator& world) {
+    std::vector<float> w = initial_weights(kN);
+    OuterSync sync(PipelineComms{nullptr, &world, nullptr}, 0, w, std::nullopt, o);
+    const std::int64_t applied[kSteps] = {0, 0, 0, 0, 1, 1, 1, 2, 2, 4};
+    for (int step = 0; step < kSteps; ++step) {
+      inner_sgd(w, world.rank(), step);
+      EXPECT_EQ(sync.end_step(step, w, step + 1 == kSteps).applied_rounds, applied[step])
+          << "step " << step;
+    }
+  });
+}
+
+// Saved while an average is in flight (between a round's last step and its arrival) or not, and
+// imported into a fresh OuterSync: the run goes on bit for bit as the one that never stopped.
+TEST(OuterSync, OverlapStateRoundTripBetweenARoundAndItsArrivalIsBitExact) {
+  constexpr int kReplicas = 2, kSteps = 11;
+  constexpr std::size_t kN = 61;
+  OuterOptions o;
+  o.outer_steps = 3;
+  o.lr = 0.7;
+  o.momentum = 0.9;
+  o.codec = "none";
+  o.overlap = true;
+  for (const bool eager : {false, true}) {
+    for (const int delay : {2, 0}) {
+      for (const int cut : {4, 6, 7}) {  // rounds end after steps 2, 5, 8
+        SCOPED_TRACE(::testing::Message() << (eager ? "eager" : "naive") << " delay " << delay
+                                          << " cut after " << cut << " steps");
+        o.eager = eager;
+        o.delay = delay;
+        const auto whole = overlap_run(kReplicas, kSteps, o, kN).back();
+        std::vector<std::vector<float>> resumed(kReplicas);
+        run_ranks(kReplicas, [&](comm::Communicator& world) {
+          const int r = world.rank();
+          std::vector<float> w = initial_weights(kN);
+          OuterSync::State saved;
+          {
+            OuterSync a(PipelineComms{nullptr, &world, nullptr}, 0, w, std::nullopt, o);
+            for (int step = 0; step < cut; ++step) {
+              inner_sgd(w, r, step);
+              a.end_step(step, w, false);
+            }
+            saved = a.export_state();
+          }
+          OuterSync b(PipelineComms{nullptr, &world, nullptr}, 0, initial_weights(kN), std::nullopt,
+                      o);
+          b.import_state(saved, cut, false);
+          for (int step = cut; step < kSteps; ++step) {
+            inner_sgd(w, r, step);
+            b.end_step(step, w, step + 1 == kSteps);
+          }
+          resumed[static_cast<std::size_t>(r)] = w;
+        });
+        EXPECT_EQ(resumed, whole);
+      }
     }
   }
 }
@@ -558,6 +705,11 @@ TEST(OuterSync, BadOptionsAreErrorsNamingTheOption) {
   o.outer_steps = 4;
   o.fragments = 5;
   EXPECT_NE(message(o).find("--outer-fragments 5"), std::string::npos);
+  o = {};
+  o.outer_steps = 4;
+  o.delay = 5;
+  EXPECT_NE(message(o).find("--outer-delay 5 must be between 1 and --outer-steps 4"),
+            std::string::npos);
   o = {};
   o.codec = "int4:block=32";
   EXPECT_EQ(message(o), "");
