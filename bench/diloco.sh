@@ -24,12 +24,12 @@ read -r -a seeds <<< "${SEEDS:-}"
 read -r -a extra <<< "${TRAIN_ARGS:---layers 2 --dim 64 --heads 4 --ctx 64 --warmup 20}"
 mkdir -p "$out"
 if [ "${SWEEP:-}" = frontier ]; then
-  # SWEEP=frontier: issue 25's comparison at the same tokens over SEEDS (default 1 2 3): data
+  # SWEEP=frontier: issue 25's comparison at the same tokens over SEEDS (default 1 2 3 4 5): data
   # parallelism, DiLoCo int8 H = 50 (blocking; overlapped one round late, and with the default
-  # --outer-delay 1 naive and eager), streaming DiLoCo (5 fragments)
-  # and SparseLoCo H = SPARSE_H (10) at DENSITIES (0.01 0.02); ONLY (a regex) picks runs, a run whose
-  # metrics already hold a summary is kept. Then the loss-vs-bytes plot and the per-seed table.
-  read -r -a seeds <<< "${SEEDS:-1 2 3}"
+  # --outer-delay 1 naive and eager), streaming DiLoCo (5 fragments) and SparseLoCo H = SPARSE_H
+  # (10) at DENSITIES (0.01 0.02) and at H = 20, 4%, outer lr 3; ONLY (a regex) picks runs, a run
+  # whose metrics already hold a summary is kept. Then the loss-vs-bytes plot and the table.
+  read -r -a seeds <<< "${SEEDS:-1 2 3 4 5}"
   read -r -a densities <<< "${DENSITIES:-0.01 0.02}"
   sparse_h=${SPARSE_H:-10}
   sweep() {  # NAME [strait train arguments...]
@@ -52,6 +52,9 @@ if [ "${SWEEP:-}" = frontier ]; then
       sweep "sparseloco-d$d-h$sparse_h-seed$seed" --seed "$seed" --outer-steps "$sparse_h" \
         --outer-codec "sparseloco:density=$d" --outer-lr 1 --outer-momentum 0
     done
+    # The best SparseLoCo of a seed-2 sweep along the 1000x line (H 2 - 50, outer lr 1 - 8).
+    sweep "sparseloco-d0.04-h20-lr3-seed$seed" --seed "$seed" --outer-steps 20 \
+      --outer-codec sparseloco:density=0.04 --outer-lr 3 --outer-momentum 0
     sweep "diloco-int8-h50-overlap-d0-seed$seed" --seed "$seed" "${outer[@]}" --outer-overlap \
       --outer-delay 0
     sweep "diloco-int8-h50-overlap-seed$seed" --seed "$seed" "${outer[@]}" --outer-overlap
