@@ -362,12 +362,11 @@ void validate_plans(const std::vector<ScoredPlan>& plans, const PlanOptions& o, 
   fmt::print(
       "\nlearned (saved to {}): {:.2f} effective cores, waiting load {:.1f}, step x{:.3f}, send "
       "{:.1f} us, recv {:.1f} us, latency {:.1f} us, memory {:+.1f} MiB, pipelines {:+.1f}, "
-      "{:+.1f} "
-      "per model stage, {:+.1f} with nvme\n",
+      "{:+.1f} per model stage, {:+.1f} with nvme, {:+.1f} with cpu activation offload\n",
       setup.profile_path.string(), l.effective_cores, l.wait_load, l.step_scale, l.send_s * 1e6,
       l.recv_s * 1e6, l.latency_s * 1e6, l.memory_extra_bytes / (1 << 20),
       l.memory_extra_pipeline_bytes / (1 << 20), l.memory_extra_per_stage_bytes / (1 << 20),
-      l.memory_extra_nvme_bytes / (1 << 20));
+      l.memory_extra_nvme_bytes / (1 << 20), l.memory_extra_cpu_bytes / (1 << 20));
   std::vector<double> ratio;
   for (const auto& [p, m] : runs) {
     if (m.compute_per_stage_s > 0) {

@@ -292,13 +292,19 @@ void print_costs(const train::PlanRequest& r, const train::PlanProfile& p) {
     fmt::print(
         "  learned from {} runs: {:.2f} effective cores, waiting load {:.1f}, step x{:.3f}, send "
         "{:.1f} us, recv {:.1f} us, latency {:.1f} us, memory {:+.1f} MiB, pipelines {:+.1f}, "
-        "{:+.1f} per model stage, {:+.1f} with nvme ({})\n",
+        "{:+.1f} per model stage, {:+.1f} with nvme, {:+.1f} with cpu activation offload ({})\n",
         x.runs, x.effective_cores, x.wait_load, x.step_scale, x.send_s * 1e6, x.recv_s * 1e6,
         x.latency_s * 1e6, x.memory_extra_bytes / (1 << 20),
         x.memory_extra_pipeline_bytes / (1 << 20), x.memory_extra_per_stage_bytes / (1 << 20),
-        x.memory_extra_nvme_bytes / (1 << 20), x.source);
+        x.memory_extra_nvme_bytes / (1 << 20), x.memory_extra_cpu_bytes / (1 << 20), x.source);
   } else {
-    fmt::print("  learned: nothing yet (strait plan --validate K refines these)\n");
+    const train::Learned d;
+    fmt::print(
+        "  learned: nothing yet (strait plan --validate K refines these); memory beyond the "
+        "model: {:+.1f} MiB, pipelines {:+.1f}, {:+.1f} per model stage, {:+.1f} with nvme (fitted "
+        "on machine A)\n",
+        d.memory_extra_bytes / train::kMiB, d.memory_extra_pipeline_bytes / train::kMiB,
+        d.memory_extra_per_stage_bytes / train::kMiB, d.memory_extra_nvme_bytes / train::kMiB);
   }
 }
 

@@ -273,6 +273,7 @@ nlohmann::json PlanProfile::to_json() const {
                          {"memory_extra_pipeline_bytes", l.memory_extra_pipeline_bytes},
                          {"memory_extra_per_stage_bytes", l.memory_extra_per_stage_bytes},
                          {"memory_extra_nvme_bytes", l.memory_extra_nvme_bytes},
+                         {"memory_extra_cpu_bytes", l.memory_extra_cpu_bytes},
                          {"runs", l.runs},
                          {"source", l.source}};
   }
@@ -338,6 +339,7 @@ PlanProfile PlanProfile::from_json(const nlohmann::json& j) {
       x.memory_extra_pipeline_bytes = l.value("memory_extra_pipeline_bytes", 0.0);
       x.memory_extra_per_stage_bytes = l.value("memory_extra_per_stage_bytes", 0.0);
       x.memory_extra_nvme_bytes = l.value("memory_extra_nvme_bytes", 0.0);
+      x.memory_extra_cpu_bytes = l.value("memory_extra_cpu_bytes", 0.0);
       x.runs = l.at("runs").get<int>();
       x.source = l.at("source").get<std::string>();
       p.learned[key] = x;

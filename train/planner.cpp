@@ -222,10 +222,11 @@ double mean_busy(const sched::Timeline& t) {
 
 }  // namespace
 
-double memory_extra(const Learned& l, int model_stages, bool nvme) {
+double memory_extra(const Learned& l, int model_stages, ActivationOffload activations) {
   return l.memory_extra_bytes + (model_stages > 1 ? l.memory_extra_pipeline_bytes : 0.0) +
          (model_stages - 1) * l.memory_extra_per_stage_bytes +
-         (nvme ? l.memory_extra_nvme_bytes : 0.0);
+         (activations == ActivationOffload::Nvme ? l.memory_extra_nvme_bytes : 0.0) +
+         (activations == ActivationOffload::Cpu ? l.memory_extra_cpu_bytes : 0.0);
 }
 
 int PlanRequest::site_count() const {
@@ -406,9 +407,8 @@ Prediction predict(const Plan& p, const PlanRequest& r, const PlanProfile& prof)
   }
   out.cross_site_bytes += outer_cross;
   // What runs measured beyond the model's figures (Learned's fit).
-  const double extra = learned == nullptr ? 0.0
-                                          : memory_extra(*learned, p.stages * p.chunks,
-                                                         p.activations == ActivationOffload::Nvme);
+  const double extra =
+      memory_extra(learned != nullptr ? *learned : Learned{}, p.stages * p.chunks, p.activations);
   for (const auto& f : mem) {
     const double weights = 8.0 * f.params;
     const double optimizer = p.optimizer == offload::OptimizerOffload::Cpu

@@ -63,8 +63,8 @@ inline constexpr int kMinOuterRounds = 30;
 inline constexpr double kDefaultWaitLoad = 0.25;
 
 // The memory validation runs measured beyond the model for a plan of `model_stages` (stages x
-// chunks), with or without NVMe activation offload.
-double memory_extra(const Learned& l, int model_stages, bool nvme);
+// chunks) with this activation offload.
+double memory_extra(const Learned& l, int model_stages, ActivationOffload activations);
 
 // What the search may choose from, and for what.
 struct PlanRequest {

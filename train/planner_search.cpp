@@ -364,11 +364,14 @@ Plan read_plan_file(const std::filesystem::path& path) {
 
 namespace {
 
+// The memory fit's terms: 1, a pipeline, model stages - 1, NVMe and CPU activation offload.
+constexpr std::size_t kMemoryTerms = 5;
+
 // Least squares of y on the columns `cols` of x (normal equations, Gauss-Jordan with partial
 // pivoting); nothing when they are collinear over the rows.
-std::optional<std::vector<double>> least_squares(const std::vector<std::array<double, 4>>& x,
-                                                 const std::vector<double>& y,
-                                                 const std::vector<std::size_t>& cols) {
+std::optional<std::vector<double>> least_squares(
+    const std::vector<std::array<double, kMemoryTerms>>& x, const std::vector<double>& y,
+    const std::vector<std::size_t>& cols) {
   const std::size_t n = cols.size();
   std::vector<std::vector<double>> a(n, std::vector<double>(n + 1, 0.0));
   for (std::size_t i = 0; i < y.size(); ++i) {
@@ -396,33 +399,38 @@ std::optional<std::vector<double>> least_squares(const std::vector<std::array<do
 }
 
 // The runs' measured peak - predicted, fitted on 1, a pipeline (more than one model stage), model
-// stages - 1 and NVMe activation offload (measured: about 6 MiB at one model stage, 14 - 18 at two,
-// 20 - 31 at four, NVMe about 10 more; docs/commands/plan.md). A term the runs cannot tell apart
-// (one layout, no NVMe run, or only one and two model stages) keeps its earlier value; no run at
-// all keeps everything.
+// stages - 1, NVMe and CPU activation offload (measured: about 6 MiB at one model stage, 14 - 18
+// at two, 20 - 31 at four, NVMe about 10 more; docs/commands/plan.md). A term the runs cannot tell
+// apart (one layout, no NVMe or CPU run, or only one and two model stages) keeps its earlier value;
+// no run at all keeps everything.
 void fit_memory_extra(Learned& l, const Learned& before, const PlanProfile& prof,
                       const PlanRequest& r,
                       const std::vector<std::pair<Plan, RunMeasurement>>& runs) {
-  std::vector<std::array<double, 4>> x;
+  std::vector<std::array<double, kMemoryTerms>> x;
   std::vector<double> y;
   for (const auto& [p, m] : runs) {
     if (m.peak_memory <= 0) continue;
     const int stages = p.stages * p.chunks;
     x.push_back({1.0, stages > 1 ? 1.0 : 0.0, static_cast<double>(stages - 1),
-                 p.activations == ActivationOffload::Nvme ? 1.0 : 0.0});
-    y.push_back(m.peak_memory - predict(p, r, prof).peak_memory);
+                 p.activations == ActivationOffload::Nvme ? 1.0 : 0.0,
+                 p.activations == ActivationOffload::Cpu ? 1.0 : 0.0});
+    // The model's figure: what predict() gives less the extra it adds (l's, which it applies).
+    y.push_back(m.peak_memory - predict(p, r, prof).peak_memory +
+                memory_extra(l, stages, p.activations));
   }
-  double* const terms[4] = {&l.memory_extra_bytes, &l.memory_extra_pipeline_bytes,
-                            &l.memory_extra_per_stage_bytes, &l.memory_extra_nvme_bytes};
+  double* const terms[kMemoryTerms] = {&l.memory_extra_bytes, &l.memory_extra_pipeline_bytes,
+                                       &l.memory_extra_per_stage_bytes, &l.memory_extra_nvme_bytes,
+                                       &l.memory_extra_cpu_bytes};
   l.memory_extra_bytes = before.memory_extra_bytes;
   l.memory_extra_pipeline_bytes = before.memory_extra_pipeline_bytes;
   l.memory_extra_per_stage_bytes = before.memory_extra_per_stage_bytes;
   l.memory_extra_nvme_bytes = before.memory_extra_nvme_bytes;
+  l.memory_extra_cpu_bytes = before.memory_extra_cpu_bytes;
   if (y.empty()) return;
   // The intercept always; the others while they vary, dropped from the pipeline's step on when
   // collinear (one and two model stages alone make the step and the per-stage term one).
   std::vector<std::size_t> cols = {0};
-  for (std::size_t j = 1; j < 4; ++j) {
+  for (std::size_t j = 1; j < kMemoryTerms; ++j) {
     if (std::any_of(x.begin(), x.end(), [&](const auto& row) { return row[j] != x[0][j]; })) {
       cols.push_back(j);
     }
@@ -431,7 +439,7 @@ void fit_memory_extra(Learned& l, const Learned& before, const PlanProfile& prof
   std::optional<std::vector<double>> coef;
   while (true) {
     std::vector<double> rest = y;
-    for (std::size_t j = 1; j < 4; ++j) {
+    for (std::size_t j = 1; j < kMemoryTerms; ++j) {
       if (std::find(cols.begin(), cols.end(), j) != cols.end()) continue;
       for (std::size_t i = 0; i < y.size(); ++i) rest[i] -= x[i][j] * *terms[j];
     }
@@ -497,7 +505,7 @@ Learned learn_from_runs(PlanProfile& prof, const PlanRequest& r,
   l = best;
   l.latency_s = lat.empty() ? before.latency_s : median(lat);
   l.runs = 1;
-  // 2. Memory beyond the model's figures (predicted here without it: `best` has none).
+  // 2. Memory beyond the model's figures.
   fit_memory_extra(l, before, prof, r, runs);
   l.runs = before.runs + static_cast<int>(runs.size());
   l.source = runs.empty() ? before.source : runs.back().second.source;

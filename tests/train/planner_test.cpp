@@ -329,10 +329,10 @@ TEST(Planner, PlacementKeepsTheGradientRingsInsideSitesWhenTheyAreTheHeavierTraf
       << best->plan.describe();
 }
 
-TEST(Planner, LearnsTheMemoryBeyondTheModelByModelStagesAndNvme) {
+TEST(Planner, LearnsTheMemoryBeyondTheModelByModelStagesAndActivationOffload) {
   // Peaks made by 6 MiB + 3 MiB for a pipeline + 7 MiB per model stage after the first + 10 MiB
-  // with NVMe activations, over one-, two- and four-stage plans with and without NVMe: learning
-  // finds the four terms.
+  // with NVMe activations + 4 MiB with CPU ones, over one-, two- and four-stage plans with each
+  // activation offload: learning finds the five terms.
   const PlanRequest r = request(4, 4, 16);
   PlanProfile truth = profile(r, 4);
   Learned& t = truth.learned[learned_key(r.ranks, r.threads, r.site_count())];
@@ -341,13 +341,15 @@ TEST(Planner, LearnsTheMemoryBeyondTheModelByModelStagesAndNvme) {
   t.memory_extra_pipeline_bytes = 3.0 * (1 << 20);
   t.memory_extra_per_stage_bytes = 7.0 * (1 << 20);
   t.memory_extra_nvme_bytes = 10.0 * (1 << 20);
+  t.memory_extra_cpu_bytes = 4.0 * (1 << 20);
   std::vector<std::pair<Plan, RunMeasurement>> runs;
   for (auto p : {plan(1, 4, sched::ScheduleKind::OneFOneB, 4, 1),
                  plan(2, 2, sched::ScheduleKind::OneFOneB, 4, 2),
                  plan(2, 2, sched::ScheduleKind::GPipe, 8, 1),
                  plan(4, 1, sched::ScheduleKind::OneFOneB, 8, 2),
                  plan(4, 1, sched::ScheduleKind::GPipe, 16, 1)}) {
-    for (const auto act : {ActivationOffload::None, ActivationOffload::Nvme}) {
+    for (const auto act :
+         {ActivationOffload::None, ActivationOffload::Nvme, ActivationOffload::Cpu}) {
       p.activations = act;
       RunMeasurement m;
       m.step_s = predict(p, r, truth).step_s;
@@ -361,16 +363,18 @@ TEST(Planner, LearnsTheMemoryBeyondTheModelByModelStagesAndNvme) {
   EXPECT_NEAR(l.memory_extra_pipeline_bytes, 3.0 * (1 << 20), 1.0);
   EXPECT_NEAR(l.memory_extra_per_stage_bytes, 7.0 * (1 << 20), 1.0);
   EXPECT_NEAR(l.memory_extra_nvme_bytes, 10.0 * (1 << 20), 1.0);
+  EXPECT_NEAR(l.memory_extra_cpu_bytes, 4.0 * (1 << 20), 1.0);
   for (const auto& [p, m] : runs) {
     EXPECT_NEAR(predict(p, r, prof).peak_memory, m.peak_memory, 1.0) << p.describe();
   }
-  // Runs of one layout without NVMe fit the intercept only and keep the other terms.
+  // Runs of one layout without activation offload fit the intercept only and keep the other terms.
   PlanProfile again = prof;
-  const Learned k = learn_from_runs(again, r, {runs[2], runs[4]});
+  const Learned k = learn_from_runs(again, r, {runs[3], runs[6]});
   EXPECT_NEAR(k.memory_extra_pipeline_bytes, 3.0 * (1 << 20), 1.0);
   EXPECT_NEAR(k.memory_extra_per_stage_bytes, 7.0 * (1 << 20), 1.0);
   EXPECT_NEAR(k.memory_extra_nvme_bytes, 10.0 * (1 << 20), 1.0);
-  EXPECT_NEAR(predict(runs[2].first, r, again).peak_memory, runs[2].second.peak_memory, 1.0);
+  EXPECT_NEAR(k.memory_extra_cpu_bytes, 4.0 * (1 << 20), 1.0);
+  EXPECT_NEAR(predict(runs[3].first, r, again).peak_memory, runs[3].second.peak_memory, 1.0);
   // One and two model stages alone cannot tell a pipeline's step from a stage's: one term takes
   // both, and every run is still predicted.
   PlanProfile two = profile(r, 4);
