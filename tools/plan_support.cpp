@@ -301,10 +301,12 @@ void print_costs(const train::PlanRequest& r, const train::PlanProfile& p) {
     const train::Learned d;
     fmt::print(
         "  learned: nothing yet (strait plan --validate K refines these); memory beyond the "
-        "model: {:+.1f} MiB, pipelines {:+.1f}, {:+.1f} per model stage, {:+.1f} with nvme (fitted "
-        "on machine A)\n",
+        "model: {:+.1f} MiB, pipelines {:+.1f}, {:+.1f} per model stage, {:+.1f} with nvme, "
+        "{:+.1f} "
+        "with cpu activation offload (fitted on machine A)\n",
         d.memory_extra_bytes / train::kMiB, d.memory_extra_pipeline_bytes / train::kMiB,
-        d.memory_extra_per_stage_bytes / train::kMiB, d.memory_extra_nvme_bytes / train::kMiB);
+        d.memory_extra_per_stage_bytes / train::kMiB, d.memory_extra_nvme_bytes / train::kMiB,
+        d.memory_extra_cpu_bytes / train::kMiB);
   }
 }
 
