@@ -142,6 +142,10 @@ Timeline simulate(const Schedule& sched, const std::vector<StageCosts>& per_stag
   // [1] backward.
   std::array<std::vector<double>, 2> sent = {std::vector<double>(S * M, -1.0),
                                              std::vector<double>(S * M, -1.0)};
+  // When each directed link between two ranks is free again: a rank's messages to another leave
+  // one at a time (bytes / bandwidth each, in its program order, which is their time order), so a
+  // burst of sends queues on a slow link instead of crossing it at once.
+  std::vector<double> link_free(P * P, 0.0);
   Timeline tl;
   tl.stages.resize(P);
   tl.busy.assign(P, 0.0);
@@ -198,10 +202,17 @@ Timeline simulate(const Schedule& sched, const std::vector<StageCosts>& per_stag
             compute = true;
             break;
           case ActionKind::SendF:
-          case ActionKind::SendB:
+          case ActionKind::SendB: {
             end += cost(a).send;
-            message(a)[key(a)] = end + cost(a).link.transfer();
+            const LinkCosts& l = cost(a).link;
+            const auto to = static_cast<std::size_t>(
+                rank_of(sched, a.kind == ActionKind::SendF ? a.stage + 1 : a.stage - 1));
+            double& free = link_free[r * P + to];
+            const double leaves = std::max(end, free);
+            free = leaves + (l.transfer() - l.latency);
+            message(a)[key(a)] = leaves + l.transfer();
             break;
+          }
           case ActionKind::RecvF:
           case ActionKind::RecvB: {
             const std::size_t from = sender(a);

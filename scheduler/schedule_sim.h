@@ -8,8 +8,10 @@
 ///   chunks runs V times as many actions, so give each a V-th of a whole rank's cost to compare
 ///   with V = 1). A B that has no W (it computes the weight gradients too) costs b + w.
 /// - A SEND occupies its rank for `send` (posting it; the copy overlaps what follows), and its
-///   message can be received link.transfer() = latency + bytes / bandwidth after the SEND ends. A
-///   RECV ends `recv` after the later of its own start and its message's arrival.
+///   message can be received link.transfer() = latency + bytes / bandwidth after it leaves: when
+///   the SEND ends, or later when the link to that rank is still carrying the rank's previous
+///   message (a rank's messages to another cross one at a time, bytes / bandwidth each). A RECV
+///   ends `recv` after the later of its own start and its message's arrival.
 /// - OFFLOAD and RELOAD occupy the rank for `offload` / `reload` (starting the copy; the copies
 ///   themselves overlap compute).
 /// - ALLREDUCE_GRAD and OPTIM: with SyncGroups, one collective per group of ranks: each member's

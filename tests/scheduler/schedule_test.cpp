@@ -389,6 +389,34 @@ TEST(ScheduleSimCosts, GPipeWithTransfersMatchesItsClosedForm) {
   }
 }
 
+TEST(ScheduleSimCosts, MessagesOnASlowLinkCrossItOneAtATime) {
+  // GPipe, P = 2, M = 3, f = b = 1, each message 10 bytes at 2 per unit (5 on the wire), no
+  // latency. Rank 0's SEND_Fs end at 1, 2, 3 but the link carries one at a time: they arrive at 6,
+  // 11 and 16, so rank 1's Fs start there. Rank 1's Bs end at 18, 19, 20 and their messages arrive
+  // at 23, 28, 33: rank 0's Bs start there and the step ends at 34 (18 if they all crossed at
+  // once: the forward wave arriving at 6, 7, 8).
+  const Schedule s = make_gpipe(2, 3);
+  std::vector<StageCosts> c(2);
+  for (StageCosts& x : c) {
+    x.compute = ActionCosts{1.0, 1.0, 0.0};
+    x.link = LinkCosts{0.0, 10.0, 2.0};
+  }
+  const Timeline tl = simulate(s, c, SyncGroups{});
+  const auto starts = [&](std::size_t rank, ActionKind kind) {
+    std::vector<double> out;
+    for (const TimedAction& t : tl.stages[rank]) {
+      if (t.action.kind == kind) out.push_back(t.start);
+    }
+    return out;
+  };
+  EXPECT_EQ(starts(1, ActionKind::F), (std::vector<double>{6, 11, 16}));
+  EXPECT_EQ(starts(0, ActionKind::B), (std::vector<double>{23, 28, 33}));
+  EXPECT_DOUBLE_EQ(tl.makespan, 34.0);
+  // Latency is not the link's occupancy: 5 of it on top of free bytes delays each message alone.
+  for (StageCosts& x : c) x.link = LinkCosts{5.0, 0.0, 0.0};
+  EXPECT_EQ(simulate(s, c, SyncGroups{}).stages[1][1].start, 6.0);  // F0 after RECV_F0
+}
+
 TEST(ScheduleSimCosts, AFusedBackwardCostsFusedAndASplitOneBPlusW) {
   // GPipe's B computes W too: (M + P - 1)(f + fused), whatever b and w are.
   for (int P = 1; P <= 4; ++P) {
