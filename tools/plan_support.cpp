@@ -298,7 +298,7 @@ void print_costs(const train::PlanRequest& r, const train::PlanProfile& p) {
         x.memory_extra_pipeline_bytes / (1 << 20), x.memory_extra_per_stage_bytes / (1 << 20),
         x.memory_extra_nvme_bytes / (1 << 20), x.memory_extra_cpu_bytes / (1 << 20), x.source);
   } else {
-    const train::Learned d;
+    const train::Learned d = train::default_learned(r.site_count());
     fmt::print(
         "  learned: nothing yet (strait plan --validate K refines these); memory beyond the "
         "model: {:+.1f} MiB, pipelines {:+.1f}, {:+.1f} per model stage, {:+.1f} with nvme, "

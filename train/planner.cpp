@@ -222,6 +222,18 @@ double mean_busy(const sched::Timeline& t) {
 
 }  // namespace
 
+Learned default_learned(int sites) {
+  Learned l;
+  if (sites > 1) {
+    l.memory_extra_bytes = 2.7 * kMiB;
+    l.memory_extra_pipeline_bytes = 0.0;
+    l.memory_extra_per_stage_bytes = 2.8 * kMiB;
+    l.memory_extra_nvme_bytes = 8.8 * kMiB;
+    l.memory_extra_cpu_bytes = 5.8 * kMiB;
+  }
+  return l;
+}
+
 double memory_extra(const Learned& l, int model_stages, ActivationOffload activations) {
   return l.memory_extra_bytes + (model_stages > 1 ? l.memory_extra_pipeline_bytes : 0.0) +
          (model_stages - 1) * l.memory_extra_per_stage_bytes +
@@ -407,8 +419,8 @@ Prediction predict(const Plan& p, const PlanRequest& r, const PlanProfile& prof)
   }
   out.cross_site_bytes += outer_cross;
   // What runs measured beyond the model's figures (Learned's fit).
-  const double extra =
-      memory_extra(learned != nullptr ? *learned : Learned{}, p.stages * p.chunks, p.activations);
+  const double extra = memory_extra(learned != nullptr ? *learned : default_learned(r.site_count()),
+                                    p.stages * p.chunks, p.activations);
   for (const auto& f : mem) {
     const double weights = 8.0 * f.params;
     const double optimizer = p.optimizer == offload::OptimizerOffload::Cpu

@@ -62,6 +62,13 @@ inline constexpr int kMinOuterRounds = 30;
 // bubble-heavy pipelines looked free and a fresh profile chose one 29% slower than the best.
 inline constexpr double kDefaultWaitLoad = 0.25;
 
+// What validation assumes before any run for ranks on `sites` sites: Learned's defaults (machine
+// A's loopback fits: UCX over shared memory) on one site; across sites (TCP between the WAN
+// testbed's namespaces) the memory beyond the model that its three fits found on 12-07 (+2.4 -
+// 2.9 MiB, a pipeline -4.5 .. +0.5, +2.0 - 4.0 a model stage, +7.1 - 9.8 with NVMe, +3.6 - 7.0 with
+// CPU activation offload; docs/commands/plan.md).
+Learned default_learned(int sites);
+
 // The memory validation runs measured beyond the model for a plan of `model_stages` (stages x
 // chunks) with this activation offload.
 double memory_extra(const Learned& l, int model_stages, ActivationOffload activations);

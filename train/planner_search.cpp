@@ -455,6 +455,7 @@ void fit_memory_extra(Learned& l, const Learned& before, const PlanProfile& prof
 Learned learn_from_runs(PlanProfile& prof, const PlanRequest& r,
                         const std::vector<std::pair<Plan, RunMeasurement>>& runs) {
   Learned& l = prof.learned[learned_key(r.ranks, r.threads, r.site_count())];
+  if (l.runs == 0) l = default_learned(r.site_count());  // what predict() assumed before any run
   const Learned before = l;
   // 1. The step: a * simulate(cores C, waiting load w) fitted to the measured steps (least
   // squares on log ratios; `a` the others' load on the cores, C the cores the ranks really shared,
