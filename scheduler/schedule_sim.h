@@ -33,9 +33,10 @@
 ///   DualPipeV with f = b = w and M >= 2P: makespan 6M + P-1 chunk units, bubble P-1 units per
 ///   rank (derived from the phases; tested), the bound ZB-V's greedy plan reaches only for P <= 2
 ///   and P = 4.
-/// - GPipe with a transfer time t per message and nothing else priced: makespan
-///   (M+P-1)(f+b+w) + 2(P-1)t (the forward and the backward wave each cross P-1 links; derived
-///   here, tested). 1F1B with links priced: a hand-computed timeline in
+/// - GPipe with a transfer time t per message and nothing else priced, its bytes / bandwidth at
+///   most f (so no message waits for the link): makespan (M+P-1)(f+b+w) + 2(P-1)t (the forward
+///   and the backward wave each cross P-1 links; derived here, tested). 1F1B with links priced,
+///   and messages queueing on a slow link: hand-computed timelines in
 ///   tests/scheduler/schedule_test.cpp.
 /// Thread-safety: pure functions.
 /// Errors: InvalidArgument for a schedule that validate_schedule() rejects, for costs that are
