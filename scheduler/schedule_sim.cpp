@@ -96,6 +96,25 @@ void check_complete(const Schedule& sched, const Timeline& tl) {
   }
 }
 
+// A rank's messages to another cross their link one at a time (bytes / bandwidth each, in the
+// sender's program order, which is their time order), so a burst of sends queues on a slow link
+// instead of crossing it at once. Latency is not occupancy.
+class LinkQueues {
+ public:
+  explicit LinkQueues(std::size_t ranks) : ranks_(ranks), free_(ranks * ranks, 0.0) {}
+  // When a message that rank `from` finished posting at `posted` can be received by rank `to`.
+  double arrival(std::size_t from, std::size_t to, double posted, const LinkCosts& l) {
+    double& free = free_[from * ranks_ + to];
+    const double leaves = std::max(posted, free);
+    free = leaves + (l.transfer() - l.latency);
+    return leaves + l.transfer();
+  }
+
+ private:
+  std::size_t ranks_;
+  std::vector<double> free_;
+};
+
 }  // namespace
 
 SyncGroups data_parallel_sync_groups(int ranks, bool clip_norm) {
@@ -142,10 +161,7 @@ Timeline simulate(const Schedule& sched, const std::vector<StageCosts>& per_stag
   // [1] backward.
   std::array<std::vector<double>, 2> sent = {std::vector<double>(S * M, -1.0),
                                              std::vector<double>(S * M, -1.0)};
-  // When each directed link between two ranks is free again: a rank's messages to another leave
-  // one at a time (bytes / bandwidth each, in its program order, which is their time order), so a
-  // burst of sends queues on a slow link instead of crossing it at once.
-  std::vector<double> link_free(P * P, 0.0);
+  LinkQueues links(P);
   Timeline tl;
   tl.stages.resize(P);
   tl.busy.assign(P, 0.0);
@@ -202,17 +218,14 @@ Timeline simulate(const Schedule& sched, const std::vector<StageCosts>& per_stag
             compute = true;
             break;
           case ActionKind::SendF:
-          case ActionKind::SendB: {
+          case ActionKind::SendB:
             end += cost(a).send;
-            const LinkCosts& l = cost(a).link;
-            const auto to = static_cast<std::size_t>(
-                rank_of(sched, a.kind == ActionKind::SendF ? a.stage + 1 : a.stage - 1));
-            double& free = link_free[r * P + to];
-            const double leaves = std::max(end, free);
-            free = leaves + (l.transfer() - l.latency);
-            message(a)[key(a)] = leaves + l.transfer();
+            message(a)[key(a)] =
+                links.arrival(r,
+                              static_cast<std::size_t>(rank_of(
+                                  sched, a.kind == ActionKind::SendF ? a.stage + 1 : a.stage - 1)),
+                              end, cost(a).link);
             break;
-          }
           case ActionKind::RecvF:
           case ActionKind::RecvB: {
             const std::size_t from = sender(a);
