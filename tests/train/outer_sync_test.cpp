@@ -175,14 +175,21 @@ std::vector<double> diloco_reference(int replicas, int steps, const OuterOptions
   return g;
 }
 
-TEST(OuterSync, NesterovOuterStepMatchesDiLoCoComputedInDouble) {
-  constexpr int kReplicas = 3, kSteps = 14;  // rounds end after steps 3, 6, 9, 12 and 14
-  constexpr std::size_t kN = 257;
+// DiLoCo's outer step (lr 0.7, Nesterov 0.9, uncompressed) every H inner steps, overlapped or not.
+OuterOptions nesterov_options(int outer_steps, bool overlap) {
   OuterOptions o;
-  o.outer_steps = 3;
+  o.outer_steps = outer_steps;
   o.lr = 0.7;
   o.momentum = 0.9;
   o.codec = "none";
+  o.overlap = overlap;
+  return o;
+}
+
+TEST(OuterSync, NesterovOuterStepMatchesDiLoCoComputedInDouble) {
+  constexpr int kReplicas = 3, kSteps = 14;  // rounds end after steps 3, 6, 9, 12 and 14
+  constexpr std::size_t kN = 257;
+  OuterOptions o = nesterov_options(3, false);
   const std::vector<double> ref = diloco_reference(kReplicas, kSteps, o, kN);
   std::vector<std::vector<float>> out(kReplicas);
   run_ranks(kReplicas, [&](comm::Communicator& world) {
@@ -463,13 +470,8 @@ std::vector<std::vector<std::vector<float>>> overlap_run(int replicas, int steps
 TEST(OuterSync, OverlapAppliesEachRoundsAverageExactlyOneRoundLate) {
   constexpr int kReplicas = 2, kSteps = 9;  // rounds end after steps 2, 4, 6, 8 and 9
   constexpr std::size_t kN = 129;
-  OuterOptions o;
-  o.outer_steps = 2;
-  o.lr = 0.7;
-  o.momentum = 0.9;
-  o.codec = "none";
-  o.overlap = true;
-  o.eager = false;  // the naive overlap (OverlapWithADelay... checks the eager one)
+  OuterOptions o = nesterov_options(2, true);
+  o.eager = false;  // the naive overlap (the delay test below checks the eager one too)
   o.delay = 0;      // a whole round
   const auto ref = overlap_reference(kReplicas, kSteps, o, kN).back();
   // The same run without the delay ends elsewhere: the test can tell them apart.
@@ -526,12 +528,7 @@ TEST(OuterSync, OverlapAppliesEachRoundsAverageExactlyOneRoundLate) {
 TEST(OuterSync, OverlapWithADelayReplacesTheEstimateWhenTheAverageArrives) {
   constexpr int kReplicas = 2, kSteps = 10;  // rounds end after steps 2, 5, 8 and 9
   constexpr std::size_t kN = 97;
-  OuterOptions o;
-  o.outer_steps = 3;
-  o.lr = 0.7;
-  o.momentum = 0.9;
-  o.codec = "none";
-  o.overlap = true;
+  OuterOptions o = nesterov_options(3, true);
   struct Case {
     bool eager;
     int delay;
@@ -583,12 +580,7 @@ TEST(OuterSync, OverlapWithADelayReplacesTheEstimateWhenTheAverageArrives) {
 TEST(OuterSync, OverlapStateRoundTripBetweenARoundAndItsArrivalIsBitExact) {
   constexpr int kReplicas = 2, kSteps = 11;
   constexpr std::size_t kN = 61;
-  OuterOptions o;
-  o.outer_steps = 3;
-  o.lr = 0.7;
-  o.momentum = 0.9;
-  o.codec = "none";
-  o.overlap = true;
+  OuterOptions o = nesterov_options(3, true);
   for (const bool eager : {false, true}) {
     for (const int delay : {2, 0}) {
       for (const int cut : {4, 6, 7}) {  // rounds end after steps 2, 5, 8
