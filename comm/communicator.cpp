@@ -310,11 +310,26 @@ bool Communicator::run_in_mailbox(const CollectiveArgs& args) {
   if (memory_of(args, rank(), &device) == MemoryKind::Device) return false;
   if (shared_->engine->broken(stream)) return false;
   // post()'s preparation: a peer whose call went through the engine (a non-blocking one) runs
-  // the same protocol with the same fingerprint.
-  Prepared p = prepare(args);
-  if (p.chosen.algorithm != mailbox_algorithm()) return false;
-  // One lock for the sequence number, the announcement and the slot's ticket.
+  // the same protocol with the same fingerprint. For this communicator it depends on the count,
+  // dtype and op alone (its rules, ranks and sites do not change): a repeated call reuses the
+  // last one's, which is a third of a short call's instructions (callgrind: 760 of 2,110).
+  // One lock for the preparation, the sequence number, the announcement and the slot's ticket.
   std::unique_lock lock(mutex_);
+  const Prepared* memo = mailbox_memo_.get();
+  std::optional<Prepared> fresh;
+  if (memo == nullptr || memo->args.count != args.count || memo->args.dtype != args.dtype ||
+      memo->args.op != args.op) {
+    lock.unlock();
+    fresh.emplace(prepare(args));
+    if (fresh->chosen.algorithm != mailbox_algorithm()) return false;
+    lock.lock();
+    mailbox_memo_ = std::make_shared<const Prepared>(*fresh);
+  } else {
+    check_host(args, rank(), size());
+    fresh.emplace(*memo);
+    fresh->args = args;
+  }
+  Prepared& p = *fresh;
   p.number(seq_++);
   const std::uint64_t announcement = box.announce(p.fingerprint);
   // A vector that fits a slot (every short call) is one call on the stack: the fast path does
@@ -327,6 +342,10 @@ bool Communicator::run_in_mailbox(const CollectiveArgs& args) {
     pieces = mailbox_pieces(box, *group_, args.send, args.recv, args.count, args.dtype, args.op);
   }
   lock.unlock();
+  // Posted before the bookkeeping below (the flight record, the log), which then runs while the
+  // peers' slots cross to this core instead of delaying this rank's slot.
+  MailboxCall& first = one ? *one : pieces.front();
+  first.try_post(p.fingerprint, announcement);
   const std::uint64_t id = record(p.args, static_cast<std::int64_t>(p.seq), "mailbox", false, true);
   log_op("run", p.what, false);
   // What errors need; one pointer each, so that std::function keeps them without allocating.

@@ -469,8 +469,10 @@ class STRAIT_API Communicator {
   std::shared_ptr<Shared> shared_;
   std::shared_ptr<const Group> group_;
   std::atomic<std::chrono::milliseconds::rep> timeout_ms_;
-  std::mutex mutex_;  ///< guards seq_ and splits_
+  std::mutex mutex_;  ///< guards seq_, splits_ and mailbox_memo_
   std::uint64_t seq_ = 0;
+  /// run_in_mailbox()'s last preparation, reused by a call of the same count, dtype and op.
+  std::shared_ptr<const Prepared> mailbox_memo_;
   std::uint64_t splits_ = 0;
   Counters counters_{};
   std::unique_ptr<DeviceComm> device_;

@@ -29,6 +29,18 @@ void relax() noexcept {
 
 }  // namespace
 
+void MailboxCall::prefetch_lines(const LocalMailbox::Slot& slot) const noexcept {
+#if defined(__x86_64__) || defined(__i386__)
+  const std::size_t bytes = count_ * kernels::dtype_size(dtype_);
+  if (bytes <= kTicketLineData || bytes > kPrefetchBytes) return;
+  for (std::size_t at = kTicketLineData; at < bytes; at += 64) {
+    _mm_prefetch(reinterpret_cast<const char*>(slot.data + at), _MM_HINT_T0);
+  }
+#else
+  (void)slot;
+#endif
+}
+
 MailboxCall::MailboxCall(LocalMailbox& box, const Group& group, const void* send, void* recv,
                          std::size_t count, kernels::DType dtype, kernels::ReduceOp op)
     : box_(box),
@@ -74,9 +86,9 @@ bool MailboxCall::try_finish() {
   if (reduced_) return finish_split();  // past the first publication
   const int p = group_.size();
   while (arrived_ < p) {
-    if (box_.of(arrived_, ticket_).ticket.load(std::memory_order_acquire) != ticket_ + 1) {
-      return false;
-    }
+    const LocalMailbox::Slot& slot = box_.of(arrived_, ticket_);
+    prefetch_lines(slot);
+    if (slot.ticket.load(std::memory_order_acquire) != ticket_ + 1) return false;
     ++arrived_;
   }
   const std::uint64_t mine = box_.mine(ticket_).fingerprint_hash;

@@ -102,6 +102,13 @@ class MailboxCall {
   bool reduced_ = false;  // split: this rank's block is reduced and published
   int arrived_ = 0;       // ranks 0 .. arrived_-1 have published this call (split: then its block)
 
+  // The vector's bytes that share the ticket's cache line, and up to where polling prefetches the
+  // lines after it.
+  static constexpr std::size_t kTicketLineData = 48;
+  static constexpr std::size_t kPrefetchBytes = 512;
+  // While the ticket of `slot` is awaited, asks for the vector's other lines too, so that they
+  // cross from the writer's core alongside the ticket's line instead of after it.
+  void prefetch_lines(const LocalMailbox::Slot& slot) const noexcept;
   // Split: [first, last) elements of rank r's block.
   [[nodiscard]] std::pair<std::size_t, std::size_t> block(int r) const noexcept;
   // Split: reduces this rank's block out of every slot and publishes it; true once every rank's

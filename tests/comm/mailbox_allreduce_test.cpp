@@ -4,7 +4,8 @@
 // runs), many calls in flight at once (the two slots), sub-communicators, and failures: a rank that
 // never calls (Timeout naming it, and the communicator unusable afterwards), different counts
 // (Mismatch on both ranks); the split protocol (3 or more ranks) and vectors longer than a slot
-// (pieces) against the double-precision reference.
+// (pieces) against the double-precision reference; a repeated call's reused preparation
+// (Communicator::run_in_mailbox) against calls that change the count, dtype or op in between.
 #include "comm/algorithms/mailbox_allreduce.h"
 
 #include <fmt/format.h>
@@ -374,6 +375,56 @@ TEST(Mailbox, AShortVectorAgainstALongOneIsAMismatchOnBothRanks) {
     EXPECT_TRUE(contains(errors[1], "rank 0 called allreduce #0 (f32 x 10, sum, mailbox)"))
         << errors[1];
   }
+}
+
+// A blocking call of the last one's count, dtype and op reuses its preparation: calls that change
+// one of them in between must still get their own algorithm, sums and fingerprints, and a rank
+// that changes only the count after a reuse is still a Mismatch naming both shapes.
+TEST(Mailbox, RepeatedAndChangedCallsGetTheirOwnPreparation) {
+  run_ranks(2, [](Communicator& comm) {
+    const float r = static_cast<float>(comm.rank());
+    const auto f32 = [&](std::size_t n, ReduceOp op) {
+      std::vector<float> v(n);
+      for (std::size_t i = 0; i < n; ++i) v[i] = r * 10.0F + static_cast<float>(i);
+      comm.allreduce(v.data(), v.data(), n, DType::F32, op);
+      return v;
+    };
+    for (int round = 0; round < 3; ++round) {
+      // 0 + i and 10 + i: sum 10 + 2i, max 10 + i, avg 5 + i.
+      EXPECT_EQ(f32(5, ReduceOp::Sum)[4], 18.0F);
+      EXPECT_EQ(f32(5, ReduceOp::Sum)[4], 18.0F);  // reused
+      EXPECT_EQ(f32(5, ReduceOp::Max)[4], 14.0F);  // another op
+      EXPECT_EQ(f32(7, ReduceOp::Max)[6], 16.0F);  // another count
+      std::vector<double> d(7, 1.0 + comm.rank());
+      comm.allreduce(d.data(), d.data(), d.size(), DType::F64, ReduceOp::Avg);  // another dtype
+      EXPECT_EQ(d[6], 1.5);
+      // Past a slot (the ring at 2 ranks: not the mailbox), then short again.
+      std::vector<float> big(300'000, 1.0F);
+      comm.allreduce(big.data(), big.data(), big.size(), DType::F32, ReduceOp::Sum);
+      EXPECT_EQ(big[299'999], 2.0F);
+      EXPECT_EQ(f32(7, ReduceOp::Max)[0], 10.0F);
+    }
+  });
+  std::vector<std::string> errors(2);
+  run_ranks(2, [&](Communicator& comm) {
+    std::vector<float> buf(12, 1.0F);
+    comm.allreduce(buf.data(), buf.data(), 6, DType::F32, ReduceOp::Sum);
+    comm.allreduce(buf.data(), buf.data(), 6, DType::F32, ReduceOp::Sum);
+    try {
+      // Rank 0 changes only the op, rank 1 only the count: each names its own call as it is.
+      comm.allreduce(buf.data(), buf.data(), comm.rank() == 0 ? 6 : 12, DType::F32,
+                     comm.rank() == 0 ? ReduceOp::Max : ReduceOp::Sum);
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::Mismatch) << e.what();
+      errors[static_cast<std::size_t>(comm.rank())] = e.what();
+    }
+  });
+  EXPECT_TRUE(contains(errors[0], "rank 1 called allreduce #2 (f32 x 12")) << errors[0];
+  // What the error says first is this rank's own call, as the preparation described it.
+  EXPECT_TRUE(errors[0].starts_with("Mismatch: allreduce #2 (f32 x 6, max")) << errors[0];
+  EXPECT_TRUE(contains(errors[1], "rank 0 called allreduce #2 (f32 x 6, max, mailbox)"))
+      << errors[1];
+  EXPECT_TRUE(errors[1].starts_with("Mismatch: allreduce #2 (f32 x 12, sum")) << errors[1];
 }
 
 }  // namespace
