@@ -306,6 +306,7 @@ bool Communicator::run_in_mailbox(const CollectiveArgs& args) {
   const std::size_t bytes = args.count * kernels::dtype_size(args.dtype);
   const auto stream = static_cast<std::uint64_t>(group_->comm_id) + 1;
   if (box.finished() != box.taken()) return false;
+  claim_next_slot(box, bytes);
   int device = -1;
   if (memory_of(args, rank(), &device) == MemoryKind::Device) return false;
   if (shared_->engine->broken(stream)) return false;

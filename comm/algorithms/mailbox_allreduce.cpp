@@ -27,7 +27,29 @@ void relax() noexcept {
 #endif
 }
 
+#if defined(__x86_64__) || defined(__i386__)
+// PREFETCHW (a no-op on x86 processors without it), in assembly: the compiler drops the
+// intrinsic where the build's target lacks the feature.
+void prefetch_for_write(const void* p) noexcept {
+  asm volatile("prefetchw %0" : : "m"(*static_cast<const char*>(p)));
+}
+#endif
+
 }  // namespace
+
+void claim_next_slot(LocalMailbox& box, std::size_t bytes) noexcept {
+#if defined(__x86_64__) || defined(__i386__)
+  const LocalMailbox::Slot& slot = box.mine(box.taken());
+  prefetch_for_write(&slot.ticket);
+  const std::size_t upto = std::min(bytes, MailboxCall::kPrefetchBytes);
+  for (std::size_t at = MailboxCall::kTicketLineData; at < upto; at += 64) {
+    prefetch_for_write(slot.data + at);
+  }
+#else
+  (void)box;
+  (void)bytes;
+#endif
+}
 
 void MailboxCall::prefetch_lines(const LocalMailbox::Slot& slot) const noexcept {
 #if defined(__x86_64__) || defined(__i386__)
