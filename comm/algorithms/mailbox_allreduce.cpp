@@ -21,6 +21,18 @@
 namespace strait::comm {
 namespace {
 
+// memcpy in pieces of less than a core's L2 (1 MiB on machine A), from which glibc's memmove on AMD
+// leaves `rep movsb` for a vector loop: a whole 1 MiB slot made a 2-rank call 2.2x as long as one
+// of 1020 KiB (269 against 123 us; perf: memmove 69% of the call against 42%); in pieces, 109 us.
+void copy_in_pieces(void* to, const void* from, std::size_t bytes) noexcept {
+  constexpr std::size_t kPiece = 512 << 10;
+  auto* out = static_cast<std::byte*>(to);
+  const auto* in = static_cast<const std::byte*>(from);
+  for (std::size_t at = 0; at < bytes; at += kPiece) {
+    std::memcpy(out + at, in + at, std::min(kPiece, bytes - at));
+  }
+}
+
 void relax() noexcept {
 #if defined(__x86_64__) || defined(__i386__)
   _mm_pause();
@@ -98,7 +110,7 @@ bool MailboxCall::try_post(const Fingerprint& fingerprint,
     slot.in_place_serial = serial;
     slot.in_place_address = reinterpret_cast<std::uintptr_t>(send_);
   }
-  if (bytes != 0 && serial == 0) std::memcpy(slot.data, send_, bytes);
+  if (bytes != 0 && serial == 0) copy_in_pieces(slot.data, send_, bytes);
   slot.ticket.store(ticket_ + 1, std::memory_order_release);
   posted_ = true;
   return true;
@@ -160,11 +172,11 @@ void MailboxCall::reduce_slots(std::size_t first, std::size_t last, std::byte* o
     sum = scratch_buffer(n * elem);
     into = sum.get();
   }
-  std::memcpy(into, source(0), n * elem);
+  copy_in_pieces(into, source(0), n * elem);
   const auto op = op_ == kernels::ReduceOp::Avg ? kernels::ReduceOp::Sum : op_;
   for (int r = 1; r < group_.size(); ++r) kernels::reduce(dtype_, op, into, source(r), n);
   if (op_ == kernels::ReduceOp::Avg) kernels::scale(dtype_, into, n, 1.0 / group_.size());
-  if (into != out) std::memcpy(out, into, n * elem);
+  if (into != out) copy_in_pieces(out, into, n * elem);
 }
 
 std::pair<std::size_t, std::size_t> MailboxCall::block(int r) const noexcept {
@@ -187,7 +199,7 @@ bool MailboxCall::finish_split() {
     reduce_slots(first, last, out + first * elem);
     LocalMailbox::Slot& slot = box_.mine(ticket_);
     if (last > first)
-      std::memcpy(slot.data + first * elem, out + first * elem, (last - first) * elem);
+      copy_in_pieces(slot.data + first * elem, out + first * elem, (last - first) * elem);
     slot.reduced.store(ticket_ + 1, std::memory_order_release);
     reduced_ = true;
     arrived_ = 0;
@@ -198,7 +210,7 @@ bool MailboxCall::finish_split() {
     if (arrived_ != box_.rank()) {
       const auto [first, last] = block(arrived_);
       if (last > first)
-        std::memcpy(out + first * elem, theirs.data + first * elem, (last - first) * elem);
+        copy_in_pieces(out + first * elem, theirs.data + first * elem, (last - first) * elem);
     }
     ++arrived_;
   }
