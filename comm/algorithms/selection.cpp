@@ -102,8 +102,10 @@ constexpr std::array kAlgorithms = {
 // split so that every rank reduces only its 1/P (mailbox_allreduce.h): ranks that outnumber the
 // cores are CPU-bound, and the ring's P - 1 steps each wait for a rank to be scheduled (8 ranks on
 // 2 cores, 2 - 64 MiB: 1.7 - 2.7x faster than the ring; 4 ranks 1.3 - 5x under load). With 2
-// ranks the ring keeps them. Declared sites keep the hierarchical allreduce from 8249 bytes (the
-// last rule wins).
+// ranks it takes them up to 32 MiB (since the slot is copied in pieces: 1.2 - 1.8x faster than the
+// ring at 2 - 32 MiB, on ordinary and symmetric buffers, 3 interleaved rounds); from 64 MiB the
+// ring keeps them (it reads symmetric buffers in place: 1.1 - 3.5x faster there). Declared sites
+// keep the hierarchical allreduce from 8249 bytes (the last rule wins).
 // Allgather, reduce_scatter and alltoall between ranks on one host read their peers' buffers in
 // place from 64 KiB of a block, where the transport's messages take its rendezvous protocol
 // anyway (comm/algorithms/local_copy.h); where the ranks share no memory the earlier rules (none:
@@ -128,6 +130,7 @@ constexpr std::string_view kDefaultRules =
     "allreduce:1M-inf:ring@seg=1M;"
     "allreduce:0-1048577:mailbox;"  // sizes are [LO, HI): a full slot, 1 MiB, included
     "allreduce:ranks=3-inf:1048577-inf:mailbox;"
+    "allreduce:ranks=2-2:1048577-33554433:mailbox;"
     "allreduce:sites=2-inf:8249-inf:hierarchical@seg=1M;"
     "allgather:64K-inf:single_copy;"
     "reduce_scatter:64K-inf:single_copy;"

@@ -239,8 +239,9 @@ TEST(AllreduceSelection, TheDefaultTableChoosesBySizeAndSaysSoInTheWorksDescript
     for (const auto& [count, algorithm] : {std::pair<std::size_t, std::string>{2, "mailbox"},
                                            {64 * 1024, "mailbox"},
                                            {256 * 1024, "mailbox"},  // 1 MiB: a full slot
-                                           {256 * 1024 + 1, "ring@seg=1M"},
-                                           {4 * 1024 * 1024, "ring@seg=1M"}}) {
+                                           {256 * 1024 + 1, "mailbox"},  // a slot at a time
+                                           {8 * 1024 * 1024, "mailbox"},  // 32 MiB
+                                           {8 * 1024 * 1024 + 1, "ring@seg=1M"}}) {
       std::vector<float> buf(count, 1.0F);
       const Work w = comm.iallreduce(buf.data(), buf.data(), count, DType::F32, ReduceOp::Sum);
       EXPECT_TRUE(w.description().find(algorithm) != std::string::npos) << w.description();

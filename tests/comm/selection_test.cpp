@@ -289,10 +289,12 @@ TEST(SelectionDefaults, EagerVectorsTheMailboxThenThePipelinedRing) {
     EXPECT_EQ(t.choose("allreduce", world, 256 * K, 1, mailbox).describe(), "ring@seg=8K");
     EXPECT_EQ(t.choose("allreduce", world, M, 1, mailbox).describe(), "ring@seg=1M");
     EXPECT_EQ(t.choose("allreduce", world, 64 * M, 1, mailbox).describe(), "ring@seg=1M");
-    // Longer vectors: the mailbox a slot at a time from 3 ranks, the ring with 2.
-    const std::string longer = world == 2 ? "ring@seg=1M" : "mailbox";
-    EXPECT_EQ(chosen(t, world, M + 1), longer) << world;
-    EXPECT_EQ(chosen(t, world, 64 * M), longer) << world;
+    // Longer vectors: the mailbox a slot at a time, with 2 ranks up to 32 MiB, then the ring.
+    EXPECT_EQ(chosen(t, world, M + 1), "mailbox") << world;
+    EXPECT_EQ(chosen(t, world, 32 * M), "mailbox") << world;
+    const std::string longest = world == 2 ? "ring@seg=1M" : "mailbox";
+    EXPECT_EQ(chosen(t, world, 32 * M + 1), longest) << world;
+    EXPECT_EQ(chosen(t, world, 64 * M), longest) << world;
   }
 }
 
