@@ -238,8 +238,8 @@ TEST(AllreduceSelection, TheDefaultTableChoosesBySizeAndSaysSoInTheWorksDescript
   testing::run_ranks(2, [](Communicator& comm) {
     for (const auto& [count, algorithm] : {std::pair<std::size_t, std::string>{2, "mailbox"},
                                            {64 * 1024, "mailbox"},
-                                           {256 * 1024, "mailbox"},  // 1 MiB: a full slot
-                                           {256 * 1024 + 1, "mailbox"},  // a slot at a time
+                                           {256 * 1024, "mailbox"},       // 1 MiB: a full slot
+                                           {256 * 1024 + 1, "mailbox"},   // a slot at a time
                                            {8 * 1024 * 1024, "mailbox"},  // 32 MiB
                                            {8 * 1024 * 1024 + 1, "ring@seg=1M"}}) {
       std::vector<float> buf(count, 1.0F);
