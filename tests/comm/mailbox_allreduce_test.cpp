@@ -378,8 +378,9 @@ TEST(Mailbox, AShortVectorAgainstALongOneIsAMismatchOnBothRanks) {
 }
 
 // A blocking call of the last one's count, dtype and op reuses its preparation: calls that change
-// one of them in between must still get their own algorithm, sums and fingerprints, and a rank
-// that changes only the count after a reuse is still a Mismatch naming both shapes.
+// one of them in between must still get their own algorithm, sums and fingerprints; after a
+// reuse, one rank changing only the op and the other only the count is a Mismatch in which each
+// describes its own call as it is.
 TEST(Mailbox, RepeatedAndChangedCallsGetTheirOwnPreparation) {
   run_ranks(2, [](Communicator& comm) {
     const float r = static_cast<float>(comm.rank());
@@ -398,7 +399,7 @@ TEST(Mailbox, RepeatedAndChangedCallsGetTheirOwnPreparation) {
       std::vector<double> d(7, 1.0 + comm.rank());
       comm.allreduce(d.data(), d.data(), d.size(), DType::F64, ReduceOp::Avg);  // another dtype
       EXPECT_EQ(d[6], 1.5);
-      // Past a slot (the ring at 2 ranks: not the mailbox), then short again.
+      // Past a slot (the mailbox a slot at a time), then short again.
       std::vector<float> big(300'000, 1.0F);
       comm.allreduce(big.data(), big.data(), big.size(), DType::F32, ReduceOp::Sum);
       EXPECT_EQ(big[299'999], 2.0F);
