@@ -324,7 +324,12 @@ bool Communicator::run_in_mailbox(const CollectiveArgs& args) {
     fresh.emplace(prepare(args));
     if (fresh->chosen.algorithm != mailbox_algorithm()) return false;
     lock.lock();
-    mailbox_memo_ = std::make_shared<const Prepared>(*fresh);
+    // Allocated once: calls that alternate shapes copy into it rather than allocate.
+    if (mailbox_memo_) {
+      *mailbox_memo_ = *fresh;
+    } else {
+      mailbox_memo_ = std::make_shared<Prepared>(*fresh);
+    }
   } else {
     check_host(args, rank(), size());
     fresh.emplace(*memo);

@@ -472,7 +472,7 @@ class STRAIT_API Communicator {
   std::mutex mutex_;  ///< guards seq_, splits_ and mailbox_memo_
   std::uint64_t seq_ = 0;
   /// run_in_mailbox()'s last preparation, reused by a call of the same count, dtype and op.
-  std::shared_ptr<const Prepared> mailbox_memo_;
+  std::shared_ptr<Prepared> mailbox_memo_;
   std::uint64_t splits_ = 0;
   Counters counters_{};
   std::unique_ptr<DeviceComm> device_;

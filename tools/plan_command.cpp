@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <fstream>
@@ -359,14 +360,7 @@ void validate_plans(const std::vector<ScoredPlan>& plans, const PlanOptions& o, 
   if (o.no_learn || runs.empty()) return;
   const train::Learned l = train::learn_from_runs(prof, r, runs);
   prof.save(setup.profile_path);
-  fmt::print(
-      "\nlearned (saved to {}): {:.2f} effective cores, waiting load {:.1f}, step x{:.3f}, send "
-      "{:.1f} us, recv {:.1f} us, latency {:.1f} us, memory {:+.1f} MiB, pipelines {:+.1f}, "
-      "{:+.1f} per model stage, {:+.1f} with nvme, {:+.1f} with cpu activation offload\n",
-      setup.profile_path.string(), l.effective_cores, l.wait_load, l.step_scale, l.send_s * 1e6,
-      l.recv_s * 1e6, l.latency_s * 1e6, l.memory_extra_bytes / (1 << 20),
-      l.memory_extra_pipeline_bytes / (1 << 20), l.memory_extra_per_stage_bytes / (1 << 20),
-      l.memory_extra_nvme_bytes / (1 << 20), l.memory_extra_cpu_bytes / (1 << 20));
+  fmt::print("\nlearned (saved to {}): {}\n", setup.profile_path.string(), describe_learned(l));
   std::vector<double> ratio;
   for (const auto& [p, m] : runs) {
     if (m.compute_per_stage_s > 0) {
@@ -488,8 +482,20 @@ void add_plan_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--sample", o->sample,
                   "Other plans to validate, spread over the predicted step times")
       ->capture_default_str();
-  cmd->add_option("--steps", o->steps, "Steps per validation run (the first two are not timed)")
-      ->capture_default_str();
+  cmd->add_option("--steps", o->steps,
+                  "Steps per validation run, at least 3 (the first two are not timed)")
+      ->capture_default_str()
+      ->check(CLI::Validator(
+          [](const std::string& v) -> std::string {
+            int n = 0;
+            const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
+            if (ec != std::errc() || end != v.data() + v.size()) {
+              return fmt::format("'{}' is not a whole number of steps", v);
+            }
+            return n >= 3 ? ""
+                          : "the first two steps of a run are warm-up, not timed: give 3 or more";
+          },
+          ""));
   cmd->add_option("--repeat", o->repeat, "Validation rounds; each plan keeps its fastest run")
       ->capture_default_str();
   cmd->add_option("--data", o->data, "Corpus of the validation runs (strait train's --data)");

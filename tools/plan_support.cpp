@@ -289,25 +289,30 @@ void print_costs(const train::PlanRequest& r, const train::PlanProfile& p) {
   const auto l = p.learned.find(train::learned_key(r.ranks, r.threads, r.site_count()));
   if (l != p.learned.end() && l->second.runs > 0) {
     const auto& x = l->second;
-    fmt::print(
-        "  learned from {} runs: {:.2f} effective cores, waiting load {:.1f}, step x{:.3f}, send "
-        "{:.1f} us, recv {:.1f} us, latency {:.1f} us, memory {:+.1f} MiB, pipelines {:+.1f}, "
-        "{:+.1f} per model stage, {:+.1f} with nvme, {:+.1f} with cpu activation offload ({})\n",
-        x.runs, x.effective_cores, x.wait_load, x.step_scale, x.send_s * 1e6, x.recv_s * 1e6,
-        x.latency_s * 1e6, x.memory_extra_bytes / (1 << 20),
-        x.memory_extra_pipeline_bytes / (1 << 20), x.memory_extra_per_stage_bytes / (1 << 20),
-        x.memory_extra_nvme_bytes / (1 << 20), x.memory_extra_cpu_bytes / (1 << 20), x.source);
+    fmt::print("  learned from {} runs: {} ({})\n", x.runs, describe_learned(x), x.source);
   } else {
-    const train::Learned d = train::default_learned(r.site_count());
     fmt::print(
         "  learned: nothing yet (strait plan --validate K refines these); memory beyond the "
-        "model: {:+.1f} MiB, pipelines {:+.1f}, {:+.1f} per model stage, {:+.1f} with nvme, "
-        "{:+.1f} "
-        "with cpu activation offload (fitted on machine A)\n",
-        d.memory_extra_bytes / train::kMiB, d.memory_extra_pipeline_bytes / train::kMiB,
-        d.memory_extra_per_stage_bytes / train::kMiB, d.memory_extra_nvme_bytes / train::kMiB,
-        d.memory_extra_cpu_bytes / train::kMiB);
+        "model: {} (fitted on machine A)\n",
+        learned_memory(train::default_learned(r.site_count())));
   }
+}
+
+std::string learned_memory(const train::Learned& l) {
+  return fmt::format(
+      "{:+.1f} MiB, pipelines {:+.1f}, {:+.1f} per model stage, {:+.1f} with nvme, {:+.1f} with "
+      "cpu activation offload",
+      l.memory_extra_bytes / train::kMiB, l.memory_extra_pipeline_bytes / train::kMiB,
+      l.memory_extra_per_stage_bytes / train::kMiB, l.memory_extra_nvme_bytes / train::kMiB,
+      l.memory_extra_cpu_bytes / train::kMiB);
+}
+
+std::string describe_learned(const train::Learned& l) {
+  return fmt::format(
+      "{:.2f} effective cores, waiting load {:.1f}, step x{:.3f}, send {:.1f} us, recv {:.1f} us, "
+      "latency {:.1f} us, memory {}",
+      l.effective_cores, l.wait_load, l.step_scale, l.send_s * 1e6, l.recv_s * 1e6,
+      l.latency_s * 1e6, learned_memory(l));
 }
 
 void print_plans(const std::vector<train::ScoredPlan>& plans, int top) {

@@ -38,6 +38,11 @@ double prepare_costs(train::PlanRequest& request, train::PlanProfile& profile,
 
 // The cost table: every measured figure with its source.
 void print_costs(const train::PlanRequest& request, const train::PlanProfile& profile);
+// What validation learned (or assumes before any run), as words: the cores, waiting load, step
+// factor and point-to-point overheads, then the memory beyond the model (learned_memory(): "+6.6
+// MiB, pipelines +7.2, +2.8 per model stage, +9.5 with nvme, +7.0 with cpu activation offload").
+std::string describe_learned(const train::Learned& learned);
+std::string learned_memory(const train::Learned& learned);
 // The top plans and why the first beat the second.
 void print_plans(const std::vector<train::ScoredPlan>& plans, int top);
 

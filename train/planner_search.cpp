@@ -366,6 +366,10 @@ namespace {
 
 // The memory fit's terms: 1, a pipeline, model stages - 1, NVMe and CPU activation offload.
 constexpr std::size_t kMemoryTerms = 5;
+constexpr double Learned::*kMemoryTerm[kMemoryTerms] = {
+    &Learned::memory_extra_bytes, &Learned::memory_extra_pipeline_bytes,
+    &Learned::memory_extra_per_stage_bytes, &Learned::memory_extra_nvme_bytes,
+    &Learned::memory_extra_cpu_bytes};
 
 // Least squares of y on the columns `cols` of x (normal equations, Gauss-Jordan with partial
 // pivoting); nothing when they are collinear over the rows.
@@ -418,14 +422,7 @@ void fit_memory_extra(Learned& l, const Learned& before, const PlanProfile& prof
     y.push_back(m.peak_memory - predict(p, r, prof).peak_memory +
                 memory_extra(l, stages, p.activations));
   }
-  double* const terms[kMemoryTerms] = {&l.memory_extra_bytes, &l.memory_extra_pipeline_bytes,
-                                       &l.memory_extra_per_stage_bytes, &l.memory_extra_nvme_bytes,
-                                       &l.memory_extra_cpu_bytes};
-  l.memory_extra_bytes = before.memory_extra_bytes;
-  l.memory_extra_pipeline_bytes = before.memory_extra_pipeline_bytes;
-  l.memory_extra_per_stage_bytes = before.memory_extra_per_stage_bytes;
-  l.memory_extra_nvme_bytes = before.memory_extra_nvme_bytes;
-  l.memory_extra_cpu_bytes = before.memory_extra_cpu_bytes;
+  for (const auto term : kMemoryTerm) l.*term = before.*term;
   if (y.empty()) return;
   // The intercept always; the others while they vary, dropped from the pipeline's step on when
   // collinear (one and two model stages alone make the step and the per-stage term one).
@@ -441,13 +438,13 @@ void fit_memory_extra(Learned& l, const Learned& before, const PlanProfile& prof
     std::vector<double> rest = y;
     for (std::size_t j = 1; j < kMemoryTerms; ++j) {
       if (std::find(cols.begin(), cols.end(), j) != cols.end()) continue;
-      for (std::size_t i = 0; i < y.size(); ++i) rest[i] -= x[i][j] * *terms[j];
+      for (std::size_t i = 0; i < y.size(); ++i) rest[i] -= x[i][j] * l.*kMemoryTerm[j];
     }
     if ((coef = least_squares(x, rest, cols)) || cols.size() == 1) break;
     cols.erase(cols.begin() + 1);
   }
   if (!coef) return;
-  for (std::size_t u = 0; u < cols.size(); ++u) *terms[cols[u]] = (*coef)[u];
+  for (std::size_t u = 0; u < cols.size(); ++u) l.*kMemoryTerm[cols[u]] = (*coef)[u];
 }
 
 }  // namespace

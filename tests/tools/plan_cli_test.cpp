@@ -87,6 +87,21 @@ TEST(StraitPlan, NoPlanFitsATinyMemoryLimit) {
       << plan.output();
 }
 
+// Validation runs of fewer than 3 steps time nothing (the first two are warm-up): refused before
+// anything is measured, saying why; so is a count that is not a number.
+TEST(StraitPlan, ValidationStepsBelowThreeAreRefused) {
+  const TempDir dir;
+  for (const auto& [steps, says] :
+       {std::pair<std::string, std::string>{"2", "warm-up, not timed: give 3 or more"},
+        {"x", "'x' is not a whole number of steps"}}) {
+    Strait plan({"plan", "-n", "2", "--validate", "1", "--steps", steps}, dir.path() / "plan.out",
+                {"STRAIT_PLAN_PROFILE=" + (dir.path() / "p.json").string()});
+    EXPECT_NE(plan.exit_code(60s), 0) << plan.output();
+    EXPECT_TRUE(contains(plan.output(), says)) << plan.output();
+    EXPECT_FALSE(fs::exists(dir.path() / "p.json"));  // nothing measured
+  }
+}
+
 // Unlike ranks: rank 1 at a quarter of rank 0's speed. Every plan of 2 stages tried with a split
 // other than the even one gives rank 1 fewer layers, on whichever stage its placement puts it
 // (place=1,0: stage 0, whose embedding costs less than the head); the plan file carries the split
